@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages GIFT-PS builds and runs with. Idempotent: it
+# asks apt only for what is missing, and does nothing when all is present.
+#
+#   scripts/install-deps.sh            # install what is missing (needs root)
+#   scripts/install-deps.sh --check    # list what is missing, install nothing
+#
+# The CUDA Toolkit is not a Debian package here: CMake finds it at
+# /usr/local/cuda when present and builds the CUDA targets then.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git
+  # RPC, transport, base libraries
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libucx-dev ucx-utils libabsl-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # command lines, config, maths, state, metrics, service manager
+  libcli11-dev nlohmann-json3-dev libeigen3-dev libsqlite3-dev sqlite3
+  prometheus-cpp-dev libsystemd-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${1:-}" = "--check" ]; then
+  if [ ${#missing[@]} -eq 0 ]; then echo "all dependencies present"; exit 0; fi
+  echo "missing: ${missing[*]}"; exit 1
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null; then SUDO=sudo; else
+    echo "install-deps: missing ${missing[*]}; run as root to install them" >&2
+    exit 1
+  fi
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
