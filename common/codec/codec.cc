@@ -22,6 +22,13 @@ float LoadFloat(const uint8_t* p) {
 
 void StoreFloat(uint8_t* p, float f) { std::memcpy(p, &f, sizeof(f)); }
 
+// Byte offset of element (row, col)'s code.
+uint64_t CodeOffset(const CodecSpec& spec, const EncodedLayout& layout, uint64_t row,
+                    uint64_t col) {
+  if (spec.format == Format::kNvfp4) return row * layout.row_code_bytes + col / 2;
+  return (row * layout.cols + col) * static_cast<uint64_t>(BitsPerElement(spec.format) / 8);
+}
+
 }  // namespace
 
 namespace internal {
@@ -53,11 +60,6 @@ const ElementLoops& PickLoops(bool use_simd) {
 
 namespace {
 
-uint64_t CodeOffset(const CodecSpec& spec, const EncodedLayout& layout, uint64_t row,
-                    uint64_t col) {
-  if (spec.format == Format::kNvfp4) return row * layout.row_code_bytes + col / 2;
-  return (row * layout.cols + col) * static_cast<uint64_t>(BitsPerElement(spec.format) / 8);
-}
 
 }  // namespace
 
@@ -76,19 +78,18 @@ float BlockScale(const EncodedView& in, const EncodedLayout& layout, uint64_t q)
 void DecodePiece(const EncodedView& in, const EncodedLayout& layout, const ElementLoops& loops,
                  const Piece& piece, float* out_row, bool accumulate) {
   const CodecSpec& spec = in.spec;
+  const uint64_t len = piece.c1 - piece.c0;
+  const uint8_t* codes = in.codes + CodeOffset(spec, layout, piece.row, piece.c0);
   if (spec.scaling == Scaling::kNone || spec.scaling == Scaling::kPerTensor) {
     const float scale = spec.scaling == Scaling::kNone ? 1.0f : LoadFloat(in.scales);
-    loops.dequantize(spec.format, in.codes + CodeOffset(spec, layout, piece.row, piece.c0),
-                     piece.c1 - piece.c0, scale, out_row + piece.c0, accumulate);
+    loops.dequantize(spec.format, codes, len, len, &scale, out_row + piece.c0, accumulate);
     return;
   }
   const uint64_t b = spec.block_size;
-  for (uint64_t c = piece.c0; c < piece.c1; c += b) {
-    const uint64_t q = piece.row * layout.blocks_per_row + c / b;
-    loops.dequantize(spec.format, in.codes + CodeOffset(spec, layout, piece.row, c),
-                     std::min(b, piece.c1 - c), BlockScale(in, layout, q), out_row + c,
-                     accumulate);
-  }
+  const uint64_t first_block = piece.row * layout.blocks_per_row + piece.c0 / b;
+  float scales[kPieceCols / 16];
+  for (uint64_t j = 0; j * b < len; ++j) scales[j] = BlockScale(in, layout, first_block + j);
+  loops.dequantize(spec.format, codes, len, b, scales, out_row + piece.c0, accumulate);
 }
 
 }  // namespace internal
@@ -128,7 +129,8 @@ uint32_t TensorAmaxBits(const float* x, uint64_t n, const ElementLoops& loops, T
   std::vector<uint32_t> partial(tasks, 0);
   ParallelFor(pool, tasks, [&](size_t t) {
     const uint64_t b = t * internal::kTaskElements;
-    partial[t] = loops.amax_bits(x + b, std::min(internal::kTaskElements, n - b));
+    const uint64_t len = std::min(internal::kTaskElements, n - b);
+    loops.block_amax(x + b, len, len, &partial[t]);
   });
   uint32_t m = 0;
   for (uint32_t v : partial) m = std::max(m, v);
@@ -188,8 +190,8 @@ absl::Status Encode(const float* x, const MutableEncodedView& out, const RngKey&
     const uint64_t tasks = (n + internal::kTaskElements - 1) / internal::kTaskElements;
     ParallelFor(options.pool, tasks, [&](size_t t) {
       const uint64_t b = t * internal::kTaskElements;
-      loops.quantize(spec.format, x + b, std::min(internal::kTaskElements, n - b), inv, sr, b,
-                     out.codes + b * bytes);
+      const uint64_t len = std::min(internal::kTaskElements, n - b);
+      loops.quantize(spec.format, x + b, len, len, &inv, sr, b, out.codes + b * bytes);
     });
     return absl::OkStatus();
   }
@@ -206,42 +208,23 @@ absl::Status Encode(const float* x, const MutableEncodedView& out, const RngKey&
   const uint64_t bsize = spec.block_size;
   std::atomic<bool> non_finite{false};
   internal::ForEachPiece(layout.rows, cols, options.pool, [&](const Piece& piece) {
-    const float* xrow = x + piece.row * cols;
-    for (uint64_t c = piece.c0; c < piece.c1; c += bsize) {
-      const uint64_t len = std::min(bsize, piece.c1 - c);
-      const uint64_t q = piece.row * layout.blocks_per_row + c / bsize;
-      const uint32_t amax = loops.amax_bits(xrow + c, len);
-      if (amax >= scalar::kInfBits) {
+    const float* xp = x + piece.row * cols + piece.c0;
+    const uint64_t len = piece.c1 - piece.c0;
+    const uint64_t nblocks = (len + bsize - 1) / bsize;
+    const uint64_t q0 = piece.row * layout.blocks_per_row + piece.c0 / bsize;
+    uint32_t amax[internal::kPieceCols / 16];
+    float inv[internal::kPieceCols / 16];
+    loops.block_amax(xp, len, bsize, amax);
+    for (uint64_t j = 0; j < nblocks; ++j) {
+      if (amax[j] >= scalar::kInfBits) {
         non_finite.store(true, std::memory_order_relaxed);
         return;
       }
-      const uint64_t first = piece.row * cols + c;
-      switch (spec.scaling) {
-        case Scaling::kPerBlockFp32: {
-          const float s = scalar::ScaleFromAmax(amax, fmt_max);
-          StoreFloat(out.scales + 4 * q, s);
-          loops.quantize(spec.format, xrow + c, len, scalar::InverseScale(s), sr, first,
-                         out.codes + first);
-          break;
-        }
-        case Scaling::kPerBlockE8M0: {
-          const uint32_t e = scalar::E8M0FromAmax(amax, fmt_max);
-          out.scales[q] = static_cast<uint8_t>(e);
-          loops.quantize(spec.format, xrow + c, len, scalar::E8M0Inverse(e), sr, first,
-                         out.codes + first);
-          break;
-        }
-        default: {  // kNvfp4
-          const uint32_t code = scalar::Nvfp4BlockScaleCode(amax, inv_tensor_scale);
-          out.scales[q] = static_cast<uint8_t>(code);
-          const float inv =
-              scalar::InverseScale(scalar::Nvfp4EffectiveScale(code, tensor_scale));
-          loops.quantize_fp4(xrow + c, len, inv, sr, first,
-                             out.codes + piece.row * layout.row_code_bytes + c / 2);
-          break;
-        }
-      }
     }
+    loops.block_scales(spec, amax, nblocks, tensor_scale, inv_tensor_scale,
+                       out.scales + (spec.scaling == Scaling::kPerBlockFp32 ? 4 * q0 : q0), inv);
+    loops.quantize(spec.format, xp, len, bsize, inv, sr, piece.row * cols + piece.c0,
+                   out.codes + CodeOffset(spec, layout, piece.row, piece.c0));
   });
   if (non_finite.load()) return NonFiniteError(x, n, cols);
   return absl::OkStatus();

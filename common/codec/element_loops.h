@@ -1,6 +1,8 @@
 // Internal to the codec: the inner loops over a contiguous run of elements
-// that share one scale. Two implementations with identical results: portable
-// scalar code and AVX2 (element_loops_avx2.cc). Tests compare them.
+// of one row. Scales vary per block of `block` elements (block >= n means
+// one scale for the whole run). Two implementations with identical results:
+// portable scalar code (element_loops_scalar.cc) and AVX2
+// (element_loops_avx2.cc). Tests compare them.
 //
 // Stateless; thread-safe.
 #ifndef GIFT_COMMON_CODEC_ELEMENT_LOOPS_H_
@@ -8,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "common/codec/codec_spec.h"
 #include "common/codec/scalar.h"
@@ -21,24 +24,29 @@ struct StochasticStream {
 };
 
 struct ElementLoops {
-  // max over i of (bits(x[i]) & 0x7FFFFFFF); >= 0x7F800000 means NaN or Inf.
-  uint32_t (*amax_bits)(const float* x, size_t n);
+  // amax[b] = max over x[b*block, min((b+1)*block, n)) of the |x| bits;
+  // a value >= 0x7F800000 means that block holds NaN or Inf.
+  void (*block_amax)(const float* x, size_t n, size_t block, uint32_t* amax);
 
-  // Codes of x[i] * inv for the 8- and 16-bit formats (E4M3, E5M2: one byte
-  // each; BF16: two bytes, little-endian). `first` is the flat index of x[0]
-  // in the tensor (it selects the random stream of stochastic rounding).
-  void (*quantize)(Format format, const float* x, size_t n, float inv,
+  // Codes of x[k] * inv[k / block]: one byte per element (E4M3, E5M2), two
+  // little-endian bytes (BF16), or two per byte, low nibble first (NVFP4).
+  // `first` is the flat index of x[0] in the tensor; it selects the random
+  // words of stochastic rounding.
+  void (*quantize)(Format format, const float* x, size_t n, size_t block, const float* inv,
                    const StochasticStream* sr, uint64_t first, uint8_t* codes);
 
-  // NVFP4 element codes of x[i] * inv, two per byte, low nibble first; x[0]
-  // lands in the low nibble of codes[0].
-  void (*quantize_fp4)(const float* x, size_t n, float inv, const StochasticStream* sr,
-                       uint64_t first, uint8_t* codes);
+  // The scales of `n` blocks of a block-scaled spec from their amaxes (all
+  // finite): writes the stored scale of block j to `scales` (FP32 at
+  // scales + 4j for kPerBlockFp32; one byte at scales + j for kPerBlockE8M0
+  // and kNvfp4) and the multiplier applied before quantization to inv[j].
+  // For kNvfp4, tensor_scale is g and inv_tensor_scale is 1 / g.
+  void (*block_scales)(const CodecSpec& spec, const uint32_t* amax, size_t n,
+                       float tensor_scale, float inv_tensor_scale, uint8_t* scales, float* inv);
 
-  // out[i] = value(code i) * scale, or out[i] = out[i] + value * scale when
-  // accumulate. For NVFP4 codes[0]'s low nibble is element 0.
-  void (*dequantize)(Format format, const uint8_t* codes, size_t n, float scale, float* out,
-                     bool accumulate);
+  // out[k] = value(code k) * scale[k / block], or out[k] + that product
+  // when `accumulate` (two FP32 roundings, never fused).
+  void (*dequantize)(Format format, const uint8_t* codes, size_t n, size_t block,
+                     const float* scale, float* out, bool accumulate);
 };
 
 const ElementLoops& ScalarLoops();
@@ -55,24 +63,93 @@ inline const scalar::MiniFloat& MiniFloatOf(Format format) {
   return scalar::kBf16;
 }
 
-// Random word for element `index` of a stochastic stream.
-inline uint32_t RandomFor(const StochasticStream& sr, uint64_t index) {
-  return scalar::RandomWord(scalar::RandomGroup(sr.key, sr.step, index >> 2), index);
+// The portable computation of block scales (see ElementLoops::block_scales)
+// for blocks [begin, end).
+inline void BlockScalesRange(const CodecSpec& spec, const uint32_t* amax, size_t begin,
+                             size_t end, float tensor_scale, float inv_tensor_scale,
+                             uint8_t* scales, float* inv) {
+  const float fmt_max = FormatMax(spec.format);
+  for (size_t j = begin; j < end; ++j) {
+    switch (spec.scaling) {
+      case Scaling::kPerBlockFp32: {
+        const float s = scalar::ScaleFromAmax(amax[j], fmt_max);
+        std::memcpy(scales + 4 * j, &s, 4);
+        inv[j] = scalar::InverseScale(s);
+        break;
+      }
+      case Scaling::kPerBlockE8M0: {
+        const uint32_t e = scalar::E8M0FromAmax(amax[j], fmt_max);
+        scales[j] = static_cast<uint8_t>(e);
+        inv[j] = scalar::E8M0Inverse(e);
+        break;
+      }
+      default: {  // kNvfp4
+        const uint32_t code = scalar::Nvfp4BlockScaleCode(amax[j], inv_tensor_scale);
+        scales[j] = static_cast<uint8_t>(code);
+        inv[j] = scalar::InverseScale(scalar::Nvfp4EffectiveScale(code, tensor_scale));
+        break;
+      }
+    }
+  }
 }
 
-// Runs f(index, random) for index in [first, first + n), computing each
-// Philox group once.
-template <typename F>
-inline void ForEachRandom(const StochasticStream& sr, uint64_t first, size_t n, F&& f) {
+// The portable loops over elements [begin, end) of a run (begin even for
+// NVFP4, since two elements share a byte). The vector loops use them for
+// their tails.
+inline void QuantizeRange(Format format, const float* x, size_t begin, size_t end, size_t block,
+                          const float* inv, const StochasticStream* sr, uint64_t first,
+                          uint8_t* codes) {
+  const scalar::MiniFloat& f = MiniFloatOf(format);
   uint64_t group = ~uint64_t{0};
   scalar::Uint4 r{};
-  for (size_t k = 0; k < n; ++k) {
-    const uint64_t index = first + k;
-    if ((index >> 2) != group) {
-      group = index >> 2;
-      r = scalar::RandomGroup(sr.key, sr.step, group);
+  for (size_t k = begin; k < end; ++k) {
+    uint32_t random = 0;
+    if (sr != nullptr) {
+      const uint64_t index = first + k;
+      if ((index >> 2) != group) {
+        group = index >> 2;
+        r = scalar::RandomGroup(sr->key, sr->step, group);
+      }
+      random = scalar::RandomWord(r, index);
     }
-    f(k, scalar::RandomWord(r, index));
+    const float s = inv[k / block];
+    const uint32_t c = scalar::Quantize(f, x[k] * s, sr != nullptr, random);
+    switch (format) {
+      case Format::kBf16: {
+        const uint16_t c16 = static_cast<uint16_t>(c);
+        std::memcpy(codes + 2 * k, &c16, 2);
+        break;
+      }
+      case Format::kNvfp4:
+        if (k % 2 == 0) {
+          codes[k / 2] = static_cast<uint8_t>(c);
+        } else {
+          codes[k / 2] |= static_cast<uint8_t>(c << 4);
+        }
+        break;
+      default: codes[k] = static_cast<uint8_t>(c); break;
+    }
+  }
+}
+
+inline void DequantizeRange(Format format, const uint8_t* codes, size_t begin, size_t end,
+                            size_t block, const float* scale, float* out, bool accumulate) {
+  const scalar::MiniFloat& f = MiniFloatOf(format);
+  for (size_t k = begin; k < end; ++k) {
+    uint32_t c;
+    switch (format) {
+      case Format::kBf16: {
+        uint16_t c16;
+        std::memcpy(&c16, codes + 2 * k, 2);
+        c = c16;
+        break;
+      }
+      case Format::kNvfp4: c = (codes[k / 2] >> ((k % 2) * 4)) & 0xFu; break;
+      default: c = codes[k]; break;
+    }
+    const float s = scale[k / block];
+    const float v = scalar::Dequantize(f, c) * s;
+    out[k] = accumulate ? out[k] + v : v;
   }
 }
 

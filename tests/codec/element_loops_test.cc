@@ -2,6 +2,7 @@
 #include "common/codec/element_loops.h"
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -19,9 +20,9 @@ std::vector<float> NastyValues(size_t n, uint32_t seed) {
   for (size_t i = 0; i < n; ++i) {
     uint32_t bits = rng();
     switch (i % 4) {
-      case 0: break;                                     // any bit pattern...
+      case 0: break;  // any bit pattern
       case 1: bits = (bits & 0x807FFFFFu) | ((100 + rng() % 60) << 23); break;  // near 1
-      case 2: bits &= 0x80FFFFFFu; break;                 // denormals and tiny
+      case 2: bits &= 0x80FFFFFFu; break;  // FP32 denormals and tiny normals
       case 3: bits = (bits & 0x80000000u) | ((bits & 0x7FFFFFFFu) % 0x44000000u); break;
     }
     if ((bits & 0x7F800000u) == 0x7F800000u) bits &= 0xBFFFFFFFu;  // keep finite
@@ -30,60 +31,132 @@ std::vector<float> NastyValues(size_t n, uint32_t seed) {
   return x;
 }
 
-class ElementLoopsTest : public ::testing::TestWithParam<Format> {
+struct LoopCase {
+  Format format;
+  size_t block;  // 0: one scale for the whole run
+  bool stochastic;
+  uint64_t first;
+};
+
+class ElementLoopsTest : public ::testing::TestWithParam<LoopCase> {
  protected:
   void SetUp() override {
     if (Avx2Loops() == nullptr) GTEST_SKIP() << "CPU has no AVX2";
   }
 };
 
+size_t CodeBytes(Format format, size_t n) {
+  return format == Format::kNvfp4 ? (n + 1) / 2 : n * (BitsPerElement(format) / 8);
+}
+
 TEST_P(ElementLoopsTest, QuantizeMatchesScalar) {
-  const Format format = GetParam();
-  const size_t n = 4099;  // not a multiple of any vector width
-  const std::vector<float> x = NastyValues(n, 11);
-  const int bytes = BitsPerElement(format) / 8;
-  for (float inv : {1.0f, 0.0f, 1.0f / 3.0f, 1024.0f, 1e-20f, 7.5e15f}) {
-    std::vector<uint8_t> a(n * bytes), b(n * bytes);
-    ScalarLoops().quantize(format, x.data(), n, inv, nullptr, 0, a.data());
-    Avx2Loops()->quantize(format, x.data(), n, inv, nullptr, 0, b.data());
-    for (size_t i = 0; i < n; ++i) {
-      ASSERT_EQ(std::memcmp(&a[i * bytes], &b[i * bytes], bytes), 0)
-          << "element " << i << " x=" << x[i] << " inv=" << inv;
+  const LoopCase& c = GetParam();
+  const StochasticStream stream{scalar::MakePhiloxKey(77, 3), 12345};
+  const StochasticStream* sr = c.stochastic ? &stream : nullptr;
+  for (size_t n : {1u, 31u, 32u, 33u, 4099u}) {
+    const std::vector<float> x = NastyValues(n, 11);
+    const size_t block = c.block ? c.block : n;
+    for (float inv0 : {1.0f, 0.0f, 1.0f / 3.0f, 1024.0f, 1e-20f, 7.5e15f}) {
+      std::vector<float> inv((n + block - 1) / block);
+      for (size_t b = 0; b < inv.size(); ++b) inv[b] = inv0 * (b % 3 == 0 ? 1.0f : 0.37f);
+      std::vector<uint8_t> a(CodeBytes(c.format, n)), v(a.size());
+      ScalarLoops().quantize(c.format, x.data(), n, block, inv.data(), sr, c.first, a.data());
+      Avx2Loops()->quantize(c.format, x.data(), n, block, inv.data(), sr, c.first, v.data());
+      ASSERT_EQ(a, v) << "n " << n << " inv " << inv0;
     }
   }
 }
 
 TEST_P(ElementLoopsTest, DequantizeMatchesScalar) {
-  const Format format = GetParam();
+  const LoopCase& c = GetParam();
   const size_t n = 1031;
-  const int bytes = BitsPerElement(format) / 8;
+  const size_t block = c.block ? c.block : n;
   std::mt19937 rng(3);
-  std::vector<uint8_t> codes(n * bytes);
-  for (auto& c : codes) c = static_cast<uint8_t>(rng());
-  for (float scale : {1.0f, 0.0f, 3.0f, 1e-30f}) {
+  std::vector<uint8_t> codes(CodeBytes(c.format, n));
+  for (auto& b : codes) b = static_cast<uint8_t>(rng());
+  for (float scale0 : {1.0f, 0.0f, 3.0f, 1e-30f}) {
+    std::vector<float> scale((n + block - 1) / block);
+    for (size_t b = 0; b < scale.size(); ++b) scale[b] = scale0 * (b % 2 ? 1.0f : 0.5f);
     for (bool accumulate : {false, true}) {
-      std::vector<float> a(n, 0.25f), b(n, 0.25f);
-      ScalarLoops().dequantize(format, codes.data(), n, scale, a.data(), accumulate);
-      Avx2Loops()->dequantize(format, codes.data(), n, scale, b.data(), accumulate);
-      ASSERT_EQ(std::memcmp(a.data(), b.data(), n * 4), 0) << "scale " << scale;
+      std::vector<float> a(n, 0.25f), v(n, 0.25f);
+      ScalarLoops().dequantize(c.format, codes.data(), n, block, scale.data(), a.data(),
+                               accumulate);
+      Avx2Loops()->dequantize(c.format, codes.data(), n, block, scale.data(), v.data(),
+                              accumulate);
+      ASSERT_EQ(std::memcmp(a.data(), v.data(), n * 4), 0) << "scale " << scale0;
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, ElementLoopsTest,
-                         ::testing::Values(Format::kE4M3, Format::kE5M2, Format::kBf16),
-                         [](const auto& info) { return std::string(FormatName(info.param)); });
+std::vector<LoopCase> Cases() {
+  std::vector<LoopCase> cases;
+  for (Format f : {Format::kE4M3, Format::kE5M2, Format::kBf16, Format::kNvfp4}) {
+    for (size_t block : {size_t{0}, size_t{16}, size_t{32}, size_t{128}, size_t{12}}) {
+      for (bool sr : {false, true}) {
+        for (uint64_t first : {uint64_t{0}, uint64_t{1} << 33, uint64_t{6}}) {
+          cases.push_back({f, block, sr, first});
+        }
+      }
+    }
+  }
+  return cases;
+}
 
-TEST(ElementLoops, AmaxMatchesScalarAndSeesNonFinite) {
+INSTANTIATE_TEST_SUITE_P(All, ElementLoopsTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) {
+                           const LoopCase& c = info.param;
+                           return std::string(FormatName(c.format)) + "_block" +
+                                  std::to_string(c.block) + (c.stochastic ? "_sr" : "_rne") +
+                                  "_first" + std::to_string(c.first % 1000);
+                         });
+
+TEST(ElementLoops, BlockAmaxMatchesScalarAndSeesNonFinite) {
   if (Avx2Loops() == nullptr) GTEST_SKIP() << "CPU has no AVX2";
   std::vector<float> x = NastyValues(1000, 5);
-  for (size_t n : {0u, 1u, 7u, 8u, 33u, 1000u}) {
-    EXPECT_EQ(ScalarLoops().amax_bits(x.data(), n), Avx2Loops()->amax_bits(x.data(), n)) << n;
+  for (size_t n : {1u, 7u, 8u, 33u, 1000u}) {
+    for (size_t block : {n, size_t{16}, size_t{32}, size_t{128}, size_t{5}}) {
+      std::vector<uint32_t> a((n + block - 1) / block), v(a.size());
+      ScalarLoops().block_amax(x.data(), n, block, a.data());
+      Avx2Loops()->block_amax(x.data(), n, block, v.data());
+      EXPECT_EQ(a, v) << n << " " << block;
+    }
   }
+  uint32_t m;
   x[517] = -std::numeric_limits<float>::infinity();
-  EXPECT_GE(Avx2Loops()->amax_bits(x.data(), x.size()), scalar::kInfBits);
+  Avx2Loops()->block_amax(x.data(), x.size(), x.size(), &m);
+  EXPECT_GE(m, scalar::kInfBits);
   x[517] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_GE(Avx2Loops()->amax_bits(x.data(), x.size()), scalar::kInfBits);
+  Avx2Loops()->block_amax(x.data(), x.size(), x.size(), &m);
+  EXPECT_GE(m, scalar::kInfBits);
+}
+
+TEST(ElementLoops, BlockScalesMatchScalar) {
+  if (Avx2Loops() == nullptr) GTEST_SKIP() << "CPU has no AVX2";
+  std::mt19937 rng(21);
+  const size_t n = 203;
+  std::vector<uint32_t> amax(n);
+  for (size_t j = 0; j < n; ++j) {
+    // Every exponent from zero and denormals to the largest finite values.
+    amax[j] = j % 17 == 0 ? 0u : (rng() & 0x7FFFFFFFu) % 0x7F800000u;
+  }
+  for (size_t j : {5u, 6u, 7u, 40u}) amax[j] = static_cast<uint32_t>(j * 0x1FFFF);  // denormals
+  for (const char* name : {"e4m3/block32", "e5m2/block128", "e4m3/mx32", "nvfp4"}) {
+    const CodecSpec spec = ParseCodecSpec(name).value();
+    for (uint32_t tensor_amax : {0x7F7FFFFFu, 0x3F800000u, 0x00000001u}) {
+      const float g = scalar::Nvfp4TensorScale(tensor_amax);
+      // For nvfp4 keep the block amaxes at or below the tensor's.
+      std::vector<uint32_t> a = amax;
+      if (spec.scaling == Scaling::kNvfp4) {
+        for (uint32_t& v : a) v = v % (tensor_amax + 1);
+      }
+      std::vector<uint8_t> s1(4 * n), s2(4 * n);
+      std::vector<float> i1(n), i2(n);
+      ScalarLoops().block_scales(spec, a.data(), n, g, 1.0f / g, s1.data(), i1.data());
+      Avx2Loops()->block_scales(spec, a.data(), n, g, 1.0f / g, s2.data(), i2.data());
+      EXPECT_EQ(s1, s2) << name;
+      EXPECT_EQ(std::memcmp(i1.data(), i2.data(), 4 * n), 0) << name;
+    }
+  }
 }
 
 }  // namespace
