@@ -100,18 +100,6 @@ using internal::ElementLoops;
 using internal::Piece;
 using internal::StochasticStream;
 
-absl::Status NonFiniteError(const float* x, uint64_t n, uint64_t cols) {
-  for (uint64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i])) {
-      const char* what = std::isnan(x[i]) ? "NaN" : (x[i] > 0 ? "+Inf" : "-Inf");
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input element ", i, " (row ", i / cols, ", column ", i % cols, ") is ", what,
-          "; the codec encodes finite values only"));
-    }
-  }
-  return absl::InternalError("non-finite input reported but not found");
-}
-
 absl::Status CheckPointers(const EncodedLayout& layout, const void* data, const char* data_name,
                            const void* codes, const void* scales) {
   if (layout.num_elements == 0) return absl::OkStatus();
@@ -154,79 +142,134 @@ double EncodedErrorBound(const EncodedView& in, uint64_t row, uint64_t col, doub
                            internal::BlockScale(in, layout, q), x);
 }
 
-absl::Status Encode(const float* x, const MutableEncodedView& out, const RngKey& key,
-                    const CodecOptions& options) {
-  absl::StatusOr<EncodedLayout> layout_or = ComputeLayout(out.spec, out.rows, out.cols);
-  if (!layout_or.ok()) return layout_or.status();
-  const EncodedLayout& layout = *layout_or;
-  if (absl::Status s = CheckPointers(layout, x, "input", out.codes, out.scales); !s.ok()) return s;
-  if (layout.num_elements == 0) {
-    // Keep the tensor-level scale of an empty tensor well-formed.
-    if (out.scales != nullptr && out.spec.scaling == Scaling::kPerTensor) {
-      StoreFloat(out.scales, 0.0f);
-    } else if (out.scales != nullptr && out.spec.scaling == Scaling::kNvfp4) {
-      StoreFloat(out.scales + layout.num_blocks, scalar::Nvfp4TensorScale(0));
-    }
-    return absl::OkStatus();
-  }
-  const CodecSpec& spec = out.spec;
-  const uint64_t n = layout.num_elements;
-  const uint64_t cols = layout.cols;
-  const ElementLoops& loops = internal::PickLoops(options.use_simd);
-  const StochasticStream stream{scalar::MakePhiloxKey(key.tensor, key.rank), key.step};
-  const StochasticStream* sr = spec.rounding == Rounding::kStochastic ? &stream : nullptr;
-  const float fmt_max = FormatMax(spec.format);
+namespace internal {
 
-  if (spec.scaling == Scaling::kNone || spec.scaling == Scaling::kPerTensor) {
-    const uint32_t amax = TensorAmaxBits(x, n, loops, options.pool);
-    if (amax >= scalar::kInfBits) return NonFiniteError(x, n, cols);
-    float inv = 1.0f;
-    if (spec.scaling == Scaling::kPerTensor) {
-      const float s = scalar::ScaleFromAmax(amax, fmt_max);
-      StoreFloat(out.scales, s);
-      inv = scalar::InverseScale(s);
-    }
-    const uint64_t bytes = BitsPerElement(spec.format) / 8;
-    const uint64_t tasks = (n + internal::kTaskElements - 1) / internal::kTaskElements;
-    ParallelFor(options.pool, tasks, [&](size_t t) {
-      const uint64_t b = t * internal::kTaskElements;
-      const uint64_t len = std::min(internal::kTaskElements, n - b);
-      loops.quantize(spec.format, x + b, len, len, &inv, sr, b, out.codes + b * bytes);
-    });
-    return absl::OkStatus();
-  }
+PieceEncoder::PieceEncoder(const MutableEncodedView& out, const EncodedLayout& layout,
+                           const ElementLoops& loops, const RngKey& key)
+    : out_(out),
+      layout_(layout),
+      loops_(loops),
+      stream_{scalar::MakePhiloxKey(key.tensor, key.rank), key.step},
+      sr_(out.spec.rounding == Rounding::kStochastic ? &stream_ : nullptr) {}
 
-  // Block scaling. NVFP4 needs the tensor amax first for its second level.
-  float tensor_scale = 0.0f, inv_tensor_scale = 0.0f;
-  if (spec.scaling == Scaling::kNvfp4) {
-    const uint32_t amax = TensorAmaxBits(x, n, loops, options.pool);
-    if (amax >= scalar::kInfBits) return NonFiniteError(x, n, cols);
-    tensor_scale = scalar::Nvfp4TensorScale(amax);
-    inv_tensor_scale = 1.0f / tensor_scale;
-    StoreFloat(out.scales + layout.num_blocks, tensor_scale);
+bool PieceEncoder::NeedsTensorAmax() const {
+  return out_.spec.scaling == Scaling::kNone || out_.spec.scaling == Scaling::kPerTensor ||
+         out_.spec.scaling == Scaling::kNvfp4;
+}
+
+void PieceEncoder::SetTensorAmax(uint32_t amax) {
+  switch (out_.spec.scaling) {
+    case Scaling::kPerTensor: {
+      const float s = scalar::ScaleFromAmax(amax, FormatMax(out_.spec.format));
+      StoreFloat(out_.scales, s);
+      inv_ = scalar::InverseScale(s);
+      break;
+    }
+    case Scaling::kNvfp4:
+      tensor_scale_ = scalar::Nvfp4TensorScale(amax);
+      inv_tensor_scale_ = 1.0f / tensor_scale_;
+      StoreFloat(out_.scales + layout_.num_blocks, tensor_scale_);
+      break;
+    default: break;
+  }
+}
+
+void PieceEncoder::QuantizeFlat(const float* x, ThreadPool* pool) const {
+  const uint64_t n = layout_.num_elements;
+  const uint64_t bytes = BitsPerElement(out_.spec.format) / 8;
+  const uint64_t tasks = (n + kTaskElements - 1) / kTaskElements;
+  ParallelFor(pool, tasks, [&](size_t t) {
+    const uint64_t b = t * kTaskElements;
+    const uint64_t len = std::min(kTaskElements, n - b);
+    loops_.quantize(out_.spec.format, x + b, len, len, &inv_, sr_, b, out_.codes + b * bytes);
+  });
+}
+
+bool PieceEncoder::EncodePiece(const float* x_row, const Piece& piece) const {
+  const CodecSpec& spec = out_.spec;
+  const float* xp = x_row + piece.c0;
+  const uint64_t len = piece.c1 - piece.c0;
+  const uint64_t first = piece.row * layout_.cols + piece.c0;
+  uint8_t* codes = out_.codes + CodeOffset(spec, layout_, piece.row, piece.c0);
+  if (!IsBlockScaled()) {
+    loops_.quantize(spec.format, xp, len, len, &inv_, sr_, first, codes);
+    return true;
   }
   const uint64_t bsize = spec.block_size;
-  std::atomic<bool> non_finite{false};
-  internal::ForEachPiece(layout.rows, cols, options.pool, [&](const Piece& piece) {
-    const float* xp = x + piece.row * cols + piece.c0;
-    const uint64_t len = piece.c1 - piece.c0;
-    const uint64_t nblocks = (len + bsize - 1) / bsize;
-    const uint64_t q0 = piece.row * layout.blocks_per_row + piece.c0 / bsize;
-    uint32_t amax[internal::kPieceCols / 16];
-    float inv[internal::kPieceCols / 16];
-    loops.block_amax(xp, len, bsize, amax);
-    for (uint64_t j = 0; j < nblocks; ++j) {
-      if (amax[j] >= scalar::kInfBits) {
-        non_finite.store(true, std::memory_order_relaxed);
-        return;
-      }
+  const uint64_t nblocks = (len + bsize - 1) / bsize;
+  const uint64_t q0 = piece.row * layout_.blocks_per_row + piece.c0 / bsize;
+  uint32_t amax[kPieceCols / 16];
+  float inv[kPieceCols / 16];
+  loops_.block_amax(xp, len, bsize, amax);
+  for (uint64_t j = 0; j < nblocks; ++j) {
+    if (amax[j] >= scalar::kInfBits) return false;
+  }
+  loops_.block_scales(spec, amax, nblocks, tensor_scale_, inv_tensor_scale_,
+                      out_.scales + (spec.scaling == Scaling::kPerBlockFp32 ? 4 * q0 : q0), inv);
+  loops_.quantize(spec.format, xp, len, bsize, inv, sr_, first, codes);
+  return true;
+}
+
+bool PieceEncoder::IsBlockScaled() const {
+  return out_.spec.scaling != Scaling::kNone && out_.spec.scaling != Scaling::kPerTensor;
+}
+
+absl::Status NonFiniteError(const char* what, const float* x, uint64_t n, uint64_t cols) {
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) {
+      const char* kind = std::isnan(x[i]) ? "NaN" : (x[i] > 0 ? "+Inf" : "-Inf");
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " element ", i, " (row ", i / cols, ", column ", i % cols, ") is ", kind,
+          "; the codec encodes finite values only"));
     }
-    loops.block_scales(spec, amax, nblocks, tensor_scale, inv_tensor_scale,
-                       out.scales + (spec.scaling == Scaling::kPerBlockFp32 ? 4 * q0 : q0), inv);
-    loops.quantize(spec.format, xp, len, bsize, inv, sr, piece.row * cols + piece.c0,
-                   out.codes + CodeOffset(spec, layout, piece.row, piece.c0));
+  }
+  return absl::InternalError("non-finite value reported but not found");
+}
+
+absl::Status CheckEncodeTarget(const MutableEncodedView& out, const void* x,
+                               EncodedLayout* layout) {
+  absl::StatusOr<EncodedLayout> l = ComputeLayout(out.spec, out.rows, out.cols);
+  if (!l.ok()) return l.status();
+  *layout = *l;
+  if (absl::Status s = CheckPointers(*layout, x, "input", out.codes, out.scales); !s.ok()) {
+    return s;
+  }
+  if (layout->num_elements == 0 && out.scales != nullptr) {
+    // Keep the tensor-level scale of an empty tensor well-formed.
+    if (out.spec.scaling == Scaling::kPerTensor) StoreFloat(out.scales, 0.0f);
+    if (out.spec.scaling == Scaling::kNvfp4) {
+      StoreFloat(out.scales + layout->num_blocks, scalar::Nvfp4TensorScale(0));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace internal
+
+absl::Status Encode(const float* x, const MutableEncodedView& out, const RngKey& key,
+                    const CodecOptions& options) {
+  EncodedLayout layout;
+  if (absl::Status s = internal::CheckEncodeTarget(out, x, &layout); !s.ok()) return s;
+  const uint64_t n = layout.num_elements;
+  if (n == 0) return absl::OkStatus();
+  const ElementLoops& loops = internal::PickLoops(options.use_simd);
+  internal::PieceEncoder encoder(out, layout, loops, key);
+  if (encoder.NeedsTensorAmax()) {
+    const uint32_t amax = TensorAmaxBits(x, n, loops, options.pool);
+    if (amax >= scalar::kInfBits) return internal::NonFiniteError("input", x, n, layout.cols);
+    encoder.SetTensorAmax(amax);
+  }
+  if (!encoder.IsBlockScaled()) {
+    encoder.QuantizeFlat(x, options.pool);
+    return absl::OkStatus();
+  }
+  std::atomic<bool> non_finite{false};
+  internal::ForEachPiece(layout.rows, layout.cols, options.pool, [&](const Piece& piece) {
+    if (!encoder.EncodePiece(x + piece.row * layout.cols, piece)) {
+      non_finite.store(true, std::memory_order_relaxed);
+    }
   });
-  if (non_finite.load()) return NonFiniteError(x, n, cols);
+  if (non_finite.load()) return internal::NonFiniteError("input", x, n, layout.cols);
   return absl::OkStatus();
 }
 

@@ -383,11 +383,11 @@ void BlockScales(const CodecSpec& spec, const uint32_t* amax, size_t n, float te
 
 // ---- decoding --------------------------------------------------------------------
 
-// Decode table of one 8-bit format, built once.
-struct ByteTable {
-  alignas(32) float value[256];
-  explicit ByteTable(const scalar::MiniFloat& f) {
-    for (uint32_t c = 0; c < 256; ++c) value[c] = scalar::Dequantize(f, c);
+// The eight E2M1 magnitudes, built once.
+struct Fp4Table {
+  alignas(32) float value[8];
+  Fp4Table() {
+    for (uint32_t c = 0; c < 8; ++c) value[c] = scalar::Dequantize(scalar::kE2M1, c);
   }
 };
 
@@ -408,8 +408,32 @@ inline __m256 DecodeVec(Format format, const uint8_t* codes, size_t k, const flo
       return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(mag), sign));
     }
     default: {
+      // Exact arithmetic decode of E4M3 / E5M2: normal codes by re-biasing
+      // the exponent (integer), subnormal codes as m * 2^(emin - mbits)
+      // (an exact int-to-float conversion and a power-of-two multiply, so
+      // no FP32 denormal is involved), NaN/Inf codes patched in.
+      const bool e4m3 = format == Format::kE4M3;
+      const int mbits = e4m3 ? 3 : 2;
+      const int bias = e4m3 ? 7 : 15;
       const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(codes + k)));
-      return _mm256_i32gather_ps(table, c, 4);
+      const __m256i mag = _mm256_and_si256(c, Set1(0x7F));
+      const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, Set1(0x80)), 24);
+      const __m256i normal_bits =
+          _mm256_add_epi32(_mm256_slli_epi32(mag, 23 - mbits), Set1((127 - bias) << 23));
+      const __m256 sub = _mm256_mul_ps(
+          _mm256_cvtepi32_ps(_mm256_and_si256(mag, Set1((1u << mbits) - 1))),
+          _mm256_castsi256_ps(Set1(static_cast<uint32_t>(127 + 1 - bias - mbits) << 23)));
+      const __m256i is_sub = _mm256_cmpgt_epi32(Set1(1u << mbits), mag);
+      __m256i bits = _mm256_blendv_epi8(normal_bits, _mm256_castps_si256(sub), is_sub);
+      if (e4m3) {
+        bits = _mm256_blendv_epi8(bits, Set1(0x7FC00000u), _mm256_cmpeq_epi32(mag, Set1(0x7F)));
+      } else {
+        const __m256i special = _mm256_cmpgt_epi32(mag, Set1(0x7B));
+        const __m256i inf_or_nan = _mm256_blendv_epi8(
+            Set1(0x7FC00000u), Set1(scalar::kInfBits), _mm256_cmpeq_epi32(mag, Set1(0x7C)));
+        bits = _mm256_blendv_epi8(bits, inf_or_nan, special);
+      }
+      return _mm256_castsi256_ps(_mm256_or_si256(bits, sign));
     }
   }
 }
@@ -421,10 +445,8 @@ void Dequantize(Format format, const uint8_t* codes, size_t n, size_t block, con
     DequantizeRange(format, codes, 0, n, block, scale, out, accumulate);
     return;
   }
-  static const ByteTable e4m3(scalar::kE4M3), e5m2(scalar::kE5M2), e2m1(scalar::kE2M1);
-  const float* table = format == Format::kE4M3   ? e4m3.value
-                       : format == Format::kE5M2 ? e5m2.value
-                                                 : e2m1.value;
+  static const Fp4Table fp4;
+  const float* table = fp4.value;
   const __m256 s0 = _mm256_set1_ps(scale[0]);
   size_t k = 0;
   for (; k + 8 <= n; k += 8) {

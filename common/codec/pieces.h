@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "absl/status/status.h"
 #include "common/base/thread_pool.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/element_loops.h"
@@ -41,6 +42,50 @@ float BlockScale(const EncodedView& in, const EncodedLayout& layout, uint64_t q)
 // points at element (row, 0) of the destination.
 void DecodePiece(const EncodedView& in, const EncodedLayout& layout, const ElementLoops& loops,
                  const Piece& piece, float* out_row, bool accumulate);
+
+// Encodes into one output: per-tensor state (scale, rounding stream) plus
+// per-piece work, so that callers can encode pieces as they produce them
+// (the reduction does, while the piece is still in cache).
+// Thread-compatible: EncodePiece / QuantizeFlat may run concurrently once
+// SetTensorAmax (if needed) has been called.
+class PieceEncoder {
+ public:
+  PieceEncoder(const MutableEncodedView& out, const EncodedLayout& layout,
+               const ElementLoops& loops, const RngKey& key);
+
+  // kNone, kPerTensor and kNvfp4 need the amax of the whole tensor (finite)
+  // before any piece is encoded; SetTensorAmax stores the tensor scale.
+  bool NeedsTensorAmax() const;
+  void SetTensorAmax(uint32_t amax_bits);
+
+  bool IsBlockScaled() const;
+
+  // Encodes the piece of x whose row starts at x_row. False (and nothing
+  // written for that piece's bad block onwards) when it holds NaN or Inf;
+  // only block-scaled specs check here.
+  bool EncodePiece(const float* x_row, const Piece& piece) const;
+
+  // Encodes the whole tensor x for a spec without blocks, in flat chunks.
+  void QuantizeFlat(const float* x, ThreadPool* pool) const;
+
+ private:
+  MutableEncodedView out_;
+  EncodedLayout layout_;
+  const ElementLoops& loops_;
+  StochasticStream stream_;
+  const StochasticStream* sr_;
+  float inv_ = 1.0f;
+  float tensor_scale_ = 0.0f;
+  float inv_tensor_scale_ = 0.0f;
+};
+
+// Validates an encode target (spec, sizes, pointers) and fills `layout`.
+absl::Status CheckEncodeTarget(const MutableEncodedView& out, const void* x,
+                               EncodedLayout* layout);
+
+// InvalidArgument naming the first non-finite element of x ("input element
+// 12 (row 0, column 12) is NaN ...", with `what` in place of "input").
+absl::Status NonFiniteError(const char* what, const float* x, uint64_t n, uint64_t cols);
 
 }  // namespace gift::codec::internal
 

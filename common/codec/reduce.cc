@@ -1,9 +1,11 @@
 #include "common/codec/reduce.h"
 
+#include <atomic>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/codec/pieces.h"
+#include "common/codec/scalar.h"
 
 namespace gift::codec {
 
@@ -39,6 +41,19 @@ absl::Status ReduceEncoded(absl::Span<const EncodedView> inputs, float* sum, flo
     return absl::InvalidArgumentError("reduce sum buffer is null");
   }
   const internal::ElementLoops& loops = internal::PickLoops(options.use_simd);
+  const uint64_t n = rows * cols;
+  EncodedLayout out_layout;
+  const bool encode = out.codes != nullptr;
+  if (encode) {
+    if (absl::Status s = internal::CheckEncodeTarget(out, sum, &out_layout); !s.ok()) return s;
+  }
+  // Block-scaled outputs (without a tensor-level scale) are encoded piece by
+  // piece right after the piece is summed, while it is in cache; the others
+  // record the amax of each piece and are encoded in a second pass.
+  const internal::PieceEncoder encoder(out, out_layout, loops, key);
+  const bool fused = encode && !encoder.NeedsTensorAmax();
+  std::atomic<uint32_t> amax{0};
+  std::atomic<bool> non_finite{false};
   internal::ForEachPiece(rows, cols, options.pool, [&](const internal::Piece& piece) {
     float* row = sum + piece.row * cols;
     for (size_t k = 0; k < inputs.size(); ++k) {
@@ -47,9 +62,31 @@ absl::Status ReduceEncoded(absl::Span<const EncodedView> inputs, float* sum, flo
     if (post_scale != 1.0f) {
       for (uint64_t c = piece.c0; c < piece.c1; ++c) row[c] = row[c] * post_scale;
     }
+    if (fused) {
+      if (!encoder.EncodePiece(row, piece)) non_finite.store(true, std::memory_order_relaxed);
+    } else if (encode) {
+      uint32_t m;
+      loops.block_amax(row + piece.c0, piece.c1 - piece.c0, piece.c1 - piece.c0, &m);
+      uint32_t seen = amax.load(std::memory_order_relaxed);
+      while (m > seen && !amax.compare_exchange_weak(seen, m, std::memory_order_relaxed)) {
+      }
+    }
   });
-  if (out.codes == nullptr) return absl::OkStatus();
-  return Encode(sum, out, key, options);
+  if (!encode || n == 0) return absl::OkStatus();
+  if (non_finite.load() || amax.load() >= scalar::kInfBits) {
+    return internal::NonFiniteError("summed", sum, n, cols);
+  }
+  if (fused) return absl::OkStatus();
+  internal::PieceEncoder second(out, out_layout, loops, key);
+  second.SetTensorAmax(amax.load());
+  if (!second.IsBlockScaled()) {
+    second.QuantizeFlat(sum, options.pool);
+    return absl::OkStatus();
+  }
+  internal::ForEachPiece(rows, cols, options.pool, [&](const internal::Piece& piece) {
+    second.EncodePiece(sum + piece.row * cols, piece);  // finite: checked above
+  });
+  return absl::OkStatus();
 }
 
 }  // namespace gift::codec

@@ -79,6 +79,27 @@ TEST(Reduce, ReencodesTheSumAndAppliesPostScale) {
   EXPECT_EQ(out.scales(), expected.scales());
 }
 
+TEST(Reduce, ReportsASumThatOverflows) {
+  // Two bf16 contributions near FP32's max overflow to Inf when added.
+  const std::vector<float> big(64, 3e38f);
+  std::vector<EncodedTensor> t;
+  for (int k = 0; k < 2; ++k) {
+    t.push_back(EncodedTensor::Create(testing::Spec("bf16"), 2, 32).value());
+    ASSERT_TRUE(Encode(big.data(), t.back().mutable_view()).ok());
+  }
+  const std::vector<EncodedView> views = {t[0].view(), t[1].view()};
+  std::vector<float> sum(64);
+  for (const char* spec : {"e4m3/tensor", "e4m3/block32", "nvfp4"}) {
+    auto out = EncodedTensor::Create(testing::Spec(spec), 2, 32).value();
+    const absl::Status s = ReduceEncoded(views, sum.data(), 1.0f, out.mutable_view());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << spec;
+    EXPECT_THAT(s.message(), ::testing::HasSubstr("summed element 0 (row 0, column 0) is +Inf"));
+  }
+  // Without an output to encode, the (infinite) sum is returned as it is.
+  EXPECT_TRUE(ReduceEncoded(views, sum.data(), 1.0f, MutableEncodedView{}).ok());
+  EXPECT_TRUE(std::isinf(sum[0]));
+}
+
 TEST(Reduce, RefusesMismatchedOrMissingInputs) {
   Contributions a = Make({"e4m3/tensor"}, 4, 10);
   Contributions b = Make({"e4m3/tensor"}, 5, 8);
