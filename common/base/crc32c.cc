@@ -25,8 +25,7 @@ constexpr std::array<uint32_t, 256> MakeTable() {
 constexpr std::array<uint32_t, 256> kTable = MakeTable();
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t ExtendSse42(uint32_t crc, const uint8_t* p,
-                                                       size_t n) {
+__attribute__((target("sse4.2"))) uint32_t ExtendSse42(uint32_t crc, const uint8_t* p, size_t n) {
   uint64_t c = ~crc;
   for (; n >= 8; n -= 8, p += 8) {
     uint64_t v;

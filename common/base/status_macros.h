@@ -7,10 +7,10 @@
 #include "absl/status/statusor.h"
 
 // Returns from the enclosing function when `expr` is not OK.
-#define GIFT_RETURN_IF_ERROR(expr)                  \
-  do {                                              \
-    ::absl::Status gift_status_ = (expr);           \
-    if (!gift_status_.ok()) return gift_status_;    \
+#define GIFT_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::absl::Status gift_status_ = (expr);        \
+    if (!gift_status_.ok()) return gift_status_; \
   } while (0)
 
 #define GIFT_STATUS_CONCAT_INNER_(a, b) a##b
@@ -18,9 +18,8 @@
 
 // `GIFT_ASSIGN_OR_RETURN(auto x, Foo());` assigns the value of a StatusOr or
 // returns its status from the enclosing function.
-#define GIFT_ASSIGN_OR_RETURN(lhs, expr)                                       \
-  GIFT_ASSIGN_OR_RETURN_IMPL_(GIFT_STATUS_CONCAT_(gift_statusor_, __LINE__), \
-                              lhs, expr)
+#define GIFT_ASSIGN_OR_RETURN(lhs, expr) \
+  GIFT_ASSIGN_OR_RETURN_IMPL_(GIFT_STATUS_CONCAT_(gift_statusor_, __LINE__), lhs, expr)
 #define GIFT_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                \
   if (!tmp.ok()) return tmp.status();               \

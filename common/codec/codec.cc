@@ -58,20 +58,19 @@ const ElementLoops& PickLoops(bool use_simd) {
   return ScalarLoops();
 }
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 // The decode factor of block q.
 float BlockScale(const EncodedView& in, const EncodedLayout& layout, uint64_t q) {
   switch (in.spec.scaling) {
-    case Scaling::kPerBlockFp32: return LoadFloat(in.scales + 4 * q);
-    case Scaling::kPerBlockE8M0: return scalar::E8M0ToFloat(in.scales[q]);
+    case Scaling::kPerBlockFp32:
+      return LoadFloat(in.scales + 4 * q);
+    case Scaling::kPerBlockE8M0:
+      return scalar::E8M0ToFloat(in.scales[q]);
     case Scaling::kNvfp4:
-      return scalar::Nvfp4EffectiveScale(in.scales[q],
-                                         LoadFloat(in.scales + layout.num_blocks));
-    default: return 1.0f;
+      return scalar::Nvfp4EffectiveScale(in.scales[q], LoadFloat(in.scales + layout.num_blocks));
+    default:
+      return 1.0f;
   }
 }
 
@@ -138,8 +137,7 @@ double EncodedErrorBound(const EncodedView& in, uint64_t row, uint64_t col, doub
   const uint64_t blocks_per_row = (in.cols + spec.block_size - 1) / spec.block_size;
   const uint64_t q = row * blocks_per_row + col / spec.block_size;
   const EncodedLayout layout{.num_blocks = in.rows * blocks_per_row};
-  return ElementErrorBound(spec.format, spec.rounding,
-                           internal::BlockScale(in, layout, q), x);
+  return ElementErrorBound(spec.format, spec.rounding, internal::BlockScale(in, layout, q), x);
 }
 
 namespace internal {
@@ -170,7 +168,8 @@ void PieceEncoder::SetTensorAmax(uint32_t amax) {
       inv_tensor_scale_ = 1.0f / tensor_scale_;
       StoreFloat(out_.scales + layout_.num_blocks, tensor_scale_);
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -218,9 +217,9 @@ absl::Status NonFiniteError(const char* what, const float* x, uint64_t n, uint64
   for (uint64_t i = 0; i < n; ++i) {
     if (!std::isfinite(x[i])) {
       const char* kind = std::isnan(x[i]) ? "NaN" : (x[i] > 0 ? "+Inf" : "-Inf");
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " element ", i, " (row ", i / cols, ", column ", i % cols, ") is ", kind,
-          "; the codec encodes finite values only"));
+      return absl::InvalidArgumentError(absl::StrCat(what, " element ", i, " (row ", i / cols,
+                                                     ", column ", i % cols, ") is ", kind,
+                                                     "; the codec encodes finite values only"));
     }
   }
   return absl::InternalError("non-finite value reported but not found");

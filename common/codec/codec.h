@@ -40,8 +40,7 @@ absl::Status Encode(const float* x, const MutableEncodedView& out, const RngKey&
 absl::Status Decode(const EncodedView& in, float* out, const CodecOptions& options = {});
 
 // acc[i] = acc[i] + decode(in)[i], each sum rounded once in FP32.
-absl::Status DecodeAccumulate(const EncodedView& in, float* acc,
-                              const CodecOptions& options = {});
+absl::Status DecodeAccumulate(const EncodedView& in, float* acc, const CodecOptions& options = {});
 
 // The largest error decode(in)[row, col] may have against the value x it was
 // encoded from: ElementErrorBound with that element's effective scale.

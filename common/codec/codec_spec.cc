@@ -29,28 +29,34 @@ bool IsBlockScaled(Scaling s) {
 }
 
 // a * b, or false on 64-bit overflow.
-bool MulOk(uint64_t a, uint64_t b, uint64_t* out) {
-  return !__builtin_mul_overflow(a, b, out);
-}
+bool MulOk(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
 
 }  // namespace
 
 absl::string_view FormatName(Format format) {
   switch (format) {
-    case Format::kE4M3: return "e4m3";
-    case Format::kE5M2: return "e5m2";
-    case Format::kNvfp4: return "nvfp4";
-    case Format::kBf16: return "bf16";
+    case Format::kE4M3:
+      return "e4m3";
+    case Format::kE5M2:
+      return "e5m2";
+    case Format::kNvfp4:
+      return "nvfp4";
+    case Format::kBf16:
+      return "bf16";
   }
   return "unknown";
 }
 
 float FormatMax(Format format) {
   switch (format) {
-    case Format::kE4M3: return 448.0f;
-    case Format::kE5M2: return 57344.0f;
-    case Format::kNvfp4: return 6.0f;
-    case Format::kBf16: return scalar::Dequantize(scalar::kBf16, scalar::kBf16.max_code);
+    case Format::kE4M3:
+      return 448.0f;
+    case Format::kE5M2:
+      return 57344.0f;
+    case Format::kNvfp4:
+      return 6.0f;
+    case Format::kBf16:
+      return scalar::Dequantize(scalar::kBf16, scalar::kBf16.max_code);
   }
   return 0.0f;
 }
@@ -58,9 +64,12 @@ float FormatMax(Format format) {
 int BitsPerElement(Format format) {
   switch (format) {
     case Format::kE4M3:
-    case Format::kE5M2: return 8;
-    case Format::kNvfp4: return 4;
-    case Format::kBf16: return 16;
+    case Format::kE5M2:
+      return 8;
+    case Format::kNvfp4:
+      return 4;
+    case Format::kBf16:
+      return 16;
   }
   return 0;
 }
@@ -79,7 +88,8 @@ absl::Status Validate(const CodecSpec& spec) {
     case Scaling::kNone:
     case Scaling::kPerTensor:
       if (spec.format == Format::kNvfp4) {
-        return absl::InvalidArgumentError("nvfp4 needs its own two-level scaling (Scaling::kNvfp4)");
+        return absl::InvalidArgumentError(
+            "nvfp4 needs its own two-level scaling (Scaling::kNvfp4)");
       }
       if (spec.format == Format::kBf16 && spec.scaling != Scaling::kNone) {
         return absl::InvalidArgumentError("bf16 has FP32's range and takes no scaling");
@@ -121,10 +131,17 @@ std::string ToString(const CodecSpec& spec) {
     case Scaling::kNone:
       if (spec.format != Format::kBf16) absl::StrAppend(&out, "/none");
       break;
-    case Scaling::kPerTensor: absl::StrAppend(&out, "/tensor"); break;
-    case Scaling::kPerBlockFp32: absl::StrAppend(&out, "/block", spec.block_size); break;
-    case Scaling::kPerBlockE8M0: absl::StrAppend(&out, "/mx", spec.block_size); break;
-    case Scaling::kNvfp4: break;
+    case Scaling::kPerTensor:
+      absl::StrAppend(&out, "/tensor");
+      break;
+    case Scaling::kPerBlockFp32:
+      absl::StrAppend(&out, "/block", spec.block_size);
+      break;
+    case Scaling::kPerBlockE8M0:
+      absl::StrAppend(&out, "/mx", spec.block_size);
+      break;
+    case Scaling::kNvfp4:
+      break;
   }
   if (spec.rounding == Rounding::kStochastic) absl::StrAppend(&out, "/sr");
   return out;
@@ -143,8 +160,8 @@ absl::StatusOr<CodecSpec> ParseCodecSpec(absl::string_view text) {
   } else if (fmt == "bf16") {
     spec = CodecSpec{Format::kBf16, Scaling::kNone, 0, Rounding::kNearestEven};
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown format '", fmt, "' in codec spec '", text, "' (want e4m3, e5m2, nvfp4 or bf16)"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown format '", fmt, "' in codec spec '",
+                                                   text, "' (want e4m3, e5m2, nvfp4 or bf16)"));
   }
   for (size_t i = 1; i < parts.size(); ++i) {
     const absl::string_view p = parts[i];
@@ -166,9 +183,9 @@ absl::StatusOr<CodecSpec> ParseCodecSpec(absl::string_view text) {
       spec.scaling = Scaling::kPerBlockE8M0;
       spec.block_size = n;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown part '", p, "' in codec spec '", text,
-          "' (want none, tensor, blockN, mxN, rne or sr)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown part '", p, "' in codec spec '", text,
+                       "' (want none, tensor, blockN, mxN, rne or sr)"));
     }
   }
   if (absl::Status s = Validate(spec); !s.ok()) {
@@ -197,18 +214,28 @@ absl::StatusOr<EncodedLayout> ComputeLayout(const CodecSpec& spec, uint64_t rows
     }
   }
   switch (spec.scaling) {
-    case Scaling::kNone: l.scale_bytes = 0; break;
-    case Scaling::kPerTensor: l.scale_bytes = 4; break;
-    case Scaling::kPerBlockFp32: l.scale_bytes = 4 * l.num_blocks; break;
-    case Scaling::kPerBlockE8M0: l.scale_bytes = l.num_blocks; break;
-    case Scaling::kNvfp4: l.scale_bytes = l.num_blocks + 4; break;
+    case Scaling::kNone:
+      l.scale_bytes = 0;
+      break;
+    case Scaling::kPerTensor:
+      l.scale_bytes = 4;
+      break;
+    case Scaling::kPerBlockFp32:
+      l.scale_bytes = 4 * l.num_blocks;
+      break;
+    case Scaling::kPerBlockE8M0:
+      l.scale_bytes = l.num_blocks;
+      break;
+    case Scaling::kNvfp4:
+      l.scale_bytes = l.num_blocks + 4;
+      break;
   }
   return l;
 }
 
 double ElementErrorBound(Format format, Rounding rounding, double scale, double x) {
-  const scalar::MiniFloat& f = format == Format::kE4M3   ? scalar::kE4M3
-                               : format == Format::kE5M2 ? scalar::kE5M2
+  const scalar::MiniFloat& f = format == Format::kE4M3    ? scalar::kE4M3
+                               : format == Format::kE5M2  ? scalar::kE5M2
                                : format == Format::kNvfp4 ? scalar::kE2M1
                                                           : scalar::kBf16;
   const int emin = 1 - f.bias;

@@ -13,10 +13,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace gift::codec {
 
@@ -102,8 +102,7 @@ struct EncodedLayout {
 
 // Fails (InvalidArgument) for an invalid spec, and (OutOfRange) when the
 // sizes overflow 64 bits.
-absl::StatusOr<EncodedLayout> ComputeLayout(const CodecSpec& spec, uint64_t rows,
-                                            uint64_t cols);
+absl::StatusOr<EncodedLayout> ComputeLayout(const CodecSpec& spec, uint64_t rows, uint64_t cols);
 
 // Rounding error bound for one element: |decode(encode(x)) - x| <= bound for
 // an element x whose effective scale (the factor its code is multiplied by

@@ -40,8 +40,8 @@ struct ElementLoops {
   // scales + 4j for kPerBlockFp32; one byte at scales + j for kPerBlockE8M0
   // and kNvfp4) and the multiplier applied before quantization to inv[j].
   // For kNvfp4, tensor_scale is g and inv_tensor_scale is 1 / g.
-  void (*block_scales)(const CodecSpec& spec, const uint32_t* amax, size_t n,
-                       float tensor_scale, float inv_tensor_scale, uint8_t* scales, float* inv);
+  void (*block_scales)(const CodecSpec& spec, const uint32_t* amax, size_t n, float tensor_scale,
+                       float inv_tensor_scale, uint8_t* scales, float* inv);
 
   // out[k] = value(code k) * scale[k / block], or out[k] + that product
   // when `accumulate` (two FP32 roundings, never fused).
@@ -55,19 +55,23 @@ const ElementLoops* Avx2Loops();
 
 inline const scalar::MiniFloat& MiniFloatOf(Format format) {
   switch (format) {
-    case Format::kE4M3: return scalar::kE4M3;
-    case Format::kE5M2: return scalar::kE5M2;
-    case Format::kNvfp4: return scalar::kE2M1;
-    case Format::kBf16: break;
+    case Format::kE4M3:
+      return scalar::kE4M3;
+    case Format::kE5M2:
+      return scalar::kE5M2;
+    case Format::kNvfp4:
+      return scalar::kE2M1;
+    case Format::kBf16:
+      break;
   }
   return scalar::kBf16;
 }
 
 // The portable computation of block scales (see ElementLoops::block_scales)
 // for blocks [begin, end).
-inline void BlockScalesRange(const CodecSpec& spec, const uint32_t* amax, size_t begin,
-                             size_t end, float tensor_scale, float inv_tensor_scale,
-                             uint8_t* scales, float* inv) {
+inline void BlockScalesRange(const CodecSpec& spec, const uint32_t* amax, size_t begin, size_t end,
+                             float tensor_scale, float inv_tensor_scale, uint8_t* scales,
+                             float* inv) {
   const float fmt_max = FormatMax(spec.format);
   for (size_t j = begin; j < end; ++j) {
     switch (spec.scaling) {
@@ -127,7 +131,9 @@ inline void QuantizeRange(Format format, const float* x, size_t begin, size_t en
           codes[k / 2] |= static_cast<uint8_t>(c << 4);
         }
         break;
-      default: codes[k] = static_cast<uint8_t>(c); break;
+      default:
+        codes[k] = static_cast<uint8_t>(c);
+        break;
     }
   }
 }
@@ -144,8 +150,12 @@ inline void DequantizeRange(Format format, const uint8_t* codes, size_t begin, s
         c = c16;
         break;
       }
-      case Format::kNvfp4: c = (codes[k / 2] >> ((k % 2) * 4)) & 0xFu; break;
-      default: c = codes[k]; break;
+      case Format::kNvfp4:
+        c = (codes[k / 2] >> ((k % 2) * 4)) & 0xFu;
+        break;
+      default:
+        c = codes[k];
+        break;
     }
     const float s = scale[k / block];
     const float v = scalar::Dequantize(f, c) * s;

@@ -40,8 +40,8 @@ uint32_t AmaxRun(const float* x, size_t n) {
     m3 = _mm256_max_epu32(m3, AbsBits(x + i + 24));
   }
   for (; i + 8 <= n; i += 8) m0 = _mm256_max_epu32(m0, AbsBits(x + i));
-  uint32_t m = HorizontalMaxU32(
-      _mm256_max_epu32(_mm256_max_epu32(m0, m1), _mm256_max_epu32(m2, m3)));
+  uint32_t m =
+      HorizontalMaxU32(_mm256_max_epu32(_mm256_max_epu32(m0, m1), _mm256_max_epu32(m2, m3)));
   for (; i < n; ++i) {
     const uint32_t a = scalar::FloatToBits(x[i]) & scalar::kAbsMask;
     m = a > m ? a : m;
@@ -117,11 +117,10 @@ inline __m256i QuantizeRneSmall(const VecFormat& vf, __m256 y) {
   const __m256i code_normal =
       _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(v, vf.half_minus_1), lsb), kShift);
   const __m256 t = _mm256_add_ps(_mm256_castsi256_ps(u), vf.magic);
-  const __m256i code_sub =
-      _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(vf.magic));
+  const __m256i code_sub = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(vf.magic));
   const __m256i normal = _mm256_cmpgt_epi32(u, vf.min_normal_bits_minus_1);
-  const __m256i code = _mm256_min_epu32(_mm256_blendv_epi8(code_sub, code_normal, normal),
-                                        vf.max_code);
+  const __m256i code =
+      _mm256_min_epu32(_mm256_blendv_epi8(code_sub, code_normal, normal), vf.max_code);
   const __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(bits, 31), vf.sign_shift);
   return _mm256_or_si256(code, sign);
 }
@@ -160,9 +159,9 @@ inline __m256i QuantizeVec(const VecFormat& vf, __m256 y, __m256i random) {
   if (!kStochastic) {
     const __m256i half = _mm256_sllv_epi32(Set1(1), _mm256_sub_epi32(shift, Set1(1)));
     const __m256i odd = _mm256_and_si256(code, Set1(1));
-    up = _mm256_or_si256(_mm256_cmpgt_epi32(rem, half),
-                         _mm256_and_si256(_mm256_cmpeq_epi32(rem, half),
-                                          _mm256_cmpeq_epi32(odd, Set1(1))));
+    up = _mm256_or_si256(
+        _mm256_cmpgt_epi32(rem, half),
+        _mm256_and_si256(_mm256_cmpeq_epi32(rem, half), _mm256_cmpeq_epi32(odd, Set1(1))));
   } else {
     // The remainder as a 32-bit fraction of the spacing: rem << (32 - s) for
     // s <= 32, v >> (s - 32) above (the other term is 0 in each case).
@@ -344,10 +343,10 @@ void BlockScales(const CodecSpec& spec, const uint32_t* amax, size_t n, float te
       k = _mm256_blendv_epi8(k, _mm256_setzero_si256(),
                              _mm256_cmpeq_epi32(a, _mm256_setzero_si256()));
       const __m256i code = _mm256_add_epi32(k, Set1(127));
-      _mm256_storeu_ps(inv + j, _mm256_castsi256_ps(
-                                    _mm256_slli_epi32(_mm256_sub_epi32(Set1(254), code), 23)));
-      const __m128i c16 = _mm_packus_epi32(_mm256_castsi256_si128(code),
-                                           _mm256_extracti128_si256(code, 1));
+      _mm256_storeu_ps(
+          inv + j, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(Set1(254), code), 23)));
+      const __m128i c16 =
+          _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
       _mm_storel_epi64((__m128i*)(scales + j), _mm_packus_epi16(c16, c16));
     }
   } else if (spec.scaling == Scaling::kNvfp4) {
@@ -367,14 +366,14 @@ void BlockScales(const CodecSpec& spec, const uint32_t* amax, size_t n, float te
       __m256i code = QuantizeRneSmall<20>(e4m3, s);
       // Round up: one code higher where the nearest value is below s.
       const __m256 near = _mm256_i32gather_ps(table.value, code, 4);
-      const __m256i below = _mm256_and_si256(
-          _mm256_castps_si256(_mm256_cmp_ps(near, s, _CMP_LT_OQ)),
-          _mm256_cmpgt_epi32(Set1(scalar::kE4M3.max_code), code));
+      const __m256i below =
+          _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(near, s, _CMP_LT_OQ)),
+                           _mm256_cmpgt_epi32(Set1(scalar::kE4M3.max_code), code));
       code = _mm256_sub_epi32(code, below);
       const __m256 es = _mm256_mul_ps(_mm256_i32gather_ps(table.value, code, 4), g);
       _mm256_storeu_ps(inv + j, InverseOrZero(es));
-      const __m128i c16 = _mm_packus_epi32(_mm256_castsi256_si128(code),
-                                           _mm256_extracti128_si256(code, 1));
+      const __m128i c16 =
+          _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
       _mm_storel_epi64((__m128i*)(scales + j), _mm_packus_epi16(c16, c16));
     }
   }
@@ -429,8 +428,8 @@ inline __m256 DecodeVec(Format format, const uint8_t* codes, size_t k, const flo
         bits = _mm256_blendv_epi8(bits, Set1(0x7FC00000u), _mm256_cmpeq_epi32(mag, Set1(0x7F)));
       } else {
         const __m256i special = _mm256_cmpgt_epi32(mag, Set1(0x7B));
-        const __m256i inf_or_nan = _mm256_blendv_epi8(
-            Set1(0x7FC00000u), Set1(scalar::kInfBits), _mm256_cmpeq_epi32(mag, Set1(0x7C)));
+        const __m256i inf_or_nan = _mm256_blendv_epi8(Set1(0x7FC00000u), Set1(scalar::kInfBits),
+                                                      _mm256_cmpeq_epi32(mag, Set1(0x7C)));
         bits = _mm256_blendv_epi8(bits, inf_or_nan, special);
       }
       return _mm256_castsi256_ps(_mm256_or_si256(bits, sign));

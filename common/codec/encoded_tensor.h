@@ -40,8 +40,7 @@ struct MutableEncodedView {
 // Owns host buffers for one encoded tensor.
 class EncodedTensor {
  public:
-  static absl::StatusOr<EncodedTensor> Create(const CodecSpec& spec, uint64_t rows,
-                                              uint64_t cols);
+  static absl::StatusOr<EncodedTensor> Create(const CodecSpec& spec, uint64_t rows, uint64_t cols);
 
   const CodecSpec& spec() const { return spec_; }
   const EncodedLayout& layout() const { return layout_; }

@@ -74,13 +74,13 @@ absl::Status CheckContents(const EncodedView& v, const EncodedLayout& layout) {
   const CodecSpec& spec = v.spec;
   auto bad_fp32 = [](float s) { return !(s >= 0.0f) || !std::isfinite(s); };
   switch (spec.scaling) {
-    case Scaling::kNone: break;
+    case Scaling::kNone:
+      break;
     case Scaling::kPerTensor:
     case Scaling::kPerBlockFp32:
       for (uint64_t i = 0; i < layout.scale_bytes / 4; ++i) {
         if (bad_fp32(Load<float>(v.scales + 4 * i))) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("scale ", i, " is negative, NaN or Inf"));
+          return absl::InvalidArgumentError(absl::StrCat("scale ", i, " is negative, NaN or Inf"));
         }
       }
       break;
@@ -189,13 +189,12 @@ absl::StatusOr<ParsedPayload> ParsePayload(absl::Span<const uint8_t> bytes,
   const uint8_t* p = bytes.data();
   const uint64_t size = bytes.size();
   if (size > limits.max_bytes) {
-    return absl::OutOfRangeError(absl::StrCat("payload of ", size, " bytes exceeds the limit of ",
-                                              limits.max_bytes));
+    return absl::OutOfRangeError(
+        absl::StrCat("payload of ", size, " bytes exceeds the limit of ", limits.max_bytes));
   }
   if (size < kPayloadFixedHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("payload truncated: ", size,
-                                                   " bytes, the header alone needs ",
-                                                   kPayloadFixedHeaderBytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "payload truncated: ", size, " bytes, the header alone needs ", kPayloadFixedHeaderBytes));
   }
   if (Load<uint32_t>(p) != kMagic) {
     return absl::InvalidArgumentError("not a GIFT payload (bad magic)");
@@ -213,8 +212,8 @@ absl::StatusOr<ParsedPayload> ParsePayload(absl::Span<const uint8_t> bytes,
   }
   const uint16_t header = Load<uint16_t>(p + 6);
   if (header != kPayloadFixedHeaderBytes + 8 * ndims) {
-    return absl::InvalidArgumentError(absl::StrCat("header size field is ", header, ", ", ndims,
-                                                   " dims need ", 48 + 8 * ndims));
+    return absl::InvalidArgumentError(
+        absl::StrCat("header size field is ", header, ", ", ndims, " dims need ", 48 + 8 * ndims));
   }
   if (size < header) {
     return absl::InvalidArgumentError(
@@ -235,8 +234,8 @@ absl::StatusOr<ParsedPayload> ParsePayload(absl::Span<const uint8_t> bytes,
   if (!rc.ok()) return absl::InvalidArgumentError(absl::StrCat("payload ", rc.status().message()));
   const uint64_t count = Load<uint64_t>(p + 16);
   if (rc->elements != count) {
-    return absl::InvalidArgumentError(absl::StrCat("payload shape holds ", rc->elements,
-                                                   " elements, the header says ", count));
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload shape holds ", rc->elements, " elements, the header says ", count));
   }
   absl::StatusOr<EncodedLayout> layout = ComputeLayout(spec, rc->rows, rc->cols);
   if (!layout.ok()) return layout.status();
@@ -245,34 +244,31 @@ absl::StatusOr<ParsedPayload> ParsePayload(absl::Span<const uint8_t> bytes,
   if (scale_bytes != layout->scale_bytes || code_bytes != layout->code_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "payload declares ", scale_bytes, " scale bytes and ", code_bytes, " code bytes; ",
-        ToString(spec), " of this shape needs ", layout->scale_bytes, " and ",
-        layout->code_bytes));
+        ToString(spec), " of this shape needs ", layout->scale_bytes, " and ", layout->code_bytes));
   }
   // Sizes are bounded by the layout (no overflow past 2^62 for valid specs),
   // but compare in steps so a huge declared size cannot wrap.
   const uint64_t body = size - header;
   const uint64_t scale_area = layout->scale_bytes + Pad8(layout->scale_bytes);
   if (scale_area > body || layout->code_bytes > body - scale_area) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "payload truncated: ", size, " bytes, the header describes ",
-        header + scale_area + layout->code_bytes));
+    return absl::InvalidArgumentError(absl::StrCat("payload truncated: ", size,
+                                                   " bytes, the header describes ",
+                                                   header + scale_area + layout->code_bytes));
   }
   if (layout->code_bytes != body - scale_area) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("payload has ", body - scale_area - layout->code_bytes,
-                     " trailing bytes after the codes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "payload has ", body - scale_area - layout->code_bytes, " trailing bytes after the codes"));
   }
   const uint32_t stored = Load<uint32_t>(p + kChecksumOffset);
   const uint32_t actual = PayloadChecksum(p, size);
   if (stored != actual) {
-    return absl::DataLossError(absl::StrCat("payload checksum mismatch (stored ", stored,
-                                            ", computed ", actual, ")"));
+    return absl::DataLossError(
+        absl::StrCat("payload checksum mismatch (stored ", stored, ", computed ", actual, ")"));
   }
   for (uint64_t i = layout->scale_bytes; i < scale_area; ++i) {
     if (p[header + i] != 0) return absl::InvalidArgumentError("nonzero padding after the scales");
   }
-  parsed.view = EncodedView{spec, layout->rows, layout->cols, p + header + scale_area,
-                            p + header};
+  parsed.view = EncodedView{spec, layout->rows, layout->cols, p + header + scale_area, p + header};
   if (absl::Status s = CheckContents(parsed.view, *layout); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("payload contents: ", s.message()));
   }

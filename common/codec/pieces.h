@@ -80,8 +80,7 @@ class PieceEncoder {
 };
 
 // Validates an encode target (spec, sizes, pointers) and fills `layout`.
-absl::Status CheckEncodeTarget(const MutableEncodedView& out, const void* x,
-                               EncodedLayout* layout);
+absl::Status CheckEncodeTarget(const MutableEncodedView& out, const void* x, EncodedLayout* layout);
 
 // InvalidArgument naming the first non-finite element of x ("input element
 // 12 (row 0, column 12) is NaN ...", with `what` in place of "input").

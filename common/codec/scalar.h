@@ -45,7 +45,7 @@ GIFT_HD float BitsToFloat(uint32_t u) {
 }
 
 constexpr uint32_t kAbsMask = 0x7FFFFFFFu;
-constexpr uint32_t kInfBits = 0x7F800000u;  // |x| bits >= this: Inf or NaN
+constexpr uint32_t kInfBits = 0x7F800000u;     // |x| bits >= this: Inf or NaN
 constexpr uint32_t kFltMinBits = 0x00800000u;  // 2^-126
 
 // ---- element formats ---------------------------------------------------------
@@ -84,7 +84,7 @@ GIFT_HD uint32_t RoundShift(uint64_t v, int shift, bool stochastic, uint32_t ran
 // magnitude code of format `f`, saturating at f.max_code.
 GIFT_HD uint32_t QuantizeMagnitude(const MiniFloat& f, uint32_t u, bool stochastic,
                                    uint32_t random) {
-  const int emin = 1 - f.bias;                 // exponent of the smallest normal
+  const int emin = 1 - f.bias;  // exponent of the smallest normal
   const int exp_field = static_cast<int>(u >> 23);
   uint64_t v;
   int shift;
@@ -147,10 +147,10 @@ GIFT_HD float Dequantize(const MiniFloat& f, uint32_t code) {
 // the encoder; a payload holding one is corrupt).
 GIFT_HD bool IsNonFiniteCode(const MiniFloat& f, uint32_t code) {
   const uint32_t mag = code & ((1u << f.sign_shift) - 1u);
-  if (f.max_code == 0x7Eu) return mag == 0x7Fu;            // E4M3
-  if (f.bias == 15) return (mag >> f.mbits) == 31u;         // E5M2
-  if (f.bias == 127) return (mag >> 7) == 0xFFu;            // bf16
-  return false;                                             // E2M1
+  if (f.max_code == 0x7Eu) return mag == 0x7Fu;      // E4M3
+  if (f.bias == 15) return (mag >> f.mbits) == 31u;  // E5M2
+  if (f.bias == 127) return (mag >> 7) == 0xFFu;     // bf16
+  return false;                                      // E2M1
 }
 
 // ---- scales -------------------------------------------------------------------
@@ -254,8 +254,8 @@ struct PhiloxKey {
 };
 
 GIFT_HD PhiloxKey MakePhiloxKey(uint64_t tensor, uint32_t rank) {
-  return PhiloxKey{static_cast<uint32_t>(tensor) ^ static_cast<uint32_t>(tensor >> 32) * 0x85EBCA6Bu,
-                   rank};
+  return PhiloxKey{
+      static_cast<uint32_t>(tensor) ^ static_cast<uint32_t>(tensor >> 32) * 0x85EBCA6Bu, rank};
 }
 
 // Four random words for elements [4 * group, 4 * group + 4) of a tensor at
@@ -268,10 +268,14 @@ GIFT_HD Uint4 RandomGroup(PhiloxKey key, uint64_t step, uint64_t group) {
 
 GIFT_HD uint32_t RandomWord(const Uint4& r, uint64_t index) {
   switch (index & 3) {
-    case 0: return r.x;
-    case 1: return r.y;
-    case 2: return r.z;
-    default: return r.w;
+    case 0:
+      return r.x;
+    case 1:
+      return r.y;
+    case 2:
+      return r.z;
+    default:
+      return r.w;
   }
 }
 

@@ -26,9 +26,7 @@ TEST(ThreadPool, NullPoolRunsInline) {
 TEST(ThreadPool, NestedAndConcurrentLoopsFinish) {
   ThreadPool pool(2);
   std::atomic<int> total{0};
-  pool.ParallelFor(8, [&](size_t) {
-    pool.ParallelFor(8, [&](size_t) { total.fetch_add(1); });
-  });
+  pool.ParallelFor(8, [&](size_t) { pool.ParallelFor(8, [&](size_t) { total.fetch_add(1); }); });
   EXPECT_EQ(total.load(), 64);
 }
 

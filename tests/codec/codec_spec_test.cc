@@ -27,9 +27,8 @@ TEST(CodecSpec, RejectsBadCombinationsWithReasons) {
   EXPECT_THAT(ParseCodecSpec("e4m3/tensor/rtz").status().message(), HasSubstr("unknown part"));
   EXPECT_FALSE(Validate(CodecSpec{static_cast<Format>(9), Scaling::kNone, 0}).ok());
   EXPECT_FALSE(Validate(CodecSpec{Format::kE4M3, static_cast<Scaling>(9), 0}).ok());
-  EXPECT_FALSE(Validate(CodecSpec{Format::kE4M3, Scaling::kPerTensor, 0,
-                                  static_cast<Rounding>(3)})
-                   .ok());
+  EXPECT_FALSE(
+      Validate(CodecSpec{Format::kE4M3, Scaling::kPerTensor, 0, static_cast<Rounding>(3)}).ok());
   EXPECT_FALSE(Validate(CodecSpec{Format::kNvfp4, Scaling::kNvfp4, 32}).ok());
 }
 

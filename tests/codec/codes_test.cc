@@ -127,7 +127,8 @@ TEST(Fp8Codes, SpecialCodes) {
   EXPECT_TRUE(std::isnan(Dequantize(scalar::kE4M3, 0xFF)));
   EXPECT_EQ(Dequantize(scalar::kE5M2, 0x7C), std::numeric_limits<float>::infinity());
   EXPECT_EQ(Dequantize(scalar::kE5M2, 0xFC), -std::numeric_limits<float>::infinity());
-  for (uint32_t c : {0x7Du, 0x7Eu, 0x7Fu, 0xFDu}) EXPECT_TRUE(std::isnan(Dequantize(scalar::kE5M2, c)));
+  for (uint32_t c : {0x7Du, 0x7Eu, 0x7Fu, 0xFDu})
+    EXPECT_TRUE(std::isnan(Dequantize(scalar::kE5M2, c)));
   EXPECT_EQ(Dequantize(scalar::kE4M3, 0x38), 1.0f);
   EXPECT_EQ(Dequantize(scalar::kE5M2, 0x3C), 1.0f);
 }
@@ -148,7 +149,7 @@ TEST(Fp4Codes, AllSixteenCodesAndTies) {
   EXPECT_EQ(Rne(scalar::kE2M1, 2.5f), 4u);
   EXPECT_EQ(Rne(scalar::kE2M1, 3.5f), 6u);
   EXPECT_EQ(Rne(scalar::kE2M1, 5.0f), 6u);
-  EXPECT_EQ(Rne(scalar::kE2M1, 7.0f), 7u);   // saturates
+  EXPECT_EQ(Rne(scalar::kE2M1, 7.0f), 7u);  // saturates
   EXPECT_EQ(Rne(scalar::kE2M1, -100.0f), 15u);
 }
 
@@ -180,13 +181,13 @@ TEST(Bf16Codes, EveryFiniteCodeRoundTrips) {
 
 TEST(Scales, E8M0IsTheSmallestPowerOfTwoThatAvoidsSaturation) {
   const float max = 448.0f;
-  EXPECT_EQ(scalar::E8M0FromAmax(Bits(448.0f), max), 127u);       // 2^0
-  EXPECT_EQ(scalar::E8M0FromAmax(Bits(449.0f), max), 128u);       // 2^1
+  EXPECT_EQ(scalar::E8M0FromAmax(Bits(448.0f), max), 127u);  // 2^0
+  EXPECT_EQ(scalar::E8M0FromAmax(Bits(449.0f), max), 128u);  // 2^1
   EXPECT_EQ(scalar::E8M0FromAmax(Bits(896.0f), max), 128u);
   EXPECT_EQ(scalar::E8M0FromAmax(Bits(224.0f), max), 126u);
   EXPECT_EQ(scalar::E8M0FromAmax(Bits(225.0f), max), 127u);
   EXPECT_EQ(scalar::E8M0FromAmax(0, max), 127u);
-  EXPECT_EQ(scalar::E8M0FromAmax(Bits(1e-40f), max), 1u);         // clamped to 2^-126
+  EXPECT_EQ(scalar::E8M0FromAmax(Bits(1e-40f), max), 1u);          // clamped to 2^-126
   EXPECT_EQ(scalar::E8M0FromAmax(Bits(3e38f), max), 127u + 120u);  // 448 * 2^120 >= 3e38
   for (uint32_t code = 1; code < 254; ++code) {
     EXPECT_EQ(scalar::E8M0ToFloat(code) * scalar::E8M0Inverse(code), 1.0f);

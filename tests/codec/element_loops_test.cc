@@ -20,10 +20,17 @@ std::vector<float> NastyValues(size_t n, uint32_t seed) {
   for (size_t i = 0; i < n; ++i) {
     uint32_t bits = rng();
     switch (i % 4) {
-      case 0: break;  // any bit pattern
-      case 1: bits = (bits & 0x807FFFFFu) | ((100 + rng() % 60) << 23); break;  // near 1
-      case 2: bits &= 0x80FFFFFFu; break;  // FP32 denormals and tiny normals
-      case 3: bits = (bits & 0x80000000u) | ((bits & 0x7FFFFFFFu) % 0x44000000u); break;
+      case 0:
+        break;  // any bit pattern
+      case 1:
+        bits = (bits & 0x807FFFFFu) | ((100 + rng() % 60) << 23);
+        break;  // near 1
+      case 2:
+        bits &= 0x80FFFFFFu;
+        break;  // FP32 denormals and tiny normals
+      case 3:
+        bits = (bits & 0x80000000u) | ((bits & 0x7FFFFFFFu) % 0x44000000u);
+        break;
     }
     if ((bits & 0x7F800000u) == 0x7F800000u) bits &= 0xBFFFFFFFu;  // keep finite
     std::memcpy(&x[i], &bits, 4);
@@ -81,8 +88,7 @@ TEST_P(ElementLoopsTest, DequantizeMatchesScalar) {
       std::vector<float> a(n, 0.25f), v(n, 0.25f);
       ScalarLoops().dequantize(c.format, codes.data(), n, block, scale.data(), a.data(),
                                accumulate);
-      Avx2Loops()->dequantize(c.format, codes.data(), n, block, scale.data(), v.data(),
-                              accumulate);
+      Avx2Loops()->dequantize(c.format, codes.data(), n, block, scale.data(), v.data(), accumulate);
       ASSERT_EQ(std::memcmp(a.data(), v.data(), n * 4), 0) << "scale " << scale0;
     }
   }
@@ -102,13 +108,11 @@ std::vector<LoopCase> Cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ElementLoopsTest, ::testing::ValuesIn(Cases()),
-                         [](const auto& info) {
-                           const LoopCase& c = info.param;
-                           return std::string(FormatName(c.format)) + "_block" +
-                                  std::to_string(c.block) + (c.stochastic ? "_sr" : "_rne") +
-                                  "_first" + std::to_string(c.first % 1000);
-                         });
+INSTANTIATE_TEST_SUITE_P(All, ElementLoopsTest, ::testing::ValuesIn(Cases()), [](const auto& info) {
+  const LoopCase& c = info.param;
+  return std::string(FormatName(c.format)) + "_block" + std::to_string(c.block) +
+         (c.stochastic ? "_sr" : "_rne") + "_first" + std::to_string(c.first % 1000);
+});
 
 TEST(ElementLoops, BlockAmaxMatchesScalarAndSeesNonFinite) {
   if (Avx2Loops() == nullptr) GTEST_SKIP() << "CPU has no AVX2";

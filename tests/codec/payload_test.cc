@@ -54,8 +54,7 @@ TEST(Payload, RoundTripsEverySpecAndShape) {
       EXPECT_EQ(v.spec, e.tensor.spec());
       EXPECT_EQ(v.rows, e.tensor.layout().rows);
       EXPECT_EQ(v.cols, e.tensor.layout().cols);
-      EXPECT_EQ(std::vector<uint8_t>(v.codes, v.codes + e.tensor.codes().size()),
-                e.tensor.codes());
+      EXPECT_EQ(std::vector<uint8_t>(v.codes, v.codes + e.tensor.codes().size()), e.tensor.codes());
       EXPECT_EQ(std::vector<uint8_t>(v.scales, v.scales + e.tensor.scales().size()),
                 e.tensor.scales());
     }

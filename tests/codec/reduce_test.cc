@@ -35,15 +35,14 @@ Contributions Make(const std::vector<std::string>& specs, uint64_t rows, uint64_
 
 TEST(Reduce, MatchesDoublePrecisionReferenceAndSequentialFp32) {
   const uint64_t rows = 37, cols = 300;
-  const std::vector<std::string> specs = {"e4m3/tensor", "e4m3/block128/sr", "e5m2/mx32",
-                                          "nvfp4",       "bf16",             "e4m3/block32"};
+  const std::vector<std::string> specs = {"e4m3/tensor", "e4m3/block128/sr", "e5m2/mx32", "nvfp4",
+                                          "bf16",        "e4m3/block32"};
   for (size_t n = 1; n <= specs.size(); ++n) {
     Contributions c = Make(std::vector<std::string>(specs.begin(), specs.begin() + n), rows, cols);
     std::vector<float> sum(rows * cols);
     ThreadPool pool(2);
-    ASSERT_TRUE(ReduceEncoded(c.views, sum.data(), 1.0f, MutableEncodedView{}, {},
-                              {.pool = &pool})
-                    .ok());
+    ASSERT_TRUE(
+        ReduceEncoded(c.views, sum.data(), 1.0f, MutableEncodedView{}, {}, {.pool = &pool}).ok());
     for (uint64_t i = 0; i < sum.size(); ++i) {
       float seq = c.decoded[0][i];
       double exact = 0.0, magnitude = 0.0;
@@ -63,8 +62,8 @@ TEST(Reduce, MatchesDoublePrecisionReferenceAndSequentialFp32) {
 
 TEST(Reduce, ReencodesTheSumAndAppliesPostScale) {
   const uint64_t rows = 9, cols = 515;
-  Contributions c = Make({"e4m3/block128", "e4m3/block128", "e4m3/block128", "e4m3/block128"},
-                         rows, cols);
+  Contributions c =
+      Make({"e4m3/block128", "e4m3/block128", "e4m3/block128", "e4m3/block128"}, rows, cols);
   std::vector<float> sum(rows * cols);
   auto out = EncodedTensor::Create(testing::Spec("e5m2/block32/sr"), rows, cols).value();
   const RngKey key{4, 5, 6};

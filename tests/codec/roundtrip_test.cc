@@ -39,8 +39,8 @@ TEST_P(RoundTripTest, WithinElementBoundAndSameOnEveryPath) {
       const double bound = EncodedErrorBound(t.view(), r, c, x[i]);
       const double err = std::fabs(static_cast<double>(y[i]) - x[i]);
       worst = std::max(worst, err / bound);
-      ASSERT_LE(err, bound) << ToString(spec) << " element (" << r << ", " << c
-                            << ") x=" << x[i] << " decoded=" << y[i];
+      ASSERT_LE(err, bound) << ToString(spec) << " element (" << r << ", " << c << ") x=" << x[i]
+                            << " decoded=" << y[i];
       if (x[i] == 0.0f) {
         EXPECT_EQ(y[i], 0.0f);
       }
@@ -70,20 +70,20 @@ TEST_P(RoundTripTest, WithinElementBoundAndSameOnEveryPath) {
   EXPECT_EQ(std::memcmp(acc.data(), expected.data(), 4 * acc.size()), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllSpecs, RoundTripTest,
-    ::testing::Combine(::testing::ValuesIn(testing::AllSpecNames()),
-                       ::testing::Values(Shape{1, 1}, Shape{1, 7}, Shape{7, 33}, Shape{3, 129},
-                                         Shape{64, 1000}, Shape{2, 20000})),
-    [](const auto& info) {
-      std::string name = std::get<0>(info.param) + "_" +
-                         std::to_string(std::get<1>(info.param).first) + "x" +
-                         std::to_string(std::get<1>(info.param).second);
-      for (char& ch : name) {
-        if (ch == '/') ch = '_';
-      }
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(AllSpecs, RoundTripTest,
+                         ::testing::Combine(::testing::ValuesIn(testing::AllSpecNames()),
+                                            ::testing::Values(Shape{1, 1}, Shape{1, 7},
+                                                              Shape{7, 33}, Shape{3, 129},
+                                                              Shape{64, 1000}, Shape{2, 20000})),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param) + "_" +
+                                              std::to_string(std::get<1>(info.param).first) + "x" +
+                                              std::to_string(std::get<1>(info.param).second);
+                           for (char& ch : name) {
+                             if (ch == '/') ch = '_';
+                           }
+                           return name;
+                         });
 
 TEST(Codec, ScaledValuesUseTheWholeRange) {
   // With per-tensor scaling the largest magnitude lands on the format max.
@@ -113,9 +113,9 @@ TEST(Codec, AllZeroTensorDecodesToZeros) {
 
 TEST(Codec, RefusesNonFiniteInputNamingTheElement) {
   for (const std::string& name : testing::AllSpecNames()) {
-    for (float bad : {std::numeric_limits<float>::quiet_NaN(),
-                      std::numeric_limits<float>::infinity(),
-                      -std::numeric_limits<float>::infinity()}) {
+    for (float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+          -std::numeric_limits<float>::infinity()}) {
       std::vector<float> x = testing::GradientLike(4, 50, 1);
       x[2 * 50 + 17] = bad;
       auto t = EncodedTensor::Create(testing::Spec(name), 4, 50).value();

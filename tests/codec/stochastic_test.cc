@@ -24,8 +24,8 @@ std::vector<float> EncodeDecode(const CodecSpec& spec, const std::vector<float>&
 
 struct SrCase {
   const char* spec;
-  float value;    // a value between two codes (unscaled formats), or
-  float anchor;   // for block formats: a value fixing each block's scale
+  float value;   // a value between two codes (unscaled formats), or
+  float anchor;  // for block formats: a value fixing each block's scale
 };
 
 class StochasticBiasTest : public ::testing::TestWithParam<SrCase> {};
@@ -69,13 +69,12 @@ TEST_P(StochasticBiasTest, MeanErrorWithinStatisticalBound) {
 
 INSTANTIATE_TEST_SUITE_P(
     Formats, StochasticBiasTest,
-    ::testing::Values(SrCase{"e4m3/none/sr", 1.1f, 0.0f},       // between 1.0 and 1.125
-                      SrCase{"e4m3/none/sr", 0.0013f, 0.0f},    // subnormal range
-                      SrCase{"e5m2/none/sr", 3.3f, 0.0f},
-                      SrCase{"bf16/sr", 1.0f + 0x1p-10f, 0.0f},
+    ::testing::Values(SrCase{"e4m3/none/sr", 1.1f, 0.0f},     // between 1.0 and 1.125
+                      SrCase{"e4m3/none/sr", 0.0013f, 0.0f},  // subnormal range
+                      SrCase{"e5m2/none/sr", 3.3f, 0.0f}, SrCase{"bf16/sr", 1.0f + 0x1p-10f, 0.0f},
                       SrCase{"e4m3/block32/sr", 0.3f, 448.0f},  // block scale 1
                       SrCase{"e5m2/mx32/sr", 0.3f, 40000.0f},
-                      SrCase{"nvfp4/sr", 1.3f, 6.0f}),          // tensor scale fixed by 6
+                      SrCase{"nvfp4/sr", 1.3f, 6.0f}),  // tensor scale fixed by 6
     [](const auto& info) { return "case" + std::to_string(info.index); });
 
 TEST(Stochastic, ReproducibleFromKeyAndIndependentAcrossKeys) {

@@ -1,0 +1,70 @@
+// gift-bench: benchmarks and reports for the GIFT-PS codec.
+//
+//   gift-bench codec      encode/decode/reduce throughput against memcpy
+//   gift-bench fidelity   round-trip error of each format on synthetic gradients
+//
+// Every subcommand lives in its own file and registers itself through a
+// bench::Command; see command.h.
+#include <exception>
+#include <iostream>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "bench/codec_bench.h"
+#include "bench/command.h"
+#include "bench/fidelity_report.h"
+
+namespace {
+
+int Main(int argc, char** argv) {
+  CLI::App app{
+      "gift-bench: benchmarks and reports for the GIFT-PS low-precision codec.\n"
+      "Every number printed is measured in the run that prints it.",
+      "gift-bench"};
+  app.require_subcommand(1, 1);
+  app.footer(
+      "Examples:\n"
+      "  gift-bench codec                          all default specs, 64 MiB, 5 reps\n"
+      "  gift-bench codec --mib 16 --reps 3 --specs e4m3/tensor,nvfp4\n"
+      "  gift-bench codec --json codec.json        table on stdout, numbers in codec.json\n"
+      "  gift-bench fidelity --shapes 4096x1024 --json -   JSON on stdout, table on stderr\n"
+      "Run gift-bench SUBCOMMAND --help for the options of each.");
+  app.fallthrough(false);
+
+  std::vector<gift::bench::Command> commands;
+  commands.push_back(gift::bench::AddCodecCommand(app));
+  commands.push_back(gift::bench::AddFidelityCommand(app));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);  // prints help or the parse error; its exit code
+  }
+
+  for (const gift::bench::Command& command : commands) {
+    if (!command.app->parsed()) continue;
+    const absl::Status status = command.run();
+    if (!status.ok()) {
+      std::cerr << "gift-bench " << command.app->get_name() << ": error: " << status.message()
+                << " (" << absl::StatusCodeToString(status.code()) << ")\n";
+      return 1;
+    }
+    return 0;
+  }
+  std::cerr << "gift-bench: no subcommand given; see gift-bench --help\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "gift-bench: error: " << e.what() << '\n';
+  } catch (...) {
+    std::cerr << "gift-bench: error: unknown exception\n";
+  }
+  return 1;
+}
