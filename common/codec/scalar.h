@@ -16,8 +16,11 @@
 
 #if defined(__CUDACC__)
 #define GIFT_HD __host__ __device__ __forceinline__
+// Constants of class type are host-only for nvcc unless marked __device__.
+#define GIFT_HD_CONSTANT __device__
 #else
 #define GIFT_HD inline
+#define GIFT_HD_CONSTANT
 #endif
 
 namespace gift::codec::scalar {
@@ -59,10 +62,10 @@ struct MiniFloat {
   int sign_shift;     // position of the sign bit in the code
 };
 
-constexpr MiniFloat kE4M3{3, 7, 0x7Eu, 7};
-constexpr MiniFloat kE5M2{2, 15, 0x7Bu, 7};
-constexpr MiniFloat kE2M1{1, 1, 0x7u, 3};
-constexpr MiniFloat kBf16{7, 127, 0x7F7Fu, 15};
+GIFT_HD_CONSTANT constexpr MiniFloat kE4M3{3, 7, 0x7Eu, 7};
+GIFT_HD_CONSTANT constexpr MiniFloat kE5M2{2, 15, 0x7Bu, 7};
+GIFT_HD_CONSTANT constexpr MiniFloat kE2M1{1, 1, 0x7u, 3};
+GIFT_HD_CONSTANT constexpr MiniFloat kBf16{7, 127, 0x7F7Fu, 15};
 
 // Rounds the magnitude of v / 2^shift to an integer: to nearest even, or
 // stochastically using 32 random bits (rounds up with probability

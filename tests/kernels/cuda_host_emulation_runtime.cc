@@ -1,0 +1,101 @@
+// The CUDA runtime API functions used by the codec and its tests, emulated
+// on the host for cuda_host_emulation.h: one "device" whose memory is host
+// memory (malloc, so AddressSanitizer sees exact bounds), streams that are
+// only tokens, and calls that complete before they return.
+//
+// Linked instead of libcudart into the emulated test binary only.
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+// Small, so that grid-stride loops take several turns even on small inputs.
+constexpr int kEmulatedSms = 2;
+
+thread_local cudaError_t last_error = cudaSuccess;
+
+cudaError_t Fail(cudaError_t e) {
+  last_error = e;
+  return e;
+}
+
+}  // namespace
+
+extern "C" {
+
+cudaError_t cudaGetLastError(void) {
+  const cudaError_t e = last_error;
+  last_error = cudaSuccess;
+  return e;
+}
+
+const char* cudaGetErrorName(cudaError_t error) {
+  return error == cudaSuccess ? "cudaSuccess" : "cudaErrorEmulated";
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  return error == cudaSuccess ? "no error" : "emulated CUDA error";
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
+  if (device != 0) return Fail(cudaErrorInvalidDevice);
+  *value = attr == cudaDevAttrMultiProcessorCount ? kEmulatedSms : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int /*flags*/) {
+  *stream = static_cast<cudaStream_t>(std::malloc(1));
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  std::free(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t /*stream*/) { return cudaSuccess; }
+
+cudaError_t cudaMalloc(void** ptr, size_t size) {
+  *ptr = std::malloc(size == 0 ? 1 : size);
+  return *ptr == nullptr ? Fail(cudaErrorMemoryAllocation) : cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t /*stream*/) {
+  return cudaMalloc(ptr, size);
+}
+
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t /*stream*/) { return cudaFree(ptr); }
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind /*kind*/) {
+  if (count > 0) std::memcpy(dst, src, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
+                            cudaStream_t /*stream*/) {
+  return cudaMemcpy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t /*stream*/) {
+  if (count > 0) std::memset(ptr, value, count);
+  return cudaSuccess;
+}
+
+}  // extern "C"
