@@ -275,6 +275,16 @@ void QuantizeVectors(Format format, const float* x, size_t n, size_t block, cons
   QuantizeRange(format, x, k, n, block, inv, sr, first, codes);
 }
 
+template <int kShift>
+void QuantizeWithShift(Format format, const float* x, size_t n, size_t block, const float* inv,
+                       const StochasticStream* sr, uint64_t first, uint8_t* codes) {
+  if (sr != nullptr) {
+    QuantizeVectors<true, kShift>(format, x, n, block, inv, sr, first, codes);
+  } else {
+    QuantizeVectors<false, kShift>(format, x, n, block, inv, sr, first, codes);
+  }
+}
+
 void Quantize(Format format, const float* x, size_t n, size_t block, const float* inv,
               const StochasticStream* sr, uint64_t first, uint8_t* codes) {
   if ((block < n && block % 8 != 0) || (sr != nullptr && first % 4 != 0)) {
@@ -284,17 +294,13 @@ void Quantize(Format format, const float* x, size_t n, size_t block, const float
   // The shift of the normal path, 23 - mbits, as a compile-time constant.
   switch (format) {
     case Format::kE4M3:
-      return sr ? QuantizeVectors<true, 20>(format, x, n, block, inv, sr, first, codes)
-                : QuantizeVectors<false, 20>(format, x, n, block, inv, sr, first, codes);
+      return QuantizeWithShift<20>(format, x, n, block, inv, sr, first, codes);
     case Format::kE5M2:
-      return sr ? QuantizeVectors<true, 21>(format, x, n, block, inv, sr, first, codes)
-                : QuantizeVectors<false, 21>(format, x, n, block, inv, sr, first, codes);
+      return QuantizeWithShift<21>(format, x, n, block, inv, sr, first, codes);
     case Format::kNvfp4:
-      return sr ? QuantizeVectors<true, 22>(format, x, n, block, inv, sr, first, codes)
-                : QuantizeVectors<false, 22>(format, x, n, block, inv, sr, first, codes);
+      return QuantizeWithShift<22>(format, x, n, block, inv, sr, first, codes);
     case Format::kBf16:
-      return sr ? QuantizeVectors<true, 16>(format, x, n, block, inv, sr, first, codes)
-                : QuantizeVectors<false, 16>(format, x, n, block, inv, sr, first, codes);
+      return QuantizeWithShift<16>(format, x, n, block, inv, sr, first, codes);
   }
 }
 
