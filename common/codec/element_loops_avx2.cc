@@ -192,30 +192,49 @@ inline void MulHiLo(__m256i a, __m256i m, __m256i* hi, __m256i* lo) {
   *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
 }
 
+// The ten round keys of a stream, broadcast once per run.
+struct RoundKeys {
+  __m256i k0[10], k1[10];
+  explicit RoundKeys(const scalar::PhiloxKey& key) {
+    uint32_t a = key.k0, b = key.k1;
+    for (int round = 0; round < 10; ++round) {
+      k0[round] = Set1(a);
+      k1[round] = Set1(b);
+      a += 0x9E3779B9u;
+      b += 0xBB67AE85u;
+    }
+  }
+};
+
 // Random words of the 32 elements [4 * group, 4 * group + 32), in element
 // order, as four vectors of eight (the same words as scalar::RandomGroup).
-inline void RandomBatch(const StochasticStream& sr, uint64_t group, __m256i out[4]) {
-  alignas(32) uint32_t lo[8], hi[8];
-  for (int g = 0; g < 8; ++g) {
-    lo[g] = static_cast<uint32_t>(group + g);
-    hi[g] = static_cast<uint32_t>((group + g) >> 32);
+inline void RandomBatch(const StochasticStream& sr, const RoundKeys& keys, uint64_t group,
+                        __m256i out[4]) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256i x, y;
+  if (static_cast<uint32_t>(group) <= 0xFFFFFFF8u) {  // no carry into the high word
+    x = _mm256_add_epi32(Set1(static_cast<uint32_t>(group)), lanes);
+    y = Set1(static_cast<uint32_t>(group >> 32));
+  } else {
+    alignas(32) uint32_t lo[8], hi[8];
+    for (int g = 0; g < 8; ++g) {
+      lo[g] = static_cast<uint32_t>(group + g);
+      hi[g] = static_cast<uint32_t>((group + g) >> 32);
+    }
+    x = _mm256_load_si256((const __m256i*)lo);
+    y = _mm256_load_si256((const __m256i*)hi);
   }
-  __m256i x = _mm256_load_si256((const __m256i*)lo);
-  __m256i y = _mm256_load_si256((const __m256i*)hi);
   __m256i z = Set1(static_cast<uint32_t>(sr.step));
   __m256i w = Set1(static_cast<uint32_t>(sr.step >> 32));
-  uint32_t k0 = sr.key.k0, k1 = sr.key.k1;
   const __m256i m0 = Set1(0xD2511F53u), m1 = Set1(0xCD9E8D57u);
   for (int round = 0; round < 10; ++round) {
     __m256i hi0, lo0, hi1, lo1;
     MulHiLo(x, m0, &hi0, &lo0);
     MulHiLo(z, m1, &hi1, &lo1);
-    x = _mm256_xor_si256(_mm256_xor_si256(hi1, y), Set1(k0));
+    x = _mm256_xor_si256(_mm256_xor_si256(hi1, y), keys.k0[round]);
     y = lo1;
-    z = _mm256_xor_si256(_mm256_xor_si256(hi0, w), Set1(k1));
+    z = _mm256_xor_si256(_mm256_xor_si256(hi0, w), keys.k1[round]);
     w = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
   }
   // Lane g holds words (x, y, z, w) of group + g; transpose to element order.
   const __m256i t0 = _mm256_unpacklo_epi32(x, y), t1 = _mm256_unpackhi_epi32(x, y);
@@ -257,9 +276,10 @@ void QuantizeVectors(Format format, const float* x, size_t n, size_t block, cons
   const __m256 vinv0 = _mm256_set1_ps(inv[0]);
   __m256i random[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                        _mm256_setzero_si256()};
+  const RoundKeys keys(kStochastic ? sr->key : scalar::PhiloxKey{0, 0});
   size_t k = 0;
   for (; k + 32 <= n; k += 32) {
-    if (kStochastic) RandomBatch(*sr, (first + k) >> 2, random);
+    if (kStochastic) RandomBatch(*sr, keys, (first + k) >> 2, random);
     __m256i c[4];
     for (int j = 0; j < 4; ++j) {
       const __m256 s = uniform ? vinv0 : _mm256_set1_ps(inv[(k + 8 * j) / block]);
