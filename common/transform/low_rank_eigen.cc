@@ -1,0 +1,90 @@
+#include "common/transform/low_rank_eigen.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+
+namespace gift::transform {
+namespace {
+
+// Standard normal samples by Box-Muller over mt19937_64, whose output is
+// fixed by the standard (unlike std::normal_distribution's algorithm).
+Eigen::MatrixXd GaussianSketch(int64_t rows, int64_t cols, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&rng] {
+    // 53 random bits in (0, 1].
+    return (static_cast<double>(rng() >> 11) + 1.0) * 0x1.0p-53;
+  };
+  Eigen::MatrixXd omega(rows, cols);
+  double* data = omega.data();
+  const int64_t size = rows * cols;
+  for (int64_t i = 0; i < size; i += 2) {
+    const double radius = std::sqrt(-2.0 * std::log(uniform()));
+    const double angle = 2.0 * std::numbers::pi * uniform();
+    data[i] = radius * std::cos(angle);
+    if (i + 1 < size) data[i + 1] = radius * std::sin(angle);
+  }
+  return omega;
+}
+
+// Orthonormal basis of the column space of y (n x k, k <= n).
+Eigen::MatrixXd OrthonormalBasis(const Eigen::MatrixXd& y) {
+  const Eigen::HouseholderQR<Eigen::MatrixXd> qr(y);
+  return qr.householderQ() * Eigen::MatrixXd::Identity(y.rows(), y.cols());
+}
+
+// The top `rank` pairs of a symmetric matrix b, descending, mapped through q.
+LowRankEigenpairs TopRitzPairs(const Eigen::MatrixXd& b, const Eigen::MatrixXd* q, int64_t rank) {
+  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(b);  // ascending
+  const int64_t k = b.rows();
+  LowRankEigenpairs out;
+  out.values.resize(rank);
+  Eigen::MatrixXd top(k, rank);
+  for (int64_t j = 0; j < rank; ++j) {
+    out.values(j) = std::max(eig.eigenvalues()(k - 1 - j), 0.0);
+    top.col(j) = eig.eigenvectors().col(k - 1 - j);
+  }
+  out.vectors = q == nullptr ? top : Eigen::MatrixXd(*q * top);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<LowRankEigenpairs> TopEigenpairs(const Eigen::Ref<const Eigen::MatrixXd>& a,
+                                                int64_t rank, const LowRankEigenOptions& options) {
+  const int64_t n = a.rows();
+  if (a.cols() != n || n < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("matrix is ", a.rows(), "x", a.cols(), ", not square and non-empty"));
+  }
+  if (rank < 1 || rank > n) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is not in [1, ", n, "]"));
+  }
+  if (options.oversample < 0 || options.power_iterations < 0) {
+    return absl::InvalidArgumentError("oversample and power_iterations must be >= 0");
+  }
+  if (!a.allFinite()) return absl::InvalidArgumentError("matrix has non-finite elements");
+
+  const Eigen::MatrixXd sym = 0.5 * (a + a.transpose());
+  const int64_t k = rank + options.oversample;
+  LowRankEigenpairs out;
+  if (k >= n) {
+    out = TopRitzPairs(sym, nullptr, rank);
+  } else {
+    Eigen::MatrixXd y = sym * GaussianSketch(n, k, options.seed);
+    for (int64_t it = 0; it < options.power_iterations; ++it) {
+      y = sym * OrthonormalBasis(y);
+    }
+    const Eigen::MatrixXd q = OrthonormalBasis(y);
+    Eigen::MatrixXd b = q.transpose() * (sym * q);
+    b = 0.5 * (b + b.transpose()).eval();
+    out = TopRitzPairs(b, &q, rank);
+  }
+  out.trace = sym.trace();
+  return out;
+}
+
+}  // namespace gift::transform

@@ -1,0 +1,76 @@
+// Shared helpers of the transform tests: random orthonormal bases, factors
+// with a known spectrum, and gradients.
+#ifndef GIFT_TESTS_TRANSFORM_TEST_UTIL_H_
+#define GIFT_TESTS_TRANSFORM_TEST_UTIL_H_
+
+#include <Eigen/Dense>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace gift::transform::testing {
+
+inline Eigen::MatrixXd Gaussian(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  Eigen::MatrixXd m(rows, cols);
+  for (int64_t j = 0; j < cols; ++j) {
+    for (int64_t i = 0; i < rows; ++i) m(i, j) = normal(rng);
+  }
+  return m;
+}
+
+// n x k with orthonormal columns, k <= n.
+inline Eigen::MatrixXd RandomOrthonormal(int64_t n, int64_t k, uint32_t seed) {
+  const Eigen::HouseholderQR<Eigen::MatrixXd> qr(Gaussian(n, k, seed));
+  return qr.householderQ() * Eigen::MatrixXd::Identity(n, k);
+}
+
+// Q diag(spectrum) Q^T for a random orthogonal Q.
+inline Eigen::MatrixXd FactorWithSpectrum(const Eigen::VectorXd& spectrum, uint32_t seed) {
+  const int64_t n = spectrum.size();
+  const Eigen::MatrixXd q = RandomOrthonormal(n, n, seed);
+  Eigen::MatrixXd a = q * spectrum.asDiagonal() * q.transpose();
+  return 0.5 * (a + a.transpose());
+}
+
+// A rows x cols row-major FP32 matrix with correlated rows and columns
+// (anisotropic, like a gradient) of unit-ish scale.
+inline std::vector<float> AnisotropicMatrix(int64_t rows, int64_t cols, uint32_t seed) {
+  const Eigen::MatrixXd left = Gaussian(rows, rows, seed);
+  const Eigen::MatrixXd right = Gaussian(cols, cols, seed + 1);
+  Eigen::VectorXd left_scale(rows), right_scale(cols);
+  for (int64_t i = 0; i < rows; ++i) left_scale(i) = std::pow(1.0 + i, -0.5);
+  for (int64_t j = 0; j < cols; ++j) right_scale(j) = std::pow(1.0 + j, -0.5);
+  const Eigen::MatrixXd m = (left * left_scale.asDiagonal()) * Gaussian(rows, cols, seed + 2) *
+                            (right_scale.asDiagonal() * right.transpose());
+  std::vector<float> out(rows * cols);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = static_cast<float>(m(i, j));
+  }
+  return out;
+}
+
+// Row-major FP32 buffer to an Eigen double matrix.
+inline Eigen::MatrixXd ToMatrix(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  Eigen::MatrixXd m(rows, cols);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) m(i, j) = x[i * cols + j];
+  }
+  return m;
+}
+
+inline double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0.0, norm = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    err += d * d;
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(err / norm);
+}
+
+}  // namespace gift::transform::testing
+
+#endif  // GIFT_TESTS_TRANSFORM_TEST_UTIL_H_
