@@ -2,7 +2,7 @@
 #
 # Compiles .proto files (paths relative to proto/, so imports read
 # "gift/v1/x.proto") into a C++ library. With GRPC, also generates the gRPC
-# service stubs. Generated code lands in the build tree and is included as
+# client and service classes. Generated code lands in the build tree, included as
 # "gift/v1/x.pb.h".
 find_package(Protobuf REQUIRED)
 find_package(gRPC CONFIG REQUIRED)
