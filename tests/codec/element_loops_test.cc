@@ -116,8 +116,8 @@ INSTANTIATE_TEST_SUITE_P(All, ElementLoopsTest, ::testing::ValuesIn(Cases()), []
 
 TEST(ElementLoops, BlockAmaxMatchesScalarAndSeesNonFinite) {
   if (Avx2Loops() == nullptr) GTEST_SKIP() << "CPU has no AVX2";
-  std::vector<float> x = NastyValues(1000, 5);
-  for (size_t n : {1u, 7u, 8u, 33u, 1000u}) {
+  std::vector<float> x = NastyValues(4099, 5);
+  for (size_t n : {1u, 7u, 8u, 33u, 1000u, 4099u}) {
     for (size_t block : {n, size_t{16}, size_t{32}, size_t{128}, size_t{5}}) {
       std::vector<uint32_t> a((n + block - 1) / block), v(a.size());
       ScalarLoops().block_amax(x.data(), n, block, a.data());
