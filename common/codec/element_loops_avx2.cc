@@ -91,6 +91,12 @@ void BlockAmax(const float* x, size_t n, size_t block, uint32_t* amax) {
   }
 }
 
+// k / block, with a shift for the power-of-two block sizes every spec uses
+// (an integer division per vector costs more than the vector's work).
+inline size_t BlockOf(size_t k, size_t block) {
+  return (block & (block - 1)) == 0 ? k >> __builtin_ctzll(block) : k / block;
+}
+
 // ---- quantization -------------------------------------------------------------
 
 // Per-format constants of scalar::QuantizeMagnitude.
@@ -304,7 +310,7 @@ void QuantizeVectors(Format format, const float* x, size_t n, size_t block, cons
     if (kStochastic) RandomBatch(*sr, keys, (first + k) >> 2, random);
     __m256i c[4];
     for (int j = 0; j < 4; ++j) {
-      const __m256 s = uniform ? vinv0 : _mm256_set1_ps(inv[(k + 8 * j) / block]);
+      const __m256 s = uniform ? vinv0 : _mm256_set1_ps(inv[BlockOf(k + 8 * j, block)]);
       const __m256 y = _mm256_mul_ps(_mm256_loadu_ps(x + k + 8 * j), s);
       if constexpr (kFast) {
         c[j] = QuantizeRneSmall<kShift>(vf, y);
@@ -497,7 +503,7 @@ void Dequantize(Format format, const uint8_t* codes, size_t n, size_t block, con
   const __m256 s0 = _mm256_set1_ps(scale[0]);
   size_t k = 0;
   for (; k + 8 <= n; k += 8) {
-    const __m256 s = uniform ? s0 : _mm256_set1_ps(scale[k / block]);
+    const __m256 s = uniform ? s0 : _mm256_set1_ps(scale[BlockOf(k, block)]);
     __m256 v = _mm256_mul_ps(DecodeVec(format, codes, k, table), s);
     if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(out + k), v);
     _mm256_storeu_ps(out + k, v);
