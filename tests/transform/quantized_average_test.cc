@@ -25,23 +25,7 @@ constexpr double kNoise = 0.1;  // each worker's noise, relative to ||shared||_F
 // directions with s_k = k^-1.5, N_i iid Gaussian with
 // ||N_i||_F ~= 0.1 ||S||_F, drawn afresh at every step (S stays fixed).
 std::vector<std::vector<float>> WorkerGradients(uint32_t step) {
-  const Eigen::MatrixXd u = testing::RandomOrthonormal(kOut, kDirections, 1);
-  const Eigen::MatrixXd v = testing::RandomOrthonormal(kIn, kDirections, 2);
-  Eigen::VectorXd s(kDirections);
-  for (int64_t k = 0; k < kDirections; ++k) s(k) = std::pow(1.0 + k, -1.5);
-  const Eigen::MatrixXd shared = u * s.asDiagonal() * v.transpose();
-  const double noise_scale = kNoise * shared.norm() / std::sqrt(double(kOut * kIn));
-  std::vector<std::vector<float>> grads;
-  for (int64_t w = 0; w < kWorkers; ++w) {
-    const Eigen::MatrixXd g =
-        shared + noise_scale * testing::Gaussian(kOut, kIn, 100 + kWorkers * step + w);
-    std::vector<float> x(kOut * kIn);
-    for (int64_t i = 0; i < kOut; ++i) {
-      for (int64_t j = 0; j < kIn; ++j) x[i * kIn + j] = static_cast<float>(g(i, j));
-    }
-    grads.push_back(std::move(x));
-  }
-  return grads;
+  return testing::SharedPlusNoiseGradients(kOut, kIn, kWorkers, kDirections, kNoise, step);
 }
 
 // Encodes each contribution with `spec`, averages them as the servers do

@@ -52,6 +52,34 @@ inline std::vector<float> AnisotropicMatrix(int64_t rows, int64_t cols, uint32_t
   return out;
 }
 
+// Per-worker gradients G_i = S + N_i of a data-parallel step (the generator
+// of quantized_average_test.cc): S = sum_k s_k u_k v_k^T over `directions`
+// random orthonormal directions (fixed seeds, so S is the same at every
+// step) with s_k = (k + 1)^-1.5, and N_i iid Gaussian with
+// ||N_i||_F ~= noise ||S||_F, drawn afresh for each (step, worker).
+inline std::vector<std::vector<float>> SharedPlusNoiseGradients(int64_t rows, int64_t cols,
+                                                                int64_t workers, int64_t directions,
+                                                                double noise, uint32_t step) {
+  const Eigen::MatrixXd u = RandomOrthonormal(rows, directions, 1);
+  const Eigen::MatrixXd v = RandomOrthonormal(cols, directions, 2);
+  Eigen::VectorXd s(directions);
+  for (int64_t k = 0; k < directions; ++k) s(k) = std::pow(1.0 + k, -1.5);
+  const Eigen::MatrixXd shared = u * s.asDiagonal() * v.transpose();
+  const double noise_scale = noise * shared.norm() / std::sqrt(double(rows * cols));
+  std::vector<std::vector<float>> grads;
+  for (int64_t w = 0; w < workers; ++w) {
+    const Eigen::MatrixXd g =
+        shared +
+        noise_scale * Gaussian(rows, cols, static_cast<uint32_t>(100 + workers * step + w));
+    std::vector<float> x(rows * cols);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) x[i * cols + j] = static_cast<float>(g(i, j));
+    }
+    grads.push_back(std::move(x));
+  }
+  return grads;
+}
+
 // Row-major FP32 buffer to an Eigen double matrix.
 inline Eigen::MatrixXd ToMatrix(const std::vector<float>& x, int64_t rows, int64_t cols) {
   Eigen::MatrixXd m(rows, cols);
