@@ -43,20 +43,14 @@ std::shared_ptr<const GradientTransform> Identity(int64_t d_out, int64_t d_in) {
 std::shared_ptr<const TensorBasisTransform> Basis(int64_t d_out, int64_t d_in, double p,
                                                   int64_t rank, uint32_t seed,
                                                   uint64_t version = 1) {
-  auto in = SecondMomentEma::Create(d_in);
-  auto out = SecondMomentEma::Create(d_out);
-  for (uint32_t k = 0; k < 3; ++k) {
-    const std::vector<float> g = testing::AnisotropicMatrix(d_out, d_in, seed + 10 * k);
-    EXPECT_TRUE(in->UpdateInputSide({g.data()}, d_out, d_in).ok());
-    EXPECT_TRUE(out->UpdateOutputSide({g.data()}, d_out, d_in).ok());
-  }
+  const testing::Factors f = testing::SampleFactors(d_out, d_in, seed, 3);
   auto basis = TensorBasis::Create({.tensor_id = 1,
                                     .version = version,
                                     .d_out = d_out,
                                     .d_in = d_in,
                                     .config = {Sides::kBoth, p}},
-                                   SideBasis::FromFactor(out->value(), rank).value(),
-                                   SideBasis::FromFactor(in->value(), rank).value());
+                                   SideBasis::FromFactor(f.out, rank).value(),
+                                   SideBasis::FromFactor(f.in, rank).value());
   EXPECT_TRUE(basis.ok()) << basis.status();
   return std::make_shared<TensorBasisTransform>(*std::move(basis));
 }

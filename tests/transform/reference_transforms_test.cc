@@ -33,24 +33,9 @@ Eigen::MatrixXd DecayingFactor(int64_t n, uint32_t seed) {
   return testing::FactorWithSpectrum(spectrum, seed);
 }
 
-// The input- and output-side second moments of a few anisotropic samples.
-struct Factors {
-  Eigen::MatrixXd in, out;
-};
-Factors SampleFactors(int64_t d_out, int64_t d_in, uint32_t seed) {
-  auto in = SecondMomentEma::Create(d_in);
-  auto out = SecondMomentEma::Create(d_out);
-  for (uint32_t k = 0; k < 3; ++k) {
-    const std::vector<float> g = testing::AnisotropicMatrix(d_out, d_in, seed + 10 * k);
-    EXPECT_TRUE(in->UpdateInputSide({g.data()}, d_out, d_in).ok());
-    EXPECT_TRUE(out->UpdateOutputSide({g.data()}, d_out, d_in).ok());
-  }
-  return {in->value(), out->value()};
-}
-
 std::shared_ptr<const GradientTransform> TwoSidedBasis(int64_t d_out, int64_t d_in, double p,
                                                        int64_t rank, uint32_t seed) {
-  const Factors f = SampleFactors(d_out, d_in, seed);
+  const testing::Factors f = testing::SampleFactors(d_out, d_in, seed, 3);
   auto basis = TensorBasis::Create(
       {.tensor_id = 1, .version = 1, .d_out = d_out, .d_in = d_in, .config = {Sides::kBoth, p}},
       SideBasis::FromFactor(f.out, std::min(rank, d_out)).value(),
@@ -125,7 +110,7 @@ TEST(DenseWhitening, WhitensItsModelWithAKnownSpectrum) {
 // the identity (L is triangular, W is not), so the elementwise outputs differ.
 TEST(DenseWhitening, AgreesWithTensorBasisAtHalfPowerUpToARotation) {
   constexpr int64_t n = 128, d_out = 64, rank = 16;
-  const Eigen::MatrixXd a = SampleFactors(d_out, n, 31).in;
+  const Eigen::MatrixXd a = testing::SampleFactors(d_out, n, 31, 3).in;
   auto dense = DenseWhiteningTransform::Create(a, rank, d_out, {.floor_eps = 0.0});
   ASSERT_TRUE(dense.ok()) << dense.status();
   auto side = SideBasis::FromFactor(a, rank, {.residual = ResidualModel::kDiagonal});

@@ -27,23 +27,7 @@ std::string Name(Sides s) {
   return s == Sides::kInput ? "in" : (s == Sides::kOutput ? "out" : "both");
 }
 
-// The second moments of a few gradient-like samples of this shape, as the
-// EMA would hold them.
-struct Factors {
-  Eigen::MatrixXd in, out;
-};
-Factors SampleFactors(int64_t d_out, int64_t d_in, uint32_t seed) {
-  auto in = SecondMomentEma::Create(d_in);
-  auto out = SecondMomentEma::Create(d_out);
-  for (uint32_t k = 0; k < 4; ++k) {
-    const std::vector<float> g = testing::AnisotropicMatrix(d_out, d_in, seed + 10 * k);
-    EXPECT_TRUE(in->UpdateInputSide({g.data()}, d_out, d_in).ok());
-    EXPECT_TRUE(out->UpdateOutputSide({g.data()}, d_out, d_in).ok());
-  }
-  return {in->value(), out->value()};
-}
-
-TensorBasis MakeBasis(const Factors& f, int64_t rank, ResidualModel residual, Sides sides,
+TensorBasis MakeBasis(const testing::Factors& f, int64_t rank, ResidualModel residual, Sides sides,
                       double p) {
   const int64_t d_out = f.out.rows(), d_in = f.in.rows();
   std::optional<SideBasis> out_side, in_side;
@@ -95,7 +79,7 @@ TEST(TensorBasis, ForwardMatchesDenseReferenceAndInverseIsExact) {
   };
   double worst_round_trip = 0.0, worst_reference = 0.0;
   for (const Shape shape : {Shape{64, 96}, Shape{130, 70}, Shape{33, 33}}) {
-    const Factors f = SampleFactors(shape.d_out, shape.d_in, 7);
+    const testing::Factors f = testing::SampleFactors(shape.d_out, shape.d_in, 7, 4);
     const std::vector<float> g = testing::AnisotropicMatrix(shape.d_out, shape.d_in, 1000);
     const Eigen::MatrixXd gm = testing::ToMatrix(g, shape.d_out, shape.d_in);
     for (int64_t rank : {int64_t{1}, int64_t{8}, std::max(shape.d_out, shape.d_in)}) {
@@ -226,7 +210,7 @@ TEST(SideBasis, DiagonalModelWhitensItsModelAtHalfPower) {
 }
 
 TEST(TensorBasis, RejectsBadArguments) {
-  const Factors f = SampleFactors(16, 24, 3);
+  const testing::Factors f = testing::SampleFactors(16, 24, 3, 4);
   auto in_side = SideBasis::FromFactor(f.in, 4);
   auto out_side = SideBasis::FromFactor(f.out, 4);
   ASSERT_TRUE(in_side.ok() && out_side.ok());

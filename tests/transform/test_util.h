@@ -9,6 +9,9 @@
 #include <random>
 #include <vector>
 
+#include "common/transform/second_moment_ema.h"
+#include "gtest/gtest.h"
+
 namespace gift::transform::testing {
 
 inline Eigen::MatrixXd Gaussian(int64_t rows, int64_t cols, uint32_t seed) {
@@ -97,6 +100,24 @@ inline double RelativeL2(const std::vector<float>& got, const std::vector<float>
     norm += static_cast<double>(want[i]) * want[i];
   }
   return std::sqrt(err / norm);
+}
+
+// The input- and output-side second moments of `samples` anisotropic
+// gradient samples of this shape (seeds seed, seed + 10, ...), as the EMA
+// would hold them.
+struct Factors {
+  Eigen::MatrixXd in, out;
+};
+inline Factors SampleFactors(int64_t d_out, int64_t d_in, uint32_t seed, uint32_t samples) {
+  auto in = SecondMomentEma::Create(d_in);
+  auto out = SecondMomentEma::Create(d_out);
+  EXPECT_TRUE(in.ok() && out.ok());
+  for (uint32_t k = 0; k < samples; ++k) {
+    const std::vector<float> g = AnisotropicMatrix(d_out, d_in, seed + 10 * k);
+    EXPECT_TRUE(in->UpdateInputSide({g.data()}, d_out, d_in).ok());
+    EXPECT_TRUE(out->UpdateOutputSide({g.data()}, d_out, d_in).ok());
+  }
+  return {in->value(), out->value()};
 }
 
 }  // namespace gift::transform::testing
