@@ -57,47 +57,6 @@ CLI::Validator ShapeValidator() {
       "RxC", "shape");
 }
 
-float ReadF32(const uint8_t* p) {
-  float f;
-  std::memcpy(&f, p, sizeof(f));
-  return f;
-}
-
-// An E4M3 (FN) code as a value, written here independently of the codec's
-// own tables: sign, 4 exponent bits (bias 7), 3 mantissa bits; 0x7F/0xFF NaN.
-float DecodeE4M3(uint8_t code) {
-  const int mag = code & 0x7F;
-  if (mag == 0x7F) return std::numeric_limits<float>::quiet_NaN();
-  const int e = mag >> 3;
-  const int m = mag & 7;
-  const float v = e == 0 ? std::ldexp(static_cast<float>(m), -9)
-                         : std::ldexp(static_cast<float>(8 + m), e - 10);
-  return (code & 0x80) ? -v : v;
-}
-
-// The factor element (r, c) of `t` is multiplied by on decode, read back from
-// the encoding's scales.
-double EffectiveScale(const codec::EncodedTensor& t, uint64_t r, uint64_t c) {
-  const codec::CodecSpec& spec = t.spec();
-  const codec::EncodedLayout& l = t.layout();
-  const uint8_t* scales = t.scales().data();
-  const uint64_t block = spec.block_size == 0 ? 0 : r * l.blocks_per_row + c / spec.block_size;
-  switch (spec.scaling) {
-    case codec::Scaling::kNone:
-      return 1.0;
-    case codec::Scaling::kPerTensor:
-      return ReadF32(scales);
-    case codec::Scaling::kPerBlockFp32:
-      return ReadF32(scales + 4 * block);
-    case codec::Scaling::kPerBlockE8M0:
-      return std::ldexp(1.0, static_cast<int>(scales[block]) - 127);
-    case codec::Scaling::kNvfp4:
-      // The decoder multiplies by the FP32 product of the two scales.
-      return static_cast<double>(DecodeE4M3(scales[block]) * ReadF32(scales + l.num_blocks));
-  }
-  return std::numeric_limits<double>::quiet_NaN();
-}
-
 // Worst |decoded - x| / ElementErrorBound over all elements, and where.
 struct BoundCheck {
   double worst_ratio = 0;
@@ -125,7 +84,7 @@ BoundCheck CheckBound(const codec::EncodedTensor& t, const float* x, const float
       const double xi = x[i], di = decoded[i];
       const double err = std::fabs(di - xi);
       if (err == 0) continue;
-      const double scale = EffectiveScale(t, r, c);
+      const double scale = codec::EffectiveScale(t.view(), r, c);
       const double bound = codec::ElementErrorBound(spec.format, spec.rounding, scale, xi);
       double ratio = bound > 0 ? err / bound : std::numeric_limits<double>::infinity();
       if (std::isnan(ratio)) ratio = std::numeric_limits<double>::infinity();

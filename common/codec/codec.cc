@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -128,16 +129,22 @@ uint32_t TensorAmaxBits(const float* x, uint64_t n, const ElementLoops& loops, T
 
 bool CpuHasAvx2() { return internal::Avx2Loops() != nullptr; }
 
-double EncodedErrorBound(const EncodedView& in, uint64_t row, uint64_t col, double x) {
-  const CodecSpec& spec = in.spec;
-  if (spec.scaling == Scaling::kNone) return ElementErrorBound(spec.format, spec.rounding, 1.0, x);
-  if (spec.scaling == Scaling::kPerTensor) {
-    return ElementErrorBound(spec.format, spec.rounding, LoadFloat(in.scales), x);
+float EffectiveScale(const EncodedView& in, uint64_t row, uint64_t col) {
+  switch (in.spec.scaling) {
+    case Scaling::kNone:
+      return 1.0f;
+    case Scaling::kPerTensor:
+      return LoadFloat(in.scales);
+    default:
+      break;
   }
-  const uint64_t blocks_per_row = (in.cols + spec.block_size - 1) / spec.block_size;
-  const uint64_t q = row * blocks_per_row + col / spec.block_size;
-  const EncodedLayout layout{.num_blocks = in.rows * blocks_per_row};
-  return ElementErrorBound(spec.format, spec.rounding, internal::BlockScale(in, layout, q), x);
+  const absl::StatusOr<EncodedLayout> layout = ComputeLayout(in.spec, in.rows, in.cols);
+  if (!layout.ok()) return std::numeric_limits<float>::quiet_NaN();
+  return internal::BlockScale(in, *layout, row * layout->blocks_per_row + col / in.spec.block_size);
+}
+
+double EncodedErrorBound(const EncodedView& in, uint64_t row, uint64_t col, double x) {
+  return ElementErrorBound(in.spec.format, in.spec.rounding, EffectiveScale(in, row, col), x);
 }
 
 namespace internal {

@@ -42,6 +42,11 @@ absl::Status Decode(const EncodedView& in, float* out, const CodecOptions& optio
 // acc[i] = acc[i] + decode(in)[i], each sum rounded once in FP32.
 absl::Status DecodeAccumulate(const EncodedView& in, float* acc, const CodecOptions& options = {});
 
+// The factor the code of element (row, col) is multiplied by on decode (1
+// without scaling; for NVFP4 the E4M3 block scale times the tensor scale).
+// NaN for a view whose spec or shape is invalid.
+float EffectiveScale(const EncodedView& in, uint64_t row, uint64_t col);
+
 // The largest error decode(in)[row, col] may have against the value x it was
 // encoded from: ElementErrorBound with that element's effective scale.
 double EncodedErrorBound(const EncodedView& in, uint64_t row, uint64_t col, double x);

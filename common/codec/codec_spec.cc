@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/codec/element_loops.h"
 #include "common/codec/scalar.h"
 
 namespace gift::codec {
@@ -234,10 +235,7 @@ absl::StatusOr<EncodedLayout> ComputeLayout(const CodecSpec& spec, uint64_t rows
 }
 
 double ElementErrorBound(Format format, Rounding rounding, double scale, double x) {
-  const scalar::MiniFloat& f = format == Format::kE4M3    ? scalar::kE4M3
-                               : format == Format::kE5M2  ? scalar::kE5M2
-                               : format == Format::kNvfp4 ? scalar::kE2M1
-                                                          : scalar::kBf16;
+  const scalar::MiniFloat& f = internal::MiniFloatOf(format);
   const int emin = 1 - f.bias;
   const double ax = std::fabs(x);
   // Spacing of the target format at |x| / scale (subnormal spacing below emin).

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/crc32c.h"
+#include "common/codec/element_loops.h"
 #include "common/codec/scalar.h"
 
 namespace gift::codec {
@@ -105,10 +106,7 @@ absl::Status CheckContents(const EncodedView& v, const EncodedLayout& layout) {
       break;
     }
   }
-  const scalar::MiniFloat& f = spec.format == Format::kE4M3   ? scalar::kE4M3
-                               : spec.format == Format::kE5M2 ? scalar::kE5M2
-                               : spec.format == Format::kBf16 ? scalar::kBf16
-                                                              : scalar::kE2M1;
+  const scalar::MiniFloat& f = internal::MiniFloatOf(spec.format);
   if (spec.format == Format::kBf16) {
     for (uint64_t i = 0; i < layout.num_elements; ++i) {
       if (scalar::IsNonFiniteCode(f, Load<uint16_t>(v.codes + 2 * i))) {

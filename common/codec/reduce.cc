@@ -50,7 +50,7 @@ absl::Status ReduceEncoded(absl::Span<const EncodedView> inputs, float* sum, flo
   // Block-scaled outputs (without a tensor-level scale) are encoded piece by
   // piece right after the piece is summed, while it is in cache; the others
   // record the amax of each piece and are encoded in a second pass.
-  const internal::PieceEncoder encoder(out, out_layout, loops, key);
+  internal::PieceEncoder encoder(out, out_layout, loops, key);
   const bool fused = encode && !encoder.NeedsTensorAmax();
   std::atomic<uint32_t> amax{0};
   std::atomic<bool> non_finite{false};
@@ -77,14 +77,13 @@ absl::Status ReduceEncoded(absl::Span<const EncodedView> inputs, float* sum, flo
     return internal::NonFiniteError("summed", sum, n, cols);
   }
   if (fused) return absl::OkStatus();
-  internal::PieceEncoder second(out, out_layout, loops, key);
-  second.SetTensorAmax(amax.load());
-  if (!second.IsBlockScaled()) {
-    second.QuantizeFlat(sum, options.pool);
+  encoder.SetTensorAmax(amax.load());
+  if (!encoder.IsBlockScaled()) {
+    encoder.QuantizeFlat(sum, options.pool);
     return absl::OkStatus();
   }
   internal::ForEachPiece(rows, cols, options.pool, [&](const internal::Piece& piece) {
-    second.EncodePiece(sum + piece.row * cols, piece);  // finite: checked above
+    encoder.EncodePiece(sum + piece.row * cols, piece);  // finite: checked above
   });
   return absl::OkStatus();
 }
