@@ -2,33 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numbers>
-#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/transform/gaussian_sketch.h"
 
 namespace gift::transform {
 namespace {
-
-// Standard normal samples by Box-Muller over mt19937_64, whose output is
-// fixed by the standard (unlike std::normal_distribution's algorithm).
-Eigen::MatrixXd GaussianSketch(int64_t rows, int64_t cols, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  auto uniform = [&rng] {
-    // 53 random bits in (0, 1].
-    return (static_cast<double>(rng() >> 11) + 1.0) * 0x1.0p-53;
-  };
-  Eigen::MatrixXd omega(rows, cols);
-  double* data = omega.data();
-  const int64_t size = rows * cols;
-  for (int64_t i = 0; i < size; i += 2) {
-    const double radius = std::sqrt(-2.0 * std::log(uniform()));
-    const double angle = 2.0 * std::numbers::pi * uniform();
-    data[i] = radius * std::cos(angle);
-    if (i + 1 < size) data[i + 1] = radius * std::sin(angle);
-  }
-  return omega;
-}
 
 // Orthonormal basis of the column space of y (n x k, k <= n).
 Eigen::MatrixXd OrthonormalBasis(const Eigen::MatrixXd& y) {

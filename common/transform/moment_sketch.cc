@@ -1,0 +1,192 @@
+#include "common/transform/moment_sketch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/transform/gaussian_sketch.h"
+
+namespace gift::transform {
+namespace {
+
+using RowMajorFloatMap =
+    Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+// Rows of G widened to double at a time.
+constexpr int64_t kBlock = 64;
+
+absl::Status CheckGradient(const float* g, int64_t d_out, int64_t d_in, const float* out) {
+  if (g == nullptr || out == nullptr) return absl::InvalidArgumentError("null buffer");
+  if (d_out < 1 || d_in < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("gradient shape ", d_out, "x", d_in));
+  }
+  const int64_t size = d_out * d_in;
+  for (int64_t i = 0; i < size; ++i) {
+    if (!std::isfinite(g[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient element ", i, " (row ", i / d_in,
+                                                     ", column ", i % d_in, ") is not finite"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Writes y (n x k), diag (n) and their trace as floats: the contribution layout.
+void WriteContribution(const Eigen::MatrixXd& y, const Eigen::VectorXd& diag, float* out) {
+  const int64_t n = y.rows();
+  const int64_t k = y.cols();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < k; ++j) out[i * k + j] = static_cast<float>(y(i, j));
+  }
+  for (int64_t i = 0; i < n; ++i) out[n * k + i] = static_cast<float>(diag(i));
+  out[n * k + n] = static_cast<float>(diag.sum());
+}
+
+}  // namespace
+
+absl::StatusOr<MomentSketch> MomentSketch::Create(int64_t n, int64_t sketch_size, uint64_t seed) {
+  if (n < 1) return absl::InvalidArgumentError(absl::StrCat("dimension ", n, " is not >= 1"));
+  if (sketch_size < 1 || sketch_size > n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sketch size ", sketch_size, " is not in [1, ", n, "]"));
+  }
+  const Eigen::HouseholderQR<Eigen::MatrixXd> qr(GaussianSketch(n, sketch_size, seed));
+  return MomentSketch(qr.householderQ() * Eigen::MatrixXd::Identity(n, sketch_size));
+}
+
+absl::Status MomentSketch::InputSideContribution(const float* g, int64_t d_out, int64_t d_in,
+                                                 float* out) const {
+  if (auto s = CheckGradient(g, d_out, d_in, out); !s.ok()) return s;
+  if (d_in != dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input-side sketch of dimension ", dim(), " given d_in = ", d_in));
+  }
+  const RowMajorFloatMap map(g, d_out, d_in);
+  Eigen::MatrixXd y = Eigen::MatrixXd::Zero(d_in, sketch_size());
+  Eigen::VectorXd diag = Eigen::VectorXd::Zero(d_in);
+  for (int64_t r = 0; r < d_out; r += kBlock) {
+    const int64_t b = std::min(kBlock, d_out - r);
+    const Eigen::MatrixXd block = map.middleRows(r, b).cast<double>();
+    const Eigen::MatrixXd t = block * omega_;  // b x k
+    y.noalias() += block.transpose() * t;
+    diag += block.colwise().squaredNorm().transpose();
+  }
+  const double inv = 1.0 / static_cast<double>(d_out);
+  WriteContribution(y * inv, diag * inv, out);
+  return absl::OkStatus();
+}
+
+absl::Status MomentSketch::OutputSideContribution(const float* g, int64_t d_out, int64_t d_in,
+                                                  float* out) const {
+  if (auto s = CheckGradient(g, d_out, d_in, out); !s.ok()) return s;
+  if (d_out != dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output-side sketch of dimension ", dim(), " given d_out = ", d_out));
+  }
+  const RowMajorFloatMap map(g, d_out, d_in);
+  // G^T Omega (d_in x k), accumulated over blocks of rows.
+  Eigen::MatrixXd gt_omega = Eigen::MatrixXd::Zero(d_in, sketch_size());
+  for (int64_t r = 0; r < d_out; r += kBlock) {
+    const int64_t b = std::min(kBlock, d_out - r);
+    gt_omega.noalias() += map.middleRows(r, b).cast<double>().transpose() * omega_.middleRows(r, b);
+  }
+  Eigen::MatrixXd y(d_out, sketch_size());
+  Eigen::VectorXd diag(d_out);
+  for (int64_t r = 0; r < d_out; r += kBlock) {
+    const int64_t b = std::min(kBlock, d_out - r);
+    const Eigen::MatrixXd block = map.middleRows(r, b).cast<double>();
+    y.middleRows(r, b).noalias() = block * gt_omega;
+    diag.segment(r, b) = block.rowwise().squaredNorm();
+  }
+  const double inv = 1.0 / static_cast<double>(d_in);
+  WriteContribution(y * inv, diag * inv, out);
+  return absl::OkStatus();
+}
+
+SketchedMomentEma::SketchedMomentEma(std::shared_ptr<const MomentSketch> sketch, double decay)
+    : sketch_(std::move(sketch)),
+      decay_(decay),
+      y_(Eigen::MatrixXd::Zero(sketch_->dim(), sketch_->sketch_size())),
+      diag_(Eigen::VectorXd::Zero(sketch_->dim())) {}
+
+absl::StatusOr<SketchedMomentEma> SketchedMomentEma::Create(
+    std::shared_ptr<const MomentSketch> sketch, double decay) {
+  if (sketch == nullptr) return absl::InvalidArgumentError("null sketch");
+  if (!(decay >= 0.0 && decay < 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("EMA decay ", decay, " is not in [0, 1)"));
+  }
+  return SketchedMomentEma(std::move(sketch), decay);
+}
+
+absl::Status SketchedMomentEma::Update(absl::Span<const float> contribution) {
+  const int64_t n = sketch_->dim();
+  const int64_t k = sketch_->sketch_size();
+  if (static_cast<int64_t>(contribution.size()) != sketch_->contribution_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("sketch contribution has ", contribution.size(),
+                                                   " values, expected ",
+                                                   sketch_->contribution_size()));
+  }
+  for (size_t i = 0; i < contribution.size(); ++i) {
+    if (!std::isfinite(contribution[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sketch contribution value ", i, " is not finite"));
+    }
+  }
+  Eigen::MatrixXd y(n, k);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < k; ++j) y(i, j) = contribution[i * k + j];
+  }
+  Eigen::VectorXd diag(n);
+  for (int64_t i = 0; i < n; ++i) diag(i) = contribution[n * k + i];
+  const double trace = contribution[n * k + n];
+  if (num_updates_ == 0) {
+    y_ = std::move(y);
+    diag_ = std::move(diag);
+    trace_ = trace;
+  } else {
+    y_ = decay_ * y_ + (1.0 - decay_) * y;
+    diag_ = decay_ * diag_ + (1.0 - decay_) * diag;
+    trace_ = decay_ * trace_ + (1.0 - decay_) * trace;
+  }
+  ++num_updates_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LowRankEigenpairs> SketchedMomentEma::TopEigenpairs(int64_t rank) const {
+  const int64_t k = sketch_->sketch_size();
+  if (rank < 1 || rank > k) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not in [1, sketch size ", k, "]"));
+  }
+  if (num_updates_ == 0) return absl::FailedPreconditionError("no sketch contribution yet");
+  const double y_norm = y_.norm();
+  if (!(y_norm > 0.0)) return absl::FailedPreconditionError("the sketch is all zero");
+  const Eigen::MatrixXd& omega = sketch_->omega();
+  // The shift keeps Omega^T Y_nu positive definite despite rounding; grow it
+  // if the Cholesky factorization still fails.
+  double nu = std::sqrt(static_cast<double>(sketch_->dim())) *
+              std::numeric_limits<double>::epsilon() * y_norm;
+  for (int attempt = 0; attempt < 8; ++attempt, nu *= 100.0) {
+    const Eigen::MatrixXd y_nu = y_ + nu * omega;
+    Eigen::MatrixXd core = omega.transpose() * y_nu;
+    core = 0.5 * (core + core.transpose()).eval();
+    const Eigen::LLT<Eigen::MatrixXd> llt(core);
+    if (llt.info() != Eigen::Success) continue;
+    // B = Y_nu C^{-1} with C = L^T: B^T = L^{-1} Y_nu^T.
+    const Eigen::MatrixXd b = llt.matrixL().solve(y_nu.transpose()).transpose();  // n x k
+    const Eigen::BDCSVD<Eigen::MatrixXd> svd(b, Eigen::ComputeThinU);
+    LowRankEigenpairs out;
+    out.vectors = svd.matrixU().leftCols(rank);
+    out.values.resize(rank);
+    for (int64_t j = 0; j < rank; ++j) {
+      const double s = svd.singularValues()(j);
+      out.values(j) = std::max(s * s - nu, 0.0);
+    }
+    out.trace = trace_;
+    return out;
+  }
+  return absl::InternalError("Nystrom core matrix is not positive definite even with a shift");
+}
+
+}  // namespace gift::transform

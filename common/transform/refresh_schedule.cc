@@ -1,0 +1,70 @@
+#include "common/transform/refresh_schedule.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace gift::transform {
+
+absl::string_view RefreshReasonName(RefreshReason reason) {
+  switch (reason) {
+    case RefreshReason::kNone:
+      return "none";
+    case RefreshReason::kFirst:
+      return "first";
+    case RefreshReason::kPeriod:
+      return "period";
+    case RefreshReason::kDrift:
+      return "drift";
+    case RefreshReason::kRequested:
+      return "requested";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<RefreshSchedule> RefreshSchedule::Create(const RefreshScheduleOptions& options) {
+  if (options.period_steps < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("refresh period ", options.period_steps, " steps is not >= 1"));
+  }
+  if (!(options.drift_threshold >= 0.0) || !std::isfinite(options.drift_threshold)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("drift threshold ", options.drift_threshold, " is not a finite value >= 0"));
+  }
+  if (options.collect_period < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("collect period ", options.collect_period, " steps is not >= 1"));
+  }
+  return RefreshSchedule(options);
+}
+
+bool RefreshSchedule::ShouldCollect(uint64_t step) const {
+  return step % static_cast<uint64_t>(options_.collect_period) == 0;
+}
+
+RefreshReason RefreshSchedule::Due(uint64_t step, std::optional<double> measured_ratio,
+                                   uint64_t refresh_requests) const {
+  if (refresh_requests > requests_served_) return RefreshReason::kRequested;
+  if (!last_refresh_step_.has_value()) return RefreshReason::kFirst;
+  if (options_.drift_threshold > 0.0 && measured_ratio.has_value() &&
+      std::isfinite(*measured_ratio)) {
+    if (*measured_ratio >= 1.0) return RefreshReason::kDrift;
+    if (reference_ratio_.has_value() &&
+        *measured_ratio > *reference_ratio_ * (1.0 + options_.drift_threshold)) {
+      return RefreshReason::kDrift;
+    }
+  }
+  if (step >= *last_refresh_step_ + static_cast<uint64_t>(options_.period_steps)) {
+    return RefreshReason::kPeriod;
+  }
+  return RefreshReason::kNone;
+}
+
+void RefreshSchedule::MarkRefreshed(uint64_t step, std::optional<double> ratio,
+                                    uint64_t refresh_requests) {
+  last_refresh_step_ = step;
+  reference_ratio_ = ratio;
+  if (refresh_requests > requests_served_) requests_served_ = refresh_requests;
+}
+
+}  // namespace gift::transform

@@ -1,0 +1,89 @@
+// When a basis owner collects statistics for a tensor and when it rebuilds
+// (refreshes) the tensor's basis.
+//
+//   collect:  on steps that are multiples of collect_period;
+//   refresh:  the first time statistics exist (kFirst); then every
+//             period_steps steps after the last refresh (kPeriod); sooner
+//             when the measured benefit drifts (kDrift) or an operator asked
+//             (kRequested, a counter from the coordinator's cluster state).
+//
+// Drift: the owner measures, on sampled steps, ratio = error of the
+// quantized average through the current basis / error of direct
+// quantization (transform_selector.h). A refresh is due early when
+//   ratio > ratio_at_last_refresh * (1 + drift_threshold)
+// or the current basis has become worse than direct (ratio >= 1). A
+// drift_threshold of 0 disables drift refreshes.
+//
+//   RefreshSchedule schedule(*RefreshSchedule::Create({.period_steps = 10}));
+//   if (schedule.ShouldCollect(step)) { ... update statistics ... }
+//   if (auto why = schedule.Due(step, ratio, requests); why != RefreshReason::kNone) {
+//     ... build and publish a new basis ...
+//     schedule.MarkRefreshed(step, new_ratio, requests);
+//   }
+//
+// Thread safety: thread-compatible (const methods may run concurrently;
+// MarkRefreshed needs exclusion).
+#ifndef GIFT_COMMON_TRANSFORM_REFRESH_SCHEDULE_H_
+#define GIFT_COMMON_TRANSFORM_REFRESH_SCHEDULE_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace gift::transform {
+
+struct RefreshScheduleOptions {
+  int64_t period_steps = 10;     // >= 1
+  double drift_threshold = 0.2;  // >= 0; 0 disables drift refreshes
+  int64_t collect_period = 1;    // >= 1
+};
+
+// Values may be logged and exported; never renumber.
+enum class RefreshReason : uint8_t {
+  kNone = 0,
+  kFirst = 1,      // no basis yet
+  kPeriod = 2,     // period_steps since the last refresh
+  kDrift = 3,      // the measured benefit fell
+  kRequested = 4,  // an operator's refresh request
+};
+
+// "none", "first", "period", "drift", "requested".
+absl::string_view RefreshReasonName(RefreshReason reason);
+
+class RefreshSchedule {
+ public:
+  // InvalidArgument on an option out of its range.
+  static absl::StatusOr<RefreshSchedule> Create(const RefreshScheduleOptions& options);
+
+  const RefreshScheduleOptions& options() const { return options_; }
+
+  bool ShouldCollect(uint64_t step) const;
+
+  // Whether a refresh is due at `step`, and why (the first reason in the
+  // order requested, first, drift, period). `measured_ratio` is the latest
+  // measured GIFT / direct error ratio of the current basis, if any;
+  // `refresh_requests` the coordinator's counter for the tensor.
+  RefreshReason Due(uint64_t step, std::optional<double> measured_ratio,
+                    uint64_t refresh_requests) const;
+
+  // Records a refresh at `step`; `ratio` is the new basis's measured ratio
+  // (the drift reference), if it was measured; `refresh_requests` the
+  // counter served.
+  void MarkRefreshed(uint64_t step, std::optional<double> ratio, uint64_t refresh_requests);
+
+  std::optional<uint64_t> last_refresh_step() const { return last_refresh_step_; }
+
+ private:
+  explicit RefreshSchedule(const RefreshScheduleOptions& options) : options_(options) {}
+
+  RefreshScheduleOptions options_;
+  std::optional<uint64_t> last_refresh_step_;
+  std::optional<double> reference_ratio_;
+  uint64_t requests_served_ = 0;
+};
+
+}  // namespace gift::transform
+
+#endif  // GIFT_COMMON_TRANSFORM_REFRESH_SCHEDULE_H_

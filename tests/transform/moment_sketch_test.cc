@@ -1,0 +1,162 @@
+#include "common/transform/moment_sketch.h"
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "common/transform/second_moment_ema.h"
+#include "gtest/gtest.h"
+#include "tests/transform/test_util.h"
+
+namespace gift::transform {
+namespace {
+
+using testing::SharedPlusNoiseGradients;
+
+// The average of the workers' contributions, as the servers would form it.
+std::vector<float> AverageContribution(const MomentSketch& sketch,
+                                       const std::vector<std::vector<float>>& grads, int64_t d_out,
+                                       int64_t d_in, bool input_side) {
+  std::vector<double> sum(sketch.contribution_size(), 0.0);
+  std::vector<float> c(sketch.contribution_size());
+  for (const auto& g : grads) {
+    const absl::Status s = input_side
+                               ? sketch.InputSideContribution(g.data(), d_out, d_in, c.data())
+                               : sketch.OutputSideContribution(g.data(), d_out, d_in, c.data());
+    EXPECT_TRUE(s.ok()) << s;
+    for (size_t i = 0; i < c.size(); ++i) sum[i] += c[i];
+  }
+  std::vector<float> avg(sum.size());
+  for (size_t i = 0; i < sum.size(); ++i) avg[i] = static_cast<float>(sum[i] / grads.size());
+  return avg;
+}
+
+// Largest principal angle's sine between the column spaces of a and b
+// (orthonormal columns, same count).
+double SubspaceSine(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b) {
+  const Eigen::MatrixXd residual = b - a * (a.transpose() * b);
+  return Eigen::JacobiSVD<Eigen::MatrixXd>(residual).singularValues()(0);
+}
+
+TEST(MomentSketchTest, ContributionIsTheSketchOfTheExactMoment) {
+  constexpr int64_t kOut = 48, kIn = 80, kK = 12;
+  const auto grads = SharedPlusNoiseGradients(kOut, kIn, 3, 4, 0.3, 0);
+  for (bool input_side : {true, false}) {
+    const int64_t n = input_side ? kIn : kOut;
+    auto sketch = MomentSketch::Create(n, kK, 42);
+    ASSERT_TRUE(sketch.ok()) << sketch.status();
+    auto exact = SecondMomentEma::Create(n);
+    std::vector<const float*> ptrs;
+    for (const auto& g : grads) ptrs.push_back(g.data());
+    ASSERT_TRUE((input_side ? exact->UpdateInputSide(ptrs, kOut, kIn)
+                            : exact->UpdateOutputSide(ptrs, kOut, kIn))
+                    .ok());
+    const std::vector<float> avg = AverageContribution(*sketch, grads, kOut, kIn, input_side);
+    const Eigen::MatrixXd want_y = exact->value() * sketch->omega();
+    double max_rel = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < kK; ++j) {
+        max_rel = std::max(max_rel, std::abs(avg[i * kK + j] - want_y(i, j)) / want_y.norm());
+      }
+      EXPECT_NEAR(avg[n * kK + i], exact->value()(i, i), 1e-6 * exact->value().trace());
+    }
+    EXPECT_LT(max_rel, 1e-6) << "input side " << input_side;
+    EXPECT_NEAR(avg[n * kK + n], exact->value().trace(), 1e-6 * exact->value().trace());
+  }
+}
+
+TEST(MomentSketchTest, NystromIsExactForLowRankMoments) {
+  // Three workers with rank-2 gradients: M has rank <= 6 <= k.
+  constexpr int64_t kOut = 40, kIn = 64, kK = 10;
+  std::vector<std::vector<float>> grads;
+  for (uint32_t w = 0; w < 3; ++w) {
+    const Eigen::MatrixXd g =
+        testing::Gaussian(kOut, 2, 10 + w) * testing::Gaussian(2, kIn, 20 + w);
+    std::vector<float> x(kOut * kIn);
+    for (int64_t i = 0; i < kOut; ++i) {
+      for (int64_t j = 0; j < kIn; ++j) x[i * kIn + j] = static_cast<float>(g(i, j));
+    }
+    grads.push_back(std::move(x));
+  }
+  auto sketch = std::make_shared<const MomentSketch>(*MomentSketch::Create(kIn, kK, 7));
+  auto ema = SketchedMomentEma::Create(sketch, 0.95);
+  ASSERT_TRUE(ema.ok());
+  ASSERT_TRUE(ema->Update(AverageContribution(*sketch, grads, kOut, kIn, true)).ok());
+  auto exact = SecondMomentEma::Create(kIn);
+  std::vector<const float*> ptrs;
+  for (const auto& g : grads) ptrs.push_back(g.data());
+  ASSERT_TRUE(exact->UpdateInputSide(ptrs, kOut, kIn).ok());
+  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> dense(exact->value());
+  auto eig = ema->TopEigenpairs(6);
+  ASSERT_TRUE(eig.ok()) << eig.status();
+  for (int j = 0; j < 6; ++j) {
+    const double want = dense.eigenvalues()(kIn - 1 - j);
+    EXPECT_NEAR(eig->values(j), want, 1e-4 * dense.eigenvalues()(kIn - 1)) << j;
+  }
+  EXPECT_LT(SubspaceSine(dense.eigenvectors().rightCols(6), eig->vectors), 1e-3);
+  EXPECT_NEAR(eig->trace, exact->value().trace(), 1e-6 * exact->value().trace());
+}
+
+TEST(MomentSketchTest, CapturesTheDominantSubspaceOfNoisyMoments) {
+  // Four dominant directions plus noise; k = 2r captures the top r = 4.
+  constexpr int64_t kOut = 96, kIn = 128, kK = 16;
+  const auto grads = SharedPlusNoiseGradients(kOut, kIn, 8, 4, 0.05, 3);
+  auto sketch = std::make_shared<const MomentSketch>(*MomentSketch::Create(kIn, kK, 9));
+  auto ema = SketchedMomentEma::Create(sketch, 0.0);
+  ASSERT_TRUE(ema->Update(AverageContribution(*sketch, grads, kOut, kIn, true)).ok());
+  auto exact = SecondMomentEma::Create(kIn);
+  std::vector<const float*> ptrs;
+  for (const auto& g : grads) ptrs.push_back(g.data());
+  ASSERT_TRUE(exact->UpdateInputSide(ptrs, kOut, kIn).ok());
+  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> dense(exact->value());
+  auto eig = ema->TopEigenpairs(4);
+  ASSERT_TRUE(eig.ok());
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_NEAR(eig->values(j) / dense.eigenvalues()(kIn - 1 - j), 1.0, 0.02) << j;
+  }
+  EXPECT_LT(SubspaceSine(dense.eigenvectors().rightCols(4), eig->vectors), 0.05);
+}
+
+TEST(MomentSketchTest, EmaOfSketchesIsTheSketchOfTheEma) {
+  constexpr int64_t kOut = 32, kIn = 48, kK = 8;
+  auto sketch = std::make_shared<const MomentSketch>(*MomentSketch::Create(kIn, kK, 5));
+  auto ema = SketchedMomentEma::Create(sketch, 0.9);
+  auto exact = SecondMomentEma::Create(kIn, 0.9);
+  for (uint32_t step = 0; step < 4; ++step) {
+    const auto grads = SharedPlusNoiseGradients(kOut, kIn, 2, 3, 0.5, step);
+    ASSERT_TRUE(ema->Update(AverageContribution(*sketch, grads, kOut, kIn, true)).ok());
+    std::vector<const float*> ptrs;
+    for (const auto& g : grads) ptrs.push_back(g.data());
+    ASSERT_TRUE(exact->UpdateInputSide(ptrs, kOut, kIn).ok());
+  }
+  EXPECT_EQ(ema->num_updates(), 4);
+  EXPECT_NEAR(ema->trace(), exact->value().trace(), 1e-6 * exact->value().trace());
+  EXPECT_LT((ema->diagonal() - exact->value().diagonal()).norm(),
+            1e-6 * exact->value().diagonal().norm());
+}
+
+TEST(MomentSketchTest, RejectsBadArguments) {
+  EXPECT_EQ(MomentSketch::Create(0, 1, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MomentSketch::Create(8, 9, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MomentSketch::Create(8, 0, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  auto sketch = std::make_shared<const MomentSketch>(*MomentSketch::Create(8, 4, 1));
+  std::vector<float> g(4 * 8, 1.0f), out(sketch->contribution_size());
+  EXPECT_EQ(sketch->OutputSideContribution(g.data(), 4, 8, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);  // d_out != 8
+  g[5] = std::nanf("");
+  EXPECT_EQ(sketch->InputSideContribution(g.data(), 4, 8, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SketchedMomentEma::Create(nullptr, 0.5).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SketchedMomentEma::Create(sketch, 1.0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto ema = SketchedMomentEma::Create(sketch, 0.5);
+  EXPECT_EQ(ema->TopEigenpairs(2).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ema->Update(std::vector<float>(3)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ema->Update(std::vector<float>(sketch->contribution_size(), 0.0f)).ok());
+  EXPECT_EQ(ema->TopEigenpairs(2).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ema->TopEigenpairs(5).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gift::transform

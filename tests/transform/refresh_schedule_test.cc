@@ -1,0 +1,72 @@
+#include "common/transform/refresh_schedule.h"
+
+#include "gtest/gtest.h"
+
+namespace gift::transform {
+namespace {
+
+RefreshSchedule Make(const RefreshScheduleOptions& options) {
+  auto schedule = RefreshSchedule::Create(options);
+  EXPECT_TRUE(schedule.ok()) << schedule.status();
+  return *schedule;
+}
+
+TEST(RefreshScheduleTest, FirstThenEveryPeriod) {
+  RefreshSchedule s = Make({.period_steps = 10, .drift_threshold = 0.0});
+  EXPECT_EQ(s.Due(3, std::nullopt, 0), RefreshReason::kFirst);
+  s.MarkRefreshed(3, std::nullopt, 0);
+  EXPECT_EQ(s.last_refresh_step(), 3u);
+  for (uint64_t step = 4; step < 13; ++step) {
+    EXPECT_EQ(s.Due(step, 0.9, 0), RefreshReason::kNone) << step;
+  }
+  EXPECT_EQ(s.Due(13, std::nullopt, 0), RefreshReason::kPeriod);
+  s.MarkRefreshed(13, std::nullopt, 0);
+  EXPECT_EQ(s.Due(14, std::nullopt, 0), RefreshReason::kNone);
+}
+
+TEST(RefreshScheduleTest, DriftTriggersEarlyRefresh) {
+  RefreshSchedule s = Make({.period_steps = 100, .drift_threshold = 0.2});
+  s.MarkRefreshed(0, 0.4, 0);
+  EXPECT_EQ(s.Due(5, 0.47, 0), RefreshReason::kNone);   // +17.5%
+  EXPECT_EQ(s.Due(5, 0.49, 0), RefreshReason::kDrift);  // +22.5%
+  EXPECT_EQ(s.Due(5, std::nullopt, 0), RefreshReason::kNone);
+  s.MarkRefreshed(5, 0.45, 0);
+  EXPECT_EQ(s.Due(6, 0.5, 0), RefreshReason::kNone);
+  // Without a reference, only "worse than direct" counts as drift.
+  s.MarkRefreshed(7, std::nullopt, 0);
+  EXPECT_EQ(s.Due(8, 0.9, 0), RefreshReason::kNone);
+  EXPECT_EQ(s.Due(8, 1.0, 0), RefreshReason::kDrift);
+}
+
+TEST(RefreshScheduleTest, ZeroThresholdDisablesDrift) {
+  RefreshSchedule s = Make({.period_steps = 100, .drift_threshold = 0.0});
+  s.MarkRefreshed(0, 0.1, 0);
+  EXPECT_EQ(s.Due(1, 5.0, 0), RefreshReason::kNone);
+}
+
+TEST(RefreshScheduleTest, OperatorRequestsAreServedOnce) {
+  RefreshSchedule s = Make({.period_steps = 100});
+  s.MarkRefreshed(0, 0.3, 0);
+  EXPECT_EQ(s.Due(1, 0.3, 2), RefreshReason::kRequested);
+  s.MarkRefreshed(1, 0.3, 2);
+  EXPECT_EQ(s.Due(2, 0.3, 2), RefreshReason::kNone);
+  EXPECT_EQ(s.Due(2, 0.3, 3), RefreshReason::kRequested);
+}
+
+TEST(RefreshScheduleTest, CollectPeriod) {
+  RefreshSchedule s = Make({.collect_period = 4});
+  EXPECT_TRUE(s.ShouldCollect(0));
+  EXPECT_FALSE(s.ShouldCollect(1));
+  EXPECT_FALSE(s.ShouldCollect(3));
+  EXPECT_TRUE(s.ShouldCollect(8));
+}
+
+TEST(RefreshScheduleTest, RejectsBadOptions) {
+  EXPECT_FALSE(RefreshSchedule::Create({.period_steps = 0}).ok());
+  EXPECT_FALSE(RefreshSchedule::Create({.drift_threshold = -0.1}).ok());
+  EXPECT_FALSE(RefreshSchedule::Create({.collect_period = 0}).ok());
+  EXPECT_EQ(RefreshReasonName(RefreshReason::kDrift), "drift");
+}
+
+}  // namespace
+}  // namespace gift::transform

@@ -1,0 +1,218 @@
+#include "common/transform/tensor_geometry.h"
+
+#include <cmath>
+#include <vector>
+
+#include "common/codec/codec.h"
+#include "common/codec/reduce.h"
+#include "common/transform/tensor_basis_transform.h"
+#include "gtest/gtest.h"
+#include "tests/transform/test_util.h"
+
+namespace gift::transform {
+namespace {
+
+using testing::RelativeL2;
+using testing::SharedPlusNoiseGradients;
+
+constexpr int64_t kOut = 64, kIn = 96;
+
+std::vector<const float*> Pointers(const std::vector<std::vector<float>>& grads) {
+  std::vector<const float*> ptrs;
+  for (const auto& g : grads) ptrs.push_back(g.data());
+  return ptrs;
+}
+
+std::vector<float> Average(const std::vector<std::vector<float>>& grads) {
+  std::vector<float> avg(grads[0].size());
+  for (size_t i = 0; i < avg.size(); ++i) {
+    double sum = 0.0;
+    for (const auto& g : grads) sum += g[i];
+    avg[i] = static_cast<float>(sum / grads.size());
+  }
+  return avg;
+}
+
+BuildBasisOptions Options(uint64_t tensor_id, uint64_t version, double power, int64_t rank) {
+  BuildBasisOptions options;
+  options.tensor_id = tensor_id;
+  options.version = version;
+  options.power = power;
+  options.rank = rank;
+  return options;
+}
+
+std::vector<float> Forward(const TensorBasis& basis, const std::vector<float>& g) {
+  std::vector<float> out(g.size());
+  EXPECT_TRUE(basis.Forward(g.data(), basis.header().d_out, basis.header().d_in, out.data()).ok());
+  return out;
+}
+
+TEST(TensorGeometryTest, GradientSourceMatchesTheReducedGradientsEma) {
+  auto geo = TensorGeometry::Create(kOut, kIn, {.source = GeometrySource::kGradients});
+  ASSERT_TRUE(geo.ok()) << geo.status();
+  auto in = SecondMomentEma::Create(kIn), out = SecondMomentEma::Create(kOut);
+  EXPECT_FALSE(geo->ready());
+  EXPECT_EQ(geo->BuildBasis({}).status().code(), absl::StatusCode::kFailedPrecondition);
+  for (uint32_t step = 0; step < 3; ++step) {
+    const std::vector<float> avg = Average(SharedPlusNoiseGradients(kOut, kIn, 4, 4, 0.5, step));
+    ASSERT_TRUE(geo->AddReducedGradient(avg.data()).ok());
+    const float* p[] = {avg.data()};
+    ASSERT_TRUE(in->UpdateInputSide(p, kOut, kIn).ok());
+    ASSERT_TRUE(out->UpdateOutputSide(p, kOut, kIn).ok());
+  }
+  ASSERT_TRUE(geo->ready());
+  auto basis = geo->BuildBasis(Options(3, 2, 0.25, 8));
+  ASSERT_TRUE(basis.ok()) << basis.status();
+  EXPECT_EQ(basis->header().tensor_id, 3u);
+  EXPECT_EQ(basis->header().version, 2u);
+  auto want = TensorBasis::Create({.d_out = kOut, .d_in = kIn, .config = {Sides::kBoth, 0.25}},
+                                  *SideBasis::FromFactor(out->value(), 8),
+                                  *SideBasis::FromFactor(in->value(), 8));
+  ASSERT_TRUE(want.ok());
+  const auto g = SharedPlusNoiseGradients(kOut, kIn, 1, 4, 0.5, 9)[0];
+  EXPECT_EQ(Forward(*basis, g), Forward(*want, g));  // bit-identical
+}
+
+TEST(TensorGeometryTest, PerWorkerSketchAtFullSizeMatchesTheExactMoments) {
+  // sketch_size >= both dimensions: the sketch holds M Omega for a square
+  // orthonormal Omega, so the Nystrom eigenpairs are those of M.
+  auto geo = TensorGeometry::Create(
+      kOut, kIn, {.source = GeometrySource::kPerWorkerGradients, .sketch_size = 128});
+  ASSERT_TRUE(geo.ok());
+  const auto grads = SharedPlusNoiseGradients(kOut, kIn, 4, 4, 0.5, 1);
+  auto size = geo->PerWorkerContributionSize();
+  ASSERT_TRUE(size.ok());
+  EXPECT_EQ(*size, (kOut * kOut + kOut + 1) + (kIn * kIn + kIn + 1));
+  std::vector<double> sum(*size, 0.0);
+  std::vector<float> c(*size);
+  for (const auto& g : grads) {
+    ASSERT_TRUE(geo->PerWorkerContribution(g.data(), c.data()).ok());
+    for (int64_t i = 0; i < *size; ++i) sum[i] += c[i];
+  }
+  std::vector<float> avg(*size);
+  for (int64_t i = 0; i < *size; ++i) avg[i] = static_cast<float>(sum[i] / grads.size());
+  ASSERT_TRUE(geo->AddPerWorkerAverage(avg).ok());
+  ASSERT_TRUE(geo->ready());
+  // Rank 4: the four shared directions stand clear of the noise, so both
+  // eigen solvers find the same subspace.
+  auto basis = geo->BuildBasis(Options(0, 0, 0.25, 4));
+  ASSERT_TRUE(basis.ok()) << basis.status();
+
+  auto in = SecondMomentEma::Create(kIn), out = SecondMomentEma::Create(kOut);
+  ASSERT_TRUE(in->UpdateInputSide(Pointers(grads), kOut, kIn).ok());
+  ASSERT_TRUE(out->UpdateOutputSide(Pointers(grads), kOut, kIn).ok());
+  // The reference: the same model built from a dense eigendecomposition.
+  auto dense_side = [](const Eigen::MatrixXd& m) {
+    const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> dense(m);  // ascending
+    const int64_t n = m.rows();
+    LowRankEigenpairs eig;
+    eig.vectors = dense.eigenvectors().rightCols(4).rowwise().reverse();
+    eig.values = dense.eigenvalues().tail(4).reverse();
+    eig.trace = m.trace();
+    return SideBasis::FromEigenpairs(eig, m.diagonal(), n).value();
+  };
+  auto want = TensorBasis::Create({.d_out = kOut, .d_in = kIn, .config = {Sides::kBoth, 0.25}},
+                                  dense_side(out->value()), dense_side(in->value()));
+  ASSERT_TRUE(want.ok());
+  const auto g = SharedPlusNoiseGradients(kOut, kIn, 1, 4, 0.5, 9)[0];
+  // FP32 rounding of the contributions is the only difference.
+  EXPECT_LT(RelativeL2(Forward(*basis, g), Forward(*want, g)), 1e-5);
+}
+
+TEST(TensorGeometryTest, PerWorkerSketchLowersTheQuantizedAverageError) {
+  // Gradients with 24 shared directions of decaying strength plus 10% noise
+  // per worker; sketches of 48 columns on sides of 128 and 192; rank 24.
+  constexpr int kWorkers = 8, kDirections = 24;
+  constexpr int64_t kRows = 128, kCols = 192;
+  constexpr double kNoise = 0.1;
+  auto geo = TensorGeometry::Create(
+      kRows, kCols, {.source = GeometrySource::kPerWorkerGradients, .sketch_size = 48});
+  ASSERT_TRUE(geo.ok());
+  const int64_t size = *geo->PerWorkerContributionSize();
+  for (uint32_t step = 0; step < 3; ++step) {
+    const auto grads = SharedPlusNoiseGradients(kRows, kCols, kWorkers, kDirections, kNoise, step);
+    std::vector<double> sum(size, 0.0);
+    std::vector<float> c(size);
+    for (const auto& g : grads) {
+      ASSERT_TRUE(geo->PerWorkerContribution(g.data(), c.data()).ok());
+      for (int64_t i = 0; i < size; ++i) sum[i] += c[i];
+    }
+    std::vector<float> avg(size);
+    for (int64_t i = 0; i < size; ++i) avg[i] = static_cast<float>(sum[i] / kWorkers);
+    ASSERT_TRUE(geo->AddPerWorkerAverage(avg).ok());
+  }
+  auto basis = geo->BuildBasis(Options(0, 0, 0.25, kDirections));
+  ASSERT_TRUE(basis.ok()) << basis.status();
+  // A later step (causal: the statistics come from steps 0..2).
+  const auto grads = SharedPlusNoiseGradients(kRows, kCols, kWorkers, kDirections, kNoise, 7);
+  const std::vector<float> exact = Average(grads);
+  auto spec = codec::ParseCodecSpec("e4m3/tensor");
+  ASSERT_TRUE(spec.ok());
+  auto quantized_average = [&](const TensorBasis* b) {
+    std::vector<codec::EncodedTensor> encoded;
+    std::vector<codec::EncodedView> views;
+    for (int w = 0; w < kWorkers; ++w) {
+      const std::vector<float> x = b == nullptr ? grads[w] : Forward(*b, grads[w]);
+      encoded.push_back(codec::EncodedTensor::Create(*spec, kRows, kCols).value());
+      EXPECT_TRUE(codec::Encode(x.data(), encoded.back().mutable_view(),
+                                {.tensor = 1, .step = 7, .rank = static_cast<uint32_t>(w)})
+                      .ok());
+    }
+    for (const auto& e : encoded) views.push_back(e.view());
+    std::vector<float> sum(kRows * kCols);
+    EXPECT_TRUE(
+        codec::ReduceEncoded(views, sum.data(), 1.0f / kWorkers, codec::MutableEncodedView{}).ok());
+    if (b != nullptr) {
+      EXPECT_TRUE(b->Inverse(sum.data(), kRows, kCols, sum.data()).ok());
+    }
+    return RelativeL2(sum, exact);
+  };
+  const double direct = quantized_average(nullptr);
+  const double gift = quantized_average(&*basis);
+  EXPECT_LT(gift, 0.5 * direct) << "direct " << direct << " gift " << gift;
+}
+
+TEST(TensorGeometryTest, ActivationSourceFeedsTheInputSide) {
+  auto geo = TensorGeometry::Create(kOut, kIn, {.source = GeometrySource::kActivations});
+  ASSERT_TRUE(geo.ok());
+  const std::vector<float> avg = Average(SharedPlusNoiseGradients(kOut, kIn, 2, 4, 0.5, 0));
+  ASSERT_TRUE(geo->AddReducedGradient(avg.data()).ok());
+  EXPECT_FALSE(geo->ready());  // the input side waits for activations
+  Eigen::VectorXd spectrum(kIn);
+  for (int64_t i = 0; i < kIn; ++i) spectrum(i) = std::pow(1.0 + i, -1.0);
+  ASSERT_TRUE(geo->AddActivationFactor(testing::FactorWithSpectrum(spectrum, 5)).ok());
+  ASSERT_TRUE(geo->ready());
+  auto basis = geo->BuildBasis(Options(0, 0, 0.5, kIn));
+  ASSERT_TRUE(basis.ok()) << basis.status();
+  // Full rank, p = 1/2, isotropic: the input side whitens the factor.
+  const Eigen::MatrixXd f = basis->input_side()->DenseModelFactor();
+  EXPECT_NEAR(f.trace(), spectrum.sum() * (1.0 + 1e-3), 1e-6 * spectrum.sum());
+}
+
+TEST(TensorGeometryTest, RejectsMisuse) {
+  EXPECT_EQ(TensorGeometry::Create(1, 64, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TensorGeometry::Create(8, 8, {.ema_decay = 1.0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TensorGeometry::Create(
+                8, 8, {.source = GeometrySource::kPerWorkerGradients, .sketch_size = 0})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  auto geo = TensorGeometry::Create(8, 8, {.source = GeometrySource::kGradients});
+  ASSERT_TRUE(geo.ok());
+  EXPECT_EQ(geo->PerWorkerContributionSize().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(geo->AddActivationFactor(Eigen::MatrixXd::Identity(8, 8)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto pw = TensorGeometry::Create(8, 8, {.source = GeometrySource::kPerWorkerGradients});
+  EXPECT_EQ(pw->AddPerWorkerAverage(std::vector<float>(3)).code(),
+            absl::StatusCode::kInvalidArgument);
+  auto out_only = TensorGeometry::Create(
+      8, 8, {.sides = Sides::kOutput, .source = GeometrySource::kActivations});
+  EXPECT_EQ(out_only->AddActivationFactor(Eigen::MatrixXd::Identity(8, 8)).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace gift::transform
