@@ -1,0 +1,106 @@
+#include "common/dataplane/chunk_header.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/crc32c.h"
+
+namespace gift::dataplane {
+namespace {
+
+constexpr char kMagic[4] = {'G', 'F', 'T', 'D'};
+constexpr size_t kCrcOffset = 56;
+
+template <typename T>
+void Put(T v, uint8_t* out) {
+  for (size_t i = 0; i < sizeof(T); ++i) out[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+template <typename T>
+T Get(const uint8_t* in) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(in[i]) << (8 * i);
+  return v;
+}
+
+absl::string_view KindName(ChunkKind kind) {
+  switch (kind) {
+    case ChunkKind::kPush:
+      return "push";
+    case ChunkKind::kResult:
+      return "result";
+    case ChunkKind::kAbort:
+      return "abort";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+std::string ToString(const ChunkHeader& h) {
+  return absl::StrCat(KindName(h.kind), " epoch=", h.epoch, " step=", h.step,
+                      " tensor=", h.tensor_id, " chunk=", h.chunk_index, " basis=", h.basis_version,
+                      " rank=", h.rank, "/", h.world_size,
+                      h.status_code != 0 ? absl::StrCat(" status=", h.status_code) : "");
+}
+
+std::array<uint8_t, kChunkHeaderBytes> SerializeChunkHeader(const ChunkHeader& h) {
+  std::array<uint8_t, kChunkHeaderBytes> out{};
+  uint8_t* p = out.data();
+  std::memcpy(p, kMagic, 4);
+  Put<uint16_t>(kChunkHeaderVersion, p + 4);
+  p[6] = static_cast<uint8_t>(h.kind);
+  Put(h.epoch, p + 8);
+  Put(h.step, p + 16);
+  Put(h.tensor_id, p + 24);
+  Put(h.basis_version, p + 32);
+  Put(h.chunk_index, p + 40);
+  Put(h.rank, p + 44);
+  Put(h.world_size, p + 48);
+  Put(h.status_code, p + 52);
+  Put(crc32c::Value(p, kCrcOffset), p + kCrcOffset);
+  return out;
+}
+
+absl::StatusOr<ChunkHeader> ParseChunkHeader(absl::Span<const uint8_t> bytes) {
+  if (bytes.size() != kChunkHeaderBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk header is ", bytes.size(), " bytes, expected ", kChunkHeaderBytes));
+  }
+  const uint8_t* p = bytes.data();
+  if (std::memcmp(p, kMagic, 4) != 0) return absl::InvalidArgumentError("chunk header magic");
+  const uint16_t version = Get<uint16_t>(p + 4);
+  if (version > kChunkHeaderVersion) {
+    return absl::UnimplementedError(
+        absl::StrCat("chunk header version ", version, " is newer than ", kChunkHeaderVersion));
+  }
+  if (version == 0) return absl::InvalidArgumentError("chunk header version 0");
+  if (crc32c::Value(p, kCrcOffset) != Get<uint32_t>(p + kCrcOffset)) {
+    return absl::DataLossError("chunk header checksum mismatch");
+  }
+  if (p[7] != 0 || Get<uint32_t>(p + 60) != 0) {
+    return absl::InvalidArgumentError("chunk header reserved bytes are not zero");
+  }
+  ChunkHeader h;
+  const uint8_t kind = p[6];
+  if (kind < 1 || kind > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk header kind ", int{kind}));
+  }
+  h.kind = static_cast<ChunkKind>(kind);
+  h.epoch = Get<uint64_t>(p + 8);
+  h.step = Get<uint64_t>(p + 16);
+  h.tensor_id = Get<uint64_t>(p + 24);
+  h.basis_version = Get<uint64_t>(p + 32);
+  h.chunk_index = Get<uint32_t>(p + 40);
+  h.rank = Get<uint32_t>(p + 44);
+  h.world_size = Get<uint32_t>(p + 48);
+  h.status_code = Get<uint32_t>(p + 52);
+  if (h.world_size == 0) return absl::InvalidArgumentError("chunk header world size 0");
+  if (h.kind == ChunkKind::kPush && h.rank >= h.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk header rank ", h.rank, " is not below world size ", h.world_size));
+  }
+  return h;
+}
+
+}  // namespace gift::dataplane

@@ -1,0 +1,160 @@
+#include "server/aggregator/chunk_reducer.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/codec/reduce.h"
+
+namespace gift::server {
+
+using dataplane::ChunkHeader;
+using dataplane::ChunkKind;
+
+absl::StatusOr<std::unique_ptr<ChunkReducer>> ChunkReducer::Create(
+    const ChunkReducerOptions& options) {
+  if (auto s = codec::Validate(options.pull_spec); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("pull codec: ", s.message()));
+  }
+  return std::unique_ptr<ChunkReducer>(new ChunkReducer(options));
+}
+
+absl::StatusOr<std::vector<ChunkHeader>> ChunkReducer::SetEpoch(
+    uint64_t epoch, uint32_t world_size, absl::flat_hash_map<ChunkId, ChunkShape> chunks) {
+  if (world_size == 0) return absl::InvalidArgumentError("world size 0");
+  absl::MutexLock lock(&mu_);
+  if (has_epoch_ && epoch <= epoch_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("epoch ", epoch, " is not above the current epoch ", epoch_));
+  }
+  std::vector<ChunkHeader> aborted;
+  for (const auto& [key, pending] : pending_) {
+    ChunkHeader h;
+    h.kind = ChunkKind::kAbort;
+    h.epoch = epoch_;
+    std::tie(h.step, h.tensor_id, h.chunk_index) = key;
+    h.basis_version = pending.basis_version;
+    h.rank = pending.received;
+    h.world_size = world_size_;
+    h.status_code = static_cast<uint32_t>(absl::StatusCode::kAborted);
+    aborted.push_back(h);
+  }
+  pending_.clear();
+  pending_bytes_ = 0;
+  has_epoch_ = true;
+  epoch_ = epoch;
+  world_size_ = world_size;
+  chunks_ = std::move(chunks);
+  return aborted;
+}
+
+absl::StatusOr<std::optional<ReducedChunk>> ChunkReducer::AddPush(const ChunkHeader& header,
+                                                                  std::vector<uint8_t> payload) {
+  if (header.kind != ChunkKind::kPush) {
+    return absl::InvalidArgumentError(absl::StrCat("not a push: ", dataplane::ToString(header)));
+  }
+  // Parse (checksum, layout, contents) before taking the lock.
+  auto parsed = codec::ParsePayload(payload, options_.payload_limits);
+  if (!parsed.ok()) {
+    return absl::Status(
+        parsed.status().code(),
+        absl::StrCat(dataplane::ToString(header), ": payload: ", parsed.status().message()));
+  }
+  const ChunkShape got{parsed->view.rows, parsed->view.cols};
+  const Key key{header.step, header.tensor_id, header.chunk_index};
+  ChunkShape shape;
+  std::vector<std::vector<uint8_t>> complete;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!has_epoch_) return absl::FailedPreconditionError("no epoch installed yet");
+    if (header.epoch != epoch_) {
+      return absl::FailedPreconditionError(absl::StrCat(dataplane::ToString(header), ": epoch ",
+                                                        header.epoch, ", current epoch ", epoch_));
+    }
+    if (header.world_size != world_size_ || header.rank >= world_size_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dataplane::ToString(header), ": world size of the epoch is ", world_size_));
+    }
+    auto chunk = chunks_.find(ChunkId{header.tensor_id, header.chunk_index});
+    if (chunk == chunks_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat(dataplane::ToString(header), ": chunk not owned by this shard"));
+    }
+    shape = chunk->second;
+    if (got != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(dataplane::ToString(header), ": payload is ",
+                                                     got.rows, "x", got.cols, ", chunk is ",
+                                                     shape.rows, "x", shape.cols));
+    }
+    auto [it, inserted] = pending_.try_emplace(key);
+    Pending& p = it->second;
+    if (inserted) {
+      p.basis_version = header.basis_version;
+      p.payloads.resize(world_size_);
+    } else if (p.basis_version != header.basis_version) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          dataplane::ToString(header), ": basis version ", header.basis_version,
+          " differs from version ", p.basis_version, " of the ranks already received"));
+    }
+    if (!p.payloads[header.rank].empty()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(dataplane::ToString(header), ": rank already contributed"));
+    }
+    pending_bytes_ += payload.size();
+    p.payloads[header.rank] = std::move(payload);
+    if (++p.received < world_size_) return std::nullopt;
+    complete = std::move(p.payloads);
+    for (const auto& b : complete) pending_bytes_ -= b.size();
+    pending_.erase(it);
+  }
+  auto reduced = Reduce(header, shape, complete);
+  if (!reduced.ok()) return reduced.status();
+  return std::optional<ReducedChunk>(*std::move(reduced));
+}
+
+absl::StatusOr<ReducedChunk> ChunkReducer::Reduce(
+    const ChunkHeader& last, const ChunkShape& shape,
+    const std::vector<std::vector<uint8_t>>& payloads) const {
+  std::vector<codec::EncodedView> views;
+  views.reserve(payloads.size());
+  for (const auto& bytes : payloads) {
+    // Parsed once already on arrival; the views point into `payloads`.
+    auto parsed = codec::ParsePayload(bytes, options_.payload_limits);
+    if (!parsed.ok()) return parsed.status();
+    views.push_back(parsed->view);
+  }
+  auto out = codec::EncodedTensor::Create(options_.pull_spec, shape.rows, shape.cols);
+  if (!out.ok()) return out.status();
+  std::vector<float> sum(shape.rows * shape.cols);
+  const codec::RngKey key{.tensor = last.tensor_id, .step = last.step, .rank = 0};
+  if (auto s = codec::ReduceEncoded(views, sum.data(), 1.0f / static_cast<float>(payloads.size()),
+                                    out->mutable_view(), key, options_.codec_options);
+      !s.ok()) {
+    return s;
+  }
+  const uint64_t dims[] = {shape.rows, shape.cols};
+  auto bytes = codec::SerializePayload(out->view(), dims);
+  if (!bytes.ok()) return bytes.status();
+  ReducedChunk result;
+  result.header = last;
+  result.header.kind = ChunkKind::kResult;
+  result.header.rank = static_cast<uint32_t>(payloads.size());
+  result.payload = *std::move(bytes);
+  return result;
+}
+
+uint64_t ChunkReducer::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+size_t ChunkReducer::pending_chunks() const {
+  absl::MutexLock lock(&mu_);
+  return pending_.size();
+}
+
+uint64_t ChunkReducer::pending_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return pending_bytes_;
+}
+
+}  // namespace gift::server

@@ -1,0 +1,168 @@
+#include "server/aggregator/chunk_reducer.h"
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "common/codec/codec.h"
+#include "common/codec/payload.h"
+#include "common/codec/reduce.h"
+#include "gtest/gtest.h"
+
+namespace gift::server {
+namespace {
+
+using dataplane::ChunkHeader;
+using dataplane::ChunkKind;
+
+constexpr uint64_t kRows = 8, kCols = 256;
+constexpr uint32_t kWorld = 4;
+
+codec::CodecSpec Spec(const char* text) { return codec::ParseCodecSpec(text).value(); }
+
+std::vector<float> Gradient(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> g(kRows * kCols);
+  for (float& x : g) x = normal(rng);
+  return g;
+}
+
+codec::EncodedTensor Encode(const std::vector<float>& g, uint32_t rank, uint64_t step) {
+  auto t = codec::EncodedTensor::Create(Spec("e4m3/block128"), kRows, kCols).value();
+  EXPECT_TRUE(
+      codec::Encode(g.data(), t.mutable_view(), {.tensor = 7, .step = step, .rank = rank}).ok());
+  return t;
+}
+
+std::vector<uint8_t> Payload(const codec::EncodedTensor& t) {
+  const uint64_t dims[] = {kRows, kCols};
+  return codec::SerializePayload(t.view(), dims).value();
+}
+
+ChunkHeader Push(uint64_t epoch, uint64_t step, uint32_t rank, uint64_t basis = 1) {
+  return {.kind = ChunkKind::kPush,
+          .epoch = epoch,
+          .step = step,
+          .tensor_id = 7,
+          .basis_version = basis,
+          .chunk_index = 0,
+          .rank = rank,
+          .world_size = kWorld};
+}
+
+std::unique_ptr<ChunkReducer> MakeReducer(uint64_t epoch = 1) {
+  auto r = ChunkReducer::Create({.pull_spec = Spec("bf16")});
+  EXPECT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE((*r)->SetEpoch(epoch, kWorld, {{{7, 0}, {kRows, kCols}}}).ok());
+  return *std::move(r);
+}
+
+TEST(ChunkReducerTest, ReducesInRankOrderWhateverTheArrivalOrder) {
+  std::vector<codec::EncodedTensor> encoded;
+  for (uint32_t r = 0; r < kWorld; ++r) encoded.push_back(Encode(Gradient(r), r, 5));
+  // The reference: ReduceEncoded over the ranks in order, then bf16.
+  std::vector<codec::EncodedView> views;
+  for (const auto& e : encoded) views.push_back(e.view());
+  auto want = codec::EncodedTensor::Create(Spec("bf16"), kRows, kCols).value();
+  std::vector<float> sum(kRows * kCols);
+  ASSERT_TRUE(codec::ReduceEncoded(views, sum.data(), 1.0f / kWorld, want.mutable_view(),
+                                   {.tensor = 7, .step = 5, .rank = 0})
+                  .ok());
+  const uint64_t dims[] = {kRows, kCols};
+  const std::vector<uint8_t> want_bytes = codec::SerializePayload(want.view(), dims).value();
+
+  std::vector<uint32_t> order = {2, 0, 3, 1};
+  do {
+    auto reducer = MakeReducer();
+    std::optional<ReducedChunk> result;
+    for (size_t i = 0; i < order.size(); ++i) {
+      auto r = reducer->AddPush(Push(1, 5, order[i]), Payload(encoded[order[i]]));
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->has_value(), i + 1 == order.size());
+      if (r->has_value()) result = **r;
+    }
+    ASSERT_TRUE(result.has_value());
+    EXPECT_EQ(result->payload, want_bytes);
+    EXPECT_EQ(result->header.kind, ChunkKind::kResult);
+    EXPECT_EQ(result->header.rank, kWorld);
+    EXPECT_EQ(result->header.basis_version, 1u);
+    EXPECT_EQ(reducer->pending_chunks(), 0u);
+    EXPECT_EQ(reducer->pending_bytes(), 0u);
+  } while (std::next_permutation(order.begin(), order.end()));
+}
+
+TEST(ChunkReducerTest, RefusesBadPushesWithoutSideEffects) {
+  auto reducer = MakeReducer(3);
+  const auto payload = Payload(Encode(Gradient(1), 0, 1));
+  auto code = [&](const ChunkHeader& h, std::vector<uint8_t> bytes) {
+    return reducer->AddPush(h, std::move(bytes)).status().code();
+  };
+  EXPECT_EQ(code(Push(2, 1, 0), payload), absl::StatusCode::kFailedPrecondition);  // stale epoch
+  ChunkHeader h = Push(3, 1, 0);
+  h.world_size = 5;
+  EXPECT_EQ(code(h, payload), absl::StatusCode::kInvalidArgument);
+  h = Push(3, 1, 0);
+  h.chunk_index = 9;
+  EXPECT_EQ(code(h, payload), absl::StatusCode::kNotFound);
+  h = Push(3, 1, 0);
+  h.kind = ChunkKind::kResult;
+  EXPECT_EQ(code(h, payload), absl::StatusCode::kInvalidArgument);
+  auto corrupt = payload;
+  corrupt[corrupt.size() / 2] ^= 0x40;
+  EXPECT_EQ(code(Push(3, 1, 0), corrupt), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(code(Push(3, 1, 0), {1, 2, 3}), absl::StatusCode::kInvalidArgument);
+  // Wrong shape: a 4 x 512 payload for an 8 x 256 chunk.
+  auto other = codec::EncodedTensor::Create(Spec("e4m3/block128"), 4, 512).value();
+  std::vector<float> g(4 * 512, 0.5f);
+  ASSERT_TRUE(codec::Encode(g.data(), other.mutable_view()).ok());
+  const uint64_t dims[] = {4, 512};
+  EXPECT_EQ(code(Push(3, 1, 0), codec::SerializePayload(other.view(), dims).value()),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(reducer->pending_chunks(), 0u);
+
+  // Counted once; never mixed.
+  ASSERT_TRUE(reducer->AddPush(Push(3, 1, 0), payload).ok());
+  EXPECT_EQ(code(Push(3, 1, 0), payload), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(code(Push(3, 1, 1, /*basis=*/2), payload), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(reducer->pending_chunks(), 1u);
+  EXPECT_EQ(reducer->pending_bytes(), payload.size());
+}
+
+TEST(ChunkReducerTest, NewEpochAbortsIncompleteChunks) {
+  auto reducer = MakeReducer(1);
+  const auto payload = Payload(Encode(Gradient(1), 0, 1));
+  ASSERT_TRUE(reducer->AddPush(Push(1, 10, 0), payload).ok());
+  ASSERT_TRUE(reducer->AddPush(Push(1, 11, 2), payload).ok());
+  EXPECT_EQ(reducer->SetEpoch(1, 3, {}).status().code(), absl::StatusCode::kFailedPrecondition);
+  auto aborted = reducer->SetEpoch(2, 3, {{{7, 0}, {kRows, kCols}}});
+  ASSERT_TRUE(aborted.ok());
+  ASSERT_EQ(aborted->size(), 2u);
+  for (const ChunkHeader& h : *aborted) {
+    EXPECT_EQ(h.kind, ChunkKind::kAbort);
+    EXPECT_EQ(h.epoch, 1u);
+    EXPECT_EQ(h.status_code, static_cast<uint32_t>(absl::StatusCode::kAborted));
+  }
+  EXPECT_EQ(reducer->pending_chunks(), 0u);
+  // The old epoch's pushes are refused; the new world size applies.
+  EXPECT_EQ(reducer->AddPush(Push(1, 10, 1), payload).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ChunkHeader h = Push(2, 10, 0);
+  h.world_size = 3;
+  for (uint32_t r = 0; r < 3; ++r) {
+    h.rank = r;
+    auto result = reducer->AddPush(h, payload);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->has_value(), r == 2);
+  }
+}
+
+TEST(ChunkReducerTest, RejectsAnInvalidPullSpec) {
+  codec::CodecSpec bad = Spec("e4m3/block128");
+  bad.block_size = 7;
+  EXPECT_EQ(ChunkReducer::Create({.pull_spec = bad}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gift::server
