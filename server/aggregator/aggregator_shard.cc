@@ -1,0 +1,147 @@
+#include "server/aggregator/aggregator_shard.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/dataplane/chunk_header.h"
+
+namespace gift::server {
+
+using dataplane::ChunkHeader;
+using dataplane::ChunkKind;
+
+absl::StatusOr<std::unique_ptr<AggregatorShard>> AggregatorShard::Create(
+    const AggregatorShardOptions& options, const TransportFactory& make_transport) {
+  if (!make_transport) return absl::InvalidArgumentError("no transport factory");
+  std::unique_ptr<AggregatorShard> shard(new AggregatorShard(options));
+  auto reducer = ChunkReducer::Create(options.reducer);
+  if (!reducer.ok()) return reducer.status();
+  shard->reducer_ = *std::move(reducer);
+  AggregatorShard* self = shard.get();
+  auto transport = make_transport(
+      {.on_receive = [self](transport::Message m) { self->OnMessage(std::move(m)); },
+       .on_peer_failure =
+           [self](transport::PeerId peer, const absl::Status&) {
+             absl::MutexLock lock(&self->mu_);
+             for (auto it = self->connections_.begin(); it != self->connections_.end(); ++it) {
+               if (it->second == peer) {
+                 self->connections_.erase(it);
+                 break;
+               }
+             }
+           }});
+  if (!transport.ok()) return transport.status();
+  shard->transport_ = *std::move(transport);
+  return shard;
+}
+
+AggregatorShard::~AggregatorShard() {
+  // Stop the progress thread (and its callbacks into this object) first.
+  transport_.reset();
+}
+
+std::string AggregatorShard::address() const { return transport_->address(); }
+
+absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
+  if (epoch.workers.empty()) return absl::InvalidArgumentError("an epoch without workers");
+  // Connect first (outside the lock: Connect waits for the progress thread,
+  // which may be delivering a push that needs the lock).
+  std::vector<transport::PeerId> peers(epoch.workers.size());
+  absl::Status unreachable;
+  for (size_t rank = 0; rank < epoch.workers.size(); ++rank) {
+    const std::string& address = epoch.workers[rank];
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = connections_.find(address); it != connections_.end()) {
+        peers[rank] = it->second;
+        continue;
+      }
+    }
+    auto peer = transport_->Connect(address);
+    if (!peer.ok()) {
+      unreachable = absl::UnavailableError(
+          absl::StrCat("worker rank ", rank, " unreachable: ", peer.status().message()));
+      peers[rank] = 0;
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    connections_[address] = *peer;
+    peers[rank] = *peer;
+  }
+  auto aborted =
+      reducer_->SetEpoch(epoch.epoch, static_cast<uint32_t>(epoch.workers.size()), epoch.chunks);
+  if (!aborted.ok()) return aborted.status();
+  // Tell the previous epoch's workers, then switch.
+  auto reason = std::make_shared<std::vector<uint8_t>>();
+  const std::string text = absl::StrCat("epoch ", epoch.epoch, " replaced the step's epoch");
+  reason->assign(text.begin(), text.end());
+  for (const ChunkHeader& h : *aborted) Broadcast(h, reason);
+  {
+    absl::MutexLock lock(&mu_);
+    counters_.chunks_aborted += aborted->size();
+    worker_peers_ = std::move(peers);
+  }
+  return unreachable;
+}
+
+void AggregatorShard::OnMessage(transport::Message message) {
+  auto header = dataplane::ParseChunkHeader(message.header);
+  if (!header.ok()) return Reject(header.status());
+  auto result = reducer_->AddPush(*header, std::move(message.payload));
+  if (!result.ok()) return Reject(result.status());
+  {
+    absl::MutexLock lock(&mu_);
+    ++counters_.pushes_accepted;
+    if (result->has_value()) ++counters_.chunks_completed;
+  }
+  if (!result->has_value()) return;
+  Broadcast((*result)->header,
+            std::make_shared<std::vector<uint8_t>>(std::move((*result)->payload)));
+}
+
+void AggregatorShard::Reject(const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++rejections_[absl::StatusCodeToString(why.code())];
+  }
+  if (options_.on_reject) options_.on_reject(why);
+}
+
+void AggregatorShard::Broadcast(const ChunkHeader& header,
+                                std::shared_ptr<std::vector<uint8_t>> payload) {
+  std::vector<transport::PeerId> peers;
+  {
+    absl::MutexLock lock(&mu_);
+    peers = worker_peers_;
+  }
+  const auto bytes = dataplane::SerializeChunkHeader(header);
+  for (transport::PeerId peer : peers) {
+    if (peer == 0) continue;  // unreachable this epoch
+    // The callback keeps the payload alive until the transport is done.
+    const absl::Status s =
+        transport_->Send(peer, bytes, *payload, [this, payload](const absl::Status& done) {
+          absl::MutexLock lock(&mu_);
+          if (done.ok()) {
+            counters_.result_bytes_sent += payload->size();
+          } else {
+            ++counters_.send_failures;
+          }
+        });
+    if (!s.ok()) {
+      absl::MutexLock lock(&mu_);
+      ++counters_.send_failures;
+    }
+  }
+}
+
+AggregatorShard::Counters AggregatorShard::counters() const {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
+std::map<std::string, uint64_t> AggregatorShard::rejections() const {
+  absl::MutexLock lock(&mu_);
+  return rejections_;
+}
+
+}  // namespace gift::server

@@ -1,0 +1,190 @@
+// The aggregator shard on real transports: in-process and UCX (loopback).
+#include "server/aggregator/aggregator_shard.h"
+
+#include <random>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/codec/codec.h"
+#include "common/codec/payload.h"
+#include "common/dataplane/chunk_header.h"
+#include "common/transport/inproc/inproc_transport.h"
+#include "common/transport/ucx/ucx_transport.h"
+#include "gtest/gtest.h"
+
+namespace gift::server {
+namespace {
+
+using dataplane::ChunkHeader;
+using dataplane::ChunkKind;
+using transport::Message;
+
+constexpr uint64_t kRows = 4, kCols = 128;
+constexpr uint32_t kWorld = 4;
+
+// A worker's end: its transport and what it received.
+struct FakeWorker {
+  absl::Mutex mu;
+  std::vector<Message> inbox ABSL_GUARDED_BY(mu);
+  std::unique_ptr<transport::Transport> transport;
+
+  bool WaitFor(size_t n) {
+    absl::MutexLock lock(&mu);
+    auto enough = [&] { return inbox.size() >= n; };
+    return mu.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
+  }
+  std::vector<Message> Received() {
+    absl::MutexLock lock(&mu);
+    return inbox;
+  }
+};
+
+class AggregatorShardTest : public ::testing::TestWithParam<bool /*ucx*/> {
+ protected:
+  absl::StatusOr<std::unique_ptr<transport::Transport>> MakeTransport(
+      transport::TransportHandlers handlers) {
+    if (GetParam()) return transport::CreateUcxTransport(std::move(handlers));
+    return transport::CreateInprocTransport(&hub_, std::move(handlers));
+  }
+
+  void SetUp() override {
+    auto shard = AggregatorShard::Create(
+        {.reducer = {.pull_spec = codec::ParseCodecSpec("bf16").value()}},
+        [this](transport::TransportHandlers h) { return MakeTransport(std::move(h)); });
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    shard_ = *std::move(shard);
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      auto w = std::make_unique<FakeWorker>();
+      FakeWorker* raw = w.get();
+      auto t = MakeTransport({.on_receive = [raw](Message m) {
+        absl::MutexLock lock(&raw->mu);
+        raw->inbox.push_back(std::move(m));
+      }});
+      ASSERT_TRUE(t.ok()) << t.status();
+      w->transport = *std::move(t);
+      auto peer = w->transport->Connect(shard_->address());
+      ASSERT_TRUE(peer.ok()) << peer.status();
+      peers_.push_back(*peer);
+      workers_.push_back(std::move(w));
+    }
+  }
+
+  ShardEpoch Epoch(uint64_t epoch, uint32_t world) {
+    ShardEpoch e{.epoch = epoch};
+    for (uint32_t r = 0; r < world; ++r) e.workers.push_back(workers_[r]->transport->address());
+    e.chunks = {{{7, 0}, {kRows, kCols}}};
+    return e;
+  }
+
+  std::vector<uint8_t> Payload(uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    std::vector<float> g(kRows * kCols);
+    for (float& x : g) x = normal(rng);
+    auto t =
+        codec::EncodedTensor::Create(codec::ParseCodecSpec("e4m3/block128").value(), kRows, kCols)
+            .value();
+    EXPECT_TRUE(codec::Encode(g.data(), t.mutable_view()).ok());
+    const uint64_t dims[] = {kRows, kCols};
+    return codec::SerializePayload(t.view(), dims).value();
+  }
+
+  void Push(uint32_t rank, uint64_t epoch, uint64_t step, uint32_t world,
+            const std::vector<uint8_t>& payload) {
+    const ChunkHeader h{.kind = ChunkKind::kPush,
+                        .epoch = epoch,
+                        .step = step,
+                        .tensor_id = 7,
+                        .basis_version = 0,
+                        .chunk_index = 0,
+                        .rank = rank,
+                        .world_size = world};
+    const auto bytes = dataplane::SerializeChunkHeader(h);
+    absl::Notification sent;
+    ASSERT_TRUE(workers_[rank]
+                    ->transport
+                    ->Send(peers_[rank], bytes, payload,
+                           [&](const absl::Status& s) {
+                             EXPECT_TRUE(s.ok()) << s;
+                             sent.Notify();
+                           })
+                    .ok());
+    sent.WaitForNotification();
+  }
+
+  transport::InprocHub hub_;
+  std::unique_ptr<AggregatorShard> shard_;
+  std::vector<std::unique_ptr<FakeWorker>> workers_;
+  std::vector<transport::PeerId> peers_;
+};
+
+TEST_P(AggregatorShardTest, EveryWorkerReceivesTheSameResult) {
+  ASSERT_TRUE(shard_->SetEpoch(Epoch(1, kWorld)).ok());
+  for (uint32_t r = 0; r < kWorld; ++r) Push(r, 1, 10, kWorld, Payload(r));
+  for (auto& w : workers_) ASSERT_TRUE(w->WaitFor(1));
+  const std::vector<uint8_t> first = workers_[0]->Received()[0].payload;
+  for (auto& w : workers_) {
+    const Message m = w->Received()[0];
+    auto h = dataplane::ParseChunkHeader(m.header);
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(h->kind, ChunkKind::kResult);
+    EXPECT_EQ(h->rank, kWorld);
+    EXPECT_EQ(h->step, 10u);
+    EXPECT_EQ(m.payload, first);
+    EXPECT_TRUE(codec::ParsePayload(m.payload).ok());
+  }
+  const auto c = shard_->counters();
+  EXPECT_EQ(c.pushes_accepted, kWorld);
+  EXPECT_EQ(c.chunks_completed, 1u);
+}
+
+TEST_P(AggregatorShardTest, MalformedMessagesAreCountedAndDropped) {
+  ASSERT_TRUE(shard_->SetEpoch(Epoch(1, kWorld)).ok());
+  absl::Notification sent;
+  const std::vector<uint8_t> junk = {1, 2, 3};
+  ASSERT_TRUE(
+      workers_[0]
+          ->transport->Send(peers_[0], junk, junk, [&](const absl::Status&) { sent.Notify(); })
+          .ok());
+  sent.WaitForNotification();
+  Push(0, /*epoch=*/9, 1, kWorld, Payload(0));  // unknown epoch
+  // Still serving: a full step completes.
+  for (uint32_t r = 0; r < kWorld; ++r) Push(r, 1, 2, kWorld, Payload(r));
+  for (auto& w : workers_) ASSERT_TRUE(w->WaitFor(1));
+  const auto rejections = shard_->rejections();
+  EXPECT_EQ(rejections.at("INVALID_ARGUMENT"), 1u);
+  EXPECT_EQ(rejections.at("FAILED_PRECONDITION"), 1u);
+}
+
+TEST_P(AggregatorShardTest, ANewEpochAbortsTheIncompleteStep) {
+  ASSERT_TRUE(shard_->SetEpoch(Epoch(1, kWorld)).ok());
+  Push(0, 1, 5, kWorld, Payload(0));
+  Push(1, 1, 5, kWorld, Payload(1));
+  // Rank 3 leaves: epoch 2 with three workers.
+  ASSERT_TRUE(shard_->SetEpoch(Epoch(2, 3)).ok());
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(workers_[r]->WaitFor(1)) << r;
+    auto h = dataplane::ParseChunkHeader(workers_[r]->Received()[0].header);
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(h->kind, ChunkKind::kAbort);
+    EXPECT_EQ(h->epoch, 1u);
+    EXPECT_EQ(h->step, 5u);
+  }
+  // The step is re-sent under epoch 2 and completes for the three.
+  for (uint32_t r = 0; r < 3; ++r) Push(r, 2, 5, 3, Payload(r));
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(workers_[r]->WaitFor(2));
+    auto h = dataplane::ParseChunkHeader(workers_[r]->Received()[1].header);
+    EXPECT_EQ(h->kind, ChunkKind::kResult);
+    EXPECT_EQ(h->rank, 3u);
+  }
+  EXPECT_EQ(shard_->counters().chunks_aborted, 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, AggregatorShardTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "ucx" : "inproc"; });
+
+}  // namespace
+}  // namespace gift::server
