@@ -37,15 +37,11 @@
 #include "common/codec/codec_spec.h"
 #include "common/codec/payload.h"
 #include "common/dataplane/chunk_header.h"
+#include "common/dataplane/chunk_shape.h"
 
 namespace gift::server {
 
-// The encoded shape of a chunk: `rows` rows of `cols` elements.
-struct ChunkShape {
-  uint64_t rows = 0;
-  uint64_t cols = 0;
-  bool operator==(const ChunkShape&) const = default;
-};
+using dataplane::ChunkShape;
 
 // (tensor id, chunk index).
 using ChunkId = std::pair<uint64_t, uint32_t>;

@@ -1,0 +1,256 @@
+// Workers' push-pull engines against aggregator shards on real transports
+// (in-process and UCX loopback): every worker ends with the same bits, equal
+// to a local re-computation of what the servers do.
+#include "worker/push_pull_engine.h"
+
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "common/codec/codec.h"
+#include "common/codec/reduce.h"
+#include "common/transform/tensor_basis_transform.h"
+#include "common/transport/inproc/inproc_transport.h"
+#include "common/transport/ucx/ucx_transport.h"
+#include "gtest/gtest.h"
+#include "server/aggregator/aggregator_shard.h"
+#include "tests/transform/test_util.h"
+
+namespace gift::worker {
+namespace {
+
+constexpr uint32_t kWorld = 4;
+constexpr int kServers = 2;
+
+struct Tensor {
+  uint64_t id, rows, cols;
+  uint64_t rows_per_chunk;  // 0: pieces of 512 of a single row
+  bool transformed;
+};
+const std::vector<Tensor> kTensors = {
+    {1, 64, 96, 16, true},   // GIFT basis, 4 chunks of whole rows
+    {2, 33, 50, 10, false},  // direct, 4 chunks (the last of 3 rows)
+    {3, 1, 1000, 0, false},  // direct, a single row cut into 512 + 488
+};
+
+std::vector<ChunkRoute> Routes(const Tensor& t, const std::vector<std::string>& servers) {
+  std::vector<ChunkRoute> routes;
+  const uint64_t total = t.rows * t.cols;
+  const uint64_t step = t.rows_per_chunk == 0 ? 512 : t.rows_per_chunk * t.cols;
+  for (uint64_t offset = 0, i = 0; offset < total; offset += step, ++i) {
+    routes.push_back({.index = static_cast<uint32_t>(i),
+                      .offset = offset,
+                      .num_elements = std::min(step, total - offset),
+                      .server = servers[(t.id + i) % servers.size()]});
+  }
+  return routes;
+}
+
+std::vector<float> Gradient(const Tensor& t, uint32_t rank, uint64_t step) {
+  std::mt19937 rng(static_cast<uint32_t>(t.id * 1000 + step * 10 + rank));
+  std::normal_distribution<float> normal;
+  std::vector<float> g(t.rows * t.cols);
+  for (float& x : g) x = normal(rng) * (1.0f + 0.1f * rank);
+  return g;
+}
+
+class PushPullEngineTest : public ::testing::TestWithParam<bool /*ucx*/> {
+ protected:
+  absl::StatusOr<std::unique_ptr<transport::Transport>> MakeTransport(
+      transport::TransportHandlers handlers) {
+    if (GetParam()) return transport::CreateUcxTransport(std::move(handlers));
+    return transport::CreateInprocTransport(&hub_, std::move(handlers));
+  }
+  TransportFactory Factory() {
+    return [this](transport::TransportHandlers h) { return MakeTransport(std::move(h)); };
+  }
+
+  void SetUp() override {
+    for (int s = 0; s < kServers; ++s) {
+      auto shard = server::AggregatorShard::Create(
+          {.reducer = {.pull_spec = codec::ParseCodecSpec("bf16").value()}},
+          [this](transport::TransportHandlers h) { return MakeTransport(std::move(h)); });
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      server_addresses_.push_back((*shard)->address());
+      shards_.push_back(*std::move(shard));
+    }
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      auto engine = PushPullEngine::Create(Factory(), {.timeout = absl::Seconds(20)});
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      engines_.push_back(*std::move(engine));
+    }
+    const auto factors = transform::testing::SampleFactors(64, 96, 5, 3);
+    basis_ = std::make_shared<transform::TensorBasisTransform>(
+        transform::TensorBasis::Create(
+            {.tensor_id = 1, .version = 1, .d_out = 64, .d_in = 96, .config = {}},
+            transform::SideBasis::FromFactor(factors.out, 16).value(),
+            transform::SideBasis::FromFactor(factors.in, 16).value())
+            .value());
+  }
+
+  // Installs `epoch` with the first `world` engines on every shard.
+  void SetEpoch(uint64_t epoch, uint32_t world) {
+    for (int s = 0; s < kServers; ++s) {
+      server::ShardEpoch e{.epoch = epoch};
+      for (uint32_t r = 0; r < world; ++r) e.workers.push_back(engines_[r]->address());
+      for (const Tensor& t : kTensors) {
+        for (const ChunkRoute& c : Routes(t, server_addresses_)) {
+          if (c.server != server_addresses_[s]) continue;
+          e.chunks[{t.id, c.index}] =
+              dataplane::ChunkShapeOf(t.rows * t.cols, t.cols, c.offset, c.num_elements).value();
+        }
+      }
+      ASSERT_TRUE(shards_[s]->SetEpoch(e).ok());
+    }
+  }
+
+  StepPlan Plan(uint64_t epoch, uint64_t step, uint32_t rank, uint32_t world,
+                std::vector<std::vector<float>>& buffers) {
+    StepPlan plan{.epoch = epoch,
+                  .step = step,
+                  .rank = rank,
+                  .world_size = world,
+                  .push_spec = codec::ParseCodecSpec("e4m3/block32").value()};
+    for (size_t i = 0; i < kTensors.size(); ++i) {
+      const Tensor& t = kTensors[i];
+      plan.tensors.push_back({.tensor_id = t.id,
+                              .rows = t.rows,
+                              .cols = t.cols,
+                              .data = buffers[i].data(),
+                              .transform = t.transformed ? basis_ : nullptr,
+                              .basis_version = t.transformed ? 1u : 0u,
+                              .chunks = Routes(t, server_addresses_)});
+    }
+    return plan;
+  }
+
+  transport::InprocHub hub_;
+  std::vector<std::unique_ptr<server::AggregatorShard>> shards_;
+  std::vector<std::string> server_addresses_;
+  std::vector<std::unique_ptr<PushPullEngine>> engines_;
+  std::shared_ptr<const transform::GradientTransform> basis_;
+};
+
+// What the servers compute for a direct tensor's chunk, done locally.
+std::vector<float> LocalAverage(const Tensor& t, uint64_t step, const ChunkRoute& c) {
+  const auto shape = dataplane::ChunkShapeOf(t.rows * t.cols, t.cols, c.offset, c.num_elements);
+  const codec::CodecSpec push = codec::ParseCodecSpec("e4m3/block32").value();
+  std::vector<codec::EncodedTensor> encoded;
+  std::vector<codec::EncodedView> views;
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    const std::vector<float> g = Gradient(t, r, step);
+    encoded.push_back(codec::EncodedTensor::Create(push, shape->rows, shape->cols).value());
+    EXPECT_TRUE(codec::Encode(g.data() + c.offset, encoded.back().mutable_view(),
+                              {.tensor = (t.id << 24) | c.index, .step = step, .rank = r})
+                    .ok());
+  }
+  for (const auto& e : encoded) views.push_back(e.view());
+  auto out =
+      codec::EncodedTensor::Create(codec::ParseCodecSpec("bf16").value(), shape->rows, shape->cols)
+          .value();
+  std::vector<float> sum(c.num_elements);
+  EXPECT_TRUE(codec::ReduceEncoded(views, sum.data(), 1.0f / kWorld, out.mutable_view(),
+                                   {.tensor = t.id, .step = step, .rank = 0})
+                  .ok());
+  std::vector<float> avg(c.num_elements);
+  EXPECT_TRUE(codec::Decode(out.view(), avg.data()).ok());
+  return avg;
+}
+
+TEST_P(PushPullEngineTest, EveryWorkerGetsTheServersAverage) {
+  SetEpoch(1, kWorld);
+  for (uint64_t step = 0; step < 3; ++step) {
+    std::vector<std::vector<std::vector<float>>> buffers(kWorld);
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      for (const Tensor& t : kTensors) buffers[r].push_back(Gradient(t, r, step));
+    }
+    std::vector<absl::StatusOr<StepReport>> reports(kWorld, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      threads.emplace_back(
+          [&, r] { reports[r] = engines_[r]->Run(Plan(1, step, r, kWorld, buffers[r])); });
+    }
+    for (auto& th : threads) th.join();
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      ASSERT_TRUE(reports[r].ok()) << "rank " << r << ": " << reports[r].status();
+      EXPECT_GT(reports[r]->bytes_pushed, 0u);
+      for (size_t i = 0; i < kTensors.size(); ++i) {
+        EXPECT_EQ(buffers[r][i], buffers[0][i]) << "rank " << r << " tensor " << kTensors[i].id;
+      }
+    }
+    // Direct tensors: bit-exact with the local computation.
+    for (size_t i = 1; i < kTensors.size(); ++i) {
+      for (const ChunkRoute& c : Routes(kTensors[i], server_addresses_)) {
+        const std::vector<float> want = LocalAverage(kTensors[i], step, c);
+        const std::vector<float> got(buffers[0][i].begin() + c.offset,
+                                     buffers[0][i].begin() + c.offset + c.num_elements);
+        EXPECT_EQ(got, want) << "tensor " << kTensors[i].id << " chunk " << c.index;
+      }
+    }
+    // The transformed tensor: close to the exact average.
+    std::vector<float> exact(64 * 96, 0.0f);
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      const auto g = Gradient(kTensors[0], r, step);
+      for (size_t k = 0; k < g.size(); ++k) exact[k] += g[k] / kWorld;
+    }
+    EXPECT_LT(transform::testing::RelativeL2(buffers[0][0], exact), 0.05);
+  }
+}
+
+TEST_P(PushPullEngineTest, AnEpochChangeAbortsTheStep) {
+  SetEpoch(1, kWorld);
+  std::vector<std::vector<std::vector<float>>> buffers(kWorld);
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    for (const Tensor& t : kTensors) buffers[r].push_back(Gradient(t, r, 0));
+  }
+  const auto before = buffers;
+  std::vector<absl::StatusOr<StepReport>> reports(3, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < 3; ++r) {  // rank 3 never pushes
+    threads.emplace_back(
+        [&, r] { reports[r] = engines_[r]->Run(Plan(1, 0, r, kWorld, buffers[r])); });
+  }
+  // Wait until the three have pushed, then the epoch ends.
+  for (int i = 0; i < 2000; ++i) {
+    uint64_t accepted = 0;
+    for (auto& s : shards_) accepted += s->counters().pushes_accepted;
+    if (accepted == 3 * 10) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  SetEpoch(2, 3);
+  for (auto& th : threads) th.join();
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(reports[r].status().code(), absl::StatusCode::kAborted) << reports[r].status();
+    EXPECT_EQ(buffers[r], before[r]);  // untouched
+  }
+  // The step runs again under epoch 2 with three workers.
+  threads.clear();
+  for (uint32_t r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] { reports[r] = engines_[r]->Run(Plan(2, 0, r, 3, buffers[r])); });
+  }
+  for (auto& th : threads) th.join();
+  for (uint32_t r = 0; r < 3; ++r) ASSERT_TRUE(reports[r].ok()) << reports[r].status();
+  EXPECT_EQ(buffers[1], buffers[0]);
+}
+
+TEST_P(PushPullEngineTest, RefusesBadPlansAndTimesOut) {
+  SetEpoch(1, kWorld);
+  std::vector<std::vector<float>> buffers;
+  for (const Tensor& t : kTensors) buffers.push_back(Gradient(t, 0, 0));
+  StepPlan plan = Plan(1, 0, 0, kWorld, buffers);
+  plan.tensors[1].chunks.pop_back();  // no longer tiles the tensor
+  EXPECT_EQ(engines_[0]->Run(plan).status().code(), absl::StatusCode::kInvalidArgument);
+  plan = Plan(1, 0, 4, kWorld, buffers);
+  EXPECT_EQ(engines_[0]->Run(plan).status().code(), absl::StatusCode::kInvalidArgument);
+  auto quick = PushPullEngine::Create(Factory(), {.timeout = absl::Milliseconds(200)});
+  ASSERT_TRUE(quick.ok());
+  EXPECT_EQ((*quick)->Run(Plan(1, 0, 0, kWorld, buffers)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);  // the other ranks never push
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, PushPullEngineTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "ucx" : "inproc"; });
+
+}  // namespace
+}  // namespace gift::worker
