@@ -1,0 +1,254 @@
+#include "common/policy/policy.h"
+
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/codec/codec_spec.h"
+#include "common/codec/codec_spec_proto.h"
+
+namespace gift::policy {
+namespace {
+
+using gift::v1::Policy;
+
+constexpr double kDefaultPowers[] = {0.125, 0.25};
+constexpr uint32_t kDefaultRank = 64;
+constexpr double kDefaultEmaDecay = 0.95;
+constexpr uint32_t kDefaultCollectPeriod = 1;
+constexpr double kDefaultDampingEps = 1e-3;
+constexpr char kDefaultPushCodec[] = "e4m3/block128/rne";
+constexpr char kDefaultPullCodec[] = "bf16";
+constexpr uint32_t kDefaultPeriodSteps = 10;
+constexpr double kDefaultDriftThreshold = 0.2;
+constexpr uint32_t kDefaultActivationLeadSteps = 4;
+constexpr double kDefaultMargin = 0.1;
+constexpr uint64_t kDefaultMinElements = 4096;
+
+gift::v1::CodecSpec DefaultCodec(const char* text) {
+  // The texts are constants that parse; a failure is a programming error
+  // caught by the tests.
+  auto spec = codec::ParseCodecSpec(text);
+  return spec.ok() ? codec::ToProto(*spec) : gift::v1::CodecSpec();
+}
+
+absl::Status Invalid(absl::string_view field, const auto& value, absl::string_view rule) {
+  return absl::InvalidArgumentError(absl::StrCat(field, " = ", value, ": ", rule));
+}
+
+bool Finite(double x) { return std::isfinite(x); }
+
+absl::Status ValidatePowers(absl::string_view field,
+                            const google::protobuf::RepeatedField<double>& powers) {
+  for (int i = 0; i < powers.size(); ++i) {
+    if (!Finite(powers[i]) || powers[i] <= 0) {
+      return Invalid(absl::StrCat(field, "[", i, "]"), powers[i], "must be finite and > 0");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCodec(absl::string_view field, const gift::v1::CodecSpec& spec) {
+  auto parsed = codec::FromProto(spec);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " = {", spec.ShortDebugString(), "}: ", parsed.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateGlob(absl::string_view field, const std::string& glob) {
+  if (glob.empty()) return Invalid(field, "\"\"", "a glob must not be empty");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Policy WithDefaults(const Policy& policy) {
+  Policy out = policy;
+  gift::v1::TransformPolicy& t = *out.mutable_transform();
+  if (t.sides() == gift::v1::SIDES_UNSPECIFIED) t.set_sides(gift::v1::SIDES_BOTH);
+  if (t.powers().empty()) {
+    for (double p : kDefaultPowers) t.add_powers(p);
+  }
+  if (t.source() == gift::v1::GEOMETRY_SOURCE_UNSPECIFIED) {
+    t.set_source(gift::v1::GEOMETRY_SOURCE_GRADIENTS);
+  }
+  if (t.rank() == 0) t.set_rank(kDefaultRank);
+  if (t.residual() == gift::v1::RESIDUAL_MODEL_UNSPECIFIED) {
+    t.set_residual(gift::v1::RESIDUAL_MODEL_ISOTROPIC);
+  }
+  if (t.ema_decay() == 0) t.set_ema_decay(kDefaultEmaDecay);
+  if (t.collect_period() == 0) t.set_collect_period(kDefaultCollectPeriod);
+  if (t.damping_eps() == 0) t.set_damping_eps(kDefaultDampingEps);
+  if (t.push_codec().format() == gift::v1::ELEMENT_FORMAT_UNSPECIFIED) {
+    *t.mutable_push_codec() = DefaultCodec(kDefaultPushCodec);
+  }
+  if (t.pull_codec().format() == gift::v1::ELEMENT_FORMAT_UNSPECIFIED) {
+    *t.mutable_pull_codec() = DefaultCodec(kDefaultPullCodec);
+  }
+  gift::v1::RefreshPolicy& r = *out.mutable_refresh();
+  if (r.period_steps() == 0) r.set_period_steps(kDefaultPeriodSteps);
+  if (r.drift_threshold() == 0) r.set_drift_threshold(kDefaultDriftThreshold);
+  if (r.activation_lead_steps() == 0) r.set_activation_lead_steps(kDefaultActivationLeadSteps);
+  gift::v1::SelectionPolicy& s = *out.mutable_selection();
+  if (s.mode() == gift::v1::SELECTION_MODE_UNSPECIFIED)
+    s.set_mode(gift::v1::SELECTION_MODE_MEASURED);
+  if (s.margin() == 0) s.set_margin(kDefaultMargin);
+  if (s.min_elements() == 0) s.set_min_elements(kDefaultMinElements);
+  return out;
+}
+
+absl::Status Validate(const Policy& policy) {
+  const gift::v1::TransformPolicy& t = policy.transform();
+  if (t.sides() == gift::v1::SIDES_UNSPECIFIED || !gift::v1::Sides_IsValid(t.sides())) {
+    return Invalid("transform.sides", t.sides(), "must be INPUT, OUTPUT or BOTH");
+  }
+  if (t.powers().empty()) return Invalid("transform.powers", "[]", "needs at least one power");
+  GIFT_RETURN_IF_ERROR(ValidatePowers("transform.powers", t.powers()));
+  if (t.source() == gift::v1::GEOMETRY_SOURCE_UNSPECIFIED ||
+      !gift::v1::GeometrySource_IsValid(t.source())) {
+    return Invalid("transform.source", t.source(), "unknown geometry source");
+  }
+  if (t.rank() < 1) return Invalid("transform.rank", t.rank(), "must be >= 1");
+  if (t.residual() == gift::v1::RESIDUAL_MODEL_UNSPECIFIED ||
+      !gift::v1::ResidualModel_IsValid(t.residual())) {
+    return Invalid("transform.residual", t.residual(), "unknown residual model");
+  }
+  if (!Finite(t.ema_decay()) || t.ema_decay() < 0 || t.ema_decay() >= 1) {
+    return Invalid("transform.ema_decay", t.ema_decay(), "must be in [0, 1)");
+  }
+  if (t.collect_period() < 1) {
+    return Invalid("transform.collect_period", t.collect_period(), "must be >= 1");
+  }
+  if (!Finite(t.damping_eps()) || t.damping_eps() <= 0) {
+    return Invalid("transform.damping_eps", t.damping_eps(), "must be finite and > 0");
+  }
+  GIFT_RETURN_IF_ERROR(ValidateCodec("transform.push_codec", t.push_codec()));
+  GIFT_RETURN_IF_ERROR(ValidateCodec("transform.pull_codec", t.pull_codec()));
+
+  const gift::v1::RefreshPolicy& r = policy.refresh();
+  if (r.period_steps() < 1)
+    return Invalid("refresh.period_steps", r.period_steps(), "must be >= 1");
+  if (!Finite(r.drift_threshold()) || r.drift_threshold() < 0) {
+    return Invalid("refresh.drift_threshold", r.drift_threshold(), "must be finite and >= 0");
+  }
+  if (r.activation_lead_steps() < 1) {
+    return Invalid("refresh.activation_lead_steps", r.activation_lead_steps(), "must be >= 1");
+  }
+
+  const gift::v1::SelectionPolicy& s = policy.selection();
+  if (s.mode() == gift::v1::SELECTION_MODE_UNSPECIFIED ||
+      !gift::v1::SelectionMode_IsValid(s.mode())) {
+    return Invalid("selection.mode", s.mode(), "must be MEASURED or LIST");
+  }
+  for (int i = 0; i < s.include_size(); ++i) {
+    GIFT_RETURN_IF_ERROR(ValidateGlob(absl::StrCat("selection.include[", i, "]"), s.include(i)));
+  }
+  for (int i = 0; i < s.exclude_size(); ++i) {
+    GIFT_RETURN_IF_ERROR(ValidateGlob(absl::StrCat("selection.exclude[", i, "]"), s.exclude(i)));
+  }
+  if (!Finite(s.margin()) || s.margin() < 0 || s.margin() >= 1) {
+    return Invalid("selection.margin", s.margin(), "must be in [0, 1)");
+  }
+
+  for (int i = 0; i < policy.overrides_size(); ++i) {
+    const gift::v1::TensorOverride& o = policy.overrides(i);
+    const std::string prefix = absl::StrCat("overrides[", i, "].");
+    GIFT_RETURN_IF_ERROR(ValidateGlob(absl::StrCat(prefix, "glob"), o.glob()));
+    if (o.has_sides() &&
+        (o.sides() == gift::v1::SIDES_UNSPECIFIED || !gift::v1::Sides_IsValid(o.sides()))) {
+      return Invalid(absl::StrCat(prefix, "sides"), o.sides(), "must be INPUT, OUTPUT or BOTH");
+    }
+    GIFT_RETURN_IF_ERROR(ValidatePowers(absl::StrCat(prefix, "powers"), o.powers()));
+    if (o.has_source() && (o.source() == gift::v1::GEOMETRY_SOURCE_UNSPECIFIED ||
+                           !gift::v1::GeometrySource_IsValid(o.source()))) {
+      return Invalid(absl::StrCat(prefix, "source"), o.source(), "unknown geometry source");
+    }
+    if (o.has_rank() && o.rank() < 1) {
+      return Invalid(absl::StrCat(prefix, "rank"), o.rank(), "must be >= 1");
+    }
+    if (o.has_residual() && (o.residual() == gift::v1::RESIDUAL_MODEL_UNSPECIFIED ||
+                             !gift::v1::ResidualModel_IsValid(o.residual()))) {
+      return Invalid(absl::StrCat(prefix, "residual"), o.residual(), "unknown residual model");
+    }
+    if (o.has_period_steps() && o.period_steps() < 1) {
+      return Invalid(absl::StrCat(prefix, "period_steps"), o.period_steps(), "must be >= 1");
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool GlobMatch(absl::string_view glob, absl::string_view name) {
+  // Greedy matching with backtracking to the last '*' only: correct for
+  // globs made of '*', '?' and literals.
+  size_t g = 0, n = 0;
+  size_t star = absl::string_view::npos, star_n = 0;
+  while (n < name.size()) {
+    if (g < glob.size() && (glob[g] == '?' || glob[g] == name[n])) {
+      ++g;
+      ++n;
+    } else if (g < glob.size() && glob[g] == '*') {
+      star = g++;
+      star_n = n;
+    } else if (star != absl::string_view::npos) {
+      g = star + 1;
+      n = ++star_n;
+    } else {
+      return false;
+    }
+  }
+  while (g < glob.size() && glob[g] == '*') ++g;
+  return g == glob.size();
+}
+
+bool IsTransformable(absl::Span<const int64_t> shape) {
+  return shape.size() == 2 && shape[0] >= 2 && shape[1] >= 2;
+}
+
+TensorSettings ResolveTensorSettings(const Policy& policy, absl::string_view name,
+                                     absl::Span<const int64_t> shape) {
+  TensorSettings out;
+  out.transform = policy.transform();
+  out.period_steps = policy.refresh().period_steps();
+  std::optional<bool> enabled;
+  for (const gift::v1::TensorOverride& o : policy.overrides()) {
+    if (!GlobMatch(o.glob(), name)) continue;
+    if (o.has_sides()) out.transform.set_sides(o.sides());
+    if (!o.powers().empty()) *out.transform.mutable_powers() = o.powers();
+    if (o.has_source()) out.transform.set_source(o.source());
+    if (o.has_rank()) out.transform.set_rank(o.rank());
+    if (o.has_residual()) out.transform.set_residual(o.residual());
+    if (o.has_period_steps()) out.period_steps = o.period_steps();
+    if (o.has_enabled()) enabled = o.enabled();
+  }
+
+  const gift::v1::SelectionPolicy& s = policy.selection();
+  auto matches_any = [name](const auto& globs) {
+    for (const std::string& glob : globs) {
+      if (GlobMatch(glob, name)) return true;
+    }
+    return false;
+  };
+  uint64_t elements = 1;
+  for (int64_t d : shape) elements *= static_cast<uint64_t>(d < 0 ? 0 : d);
+
+  if (!IsTransformable(shape)) {
+    out.selection = Selection::kDirect;
+  } else if (enabled.has_value()) {
+    out.selection = *enabled ? Selection::kTransform : Selection::kDirect;
+  } else if (matches_any(s.exclude())) {
+    out.selection = Selection::kDirect;
+  } else if (s.mode() == gift::v1::SELECTION_MODE_LIST) {
+    out.selection = matches_any(s.include()) ? Selection::kTransform : Selection::kDirect;
+  } else if ((!s.include().empty() && !matches_any(s.include())) || elements < s.min_elements()) {
+    out.selection = Selection::kDirect;
+  } else {
+    out.selection = Selection::kMeasure;
+  }
+  return out;
+}
+
+}  // namespace gift::policy

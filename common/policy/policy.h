@@ -1,0 +1,67 @@
+// The refresh policy (gift.v1.Policy, proto/gift/v1/policy.proto): its
+// defaults, its validation, tensor-name globs, and the settings that apply to
+// one tensor once the per-tensor overrides are resolved. Shared by the
+// coordinator (which validates and stores the policy) and the worker daemons
+// (which apply it).
+//
+// Thread safety: stateless functions.
+#ifndef GIFT_COMMON_POLICY_POLICY_H_
+#define GIFT_COMMON_POLICY_POLICY_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "gift/v1/policy.pb.h"
+
+namespace gift::policy {
+
+// The policy with every field left zero / UNSPECIFIED replaced by its default
+// (the defaults stated in policy.proto). `version` and the overrides are kept
+// as they are (an override's unset fields mean "keep the global value").
+gift::v1::Policy WithDefaults(const gift::v1::Policy& policy);
+
+// Checks a policy after WithDefaults. Fails with InvalidArgument naming the
+// first offending field and its value, e.g.
+// "transform.ema_decay = 1.5: must be in [0, 1)".
+absl::Status Validate(const gift::v1::Policy& policy);
+
+// Whether `name` matches `glob`: '*' matches any run of characters (also
+// empty, also across '.' and '/'), '?' exactly one; everything else matches
+// itself. Linear in practice; worst case O(|glob| * |name|).
+bool GlobMatch(absl::string_view glob, absl::string_view name);
+
+// How a tensor is chosen to be transformed.
+enum class Selection {
+  kDirect,     // never transformed: direct quantization
+  kMeasure,    // transformed when the measurement says it pays (SELECTION_MODE_MEASURED)
+  kTransform,  // always transformed
+};
+
+// The settings for one tensor: the global transform and refresh settings with
+// the matching overrides applied in order (the last match wins field by
+// field), and the selection.
+struct TensorSettings {
+  gift::v1::TransformPolicy transform;
+  uint32_t period_steps = 0;
+  Selection selection = Selection::kDirect;
+};
+
+// Whether a tensor of this shape can carry a basis at all: exactly two
+// dimensions, both >= 2.
+bool IsTransformable(absl::Span<const int64_t> shape);
+
+// Resolves the settings of tensor `name` with `shape` under `policy` (which
+// should have passed WithDefaults and Validate). Selection, in order: a tensor
+// that is not transformable is direct; a matching override's `enabled`
+// decides; a matching exclude glob makes it direct; SELECTION_MODE_LIST: an
+// include match transforms it, anything else is direct;
+// SELECTION_MODE_MEASURED: a non-empty include list it does not match, or
+// fewer than selection.min_elements elements, make it direct; else measured.
+TensorSettings ResolveTensorSettings(const gift::v1::Policy& policy, absl::string_view name,
+                                     absl::Span<const int64_t> shape);
+
+}  // namespace gift::policy
+
+#endif  // GIFT_COMMON_POLICY_POLICY_H_

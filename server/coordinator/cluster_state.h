@@ -1,0 +1,212 @@
+// The coordinator's state machine: membership with leases and epochs, dense
+// ranks, the tensor registry and shard map, basis owners, the versioned basis
+// refresh negotiation, and the policy. No gRPC here: the service
+// (coordinator_service.h) translates RPCs into these calls.
+//
+// Semantics (see proto/gift/v1/cluster.proto for the contract with members):
+//   - Epoch: +1 for every join, leave (including a drained member's leave)
+//     and lease expiry; each bump re-ranks workers (dense 0..P-1) and servers
+//     (shard ids 0..S-1), reassigns orphaned basis owners and recomputes the
+//     shard map. Ranks are stable: a survivor keeps its rank while it is
+//     below the new count; only the holes are refilled, from the members whose
+//     rank is out of range, in rank order, then new members in join order.
+//   - Tensor registration does not bump the epoch: the new tensors' chunks
+//     are added to the current shard map without moving existing chunks
+//     (ExtendShardMap), so a (step, chunk) assignment never changes within an
+//     epoch. The map is persisted, so a restart within an epoch keeps it.
+//   - Revision: +1 for every change a watcher can see. Heartbeats that only
+//     renew a lease or report a step without moving frozen_through_step do
+//     not make a new revision, so a snapshot's Member.last_step and
+//     lease_expires_unix_ms are as of its revision (GetStatus is current).
+//   - frozen_through_step = max over workers of last_step + step_window; it
+//     never decreases (also across restarts).
+//   - Refresh: PublishBasis by the tensor's owner makes a proposal with the
+//     tentative activation step frozen_through_step + activation_lead_steps,
+//     acknowledged by the publisher itself. It commits, at its tentative
+//     step, as soon as every current worker has acknowledged it (leavers no
+//     longer count, joiners must acknowledge too). Pending tentative steps
+//     are always above frozen_through_step: when frozen_through_step would
+//     reach one, it moves to the new frozen_through_step + lead
+//     (postponements + 1). So no step sees two versions and every worker holds
+//     the bytes before their first use. A newer publication replaces a pending
+//     proposal (the newest version wins; the replaced bytes are dropped).
+//     Committed versions that no worker can still use (their successor is
+//     active at every worker's next step) are pruned.
+//   - Every change is committed to the StateStore before the call returns;
+//     when that fails the call fails (Unavailable), memory stays ahead, and the
+//     next successful commit writes the outstanding changes.
+//
+// Thread safety: all public methods are internally synchronized. The change
+// callback runs on the calling thread after the state's lock is released.
+#ifndef GIFT_SERVER_COORDINATOR_CLUSTER_STATE_H_
+#define GIFT_SERVER_COORDINATOR_CLUSTER_STATE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "gift/v1/cluster.pb.h"
+#include "gift/v1/coordinator.pb.h"
+#include "server/coordinator/state_store.h"
+
+namespace gift::coordinator {
+
+// The source of time; injected so that tests control lease expiry.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual absl::Time Now() = 0;
+};
+
+// absl::Now(). Process-wide, thread-safe, never destroyed.
+Clock* RealClock();
+
+struct ClusterOptions {
+  absl::Duration lease_ttl = absl::Seconds(10);
+  uint64_t step_window = 8;
+  uint64_t chunk_bytes = uint64_t{4} << 20;
+  uint64_t max_basis_bytes = uint64_t{256} << 20;
+};
+
+class ClusterState {
+ public:
+  // Loads the state from `store` (a new cluster when the file is fresh).
+  // Members found in it get a fresh lease of one TTL. `clock` must outlive
+  // the ClusterState.
+  static absl::StatusOr<std::unique_ptr<ClusterState>> Create(const ClusterOptions& options,
+                                                              std::unique_ptr<StateStore> store,
+                                                              Clock* clock);
+
+  // Called (outside the lock) after every call that made a new revision. Set
+  // it before concurrent use.
+  void SetChangeCallback(std::function<void()> callback);
+
+  absl::StatusOr<gift::v1::JoinResponse> Join(const gift::v1::JoinRequest& request);
+  absl::StatusOr<gift::v1::LeaveResponse> Leave(const gift::v1::LeaveRequest& request);
+  absl::StatusOr<gift::v1::HeartbeatResponse> Heartbeat(const gift::v1::HeartbeatRequest& request);
+  absl::StatusOr<gift::v1::RegisterTensorsResponse> RegisterTensors(
+      const gift::v1::RegisterTensorsRequest& request);
+
+  // The checks of a publication that need no bytes (member, owner, version,
+  // size); PublishBasis repeats them.
+  absl::Status CheckPublish(const gift::v1::BasisHeader& header);
+  // Verifies the bytes (size, CRC-32C, parse, tensor id / version / shape) and
+  // makes the proposal.
+  absl::StatusOr<gift::v1::PublishBasisResponse> PublishBasis(const gift::v1::BasisHeader& header,
+                                                              std::string bytes);
+
+  struct BasisData {
+    gift::v1::BasisHeader header;              // member_id is the tensor's owner
+    std::shared_ptr<const std::string> bytes;  // empty for a direct version
+  };
+  // A committed or proposed version.
+  absl::StatusOr<BasisData> FetchBasis(const gift::v1::FetchBasisRequest& request);
+  absl::StatusOr<gift::v1::AckBasisResponse> AckBasis(const gift::v1::AckBasisRequest& request);
+
+  gift::v1::Policy GetPolicy();
+  absl::StatusOr<gift::v1::Policy> SetPolicy(const gift::v1::SetPolicyRequest& request);
+  absl::StatusOr<gift::v1::RequestRefreshResponse> RequestRefresh(
+      const gift::v1::RequestRefreshRequest& request);
+  absl::StatusOr<gift::v1::SetRankResponse> SetRank(const gift::v1::SetRankRequest& request);
+  absl::StatusOr<gift::v1::DrainResponse> Drain(const gift::v1::DrainRequest& request);
+  absl::StatusOr<gift::v1::StatusResponse> GetStatus();
+
+  // Removes the members whose lease has run out (each bumps the epoch). Also
+  // done at the start of every other call.
+  absl::Status ExpireLeases();
+
+  // The state at the current revision; shared by all callers until the next
+  // revision.
+  std::shared_ptr<const gift::v1::ClusterState> Snapshot();
+  uint64_t revision();
+
+  const ClusterOptions& options() const { return options_; }
+
+ private:
+  // Changes not yet committed to the store.
+  struct Pending {
+    std::map<std::string, gift::v1::Member> put_members;
+    std::set<std::string> delete_members;
+    std::set<uint64_t> put_tensors;
+    std::set<uint64_t> put_bases;
+    std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const std::string>> put_bytes;
+    std::set<std::pair<uint64_t, uint64_t>> delete_bytes;
+    std::vector<MembershipEvent> history;
+  };
+
+  ClusterState(const ClusterOptions& options, std::unique_ptr<StateStore> store, Clock* clock)
+      : options_(options), store_(std::move(store)), clock_(clock), started_(clock->Now()) {}
+
+  // Runs `fn` under the lock after expiring leases, commits, and notifies.
+  template <typename Fn>
+  auto Run(Fn fn) -> decltype(fn());
+
+  absl::Status LoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TouchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireLeasesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::StatusOr<gift::v1::Member*> LiveMemberLocked(const std::string& member_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<gift::v1::Member*> LiveWorkerLocked(const std::string& member_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<gift::v1::TensorBasisState*> BasisLocked(uint64_t tensor_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void RemoveMemberLocked(const std::string& member_id, absl::string_view event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordLocked(absl::string_view event, const gift::v1::Member& member)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After an epoch bump: ranks, owners, shard map, proposals.
+  void OnMembershipChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RerankLocked(gift::v1::MemberRole role) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AssignOwnersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t CountLocked(gift::v1::MemberRole role) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AdvanceFrozenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commits the proposal of `basis` when every current worker acknowledged.
+  void MaybeCommitLocked(gift::v1::TensorBasisState* basis) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PruneLocked(gift::v1::TensorBasisState* basis) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropBytesLocked(uint64_t tensor_id, uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::string> RequestRefreshLocked(const std::string& glob)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<gift::v1::Policy> SetPolicyLocked(const gift::v1::Policy& policy,
+                                                   uint64_t expected_version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckPublishLocked(const gift::v1::BasisHeader& header)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  gift::v1::ClusterState BuildStateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t NowMsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ClusterOptions options_;
+  const std::unique_ptr<StateStore> store_;
+  Clock* const clock_;
+  const absl::Time started_;
+  std::function<void()> on_change_;
+
+  absl::Mutex mu_;
+  StoredMeta meta_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, gift::v1::Member> members_ ABSL_GUARDED_BY(mu_);   // by member id
+  std::map<uint64_t, gift::v1::TensorInfo> tensors_ ABSL_GUARDED_BY(mu_);  // by tensor id
+  std::map<std::string, uint64_t> tensor_ids_ ABSL_GUARDED_BY(mu_);        // by name
+  std::map<uint64_t, gift::v1::TensorBasisState> bases_ ABSL_GUARDED_BY(mu_);
+  // Bytes of live versions, filled on publish and on first fetch after a restart.
+  std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const std::string>> bytes_
+      ABSL_GUARDED_BY(mu_);
+  Pending pending_ ABSL_GUARDED_BY(mu_);
+  bool dirty_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<const gift::v1::ClusterState> snapshot_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gift::coordinator
+
+#endif  // GIFT_SERVER_COORDINATOR_CLUSTER_STATE_H_

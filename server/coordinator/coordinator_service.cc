@@ -1,0 +1,416 @@
+#include "server/coordinator/coordinator_service.h"
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/rpc/grpc_status.h"
+
+namespace gift::coordinator {
+namespace {
+
+using gift::logging::Level;
+using gift::logging::Log;
+
+grpc::Status ShuttingDown() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+}
+
+}  // namespace
+
+// ---- Watch ----------------------------------------------------------------
+
+// Lifetime: reference counted. gRPC holds one reference until OnDone; the
+// service's notifier holds one while it calls Poke. Every entry point holds a
+// reference of its own, because gRPC may run reactions (and OnDone) inline
+// inside StartWrite or Finish.
+class CoordinatorService::WatchReactor final
+    : public grpc::ServerWriteReactor<gift::v1::ClusterState> {
+ public:
+  WatchReactor(CoordinatorService* service, uint64_t after_revision)
+      : service_(service), sent_revision_(after_revision) {
+    if (!service_->AddWatcher(this)) {
+      finished_ = true;
+      Finish(ShuttingDown());
+      return;
+    }
+    Poke();
+  }
+
+  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  // Writes the newest state unless a write is in flight or it was sent.
+  void Poke() {
+    Ref();
+    const gift::v1::ClusterState* message = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!writing_ && !finished_) {
+        std::shared_ptr<const gift::v1::ClusterState> snapshot = service_->state_->Snapshot();
+        if (snapshot->revision() > sent_revision_) {
+          writing_ = true;
+          sent_revision_ = snapshot->revision();
+          in_flight_ = std::move(snapshot);
+          message = in_flight_.get();
+        }
+      }
+    }
+    if (message != nullptr) StartWrite(message);
+    Unref();
+  }
+
+  // Ends the stream with `status` (after the write in flight, if any).
+  void End(grpc::Status status) {
+    Ref();
+    bool finish_now = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!finished_) {
+        finished_ = true;
+        if (writing_) {
+          deferred_ = std::move(status);
+          has_deferred_ = true;
+        } else {
+          finish_now = true;
+        }
+      }
+    }
+    if (finish_now) Finish(status);
+    Unref();
+  }
+
+  void OnWriteDone(bool ok) override {
+    Ref();
+    bool finish_now = false;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      in_flight_.reset();
+      if (has_deferred_) {
+        has_deferred_ = false;
+        finish_now = true;
+        status = deferred_;
+      } else if (!ok && !finished_) {
+        finished_ = true;
+        finish_now = true;
+        status = grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
+      }
+    }
+    if (finish_now) {
+      Finish(status);
+    } else {
+      Poke();
+    }
+    Unref();
+  }
+
+  void OnCancel() override {
+    End(grpc::Status(grpc::StatusCode::CANCELLED, "the watcher cancelled"));
+  }
+
+  void OnDone() override {
+    service_->RemoveWatcher(this);
+    Unref();
+  }
+
+ private:
+  ~WatchReactor() override = default;
+
+  CoordinatorService* const service_;
+  std::atomic<int> refs_{1};
+  absl::Mutex mu_;
+  uint64_t sent_revision_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool has_deferred_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status deferred_ ABSL_GUARDED_BY(mu_);
+  // The message being written; kept alive until OnWriteDone.
+  std::shared_ptr<const gift::v1::ClusterState> in_flight_ ABSL_GUARDED_BY(mu_);
+};
+
+bool CoordinatorService::AddWatcher(WatchReactor* watcher) {
+  absl::MutexLock lock(&watchers_mu_);
+  if (shutting_down_.load()) return false;
+  watchers_.insert(watcher);
+  return true;
+}
+
+void CoordinatorService::RemoveWatcher(WatchReactor* watcher) {
+  absl::MutexLock lock(&watchers_mu_);
+  watchers_.erase(watcher);
+}
+
+void CoordinatorService::NotifyWatchers() {
+  std::vector<WatchReactor*> watchers;
+  {
+    absl::MutexLock lock(&watchers_mu_);
+    for (WatchReactor* w : watchers_) {
+      w->Ref();
+      watchers.push_back(w);
+    }
+  }
+  for (WatchReactor* w : watchers) {
+    w->Poke();
+    w->Unref();
+  }
+}
+
+grpc::ServerWriteReactor<gift::v1::ClusterState>* CoordinatorService::Watch(
+    grpc::CallbackServerContext* /*context*/, const gift::v1::WatchRequest* request) {
+  return new WatchReactor(this, request->after_revision());
+}
+
+// ---- PublishBasis ---------------------------------------------------------
+
+class CoordinatorService::PublishReactor final
+    : public grpc::ServerReadReactor<gift::v1::PublishBasisRequest> {
+ public:
+  PublishReactor(ClusterState* state, gift::v1::PublishBasisResponse* response)
+      : state_(state), response_(response) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client half-closed: all bytes are here
+      if (!has_header_) {
+        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "the stream ended before a header arrived"));
+        return;
+      }
+      absl::StatusOr<gift::v1::PublishBasisResponse> result =
+          state_->PublishBasis(header_, std::move(bytes_));
+      if (result.ok()) *response_ = *std::move(result);
+      Finish(rpc::ToGrpcStatus(result.status()));
+      return;
+    }
+    if (!has_header_) {
+      if (!request_.has_header()) {
+        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "the first PublishBasis message must carry the header"));
+        return;
+      }
+      header_ = request_.header();
+      has_header_ = true;
+      absl::Status checked = state_->CheckPublish(header_);
+      if (!checked.ok()) {
+        Finish(rpc::ToGrpcStatus(checked));
+        return;
+      }
+      bytes_.reserve(header_.size_bytes());
+    } else if (request_.has_header()) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "only the first PublishBasis message may carry a header"));
+      return;
+    }
+    const std::string& data = request_.data();
+    if (data.size() > kMaxBasisChunkBytes) {
+      Finish(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       absl::StrCat("a message carries ", data.size(),
+                                    " bytes of data, above the limit of ", kMaxBasisChunkBytes)));
+      return;
+    }
+    if (bytes_.size() + data.size() > header_.size_bytes()) {
+      Finish(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("more than the announced ", header_.size_bytes(), " bytes arrived")));
+      return;
+    }
+    bytes_.append(data);
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  ClusterState* const state_;
+  gift::v1::PublishBasisResponse* const response_;
+  gift::v1::PublishBasisRequest request_;
+  bool has_header_ = false;
+  gift::v1::BasisHeader header_;
+  std::string bytes_;
+};
+
+grpc::ServerReadReactor<gift::v1::PublishBasisRequest>* CoordinatorService::PublishBasis(
+    grpc::CallbackServerContext* /*context*/, gift::v1::PublishBasisResponse* response) {
+  if (shutting_down_.load()) {
+    class Refused final : public grpc::ServerReadReactor<gift::v1::PublishBasisRequest> {
+     public:
+      Refused() { Finish(ShuttingDown()); }
+      void OnDone() override { delete this; }
+    };
+    return new Refused();
+  }
+  return new PublishReactor(state_, response);
+}
+
+// ---- FetchBasis -----------------------------------------------------------
+
+class CoordinatorService::FetchReactor final
+    : public grpc::ServerWriteReactor<gift::v1::BasisChunk> {
+ public:
+  explicit FetchReactor(absl::StatusOr<ClusterState::BasisData> data) {
+    if (!data.ok()) {
+      Finish(rpc::ToGrpcStatus(data.status()));
+      return;
+    }
+    data_ = *std::move(data);
+    *chunk_.mutable_header() = data_.header;
+    WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+      return;
+    }
+    if (offset_ >= size()) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    chunk_.clear_header();
+    WriteNext();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  size_t size() const { return data_.bytes == nullptr ? 0 : data_.bytes->size(); }
+
+  void WriteNext() {
+    const size_t n = std::min(kMaxBasisChunkBytes, size() - offset_);
+    if (n > 0) chunk_.set_data(data_.bytes->data() + offset_, n);
+    offset_ += n;
+    StartWrite(&chunk_);
+  }
+
+  ClusterState::BasisData data_;
+  gift::v1::BasisChunk chunk_;
+  size_t offset_ = 0;
+};
+
+grpc::ServerWriteReactor<gift::v1::BasisChunk>* CoordinatorService::FetchBasis(
+    grpc::CallbackServerContext* /*context*/, const gift::v1::FetchBasisRequest* request) {
+  if (shutting_down_.load())
+    return new FetchReactor(absl::UnavailableError("the coordinator is shutting down"));
+  return new FetchReactor(state_->FetchBasis(*request));
+}
+
+// ---- unary RPCs -----------------------------------------------------------
+
+CoordinatorService::CoordinatorService(ClusterState* state, std::string version)
+    : state_(state), version_(std::move(version)) {
+  state_->SetChangeCallback([this] { NotifyWatchers(); });
+}
+
+void CoordinatorService::Shutdown() {
+  std::vector<WatchReactor*> watchers;
+  {
+    absl::MutexLock lock(&watchers_mu_);
+    shutting_down_.store(true);
+    for (WatchReactor* w : watchers_) {
+      w->Ref();
+      watchers.push_back(w);
+    }
+  }
+  for (WatchReactor* w : watchers) {
+    w->End(ShuttingDown());
+    w->Unref();
+  }
+}
+
+template <typename Response, typename Fn>
+grpc::ServerUnaryReactor* CoordinatorService::Unary(grpc::CallbackServerContext* context,
+                                                    Response* response, Fn fn) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (shutting_down_.load()) {
+    reactor->Finish(ShuttingDown());
+    return reactor;
+  }
+  absl::StatusOr<Response> result = fn();
+  if (result.ok()) *response = *std::move(result);
+  reactor->Finish(rpc::ToGrpcStatus(result.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* context,
+                                                   const gift::v1::JoinRequest* request,
+                                                   gift::v1::JoinResponse* response) {
+  return Unary(context, response, [&] { return state_->Join(*request); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,
+                                                    const gift::v1::LeaveRequest* request,
+                                                    gift::v1::LeaveResponse* response) {
+  return Unary(context, response, [&] { return state_->Leave(*request); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
+                                                        const gift::v1::HeartbeatRequest* request,
+                                                        gift::v1::HeartbeatResponse* response) {
+  return Unary(context, response, [&] { return state_->Heartbeat(*request); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::RegisterTensors(
+    grpc::CallbackServerContext* context, const gift::v1::RegisterTensorsRequest* request,
+    gift::v1::RegisterTensorsResponse* response) {
+  return Unary(context, response, [&] { return state_->RegisterTensors(*request); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::AckBasis(grpc::CallbackServerContext* context,
+                                                       const gift::v1::AckBasisRequest* request,
+                                                       gift::v1::AckBasisResponse* response) {
+  return Unary(context, response, [&] { return state_->AckBasis(*request); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetPolicy(
+    grpc::CallbackServerContext* context, const gift::v1::GetPolicyRequest* /*request*/,
+    gift::v1::Policy* response) {
+  return Unary(context, response,
+               [&]() -> absl::StatusOr<gift::v1::Policy> { return state_->GetPolicy(); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::SetPolicy(grpc::CallbackServerContext* context,
+                                                        const gift::v1::SetPolicyRequest* request,
+                                                        gift::v1::Policy* response) {
+  return Unary(context, response, [&] { return state_->SetPolicy(*request); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::RequestRefresh(
+    grpc::CallbackServerContext* context, const gift::v1::RequestRefreshRequest* request,
+    gift::v1::RequestRefreshResponse* response) {
+  return Unary(context, response, [&] { return state_->RequestRefresh(*request); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::SetRank(grpc::CallbackServerContext* context,
+                                                      const gift::v1::SetRankRequest* request,
+                                                      gift::v1::SetRankResponse* response) {
+  return Unary(context, response, [&] { return state_->SetRank(*request); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
+    grpc::CallbackServerContext* context, const gift::v1::GetStatusRequest* /*request*/,
+    gift::v1::StatusResponse* response) {
+  return Unary(context, response, [&]() -> absl::StatusOr<gift::v1::StatusResponse> {
+    absl::StatusOr<gift::v1::StatusResponse> status = state_->GetStatus();
+    if (status.ok()) status->set_version(version_);
+    return status;
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Drain(grpc::CallbackServerContext* context,
+                                                    const gift::v1::DrainRequest* request,
+                                                    gift::v1::DrainResponse* response) {
+  return Unary(context, response, [&] { return state_->Drain(*request); });
+}
+
+}  // namespace gift::coordinator

@@ -1,0 +1,112 @@
+// The gift.v1.Coordinator gRPC service (callback API) over a ClusterState.
+//
+// Every RPC converts the ClusterState's absl::Status to its gRPC status
+// (common/rpc/grpc_status.h). Streams:
+//   - PublishBasis: the first message carries the header, which is checked at
+//     once (owner, version, size limit); then data of at most
+//     kMaxBasisChunkBytes per message, rejected as soon as it exceeds the
+//     announced size. The bytes are verified when the client half-closes.
+//   - FetchBasis: the header in the first message, then the bytes in chunks of
+//     kMaxBasisChunkBytes.
+//   - Watch: the current state (unless the client has seen its revision), then
+//     one snapshot per new revision. A slow client gets only the newest state
+//     when its previous write completes (revisions coalesce). Ends with
+//     UNAVAILABLE on Shutdown, CANCELLED when the client goes away.
+//     WatchRequest.member_id is not checked: operators watch without one.
+//
+// Ownership: does not own the ClusterState, which must outlive the service.
+// The service is the state's change callback, so it must outlive every call
+// into the state (stop the grpc::Server and the lease thread first).
+// Thread safety: gRPC calls the methods concurrently; Shutdown may be called
+// from any thread, once.
+#ifndef GIFT_SERVER_COORDINATOR_COORDINATOR_SERVICE_H_
+#define GIFT_SERVER_COORDINATOR_COORDINATOR_SERVICE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <set>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "gift/v1/coordinator.grpc.pb.h"
+#include "server/coordinator/cluster_state.h"
+
+namespace gift::coordinator {
+
+inline constexpr size_t kMaxBasisChunkBytes = size_t{1} << 20;
+
+class CoordinatorService final : public gift::v1::Coordinator::CallbackService {
+ public:
+  // `version` is reported by GetStatus. Registers itself as `state`'s change
+  // callback.
+  CoordinatorService(ClusterState* state, std::string version);
+
+  // Ends every Watch with UNAVAILABLE; later calls fail with UNAVAILABLE.
+  void Shutdown();
+
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
+                                 const gift::v1::JoinRequest* request,
+                                 gift::v1::JoinResponse* response) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
+                                  const gift::v1::LeaveRequest* request,
+                                  gift::v1::LeaveResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const gift::v1::HeartbeatRequest* request,
+                                      gift::v1::HeartbeatResponse* response) override;
+  grpc::ServerWriteReactor<gift::v1::ClusterState>* Watch(
+      grpc::CallbackServerContext* context, const gift::v1::WatchRequest* request) override;
+  grpc::ServerUnaryReactor* RegisterTensors(grpc::CallbackServerContext* context,
+                                            const gift::v1::RegisterTensorsRequest* request,
+                                            gift::v1::RegisterTensorsResponse* response) override;
+  grpc::ServerReadReactor<gift::v1::PublishBasisRequest>* PublishBasis(
+      grpc::CallbackServerContext* context, gift::v1::PublishBasisResponse* response) override;
+  grpc::ServerWriteReactor<gift::v1::BasisChunk>* FetchBasis(
+      grpc::CallbackServerContext* context, const gift::v1::FetchBasisRequest* request) override;
+  grpc::ServerUnaryReactor* AckBasis(grpc::CallbackServerContext* context,
+                                     const gift::v1::AckBasisRequest* request,
+                                     gift::v1::AckBasisResponse* response) override;
+  grpc::ServerUnaryReactor* GetPolicy(grpc::CallbackServerContext* context,
+                                      const gift::v1::GetPolicyRequest* request,
+                                      gift::v1::Policy* response) override;
+  grpc::ServerUnaryReactor* SetPolicy(grpc::CallbackServerContext* context,
+                                      const gift::v1::SetPolicyRequest* request,
+                                      gift::v1::Policy* response) override;
+  grpc::ServerUnaryReactor* RequestRefresh(grpc::CallbackServerContext* context,
+                                           const gift::v1::RequestRefreshRequest* request,
+                                           gift::v1::RequestRefreshResponse* response) override;
+  grpc::ServerUnaryReactor* SetRank(grpc::CallbackServerContext* context,
+                                    const gift::v1::SetRankRequest* request,
+                                    gift::v1::SetRankResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const gift::v1::GetStatusRequest* request,
+                                      gift::v1::StatusResponse* response) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
+                                  const gift::v1::DrainRequest* request,
+                                  gift::v1::DrainResponse* response) override;
+
+ private:
+  class WatchReactor;
+  class PublishReactor;
+  class FetchReactor;
+
+  // Finishes a unary call with `result`, or UNAVAILABLE when shutting down.
+  template <typename Response, typename Fn>
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, Response* response, Fn fn);
+
+  // Adds a watcher unless shutting down (then returns false).
+  bool AddWatcher(WatchReactor* watcher);
+  void RemoveWatcher(WatchReactor* watcher);
+  void NotifyWatchers();
+
+  ClusterState* const state_;
+  const std::string version_;
+  std::atomic<bool> shutting_down_{false};
+
+  absl::Mutex watchers_mu_;
+  std::set<WatchReactor*> watchers_ ABSL_GUARDED_BY(watchers_mu_);
+};
+
+}  // namespace gift::coordinator
+
+#endif  // GIFT_SERVER_COORDINATOR_COORDINATOR_SERVICE_H_

@@ -1,0 +1,164 @@
+#include "common/policy/policy.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace gift::policy {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+gift::v1::Policy Defaults() { return WithDefaults(gift::v1::Policy()); }
+
+TEST(PolicyDefaultsTest, FillsTheDocumentedDefaults) {
+  const gift::v1::Policy p = Defaults();
+  EXPECT_EQ(p.transform().sides(), gift::v1::SIDES_BOTH);
+  EXPECT_THAT(p.transform().powers(), ElementsAre(0.125, 0.25));
+  EXPECT_EQ(p.transform().source(), gift::v1::GEOMETRY_SOURCE_GRADIENTS);
+  EXPECT_EQ(p.transform().rank(), 64u);
+  EXPECT_EQ(p.transform().residual(), gift::v1::RESIDUAL_MODEL_ISOTROPIC);
+  EXPECT_DOUBLE_EQ(p.transform().ema_decay(), 0.95);
+  EXPECT_EQ(p.transform().collect_period(), 1u);
+  EXPECT_DOUBLE_EQ(p.transform().damping_eps(), 1e-3);
+  EXPECT_EQ(p.transform().push_codec().format(), gift::v1::ELEMENT_FORMAT_E4M3);
+  EXPECT_EQ(p.transform().push_codec().scaling(), gift::v1::SCALING_PER_BLOCK_FP32);
+  EXPECT_EQ(p.transform().push_codec().block_size(), 128u);
+  EXPECT_EQ(p.transform().pull_codec().format(), gift::v1::ELEMENT_FORMAT_BF16);
+  EXPECT_FALSE(p.transform().error_feedback());
+  EXPECT_EQ(p.refresh().period_steps(), 10u);
+  EXPECT_DOUBLE_EQ(p.refresh().drift_threshold(), 0.2);
+  EXPECT_EQ(p.refresh().activation_lead_steps(), 4u);
+  EXPECT_EQ(p.selection().mode(), gift::v1::SELECTION_MODE_MEASURED);
+  EXPECT_DOUBLE_EQ(p.selection().margin(), 0.1);
+  EXPECT_EQ(p.selection().min_elements(), 4096u);
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+}
+
+TEST(PolicyDefaultsTest, KeepsSetValues) {
+  gift::v1::Policy in;
+  in.mutable_transform()->set_rank(8);
+  in.mutable_transform()->add_powers(0.5);
+  in.mutable_refresh()->set_period_steps(3);
+  const gift::v1::Policy p = WithDefaults(in);
+  EXPECT_EQ(p.transform().rank(), 8u);
+  EXPECT_THAT(p.transform().powers(), ElementsAre(0.5));
+  EXPECT_EQ(p.refresh().period_steps(), 3u);
+}
+
+struct BadCase {
+  const char* field;
+  void (*mutate)(gift::v1::Policy*);
+};
+
+TEST(PolicyValidateTest, NamesTheFieldAndValue) {
+  const std::vector<BadCase> cases = {
+      {"transform.powers[2] = -1",
+       [](gift::v1::Policy* p) { p->mutable_transform()->add_powers(-1); }},
+      {"transform.ema_decay = 1.5",
+       [](gift::v1::Policy* p) { p->mutable_transform()->set_ema_decay(1.5); }},
+      {"transform.damping_eps = -1",
+       [](gift::v1::Policy* p) { p->mutable_transform()->set_damping_eps(-1); }},
+      {"transform.sides = 9",
+       [](gift::v1::Policy* p) {
+         p->mutable_transform()->set_sides(static_cast<gift::v1::Sides>(9));
+       }},
+      {"transform.push_codec",
+       [](gift::v1::Policy* p) {
+         p->mutable_transform()->mutable_push_codec()->set_scaling(gift::v1::SCALING_NVFP4);
+       }},
+      {"selection.margin = 1", [](gift::v1::Policy* p) { p->mutable_selection()->set_margin(1); }},
+      {"selection.include[0]",
+       [](gift::v1::Policy* p) { p->mutable_selection()->add_include(""); }},
+      {"refresh.drift_threshold = -0.5",
+       [](gift::v1::Policy* p) { p->mutable_refresh()->set_drift_threshold(-0.5); }},
+      {"overrides[0].glob", [](gift::v1::Policy* p) { p->add_overrides()->set_rank(3); }},
+      {"overrides[0].rank = 0",
+       [](gift::v1::Policy* p) {
+         auto* o = p->add_overrides();
+         o->set_glob("*");
+         o->set_rank(0);
+       }},
+      {"overrides[0].period_steps = 0",
+       [](gift::v1::Policy* p) {
+         auto* o = p->add_overrides();
+         o->set_glob("*");
+         o->set_period_steps(0);
+       }},
+  };
+  for (const BadCase& c : cases) {
+    gift::v1::Policy p = Defaults();
+    c.mutate(&p);
+    const absl::Status s = Validate(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_THAT(s.message(), HasSubstr(c.field));
+  }
+}
+
+TEST(GlobTest, Matches) {
+  EXPECT_TRUE(GlobMatch("*", ""));
+  EXPECT_TRUE(GlobMatch("*", "layers.0.attn.q"));
+  EXPECT_TRUE(GlobMatch("layers.*.attn.?", "layers.12.attn.q"));
+  EXPECT_FALSE(GlobMatch("layers.*.attn.?", "layers.12.attn.qk"));
+  EXPECT_TRUE(GlobMatch("*mlp*", "layers.3.mlp.up"));
+  EXPECT_TRUE(GlobMatch("a*b*c", "aXbYbZc"));
+  EXPECT_FALSE(GlobMatch("a*b*c", "aXbYbZ"));
+  EXPECT_TRUE(GlobMatch("exact", "exact"));
+  EXPECT_FALSE(GlobMatch("exact", "exactly"));
+  EXPECT_FALSE(GlobMatch("?", ""));
+  EXPECT_TRUE(GlobMatch("**?", "x"));
+  EXPECT_FALSE(GlobMatch("", "x"));
+}
+
+TEST(ResolveTest, OverridesApplyInOrderFieldByField) {
+  gift::v1::Policy p = Defaults();
+  auto* a = p.add_overrides();
+  a->set_glob("layers.*");
+  a->set_rank(16);
+  a->set_sides(gift::v1::SIDES_INPUT);
+  auto* b = p.add_overrides();
+  b->set_glob("*.mlp.*");
+  b->set_rank(32);
+  b->set_period_steps(5);
+  ASSERT_TRUE(Validate(p).ok());
+
+  const std::vector<int64_t> shape = {512, 512};
+  TensorSettings mlp = ResolveTensorSettings(p, "layers.1.mlp.up", shape);
+  EXPECT_EQ(mlp.transform.rank(), 32u);                     // last match wins
+  EXPECT_EQ(mlp.transform.sides(), gift::v1::SIDES_INPUT);  // kept from the first
+  EXPECT_EQ(mlp.period_steps, 5u);
+  EXPECT_EQ(mlp.selection, Selection::kMeasure);
+
+  TensorSettings attn = ResolveTensorSettings(p, "layers.1.attn.q", shape);
+  EXPECT_EQ(attn.transform.rank(), 16u);
+  EXPECT_EQ(attn.period_steps, 10u);
+
+  TensorSettings head = ResolveTensorSettings(p, "head", shape);
+  EXPECT_EQ(head.transform.rank(), 64u);
+  EXPECT_EQ(head.transform.sides(), gift::v1::SIDES_BOTH);
+}
+
+TEST(ResolveTest, Selection) {
+  gift::v1::Policy p = Defaults();
+  const std::vector<int64_t> big = {256, 256}, small = {32, 32}, vec = {65536};
+  EXPECT_EQ(ResolveTensorSettings(p, "w", big).selection, Selection::kMeasure);
+  EXPECT_EQ(ResolveTensorSettings(p, "w", small).selection, Selection::kDirect);  // < 4096
+  EXPECT_EQ(ResolveTensorSettings(p, "b", vec).selection, Selection::kDirect);    // 1-D
+
+  p.mutable_selection()->add_exclude("*.norm");
+  EXPECT_EQ(ResolveTensorSettings(p, "x.norm", big).selection, Selection::kDirect);
+  auto* o = p.add_overrides();
+  o->set_glob("x.norm");
+  o->set_enabled(true);
+  EXPECT_EQ(ResolveTensorSettings(p, "x.norm", big).selection, Selection::kTransform);
+
+  p.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);
+  p.mutable_selection()->add_include("layers.*");
+  EXPECT_EQ(ResolveTensorSettings(p, "layers.0.w", big).selection, Selection::kTransform);
+  EXPECT_EQ(ResolveTensorSettings(p, "head", big).selection, Selection::kDirect);
+}
+
+}  // namespace
+}  // namespace gift::policy
