@@ -1,0 +1,300 @@
+#include "common/control/member_session.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gift::control {
+
+namespace v1 = ::gift::v1;
+
+namespace {
+
+// The member's entry in `state`, or null.
+const v1::Member* FindMember(const v1::ClusterState& state, const std::string& member_id) {
+  for (const v1::Member& m : state.workers()) {
+    if (m.member_id() == member_id) return &m;
+  }
+  for (const v1::Member& m : state.servers()) {
+    if (m.member_id() == member_id) return &m;
+  }
+  return nullptr;
+}
+
+// The coordinator's answer to a heartbeat of a member whose lease is gone.
+bool IsLeaseLost(const absl::Status& status) {
+  return absl::IsNotFound(status) || absl::IsFailedPrecondition(status);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MemberSession>> MemberSession::Start(
+    std::shared_ptr<grpc::Channel> channel, MemberSessionOptions options) {
+  if (options.name.empty()) return absl::InvalidArgumentError("MemberSession: empty name");
+  if (options.rpc_timeout <= absl::ZeroDuration() || options.min_backoff <= absl::ZeroDuration() ||
+      options.max_backoff < options.min_backoff ||
+      options.heartbeat_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "MemberSession: rpc_timeout and min_backoff must be positive, max_backoff >= "
+        "min_backoff, heartbeat_interval >= 0");
+  }
+  std::unique_ptr<MemberSession> session(new MemberSession(std::move(channel), std::move(options)));
+  absl::StatusOr<v1::JoinResponse> joined = session->SendJoin();
+  {
+    absl::MutexLock lock(&session->mu_);
+    if (!joined.ok()) {
+      session->closed_ = true;  // nothing to leave, no threads
+      return joined.status();
+    }
+    session->InstallJoinLocked(*std::move(joined));
+  }
+  session->lease_thread_ = std::thread(&MemberSession::LeaseLoop, session.get());
+  session->watch_thread_ = std::thread(&MemberSession::WatchLoop, session.get());
+  return session;
+}
+
+MemberSession::MemberSession(std::shared_ptr<grpc::Channel> channel, MemberSessionOptions options)
+    : options_(std::move(options)),
+      client_(std::move(channel), options_.rpc_timeout),
+      state_(std::make_shared<v1::ClusterState>()) {}
+
+MemberSession::~MemberSession() { Close().IgnoreError(); }
+
+absl::Status MemberSession::Close() {
+  std::string member_id;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closing_ || closed_) {
+      closing_ = true;
+      return absl::OkStatus();
+    }
+    closing_ = true;
+    if (watch_context_ != nullptr) watch_context_->TryCancel();
+  }
+  if (lease_thread_.joinable()) lease_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    member_id = identity_.member_id;
+  }
+  absl::StatusOr<v1::LeaveResponse> left = client_.Leave(member_id);
+  return left.status();
+}
+
+absl::StatusOr<v1::JoinResponse> MemberSession::SendJoin() const {
+  v1::JoinRequest request;
+  request.set_name(options_.name);
+  request.set_role(options_.role);
+  request.set_data_address(options_.data_address);
+  request.set_control_address(options_.control_address);
+  return client_.Join(request);
+}
+
+void MemberSession::InstallJoinLocked(v1::JoinResponse joined) {
+  identity_.member_id = joined.member_id();
+  identity_.rank = joined.rank();
+  identity_.epoch = joined.epoch();
+  lease_ttl_ms_ = joined.lease_ttl_ms();
+  // The Watch stream may already have delivered something newer.
+  if (joined.has_state() && (joined.state().revision() >= state_->revision() ||
+                             joined.state().cluster_id() != state_->cluster_id())) {
+    InstallStateLocked(std::move(*joined.mutable_state()));
+  }
+}
+
+void MemberSession::InstallState(v1::ClusterState state) {
+  absl::MutexLock lock(&mu_);
+  InstallStateLocked(std::move(state));
+}
+
+void MemberSession::InstallStateLocked(v1::ClusterState state) {
+  if (const v1::Member* me = FindMember(state, identity_.member_id); me != nullptr) {
+    identity_.rank = me->rank();
+    identity_.epoch = state.epoch();
+  }
+  state_ = std::make_shared<const v1::ClusterState>(std::move(state));
+}
+
+absl::Duration MemberSession::HeartbeatInterval() const {
+  if (options_.heartbeat_interval > absl::ZeroDuration()) return options_.heartbeat_interval;
+  // Without a TTL from the coordinator, beat often enough for any sane one.
+  if (lease_ttl_ms_ <= 0) return absl::Milliseconds(250);
+  return absl::Milliseconds(lease_ttl_ms_) / 4;
+}
+
+bool MemberSession::SleepUnlessClosing(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&closing_), d);
+  return !closing_;
+}
+
+absl::Status MemberSession::SendHeartbeat(absl::Duration timeout) {
+  v1::HeartbeatRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_member_id(identity_.member_id);
+    request.set_epoch(identity_.epoch);
+    request.set_last_step(last_step_);
+  }
+  absl::StatusOr<v1::HeartbeatResponse> response = client_.Heartbeat(request, timeout);
+  if (!response.ok()) return response.status();
+  absl::MutexLock lock(&mu_);
+  // A re-join may have replaced the identity while the call was in flight.
+  if (identity_.member_id == request.member_id() && response->epoch() > identity_.epoch) {
+    identity_.epoch = response->epoch();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MemberSession::HeartbeatNow() { return SendHeartbeat(options_.rpc_timeout); }
+
+void MemberSession::LeaseLoop() {
+  absl::Duration interval;
+  {
+    absl::MutexLock lock(&mu_);
+    interval = HeartbeatInterval();
+  }
+  while (SleepUnlessClosing(interval)) {
+    // Waiting longer than the next beat would only delay that beat.
+    const absl::Status beat = SendHeartbeat(std::min(options_.rpc_timeout, interval));
+    if (!IsLeaseLost(beat)) continue;  // OK, or transient: the next beat retries
+    absl::Duration backoff = options_.min_backoff;
+    while (true) {
+      absl::StatusOr<v1::JoinResponse> joined = SendJoin();
+      if (joined.ok()) {
+        {
+          absl::MutexLock lock(&mu_);
+          InstallJoinLocked(*std::move(joined));
+          ++rejoins_;
+          interval = HeartbeatInterval();
+        }
+        if (options_.on_rejoin) options_.on_rejoin(beat);
+        break;
+      }
+      if (!SleepUnlessClosing(backoff)) return;
+      backoff = std::min(backoff * 2, options_.max_backoff);
+    }
+  }
+}
+
+void MemberSession::WatchLoop() {
+  absl::Duration backoff = options_.min_backoff;
+  while (true) {
+    grpc::ClientContext context;
+    v1::WatchRequest request;
+    {
+      absl::MutexLock lock(&mu_);
+      if (closing_) return;
+      watch_context_ = &context;
+      request.set_member_id(identity_.member_id);
+    }
+    // after_revision 0: a (re)connected stream starts with a full snapshot.
+    std::unique_ptr<grpc::ClientReader<v1::ClusterState>> reader = client_.Watch(&context, request);
+    v1::ClusterState state;
+    while (reader->Read(&state)) {
+      InstallState(std::move(state));
+      state.Clear();
+      backoff = options_.min_backoff;
+    }
+    reader->Finish().IgnoreError();  // why it ended does not change what we do
+    {
+      absl::MutexLock lock(&mu_);
+      watch_context_ = nullptr;
+    }
+    if (!SleepUnlessClosing(backoff)) return;
+    backoff = std::min(backoff * 2, options_.max_backoff);
+  }
+}
+
+MemberIdentity MemberSession::identity() const {
+  absl::MutexLock lock(&mu_);
+  return identity_;
+}
+
+std::string MemberSession::member_id() const {
+  absl::MutexLock lock(&mu_);
+  return identity_.member_id;
+}
+
+uint32_t MemberSession::rank() const {
+  absl::MutexLock lock(&mu_);
+  return identity_.rank;
+}
+
+uint64_t MemberSession::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return identity_.epoch;
+}
+
+int64_t MemberSession::lease_ttl_ms() const {
+  absl::MutexLock lock(&mu_);
+  return lease_ttl_ms_;
+}
+
+uint64_t MemberSession::rejoins() const {
+  absl::MutexLock lock(&mu_);
+  return rejoins_;
+}
+
+std::shared_ptr<const v1::ClusterState> MemberSession::state() const {
+  absl::MutexLock lock(&mu_);
+  return state_;
+}
+
+absl::StatusOr<std::shared_ptr<const v1::ClusterState>> MemberSession::WaitFor(
+    const std::function<bool(const v1::ClusterState&)>& predicate, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closing_ || predicate(*state_); };
+  mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
+  if (predicate(*state_)) return state_;
+  if (closing_) return absl::CancelledError("MemberSession closed while waiting for a state");
+  return absl::DeadlineExceededError(
+      absl::StrCat("no cluster state satisfied the condition within ",
+                   absl::FormatDuration(timeout), " (latest revision ", state_->revision(), ")"));
+}
+
+absl::StatusOr<std::shared_ptr<const v1::ClusterState>> MemberSession::WaitForRevision(
+    uint64_t revision, absl::Duration timeout) const {
+  return WaitFor([revision](const v1::ClusterState& s) { return s.revision() >= revision; },
+                 timeout);
+}
+
+void MemberSession::SetLastStep(uint64_t step) {
+  absl::MutexLock lock(&mu_);
+  last_step_ = step;
+}
+
+absl::StatusOr<v1::RegisterTensorsResponse> MemberSession::RegisterTensors(
+    const std::vector<v1::TensorSpec>& tensors) const {
+  v1::RegisterTensorsRequest request;
+  request.set_member_id(member_id());
+  for (const v1::TensorSpec& t : tensors) *request.add_tensors() = t;
+  return client_.RegisterTensors(request);
+}
+
+absl::StatusOr<v1::PublishBasisResponse> MemberSession::PublishBasis(uint64_t tensor_id,
+                                                                     uint64_t version,
+                                                                     uint32_t rank,
+                                                                     absl::string_view bytes,
+                                                                     bool direct) const {
+  v1::BasisHeader header;
+  header.set_member_id(member_id());
+  header.set_tensor_id(tensor_id);
+  header.set_version(version);
+  header.set_rank(rank);
+  header.set_direct(direct);
+  return client_.PublishBasis(std::move(header), bytes);
+}
+
+absl::StatusOr<FetchedBasis> MemberSession::FetchBasis(uint64_t tensor_id, uint64_t version) const {
+  return client_.FetchBasis(member_id(), tensor_id, version);
+}
+
+absl::StatusOr<v1::AckBasisResponse> MemberSession::AckBasis(uint64_t tensor_id,
+                                                             uint64_t version) const {
+  return client_.AckBasis(member_id(), tensor_id, version);
+}
+
+}  // namespace gift::control

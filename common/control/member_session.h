@@ -1,0 +1,187 @@
+// A member's session with the coordinator: the one object a worker or an
+// aggregator server keeps for its life in the cluster.
+//
+//   MemberSessionOptions options;
+//   options.name = "host-3/gpu0";
+//   auto session = MemberSession::Start(CoordinatorClient::MakeChannel(addr), options);
+//   if (!session.ok()) return session.status();
+//   auto state = (*session)->WaitFor([](const gift::v1::ClusterState& s) {
+//     return s.workers_size() == 4;
+//   }, absl::Seconds(30));
+//
+// Start joins (Join) and then runs two background threads:
+//   - the lease thread sends a Heartbeat every lease TTL / 4 (or
+//     options.heartbeat_interval), carrying the last step the owner reported
+//     through SetLastStep. When the coordinator answers that the lease is gone
+//     (NOT_FOUND: unknown member; FAILED_PRECONDITION: lease expired) it joins
+//     again under the same name, which gives a new member id and usually a
+//     new rank and epoch; each such re-join is counted (rejoins()) and
+//     reported to options.on_rejoin.
+//   - the watch thread keeps a Watch stream open and stores each ClusterState
+//     it receives. When the stream breaks (coordinator restarted, network) it
+//     reconnects with exponential backoff (options.min_backoff ..
+//     options.max_backoff) and gets a fresh snapshot first.
+// The member's rank and epoch follow the latest state (or heartbeat answer)
+// that names the member.
+//
+// Close (or the destructor) stops both threads and sends Leave.
+//
+// Ownership: shares the channel; owns its threads. Thread safety: every
+// public method may be called from any thread concurrently, except that the
+// destructor must not race with other calls. Callbacks (on_rejoin) run on
+// the lease thread and must not call Close.
+#ifndef GIFT_COMMON_CONTROL_MEMBER_SESSION_H_
+#define GIFT_COMMON_CONTROL_MEMBER_SESSION_H_
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/control/coordinator_client.h"
+#include "gift/v1/cluster.pb.h"
+#include "gift/v1/coordinator.pb.h"
+
+namespace gift::control {
+
+struct MemberSessionOptions {
+  std::string name;  // unique among live members, e.g. "host-3/gpu0"; required
+  gift::v1::MemberRole role = gift::v1::MEMBER_ROLE_WORKER;
+  std::string data_address;
+  std::string control_address;
+  // Deadline of each unary call (and of basis publish / fetch).
+  absl::Duration rpc_timeout = absl::Seconds(10);
+  // Zero: a quarter of the lease TTL the coordinator grants.
+  absl::Duration heartbeat_interval = absl::ZeroDuration();
+  // Backoff between Watch reconnections and between re-join attempts.
+  absl::Duration min_backoff = absl::Milliseconds(50);
+  absl::Duration max_backoff = absl::Seconds(2);
+  // Called after a successful re-join with the status that said the lease
+  // was lost.
+  std::function<void(const absl::Status& lease_lost)> on_rejoin;
+};
+
+// Who the member is in the current epoch.
+struct MemberIdentity {
+  std::string member_id;
+  uint32_t rank = 0;  // workers: data-parallel rank; servers: shard id
+  uint64_t epoch = 0;
+};
+
+class MemberSession {
+ public:
+  // Joins and starts the background threads. Fails with the Join's status
+  // (e.g. UNAVAILABLE, ALREADY_EXISTS) or INVALID_ARGUMENT for bad options.
+  static absl::StatusOr<std::unique_ptr<MemberSession>> Start(
+      std::shared_ptr<grpc::Channel> channel, MemberSessionOptions options);
+
+  // Close(), ignoring its status.
+  ~MemberSession();
+
+  MemberSession(const MemberSession&) = delete;
+  MemberSession& operator=(const MemberSession&) = delete;
+
+  // Stops the threads and leaves the cluster. Returns the Leave's status;
+  // later calls return OK and do nothing. After Close the state stays
+  // readable; the RPC helpers below still work but the lease is gone.
+  absl::Status Close();
+
+  MemberIdentity identity() const;
+  std::string member_id() const;
+  uint32_t rank() const;
+  uint64_t epoch() const;
+  int64_t lease_ttl_ms() const;
+  // Times the session joined again after losing its lease.
+  uint64_t rejoins() const;
+
+  // The latest cluster state received (never null; from Join until the
+  // first Watch message).
+  std::shared_ptr<const gift::v1::ClusterState> state() const;
+
+  // Blocks until the latest state satisfies `predicate` (evaluated under the
+  // session's lock: keep it cheap, call nothing of the session) and returns
+  // that state; DEADLINE_EXCEEDED after `timeout`, CANCELLED when closed.
+  absl::StatusOr<std::shared_ptr<const gift::v1::ClusterState>> WaitFor(
+      const std::function<bool(const gift::v1::ClusterState&)>& predicate,
+      absl::Duration timeout) const;
+  // WaitFor(state.revision() >= revision).
+  absl::StatusOr<std::shared_ptr<const gift::v1::ClusterState>> WaitForRevision(
+      uint64_t revision, absl::Duration timeout) const;
+
+  // Records the last completed step; the next heartbeat reports it.
+  void SetLastStep(uint64_t step);
+  // Sends a heartbeat now (with the last step) instead of waiting for the
+  // lease thread; returns its status (a lost lease is handled by the lease
+  // thread at its next beat).
+  absl::Status HeartbeatNow();
+
+  // Registers tensors under this member (RegisterTensors).
+  absl::StatusOr<gift::v1::RegisterTensorsResponse> RegisterTensors(
+      const std::vector<gift::v1::TensorSpec>& tensors) const;
+  // Publishes a basis version this member owns: `bytes` is the serialized
+  // basis (common/transform/basis_serialization.h), sent in 1 MiB chunks with
+  // its CRC-32C; `direct` versions carry no bytes.
+  absl::StatusOr<gift::v1::PublishBasisResponse> PublishBasis(uint64_t tensor_id, uint64_t version,
+                                                              uint32_t rank,
+                                                              absl::string_view bytes,
+                                                              bool direct = false) const;
+  // Fetches a version (size and CRC-32C checked) ...
+  absl::StatusOr<FetchedBasis> FetchBasis(uint64_t tensor_id, uint64_t version) const;
+  // ... and acknowledges it once it is usable.
+  absl::StatusOr<gift::v1::AckBasisResponse> AckBasis(uint64_t tensor_id, uint64_t version) const;
+
+  const CoordinatorClient& client() const { return client_; }
+
+ private:
+  MemberSession(std::shared_ptr<grpc::Channel> channel, MemberSessionOptions options);
+
+  // Join, without holding the lock across the call ...
+  absl::StatusOr<gift::v1::JoinResponse> SendJoin() const;
+  // ... and its result: the new identity, lease and (unless older) state.
+  void InstallJoinLocked(gift::v1::JoinResponse joined) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One heartbeat with the current identity and this deadline; updates the
+  // epoch.
+  absl::Status SendHeartbeat(absl::Duration timeout);
+  // Installs `state` when it is not older than the stored one and updates
+  // rank and epoch from it.
+  void InstallState(gift::v1::ClusterState state) ABSL_LOCKS_EXCLUDED(mu_);
+  void InstallStateLocked(gift::v1::ClusterState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits up to `d` unless closing; returns false when closing.
+  bool SleepUnlessClosing(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Duration HeartbeatInterval() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void LeaseLoop();
+  void WatchLoop();
+
+  const MemberSessionOptions options_;
+  const CoordinatorClient client_;
+
+  mutable absl::Mutex mu_;
+  MemberIdentity identity_ ABSL_GUARDED_BY(mu_);
+  int64_t lease_ttl_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rejoins_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<const gift::v1::ClusterState> state_ ABSL_GUARDED_BY(mu_);
+  // The open Watch call, so that Close can cancel it.
+  grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+
+  std::thread lease_thread_;
+  std::thread watch_thread_;
+};
+
+}  // namespace gift::control
+
+#endif  // GIFT_COMMON_CONTROL_MEMBER_SESSION_H_

@@ -1,0 +1,170 @@
+#include "tools/giftctl/policy_edit.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/codec/codec_spec.h"
+#include "common/codec/codec_spec_proto.h"
+
+namespace gift::giftctl {
+
+namespace v1 = ::gift::v1;
+
+namespace {
+
+// A name <-> enum table.
+template <typename Enum>
+struct Choice {
+  const char* name;
+  Enum value;
+};
+
+constexpr Choice<v1::Sides> kSides[] = {
+    {"both", v1::SIDES_BOTH}, {"in", v1::SIDES_INPUT}, {"out", v1::SIDES_OUTPUT}};
+constexpr Choice<v1::GeometrySource> kSources[] = {
+    {"gradients", v1::GEOMETRY_SOURCE_GRADIENTS},
+    {"per-worker", v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS},
+    {"activations", v1::GEOMETRY_SOURCE_ACTIVATIONS}};
+constexpr Choice<v1::ResidualModel> kResiduals[] = {{"isotropic", v1::RESIDUAL_MODEL_ISOTROPIC},
+                                                    {"diagonal", v1::RESIDUAL_MODEL_DIAGONAL}};
+constexpr Choice<v1::SelectionMode> kSelections[] = {{"measured", v1::SELECTION_MODE_MEASURED},
+                                                     {"list", v1::SELECTION_MODE_LIST}};
+
+template <typename Enum, size_t N>
+absl::StatusOr<Enum> ParseChoice(const Choice<Enum> (&choices)[N], absl::string_view what,
+                                 absl::string_view text) {
+  std::vector<std::string> names;
+  for (const Choice<Enum>& c : choices) {
+    if (text == c.name) return c.value;
+    names.push_back(c.name);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", what, ": '", text, "' is not one of ", absl::StrJoin(names, "|")));
+}
+
+template <typename Enum, size_t N>
+std::string ChoiceName(const Choice<Enum> (&choices)[N], Enum value) {
+  for (const Choice<Enum>& c : choices) {
+    if (c.value == value) return c.name;
+  }
+  return "-";
+}
+
+bool InUnitInterval(double x) { return x >= 0.0 && x < 1.0; }
+
+}  // namespace
+
+absl::StatusOr<v1::Sides> ParseSides(absl::string_view text) {
+  return ParseChoice(kSides, "sides", text);
+}
+absl::StatusOr<v1::GeometrySource> ParseSource(absl::string_view text) {
+  return ParseChoice(kSources, "source", text);
+}
+absl::StatusOr<v1::ResidualModel> ParseResidual(absl::string_view text) {
+  return ParseChoice(kResiduals, "residual", text);
+}
+absl::StatusOr<v1::SelectionMode> ParseSelection(absl::string_view text) {
+  return ParseChoice(kSelections, "selection", text);
+}
+std::string SidesName(v1::Sides sides) { return ChoiceName(kSides, sides); }
+std::string SourceName(v1::GeometrySource source) { return ChoiceName(kSources, source); }
+std::string ResidualName(v1::ResidualModel residual) { return ChoiceName(kResiduals, residual); }
+std::string SelectionName(v1::SelectionMode mode) { return ChoiceName(kSelections, mode); }
+
+std::string CodecName(const v1::CodecSpec& spec) {
+  absl::StatusOr<codec::CodecSpec> parsed = codec::FromProto(spec);
+  return parsed.ok() ? codec::ToString(*parsed) : "-";
+}
+
+bool PolicyEdit::empty() const {
+  return !period_steps && !rank && !powers && !sides && !source && !residual && !enabled &&
+         !ema_decay && !push_codec && !pull_codec && !drift_threshold && !margin && !selection &&
+         !include && !exclude;
+}
+
+absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
+  if (edit.period_steps && *edit.period_steps < 1) {
+    return absl::InvalidArgumentError("--period must be at least 1");
+  }
+  if (edit.rank && *edit.rank < 1) return absl::InvalidArgumentError("--rank must be at least 1");
+  if (edit.powers) {
+    if (edit.powers->empty()) return absl::InvalidArgumentError("--power needs a value");
+    for (double p : *edit.powers) {
+      if (!(p > 0.0) || !std::isfinite(p)) {
+        return absl::InvalidArgumentError(absl::StrCat("--power ", p, " is not a finite p > 0"));
+      }
+    }
+  }
+  if (edit.ema_decay && !InUnitInterval(*edit.ema_decay)) {
+    return absl::InvalidArgumentError("--ema-decay must be in [0, 1)");
+  }
+  if (edit.margin && !InUnitInterval(*edit.margin)) {
+    return absl::InvalidArgumentError("--margin must be in [0, 1)");
+  }
+  if (edit.drift_threshold &&
+      !(*edit.drift_threshold >= 0.0 && std::isfinite(*edit.drift_threshold))) {
+    return absl::InvalidArgumentError("--drift must be a finite value >= 0");
+  }
+  if (edit.tensor_glob.empty()) {
+    if (edit.enabled) return absl::InvalidArgumentError("--enabled needs --tensor GLOB");
+    return absl::OkStatus();
+  }
+  std::vector<std::string> global_only;
+  if (edit.ema_decay) global_only.push_back("--ema-decay");
+  if (edit.push_codec) global_only.push_back("--push-codec");
+  if (edit.pull_codec) global_only.push_back("--pull-codec");
+  if (edit.drift_threshold) global_only.push_back("--drift");
+  if (edit.margin) global_only.push_back("--margin");
+  if (edit.selection) global_only.push_back("--selection");
+  if (edit.include) global_only.push_back("--include");
+  if (edit.exclude) global_only.push_back("--exclude");
+  if (!global_only.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(absl::StrJoin(global_only, ", "),
+                     " apply to the global policy only; a --tensor override can set --period, "
+                     "--rank, --power, --sides, --source, --residual and --enabled"));
+  }
+  return absl::OkStatus();
+}
+
+void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
+  if (!edit.tensor_glob.empty()) {
+    v1::TensorOverride* o = nullptr;
+    for (int i = policy->overrides_size() - 1; i >= 0 && o == nullptr; --i) {
+      if (policy->overrides(i).glob() == edit.tensor_glob) o = policy->mutable_overrides(i);
+    }
+    if (o == nullptr) {
+      o = policy->add_overrides();
+      o->set_glob(edit.tensor_glob);
+    }
+    if (edit.period_steps) o->set_period_steps(*edit.period_steps);
+    if (edit.rank) o->set_rank(*edit.rank);
+    if (edit.powers) o->mutable_powers()->Assign(edit.powers->begin(), edit.powers->end());
+    if (edit.sides) o->set_sides(*edit.sides);
+    if (edit.source) o->set_source(*edit.source);
+    if (edit.residual) o->set_residual(*edit.residual);
+    if (edit.enabled) o->set_enabled(*edit.enabled);
+    return;
+  }
+  v1::TransformPolicy* t = policy->mutable_transform();
+  v1::RefreshPolicy* r = policy->mutable_refresh();
+  v1::SelectionPolicy* s = policy->mutable_selection();
+  if (edit.period_steps) r->set_period_steps(*edit.period_steps);
+  if (edit.rank) t->set_rank(*edit.rank);
+  if (edit.powers) t->mutable_powers()->Assign(edit.powers->begin(), edit.powers->end());
+  if (edit.sides) t->set_sides(*edit.sides);
+  if (edit.source) t->set_source(*edit.source);
+  if (edit.residual) t->set_residual(*edit.residual);
+  if (edit.ema_decay) t->set_ema_decay(*edit.ema_decay);
+  if (edit.push_codec) *t->mutable_push_codec() = *edit.push_codec;
+  if (edit.pull_codec) *t->mutable_pull_codec() = *edit.pull_codec;
+  if (edit.drift_threshold) r->set_drift_threshold(*edit.drift_threshold);
+  if (edit.margin) s->set_margin(*edit.margin);
+  if (edit.selection) s->set_mode(*edit.selection);
+  if (edit.include) s->mutable_include()->Assign(edit.include->begin(), edit.include->end());
+  if (edit.exclude) s->mutable_exclude()->Assign(edit.exclude->begin(), edit.exclude->end());
+}
+
+}  // namespace gift::giftctl

@@ -1,0 +1,73 @@
+// The policy fields `giftctl policy set` can change, and how a change is
+// applied to a gift.v1.Policy: only the fields given are touched, either in
+// the global policy or in the per-tensor override of one glob.
+//
+// Plain values and stateless functions; thread-compatible.
+#ifndef GIFT_TOOLS_GIFTCTL_POLICY_EDIT_H_
+#define GIFT_TOOLS_GIFTCTL_POLICY_EDIT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "gift/v1/policy.pb.h"
+
+namespace gift::giftctl {
+
+struct PolicyEdit {
+  // Nonempty: edit (or create) the override whose glob equals this one,
+  // instead of the global policy.
+  std::string tensor_glob;
+
+  std::optional<uint32_t> period_steps;
+  std::optional<uint32_t> rank;
+  std::optional<std::vector<double>> powers;
+  std::optional<gift::v1::Sides> sides;
+  std::optional<gift::v1::GeometrySource> source;
+  std::optional<gift::v1::ResidualModel> residual;
+  std::optional<bool> enabled;  // overrides only
+  // Global policy only:
+  std::optional<double> ema_decay;
+  std::optional<gift::v1::CodecSpec> push_codec;
+  std::optional<gift::v1::CodecSpec> pull_codec;
+  std::optional<double> drift_threshold;
+  std::optional<double> margin;
+  std::optional<gift::v1::SelectionMode> selection;
+  std::optional<std::vector<std::string>> include;
+  std::optional<std::vector<std::string>> exclude;
+
+  // True when no field would change.
+  bool empty() const;
+};
+
+// Checks ranges (period and rank >= 1, powers > 0 and finite, EMA decay and
+// margin in [0, 1), drift >= 0) and that an override edit sets only the
+// fields an override has. InvalidArgument, naming the flag, otherwise.
+absl::Status ValidatePolicyEdit(const PolicyEdit& edit);
+
+// Applies a validated edit to `policy` (its version is left alone).
+void ApplyPolicyEdit(const PolicyEdit& edit, gift::v1::Policy* policy);
+
+// The command-line names of the enums ("both", "in", "out"; "gradients",
+// "per-worker", "activations"; "isotropic", "diagonal"; "measured", "list"),
+// parsed (InvalidArgument listing the choices) and printed ("-" for
+// unspecified).
+absl::StatusOr<gift::v1::Sides> ParseSides(absl::string_view text);
+absl::StatusOr<gift::v1::GeometrySource> ParseSource(absl::string_view text);
+absl::StatusOr<gift::v1::ResidualModel> ParseResidual(absl::string_view text);
+absl::StatusOr<gift::v1::SelectionMode> ParseSelection(absl::string_view text);
+std::string SidesName(gift::v1::Sides sides);
+std::string SourceName(gift::v1::GeometrySource source);
+std::string ResidualName(gift::v1::ResidualModel residual);
+std::string SelectionName(gift::v1::SelectionMode mode);
+
+// "e4m3/block128/rne" for a codec spec, "-" when unset or invalid.
+std::string CodecName(const gift::v1::CodecSpec& spec);
+
+}  // namespace gift::giftctl
+
+#endif  // GIFT_TOOLS_GIFTCTL_POLICY_EDIT_H_
