@@ -80,8 +80,21 @@ absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
     absl::MutexLock lock(&mu_);
     counters_.chunks_aborted += aborted->size();
     worker_peers_ = std::move(peers);
+    has_epoch_ = true;
   }
   return unreachable;
+}
+
+absl::Status AggregatorShard::Apply(const ShardEpoch& epoch) {
+  bool first;
+  {
+    absl::MutexLock lock(&mu_);
+    first = !has_epoch_;
+  }
+  const uint64_t current = reducer_->epoch();
+  if (first || epoch.epoch > current) return SetEpoch(epoch);
+  if (epoch.epoch < current) return absl::OkStatus();
+  return reducer_->AddChunks(epoch.epoch, epoch.chunks);
 }
 
 void AggregatorShard::OnMessage(transport::Message message) {

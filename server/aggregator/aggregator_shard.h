@@ -68,6 +68,12 @@ class AggregatorShard {
   // ranks until the next epoch).
   absl::Status SetEpoch(const ShardEpoch& epoch);
 
+  // Applies `epoch`: SetEpoch when its number is above the current one;
+  // for the current epoch, adds its chunks (tensors registered meanwhile).
+  // Older epochs are ignored (OK).
+  absl::Status Apply(const ShardEpoch& epoch);
+  uint64_t epoch() const { return reducer_->epoch(); }
+
   struct Counters {
     uint64_t pushes_accepted = 0;
     uint64_t chunks_completed = 0;
@@ -93,6 +99,7 @@ class AggregatorShard {
   std::unique_ptr<transport::Transport> transport_;
 
   mutable absl::Mutex mu_;
+  bool has_epoch_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<transport::PeerId> worker_peers_ ABSL_GUARDED_BY(mu_);  // by rank
   // Connections by worker address, kept across epochs; a connection is
   // dropped when its peer fails (a worker that exits).

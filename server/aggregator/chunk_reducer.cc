@@ -47,6 +47,24 @@ absl::StatusOr<std::vector<ChunkHeader>> ChunkReducer::SetEpoch(
   return aborted;
 }
 
+absl::Status ChunkReducer::AddChunks(uint64_t epoch,
+                                     const absl::flat_hash_map<ChunkId, ChunkShape>& chunks) {
+  absl::MutexLock lock(&mu_);
+  if (!has_epoch_ || epoch != epoch_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunks for epoch ", epoch, ", current epoch ", epoch_));
+  }
+  for (const auto& [id, shape] : chunks) {
+    auto it = chunks_.find(id);
+    if (it != chunks_.end() && !(it->second == shape)) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk ", id.second, " of tensor ", id.first,
+                                                     " changed shape within epoch ", epoch));
+    }
+  }
+  for (const auto& [id, shape] : chunks) chunks_[id] = shape;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::optional<ReducedChunk>> ChunkReducer::AddPush(const ChunkHeader& header,
                                                                   std::vector<uint8_t> payload) {
   if (header.kind != ChunkKind::kPush) {

@@ -69,6 +69,12 @@ class ChunkReducer {
   absl::StatusOr<std::vector<dataplane::ChunkHeader>> SetEpoch(
       uint64_t epoch, uint32_t world_size, absl::flat_hash_map<ChunkId, ChunkShape> chunks);
 
+  // Adds chunks this shard owns within the current epoch (tensors registered
+  // after it began). A chunk already known must keep its shape
+  // (InvalidArgument otherwise, and nothing changes); FailedPrecondition when
+  // `epoch` is not the current one.
+  absl::Status AddChunks(uint64_t epoch, const absl::flat_hash_map<ChunkId, ChunkShape>& chunks);
+
   // Validates and stores one push (`header.kind` kPush). Returns the reduced
   // chunk when this push completed it, else nullopt. Errors, with nothing
   // stored: FailedPrecondition (other epoch, mixed basis version, no epoch

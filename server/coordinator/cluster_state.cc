@@ -146,6 +146,11 @@ void ClusterState::TouchLocked() {
   snapshot_.reset();
 }
 
+void ClusterState::MarkDirtyLocked() {
+  dirty_ = true;
+  snapshot_.reset();
+}
+
 int64_t ClusterState::NowMsLocked() const { return absl::ToUnixMillis(clock_->Now()); }
 
 absl::Status ClusterState::CommitLocked() {
@@ -806,7 +811,10 @@ absl::StatusOr<gift::v1::AckBasisResponse> ClusterState::AckBasis(
       if (std::find(acked.begin(), acked.end(), request.member_id()) == acked.end()) {
         p.add_acked_member_ids(request.member_id());
         pending_.put_bases.insert(request.tensor_id());
-        TouchLocked();
+        // Only the commit (MaybeCommitLocked) is news for watchers: bumping
+        // the revision on every acknowledgement sent each watcher a full
+        // snapshot per ack, P^2 snapshots per refresh.
+        MarkDirtyLocked();
         MaybeCommitLocked(basis);
       }
     }

@@ -153,7 +153,12 @@ class ClusterState {
 
   absl::Status LoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A change watchers must see: a new revision, persisted.
   void TouchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A change to persist that does not warrant a new revision (an
+  // acknowledgement that does not commit a proposal): watchers are not woken,
+  // and a snapshot of the current revision may show it or not.
+  void MarkDirtyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLeasesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::StatusOr<gift::v1::Member*> LiveMemberLocked(const std::string& member_id)

@@ -157,6 +157,20 @@ TEST(ChunkReducerTest, NewEpochAbortsIncompleteChunks) {
   }
 }
 
+TEST(ChunkReducerTest, ChunksAddedWithinAnEpochAreServed) {
+  auto reducer = MakeReducer(1);
+  ChunkHeader h = Push(1, 0, 0);
+  h.tensor_id = 8;
+  const auto payload = Payload(Encode(Gradient(1), 0, 0));
+  EXPECT_EQ(reducer->AddPush(h, payload).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(reducer->AddChunks(2, {{{8, 0}, {kRows, kCols}}}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(reducer->AddChunks(1, {{{7, 0}, {1, kCols}}}).code(),
+            absl::StatusCode::kInvalidArgument);  // a known chunk cannot change shape
+  ASSERT_TRUE(reducer->AddChunks(1, {{{8, 0}, {kRows, kCols}}, {{7, 0}, {kRows, kCols}}}).ok());
+  EXPECT_TRUE(reducer->AddPush(h, payload).ok());
+}
+
 TEST(ChunkReducerTest, RejectsAnInvalidPullSpec) {
   codec::CodecSpec bad = Spec("e4m3/block128");
   bad.block_size = 7;

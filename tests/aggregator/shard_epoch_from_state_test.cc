@@ -1,0 +1,68 @@
+#include "server/aggregator/shard_epoch_from_state.h"
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace gift::server {
+namespace {
+
+gift::v1::ClusterState State() {
+  gift::v1::ClusterState s;
+  s.set_epoch(5);
+  for (uint32_t r : {1u, 0u}) {
+    auto* w = s.add_workers();
+    w->set_member_id(absl::StrCat("w", r));
+    w->set_rank(r);
+    w->set_data_address(absl::StrCat("addr-", r));
+  }
+  auto* t = s.add_tensors();
+  t->set_tensor_id(3);
+  t->add_shape(10);
+  t->add_shape(100);
+  t->set_num_elements(1000);
+  s.mutable_shard_map()->set_epoch(5);
+  for (uint32_t i = 0; i < 3; ++i) {
+    auto* c = s.mutable_shard_map()->add_chunks();
+    c->set_tensor_id(3);
+    c->set_index(i);
+    c->set_offset(i * 400);
+    c->set_num_elements(i == 2 ? 200 : 400);
+    c->set_server_rank(i % 2);
+  }
+  return s;
+}
+
+TEST(ShardEpochFromStateTest, WorkersByRankAndThisShardsChunks) {
+  auto e = ShardEpochFromState(State(), 0);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->epoch, 5u);
+  EXPECT_EQ(e->workers, (std::vector<std::string>{"addr-0", "addr-1"}));
+  ASSERT_EQ(e->chunks.size(), 2u);
+  EXPECT_EQ(e->chunks.at({3, 0}), (ChunkShape{4, 100}));
+  EXPECT_EQ(e->chunks.at({3, 2}), (ChunkShape{2, 100}));
+  EXPECT_EQ(ShardEpochFromState(State(), 1)->chunks.size(), 1u);
+}
+
+TEST(ShardEpochFromStateTest, NotReadyOrInconsistentStates) {
+  gift::v1::ClusterState s = State();
+  s.mutable_shard_map()->set_epoch(4);
+  EXPECT_EQ(ShardEpochFromState(s, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+  s = State();
+  s.clear_workers();
+  EXPECT_EQ(ShardEpochFromState(s, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+  s = State();
+  s.mutable_workers(0)->set_rank(0);  // two rank-0 workers
+  EXPECT_EQ(ShardEpochFromState(s, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  s = State();
+  s.mutable_workers(1)->clear_data_address();
+  EXPECT_EQ(ShardEpochFromState(s, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  s = State();
+  s.mutable_shard_map()->mutable_chunks(0)->set_tensor_id(9);
+  EXPECT_EQ(ShardEpochFromState(s, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  s = State();
+  s.mutable_shard_map()->mutable_chunks(0)->set_num_elements(450);  // crosses a row
+  EXPECT_EQ(ShardEpochFromState(s, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gift::server
