@@ -1,0 +1,39 @@
+// Internal interface between the CUDA transform's host code
+// (transform_cuda.cc: validation, cuBLAS, absl::Status) and its one custom
+// kernel (transform_kernels.cu, compiled by nvcc, which includes nothing but
+// the CUDA runtime).
+//
+// Callers have validated every argument; these functions trust them. All
+// pointers are device memory.
+//
+// Thread safety: reentrant; concurrent calls on different streams are safe.
+#ifndef GIFT_KERNELS_TRANSFORM_TRANSFORM_KERNELS_H_
+#define GIFT_KERNELS_TRANSFORM_TRANSFORM_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace gift::kernels::internal {
+
+// out[i * cols + j] = (in[i * cols + j] * row_scale[i]) * col_scale[j] for a
+// row-major rows x cols FP32 matrix, each product rounded to FP32 on its own
+// (no contraction); a null scale vector stands for all ones (that factor is
+// then skipped, which is the same value). `out` may equal `in`. Both sides'
+// diagonal scalings of the transform in one pass over the tensor.
+struct ScaleOuterArgs {
+  const float* in = nullptr;
+  float* out = nullptr;
+  uint64_t rows = 0;
+  uint64_t cols = 0;
+  const float* row_scale = nullptr;  // rows values, or null
+  const float* col_scale = nullptr;  // cols values, or null
+};
+
+// Enqueues the scaling on `stream` and returns without waiting; the first
+// CUDA error of the launch, if any.
+cudaError_t EnqueueScaleOuter(const ScaleOuterArgs& args, cudaStream_t stream);
+
+}  // namespace gift::kernels::internal
+
+#endif  // GIFT_KERNELS_TRANSFORM_TRANSFORM_KERNELS_H_
