@@ -376,33 +376,81 @@ Command AddFidelityCommand(CLI::App& parent) {
       "fidelity",
       "Round-trip error of each codec spec on synthetic low-rank-plus-noise gradients: relative "
       "L2 error, worst error against codec::ElementErrorBound (fails when above 1), bits per "
-      "element, and the error of an average of P workers through codec::ReduceEncoded.");
-  app->add_option("--shapes", options->shapes,
-                  "Comma-separated tensor shapes ROWSxCOLS (default: 1024x1024,512x2048)")
-      ->delimiter(',')
-      ->check(ShapeValidator());
-  app->add_option("--specs", options->specs,
-                  "Comma-separated codec specs (default: " +
-                      absl::StrJoin(DefaultFidelitySpecs(), ",") + ")")
+      "element, and the error of an average of P workers through codec::ReduceEncoded. With "
+      "--grads: the error of each transform method (direct, Hadamard, dense whitening, the "
+      "two-sided power family) + codec on real per-worker gradients read from .npy files, as a "
+      "table and, with --json, a JSON list with one object per method and spec.");
+  std::vector<CLI::Option*> synthetic;
+  synthetic.push_back(
+      app->add_option("--shapes", options->shapes,
+                      "Comma-separated tensor shapes ROWSxCOLS (default: 1024x1024,512x2048)")
+          ->delimiter(',')
+          ->check(ShapeValidator()));
+  app->add_option(
+         "--specs", options->specs,
+         "Comma-separated codec specs (default: " + absl::StrJoin(DefaultFidelitySpecs(), ",") +
+             "; with --grads: " + absl::StrJoin(DefaultRealFidelitySpecs(), ",") + ")")
       ->delimiter(',')
       ->check(CodecSpecValidator());
-  app->add_option("--seed", options->seed, "Seed of the synthetic gradients")
+  synthetic.push_back(app->add_option("--seed", options->seed, "Seed of the synthetic gradients")
+                          ->capture_default_str());
+  synthetic.push_back(
+      app->add_option("--workers", options->workers, "Workers P averaged through ReduceEncoded")
+          ->check(CLI::Range(1, 1024))
+          ->capture_default_str());
+  synthetic.push_back(app->add_option("--rank", options->rank, "Rank of the low-rank part")
+                          ->check(CLI::Range(1, 4096))
+                          ->capture_default_str());
+  synthetic.push_back(app->add_option("--decay", options->decay, "Singular values s_k = k^-decay")
+                          ->check(NonNegativeNumber())
+                          ->capture_default_str());
+  synthetic.push_back(
+      app->add_option("--noise", options->noise, "Noise added to G, relative to its RMS")
+          ->check(NonNegativeNumber())
+          ->capture_default_str());
+  synthetic.push_back(app->add_option("--worker-noise", options->worker_noise,
+                                      "Per-worker noise, relative to G's RMS")
+                          ->check(NonNegativeNumber())
+                          ->capture_default_str());
+
+  RealFidelityOptions& real = options->real;
+  CLI::Option* grads =
+      app->add_option("--grads", real.grads,
+                      "Real mode: the per-worker gradients of one tensor, one 2-D .npy file per "
+                      "worker (float16 or float32, C order, all the same shape)")
+          ->delimiter(',')
+          ->check(CLI::ExistingFile)
+          ->type_name("W0.npy W1.npy ...");
+  for (CLI::Option* o : synthetic) o->excludes(grads);
+  auto statistic = [&](const char* flag, std::string* path, const char* what) {
+    app->add_option(flag, *path, absl::StrCat("Real mode: ", what, " (square .npy, f2/f4/f8)"))
+        ->check(CLI::ExistingFile)
+        ->needs(grads)
+        ->type_name("FILE");
+  };
+  statistic("--factor", &real.factor, "the activation factor X^T X / N, d_in x d_in");
+  statistic("--gram-in", &real.gram_in, "EMA of Gbar^T Gbar / d_out of the mean gradient");
+  statistic("--gram-out", &real.gram_out, "EMA of Gbar Gbar^T / d_in of the mean gradient");
+  statistic("--pw-gram-in", &real.pw_gram_in,
+            "EMA of the per-worker moments mean_i G_i^T G_i / d_out");
+  statistic("--pw-gram-out", &real.pw_gram_out,
+            "EMA of the per-worker moments mean_i G_i G_i^T / d_in");
+  app->add_option("--ranks", real.ranks,
+                  "Real mode: comma-separated ranks of the family (0: full rank)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1 << 20))
+      ->needs(grads)
       ->capture_default_str();
-  app->add_option("--workers", options->workers, "Workers P averaged through ReduceEncoded")
-      ->check(CLI::Range(1, 1024))
+  app->add_option("--powers", real.powers, "Real mode: comma-separated powers p of the family")
+      ->delimiter(',')
+      ->check(PositiveNumber())
+      ->needs(grads)
       ->capture_default_str();
-  app->add_option("--rank", options->rank, "Rank of the low-rank part")
-      ->check(CLI::Range(1, 4096))
-      ->capture_default_str();
-  app->add_option("--decay", options->decay, "Singular values s_k = k^-decay")
-      ->check(NonNegativeNumber())
-      ->capture_default_str();
-  app->add_option("--noise", options->noise, "Noise added to G, relative to its RMS")
-      ->check(NonNegativeNumber())
-      ->capture_default_str();
-  app->add_option("--worker-noise", options->worker_noise, "Per-worker noise, relative to G's RMS")
-      ->check(NonNegativeNumber())
-      ->capture_default_str();
+  app->add_option("--filter", real.filter,
+                  "Real mode: measure only methods whose name contains every one of these "
+                  "comma-separated substrings, e.g. family/both,/r64/ (direct is always measured)")
+      ->delimiter(',')
+      ->needs(grads);
   app->add_option("--threads", options->threads,
                   "Threads for the codec calls (default: hardware threads, " +
                       std::to_string(HardwareThreads()) + " here)")
@@ -415,6 +463,14 @@ Command AddFidelityCommand(CLI::App& parent) {
   return Command{app, [options] { return RunFidelityReport(*options); }};
 }
 
-absl::Status RunFidelityReport(const FidelityOptions& options) { return Run(options); }
+absl::Status RunFidelityReport(const FidelityOptions& options) {
+  if (options.real.grads.empty()) return Run(options);
+  RealFidelityOptions real = options.real;
+  real.specs = options.specs;
+  real.threads = options.threads;
+  real.use_simd = options.use_simd;
+  real.json_path = options.json_path;
+  return RunRealGradientFidelity(real);
+}
 
 }  // namespace gift::bench

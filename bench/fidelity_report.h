@@ -1,6 +1,8 @@
 // `gift-bench fidelity`: how much each format loses on synthetic, anisotropic
-// gradients.
+// gradients, or, with --grads, on real per-worker gradients read from .npy
+// files through the transform method grid (fidelity_methods.h).
 //
+// The synthetic report:
 // For each shape R x C, G = sum_k s_k u_k v_k^T + noise, with s_k = k^-decay
 // for k = 1..rank, orthonormal u_k, v_k drawn from a seeded std::mt19937, and
 // Gaussian noise of `noise` times G's RMS. For each codec spec it reports:
@@ -24,6 +26,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "bench/command.h"
+#include "bench/fidelity_methods.h"
 
 namespace gift::bench {
 
@@ -39,13 +42,18 @@ struct FidelityOptions {
   bool use_simd = true;       // the codec's AVX2 loops where available
   int threads = 0;            // 0: hardware threads
   std::string json_path;      // "" none, "-" stdout
+  // With real.grads non-empty the command runs RunRealGradientFidelity with
+  // `real` (specs, threads, use_simd and json_path taken from above) and the
+  // synthetic options are unused.
+  RealFidelityOptions real;
 };
 
 // The codec bench's default specs plus e5m2/block128, e4m3/mx128 and
 // e5m2/tensor/sr.
 const std::vector<std::string>& DefaultFidelitySpecs();
 
-// Registers `fidelity` on `parent`.
+// Registers `fidelity` on `parent`: the synthetic report, or with --grads the
+// real-gradient method grid.
 Command AddFidelityCommand(CLI::App& parent);
 
 absl::Status RunFidelityReport(const FidelityOptions& options);

@@ -1,7 +1,10 @@
 // gift-bench: benchmarks and reports for the GIFT-PS codec.
 //
 //   gift-bench codec      encode/decode/reduce throughput against memcpy
-//   gift-bench fidelity   round-trip error of each format on synthetic gradients
+//   gift-bench fidelity   round-trip error of each format on synthetic gradients, or of
+//                         each transform + format on real gradients (--grads)
+//   gift-bench control-plane  refresh negotiation and watch fan-out of gift-coordinator
+//   gift-bench transform  transform + quantize against direct quantize, CPU and GPU
 //
 // Every subcommand lives in its own file and registers itself through a
 // bench::Command; see command.h.
@@ -13,7 +16,9 @@
 #include "absl/status/status.h"
 #include "bench/codec_bench.h"
 #include "bench/command.h"
+#include "bench/control_plane_bench.h"
 #include "bench/fidelity_report.h"
+#include "bench/transform_bench.h"
 
 namespace {
 
@@ -29,12 +34,15 @@ int Main(int argc, char** argv) {
       "  gift-bench codec --mib 16 --reps 3 --specs e4m3/tensor,nvfp4\n"
       "  gift-bench codec --json codec.json        table on stdout, numbers in codec.json\n"
       "  gift-bench fidelity --shapes 4096x1024 --json -   JSON on stdout, table on stderr\n"
+      "  gift-bench control-plane --members 256 --json cp.json   refresh and watch latency\n"
       "Run gift-bench SUBCOMMAND --help for the options of each.");
   app.fallthrough(false);
 
   std::vector<gift::bench::Command> commands;
   commands.push_back(gift::bench::AddCodecCommand(app));
   commands.push_back(gift::bench::AddFidelityCommand(app));
+  commands.push_back(gift::bench::AddControlPlaneCommand(app));
+  commands.push_back(gift::bench::AddTransformCommand(app));
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,364 @@
+#include "bench/transform_bench.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "bench/codec_bench_cuda.h"
+#include "bench/transform_bench_cuda.h"
+#include "common/base/status_macros.h"
+#include "common/base/thread_pool.h"
+#include "common/codec/codec.h"
+#include "common/codec/encoded_tensor.h"
+#include "common/transform/dense_whitening_transform.h"
+#include "common/transform/low_rank_eigen.h"
+#include "common/transform/side_basis.h"
+#include "common/transform/tensor_basis.h"
+
+namespace gift::bench {
+namespace {
+
+using transform::TensorBasis;
+
+constexpr double kGpuTarget = 1.5;  // transform + quantize / direct quantize, at most
+
+struct Shape {
+  int64_t d_out = 0;
+  int64_t d_in = 0;
+};
+
+absl::StatusOr<Shape> ParseShape(const std::string& text) {
+  const std::vector<std::string> parts = absl::StrSplit(text, 'x');
+  Shape s;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &s.d_out) ||
+      !absl::SimpleAtoi(parts[1], &s.d_in) || s.d_out < 1 || s.d_in < 1 ||
+      s.d_out > (int64_t{1} << 20) || s.d_in > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad shape '", text, "': want ROWSxCOLS, each in [1, 2^20]"));
+  }
+  return s;
+}
+
+// n x k with orthonormal columns (QR of a seeded Gaussian).
+Eigen::MatrixXd RandomOrthonormal(int64_t n, int64_t k, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  Eigen::MatrixXd g(n, k);
+  for (Eigen::Index i = 0; i < g.size(); ++i) g.data()[i] = normal(rng);
+  const Eigen::HouseholderQR<Eigen::MatrixXd> qr(g);
+  return qr.householderQ() * Eigen::MatrixXd::Identity(n, k);
+}
+
+// Synthetic eigenpairs of an n x n factor: lam_j = (j + 1)^-1.5 over the top
+// r, and a tail holding 20% of the trace.
+transform::LowRankEigenpairs SyntheticEigenpairs(int64_t n, int64_t r, uint64_t seed) {
+  transform::LowRankEigenpairs eig;
+  eig.vectors = RandomOrthonormal(n, r, seed);
+  eig.values.resize(r);
+  for (int64_t j = 0; j < r; ++j) eig.values(j) = std::pow(1.0 + j, -1.5);
+  eig.trace = eig.values.sum() / 0.8;
+  return eig;
+}
+
+absl::StatusOr<TensorBasis> MakeBasis(const Shape& s, int64_t rank, double power, uint64_t seed) {
+  const transform::SideBasisOptions side_options;  // isotropic
+  GIFT_ASSIGN_OR_RETURN(transform::SideBasis out_side,
+                        transform::SideBasis::FromEigenpairs(
+                            SyntheticEigenpairs(s.d_out, std::min(rank, s.d_out), seed),
+                            Eigen::VectorXd(), s.d_out, side_options));
+  GIFT_ASSIGN_OR_RETURN(transform::SideBasis in_side,
+                        transform::SideBasis::FromEigenpairs(
+                            SyntheticEigenpairs(s.d_in, std::min(rank, s.d_in), seed + 1),
+                            Eigen::VectorXd(), s.d_in, side_options));
+  transform::TensorBasisHeader header;
+  header.d_out = s.d_out;
+  header.d_in = s.d_in;
+  header.config.sides = transform::Sides::kBoth;
+  header.config.power = power;
+  return TensorBasis::Create(header, std::move(out_side), std::move(in_side));
+}
+
+// The dense factor U diag(lam) U^T + sigma (I - U U^T) of the same synthetic
+// eigenpairs, for DenseWhiteningTransform.
+Eigen::MatrixXd DenseFactor(int64_t n, int64_t r, uint64_t seed) {
+  const transform::LowRankEigenpairs eig = SyntheticEigenpairs(n, r, seed);
+  const double sigma = r == n ? 0.0 : (eig.trace - eig.values.sum()) / static_cast<double>(n - r);
+  Eigen::MatrixXd a =
+      eig.vectors * (eig.values.array() - sigma).matrix().asDiagonal() * eig.vectors.transpose();
+  a.diagonal().array() += sigma;
+  return a;
+}
+
+struct CpuTimes {
+  Timing encode, forward_encode, decode, decode_inverse;
+};
+
+nlohmann::json TimingJson(const Timing& t) {
+  return nlohmann::json{{"median_s", t.median_s}, {"samples_s", t.seconds}};
+}
+
+double Ratio(double a_s, double b_s) { return b_s > 0 ? a_s / b_s : 0.0; }
+double Ratio(const Timing& a, const Timing& b) { return Ratio(a.median_s, b.median_s); }
+
+// The CPU rows of one shape: direct and transformed paths on each thread
+// count, the transform alone, and the dense form where affordable.
+absl::Status RunCpuShape(const TransformBenchOptions& options, const codec::CodecSpec& spec,
+                         const Shape& s, const TensorBasis& basis, const std::vector<float>& g,
+                         ThreadPool* pool, const std::vector<int>& thread_counts, std::ostream& os,
+                         nlohmann::json& shape_json) {
+  const codec::RngKey key{.tensor = 1, .step = 0, .rank = 0};
+  const uint64_t rows = static_cast<uint64_t>(s.d_out), cols = static_cast<uint64_t>(s.d_in);
+  std::vector<float> work(rows * cols);
+  GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor enc, codec::EncodedTensor::Create(spec, rows, cols));
+  GIFT_RETURN_IF_ERROR(basis.Forward(g.data(), s.d_out, s.d_in, work.data()));
+  GIFT_RETURN_IF_ERROR(codec::Encode(work.data(), enc.mutable_view(), key, {}));
+  os << absl::StrFormat("%-10s %-26s %11s %9s\n", "CPU", "operation", "ms", "x direct");
+  shape_json["cpu"] = nlohmann::json::array();
+  double encode_one_thread_s = 0;  // the direct path on 1 thread, for the rows below
+  for (int threads : thread_counts) {
+    const codec::CodecOptions copts{.pool = threads > 1 ? pool : nullptr, .use_simd = true};
+    CpuTimes t;
+    GIFT_ASSIGN_OR_RETURN(t.encode, TimeRuns(options.reps, [&] {
+                            return codec::Encode(g.data(), enc.mutable_view(), key, copts);
+                          }));
+    GIFT_ASSIGN_OR_RETURN(
+        t.forward_encode, TimeRuns(options.reps, [&] {
+          GIFT_RETURN_IF_ERROR(basis.Forward(g.data(), s.d_out, s.d_in, work.data()));
+          return codec::Encode(work.data(), enc.mutable_view(), key, copts);
+        }));
+    GIFT_ASSIGN_OR_RETURN(t.decode, TimeRuns(options.reps, [&] {
+                            return codec::Decode(enc.view(), work.data(), copts);
+                          }));
+    GIFT_ASSIGN_OR_RETURN(t.decode_inverse, TimeRuns(options.reps, [&] {
+                            GIFT_RETURN_IF_ERROR(codec::Decode(enc.view(), work.data(), copts));
+                            return basis.Inverse(work.data(), s.d_out, s.d_in, work.data());
+                          }));
+    if (threads == 1) encode_one_thread_s = t.encode.median_s;
+    const std::string label = absl::StrCat(threads, threads == 1 ? " thread" : " threads");
+    auto line = [&](const char* op, const Timing& x, const Timing& base) {
+      WriteLine(os, absl::StrFormat("%-10s %-26s %11.3f %8.2fx", label, op, x.median_s * 1e3,
+                                    Ratio(x, base)));
+    };
+    line("encode (direct)", t.encode, t.encode);
+    line("forward + encode", t.forward_encode, t.encode);
+    line("decode (direct)", t.decode, t.decode);
+    line("decode + inverse", t.decode_inverse, t.decode);
+    os.flush();
+    shape_json["cpu"].push_back(
+        {{"threads", threads},
+         {"encode", TimingJson(t.encode)},
+         {"forward_encode", TimingJson(t.forward_encode)},
+         {"decode", TimingJson(t.decode)},
+         {"decode_inverse", TimingJson(t.decode_inverse)},
+         {"forward_encode_over_encode", Ratio(t.forward_encode, t.encode)},
+         {"decode_inverse_over_decode", Ratio(t.decode_inverse, t.decode)}});
+  }
+  // The transform alone (single-threaded whatever the pool).
+  GIFT_ASSIGN_OR_RETURN(const Timing forward, TimeRuns(options.reps, [&] {
+                          return basis.Forward(g.data(), s.d_out, s.d_in, work.data());
+                        }));
+  WriteLine(os,
+            absl::StrFormat("%-10s %-26s %11.3f %8.2fx", "1 thread", "forward alone",
+                            forward.median_s * 1e3, Ratio(forward.median_s, encode_one_thread_s)));
+  shape_json["cpu_forward_alone"] = TimingJson(forward);
+
+  // The published dense form on the CPU, where it is affordable.
+  if (s.d_in <= options.dense_max_din) {
+    const int64_t r = std::min(options.rank, s.d_in);
+    GIFT_ASSIGN_OR_RETURN(const transform::DenseWhiteningTransform dense,
+                          transform::DenseWhiteningTransform::Create(
+                              DenseFactor(s.d_in, r, options.seed + 1), r, s.d_out));
+    GIFT_ASSIGN_OR_RETURN(const Timing dense_fwd, TimeRuns(1, [&] {
+                            return dense.Forward(g.data(), s.d_out, s.d_in, work.data());
+                          }));
+    WriteLine(os, absl::StrFormat("%-10s %-26s %11.3f %8.2fx", "1 thread",
+                                  "dense whitening forward", dense_fwd.median_s * 1e3,
+                                  Ratio(dense_fwd.median_s, encode_one_thread_s)));
+    shape_json["cpu_dense_forward"] = TimingJson(dense_fwd);
+  } else {
+    os << absl::StrFormat(
+        "(CPU dense whitening skipped: d_in %d > --dense-max-din %d; it costs O(d_out d_in^2))\n",
+        s.d_in, options.dense_max_din);
+    shape_json["cpu_dense_forward"] = {{"skipped", true}};
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run(const TransformBenchOptions& options) {
+  GIFT_ASSIGN_OR_RETURN(OutputSinks sinks, OutputSinks::Open(options.json_path));
+  std::ostream& os = sinks.table();
+  if (options.reps < 1 || options.rank < 1 || !(options.power > 0) ||
+      !std::isfinite(options.power)) {
+    return absl::InvalidArgumentError("--reps and --rank must be >= 1 and --power finite > 0");
+  }
+  GIFT_ASSIGN_OR_RETURN(const codec::CodecSpec spec, codec::ParseCodecSpec(options.spec));
+  const std::vector<std::string> shape_names =
+      options.shapes.empty() ? std::vector<std::string>{"1280x3456", "3456x1280", "4096x4096"}
+                             : options.shapes;
+  std::vector<Shape> shapes;
+  for (const std::string& name : shape_names) {
+    GIFT_ASSIGN_OR_RETURN(Shape s, ParseShape(name));
+    shapes.push_back(s);
+  }
+
+  const int hw_threads = HardwareThreads();
+  const int all_threads = options.threads > 0 ? options.threads : hw_threads;
+  std::unique_ptr<ThreadPool> pool;
+  if (all_threads > 1) pool = std::make_unique<ThreadPool>(all_threads - 1);
+  std::vector<int> thread_counts = {1};
+  if (all_threads > 1) thread_counts.push_back(all_threads);
+
+  std::string gpu_skipped;
+#ifdef GIFT_BENCH_WITH_CUDA
+  gpu_skipped = options.gpu ? GpuUnavailableReason() : "--no-gpu was given";
+#else
+  gpu_skipped = "gift-bench was built without CUDA (GIFT_HAVE_CUDA is off)";
+#endif
+
+  os << absl::StrFormat(
+      "gift-bench transform: two-sided isotropic TensorBasis, rank %d, p = %g, codec %s; median "
+      "of %d runs after 1 warm-up\nCPU: the codec on 1 and %d threads (%d hardware threads); "
+      "TensorBasis Forward/Inverse are single-threaded (common/transform has no pool)\n",
+      options.rank, options.power, codec::ToString(spec), options.reps, all_threads, hw_threads);
+  os.flush();
+
+  nlohmann::json doc;
+  doc["command"] = "transform";
+  doc["config"] = {{"shapes", shape_names},
+                   {"rank", options.rank},
+                   {"power", options.power},
+                   {"sides", "both"},
+                   {"residual", "isotropic"},
+                   {"spec", codec::ToString(spec)},
+                   {"reps", options.reps},
+                   {"warmup_runs", 1},
+                   {"hardware_threads", hw_threads},
+                   {"threads_measured", thread_counts},
+                   {"dense_max_din", options.dense_max_din},
+                   {"seed", options.seed}};
+  doc["shapes"] = nlohmann::json::array();
+  absl::Status gpu_status = absl::OkStatus();
+
+  for (const Shape& s : shapes) {
+    const std::string shape_name = absl::StrCat(s.d_out, "x", s.d_in);
+    const uint64_t rows = static_cast<uint64_t>(s.d_out), cols = static_cast<uint64_t>(s.d_in);
+    GIFT_ASSIGN_OR_RETURN(const TensorBasis basis,
+                          MakeBasis(s, options.rank, options.power, options.seed));
+    const std::vector<float> g = MakeGradientLikeInput(rows, cols, options.seed, pool.get());
+
+    os << absl::StrFormat("\n== %s ==\n", shape_name);
+    nlohmann::json shape_json = {{"shape", shape_name}, {"d_out", s.d_out}, {"d_in", s.d_in}};
+    if (options.cpu) {
+      GIFT_RETURN_IF_ERROR(
+          RunCpuShape(options, spec, s, basis, g, pool.get(), thread_counts, os, shape_json));
+    } else {
+      os << "(CPU timings skipped: --no-cpu)\n";
+    }
+    os.flush();
+
+    // ---- GPU ----------------------------------------------------------------------
+    if (gpu_skipped.empty()) {
+#ifdef GIFT_BENCH_WITH_CUDA
+      // The CPU's double-precision result, for the GPU's error.
+      std::vector<float> cpu_forward(rows * cols);
+      GIFT_RETURN_IF_ERROR(basis.Forward(g.data(), s.d_out, s.d_in, cpu_forward.data()));
+      GpuTransformShapeConfig gc;
+      gc.spec = spec;
+      gc.basis = &basis;
+      gc.input = &g;
+      gc.cpu_forward = &cpu_forward;
+      gc.reps = options.reps;
+      absl::StatusOr<nlohmann::json> gpu = RunGpuTransformShape(gc, os);
+      if (gpu.ok()) {
+        shape_json["gpu"] = *std::move(gpu);
+        const double fp32 = shape_json["gpu"]["forward_encode_over_encode_fp32"].get<double>();
+        const double tf32 = shape_json["gpu"]["forward_encode_over_encode_tf32"].get<double>();
+        os << absl::StrFormat(
+            "target (GPU): forward + encode <= %.1fx encode: FP32 GEMMs %.2fx %s, TF32 GEMMs "
+            "%.2fx %s\n",
+            kGpuTarget, fp32, fp32 <= kGpuTarget ? "PASS" : "MISS", tf32,
+            tf32 <= kGpuTarget ? "PASS" : "MISS");
+      } else {
+        os << "GPU part failed: " << gpu.status().message() << '\n';
+        shape_json["gpu"] = {{"ran", false}, {"error", std::string(gpu.status().message())}};
+        if (gpu_status.ok()) {
+          gpu_status =
+              absl::Status(gpu.status().code(),
+                           absl::StrCat("GPU part, ", shape_name, ": ", gpu.status().message()));
+        }
+      }
+#endif
+    } else {
+      os << "GPU part skipped: " << gpu_skipped << '\n';
+      shape_json["gpu"] = {{"ran", false}, {"skipped_reason", gpu_skipped}};
+    }
+    os.flush();
+    doc["shapes"].push_back(std::move(shape_json));
+  }
+  doc["gpu_target_forward_encode_over_encode"] = kGpuTarget;
+  GIFT_RETURN_IF_ERROR(sinks.WriteJson(doc));
+  return gpu_status;
+}
+
+}  // namespace
+
+Command AddTransformCommand(CLI::App& parent) {
+  auto options = std::make_shared<TransformBenchOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "transform",
+      "Transform + quantize against direct quantize (and dequantize + inverse against "
+      "dequantize) with a two-sided low-rank TensorBasis, on the CPU and on the GPU when one is "
+      "present, with the published dense form for reference. Reports the GPU target "
+      "forward + encode <= 1.5x encode; misses do not fail.");
+  app->add_option("--shapes", options->shapes,
+                  "Comma-separated ROWSxCOLS (default: 1280x3456,3456x1280,4096x4096)")
+      ->delimiter(',');
+  app->add_option("--rank", options->rank, "Rank r of each side's basis")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
+      ->capture_default_str();
+  app->add_option("--power", options->power, "Power p of the transform")
+      ->check(PositiveNumber())
+      ->capture_default_str();
+  app->add_option("--spec", options->spec, "Codec spec")
+      ->check(CodecSpecValidator())
+      ->capture_default_str();
+  app->add_option("--reps", options->reps, "Timed runs per measurement (median reported)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app->add_option("--threads", options->threads,
+                  "Threads of the all-threads codec measurement (default: hardware threads, " +
+                      std::to_string(HardwareThreads()) + " here)")
+      ->check(CLI::Range(1, 4096));
+  app->add_option("--dense-max-din", options->dense_max_din,
+                  "Run the CPU dense whitening reference only where d_in <= this (0: never)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  app->add_option("--seed", options->seed, "Seed of the synthetic input and basis")
+      ->capture_default_str();
+  app->add_flag("!--no-cpu", options->cpu, "Skip the CPU timings");
+  app->add_flag("!--no-gpu", options->gpu, "Skip the GPU part");
+  app->add_option("--json", options->json_path,
+                  "Also write every number as JSON to FILE ('-' for stdout; the table then goes "
+                  "to stderr)")
+      ->type_name("FILE");
+  return Command{app, [options] { return RunTransformBench(*options); }};
+}
+
+absl::Status RunTransformBench(const TransformBenchOptions& options) { return Run(options); }
+
+}  // namespace gift::bench

@@ -1,0 +1,291 @@
+// The GPU part of `gift-bench transform`. Host code only (the kernels are in
+// gift_transform_cuda and gift_codec_cuda); compiled when
+// GIFT_BENCH_WITH_CUDA.
+//
+// Timing: CUDA events recorded on the bench's stream around each measured
+// sequence. EncodeCuda and DecodeCuda synchronize their stream before they
+// return (codec_cuda.h) and TensorBasisCuda does not, so a measured
+// sequence includes the codec's synchronization: it is the time a caller
+// waits, as in `gift-bench codec`.
+#include "bench/transform_bench_cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/bench_util.h"
+#include "common/base/status_macros.h"
+#include "common/codec/encoded_tensor.h"
+#include "kernels/codec/codec_cuda.h"
+#include "kernels/transform/transform_cuda.h"
+
+namespace gift::bench {
+namespace {
+
+absl::Status CudaStatus(cudaError_t err, const std::string& what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
+}
+
+absl::Status CublasStatus(cublasStatus_t st, const std::string& what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusName(st)));
+}
+
+#define GIFT_BENCH_CUDA(expr) GIFT_RETURN_IF_ERROR(CudaStatus((expr), #expr))
+
+// Device memory, freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)) {}
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  static absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) {
+    DeviceBuffer b;
+    GIFT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&b.ptr_, bytes > 0 ? bytes : 1),
+                                    absl::StrCat("cudaMalloc of ", bytes, " bytes")));
+    return b;
+  }
+  static absl::StatusOr<DeviceBuffer> Upload(const std::vector<float>& host) {
+    GIFT_ASSIGN_OR_RETURN(DeviceBuffer b, Allocate(host.size() * sizeof(float)));
+    GIFT_BENCH_CUDA(
+        cudaMemcpy(b.ptr_, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return b;
+  }
+  float* floats() const { return static_cast<float*>(ptr_); }
+  uint8_t* bytes() const { return static_cast<uint8_t*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+class Stream {
+ public:
+  Stream() = default;
+  ~Stream() {
+    if (s_ != nullptr) cudaStreamDestroy(s_);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  absl::Status Init() {
+    return CudaStatus(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+class EventPair {
+ public:
+  EventPair() = default;
+  ~EventPair() {
+    if (start_ != nullptr) cudaEventDestroy(start_);
+    if (stop_ != nullptr) cudaEventDestroy(stop_);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  absl::Status Init() {
+    GIFT_BENCH_CUDA(cudaEventCreate(&start_));
+    return CudaStatus(cudaEventCreate(&stop_), "cudaEventCreate");
+  }
+  cudaEvent_t start() const { return start_; }
+  cudaEvent_t stop() const { return stop_; }
+
+ private:
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+};
+
+class CublasHandle {
+ public:
+  CublasHandle() = default;
+  ~CublasHandle() {
+    if (h_ != nullptr) cublasDestroy(h_);
+  }
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  absl::Status Init(cudaStream_t stream) {
+    GIFT_RETURN_IF_ERROR(CublasStatus(cublasCreate(&h_), "cublasCreate"));
+    return CublasStatus(cublasSetStream(h_, stream), "cublasSetStream");
+  }
+  cublasHandle_t get() const { return h_; }
+
+ private:
+  cublasHandle_t h_ = nullptr;
+};
+
+// One untimed warm-up, then `reps` runs each timed by an event pair.
+absl::StatusOr<Timing> TimeOnDevice(int reps, cudaStream_t stream, const EventPair& ev,
+                                    const std::function<absl::Status()>& fn) {
+  GIFT_RETURN_IF_ERROR(fn());
+  GIFT_BENCH_CUDA(cudaStreamSynchronize(stream));
+  Timing t;
+  for (int r = 0; r < reps; ++r) {
+    GIFT_BENCH_CUDA(cudaEventRecord(ev.start(), stream));
+    GIFT_RETURN_IF_ERROR(fn());
+    GIFT_BENCH_CUDA(cudaEventRecord(ev.stop(), stream));
+    GIFT_BENCH_CUDA(cudaEventSynchronize(ev.stop()));
+    float ms = 0;
+    GIFT_BENCH_CUDA(cudaEventElapsedTime(&ms, ev.start(), ev.stop()));
+    t.seconds.push_back(ms * 1e-3);
+  }
+  t.median_s = Median(t.seconds);
+  return t;
+}
+
+double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    err += d * d;
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
+}
+
+}  // namespace
+
+absl::StatusOr<nlohmann::json> RunGpuTransformShape(const GpuTransformShapeConfig& config,
+                                                    std::ostream& os) {
+  if (config.basis == nullptr || config.input == nullptr || config.cpu_forward == nullptr) {
+    return absl::InvalidArgumentError("GPU transform bench: missing basis or data");
+  }
+  const int64_t m = config.basis->header().d_out, n = config.basis->header().d_in;
+  const size_t count = static_cast<size_t>(m * n);
+  if (config.input->size() != count || config.cpu_forward->size() != count) {
+    return absl::InvalidArgumentError("GPU transform bench: data does not match the basis");
+  }
+  const codec::RngKey key{.tensor = 1, .step = 0, .rank = 0};
+  Stream stream;
+  GIFT_RETURN_IF_ERROR(stream.Init());
+  const cudaStream_t s = stream.get();
+  EventPair ev;
+  GIFT_RETURN_IF_ERROR(ev.Init());
+  CublasHandle cublas;
+  GIFT_RETURN_IF_ERROR(cublas.Init(s));
+
+  GIFT_ASSIGN_OR_RETURN(DeviceBuffer d_g, DeviceBuffer::Upload(*config.input));
+  GIFT_ASSIGN_OR_RETURN(DeviceBuffer d_work, DeviceBuffer::Allocate(count * sizeof(float)));
+  GIFT_ASSIGN_OR_RETURN(const codec::EncodedLayout layout, codec::ComputeLayout(config.spec, m, n));
+  GIFT_ASSIGN_OR_RETURN(DeviceBuffer d_codes, DeviceBuffer::Allocate(layout.code_bytes));
+  GIFT_ASSIGN_OR_RETURN(DeviceBuffer d_scales, DeviceBuffer::Allocate(layout.scale_bytes));
+  const codec::MutableEncodedView enc{config.spec, static_cast<uint64_t>(m),
+                                      static_cast<uint64_t>(n), d_codes.bytes(), d_scales.bytes()};
+  // The dense form's operator: any d_in x d_in matrix costs the same.
+  std::vector<float> dense_host(static_cast<size_t>(n * n), 0.0f);
+  for (int64_t i = 0; i < n; ++i) dense_host[i * n + i] = 1.0f;
+  for (size_t i = 0; i < dense_host.size(); i += 7) dense_host[i] += 1e-3f;
+  GIFT_ASSIGN_OR_RETURN(DeviceBuffer d_dense, DeviceBuffer::Upload(dense_host));
+
+  GIFT_ASSIGN_OR_RETURN(kernels::TensorBasisCuda fp32,
+                        kernels::TensorBasisCuda::Create(*config.basis, s));
+  GIFT_ASSIGN_OR_RETURN(
+      kernels::TensorBasisCuda tf32,
+      kernels::TensorBasisCuda::Create(*config.basis, s, kernels::TransformMath::kTf32));
+
+  // Accuracy of one forward each against the CPU's double-precision result.
+  nlohmann::json doc;
+  doc["ran"] = true;
+  for (auto* gpu : {&fp32, &tf32}) {
+    GIFT_RETURN_IF_ERROR(gpu->Forward(d_g.floats(), m, n, d_work.floats()));
+    std::vector<float> got(count);
+    GIFT_BENCH_CUDA(cudaMemcpyAsync(got.data(), d_work.floats(), count * sizeof(float),
+                                    cudaMemcpyDeviceToHost, s));
+    GIFT_BENCH_CUDA(cudaStreamSynchronize(s));
+    doc[gpu == &fp32 ? "forward_rel_error_fp32" : "forward_rel_error_tf32"] =
+        RelativeL2(got, *config.cpu_forward);
+  }
+
+  const int reps = config.reps;
+  auto encode = [&](const float* x) { return kernels::EncodeCuda(x, enc, key, s); };
+  auto decode = [&] { return kernels::DecodeCuda(enc, d_work.floats(), false, s); };
+  struct Row {
+    const char* name;
+    std::function<absl::Status()> fn;
+  };
+  const std::vector<Row> rows = {
+      {"encode (direct)", [&] { return encode(d_g.floats()); }},
+      {"D2D copy",
+       [&] {
+         return CudaStatus(cudaMemcpyAsync(d_work.floats(), d_g.floats(), count * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, s),
+                           "cudaMemcpyAsync");
+       }},
+      {"forward fp32", [&] { return fp32.Forward(d_g.floats(), m, n, d_work.floats()); }},
+      {"forward fp32 + encode",
+       [&] {
+         GIFT_RETURN_IF_ERROR(fp32.Forward(d_g.floats(), m, n, d_work.floats()));
+         return encode(d_work.floats());
+       }},
+      {"forward tf32 + encode",
+       [&] {
+         GIFT_RETURN_IF_ERROR(tf32.Forward(d_g.floats(), m, n, d_work.floats()));
+         return encode(d_work.floats());
+       }},
+      {"decode (direct)", decode},
+      {"decode + inverse fp32",
+       [&] {
+         GIFT_RETURN_IF_ERROR(decode());
+         return fp32.Inverse(d_work.floats(), m, n, d_work.floats());
+       }},
+      {"decode + inverse tf32",
+       [&] {
+         GIFT_RETURN_IF_ERROR(decode());
+         return tf32.Inverse(d_work.floats(), m, n, d_work.floats());
+       }},
+      {"dense sgemm + encode",
+       [&] {
+         // Row-major out = G M is column-major out^T = M^T G^T.
+         const float one = 1.0f, zero = 0.0f;
+         GIFT_RETURN_IF_ERROR(CublasStatus(
+             cublasSgemm(cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n),
+                         static_cast<int>(m), static_cast<int>(n), &one, d_dense.floats(),
+                         static_cast<int>(n), d_g.floats(), static_cast<int>(n), &zero,
+                         d_work.floats(), static_cast<int>(n)),
+             "cublasSgemm"));
+         return encode(d_work.floats());
+       }},
+  };
+  os << absl::StrFormat("%-10s %-26s %11s %9s\n", "GPU", "operation", "ms", "x direct");
+  doc["ops"] = nlohmann::json::array();
+  double encode_s = 0, decode_s = 0;
+  for (const Row& row : rows) {
+    GIFT_ASSIGN_OR_RETURN(const Timing t, TimeOnDevice(reps, s, ev, row.fn));
+    const std::string name = row.name;
+    if (name == "encode (direct)") encode_s = t.median_s;
+    if (name == "decode (direct)") decode_s = t.median_s;
+    const double base = name.rfind("decode", 0) == 0 ? decode_s : encode_s;
+    const double ratio = base > 0 ? t.median_s / base : 0.0;
+    WriteLine(os, absl::StrFormat("%-10s %-26s %11.4f %8.2fx", "", name, t.median_s * 1e3, ratio));
+    os.flush();
+    doc["ops"].push_back(
+        {{"op", name}, {"median_s", t.median_s}, {"samples_s", t.seconds}, {"x_direct", ratio}});
+    if (name == "forward fp32 + encode") doc["forward_encode_over_encode_fp32"] = ratio;
+    if (name == "forward tf32 + encode") doc["forward_encode_over_encode_tf32"] = ratio;
+  }
+  os << absl::StrFormat("GPU forward vs CPU TensorBasis: relative error %.2e (fp32), %.2e (tf32)\n",
+                        doc["forward_rel_error_fp32"].get<double>(),
+                        doc["forward_rel_error_tf32"].get<double>());
+  return doc;
+}
+
+}  // namespace gift::bench

@@ -1,0 +1,341 @@
+#!/usr/bin/env python3
+"""Real per-worker gradients and their second-moment statistics for `gift-bench fidelity`.
+
+Trains a small Llama-style byte-level language model (RMSNorm, rotary position
+embeddings, SwiGLU MLP, causal multi-head attention, untied output layer) on the
+King James Bible with P simulated data-parallel workers: every step each worker
+computes the FP32 gradient of its own micro-batch, the gradients are averaged in
+FP32 and AdamW applies the average.
+
+For four matrices (an attention projection, the MLP up and down projections and
+the output layer) it keeps, every training step, exponential moving averages
+(decay --ema, first value taken as is) of
+
+  gram_in_mean   = Gbar^T Gbar / d_out          (Gbar: the averaged gradient)
+  gram_out_mean  = Gbar Gbar^T / d_in
+  gram_in_pw     = mean_i G_i^T G_i / d_out     (G_i: worker i's gradient)
+  gram_out_pw    = mean_i G_i G_i^T / d_in
+  factor         = X^T X / N                    (X: the layer's input rows, all workers)
+
+At the held-out step S (--step) it computes the P per-worker gradients but does
+not fold them into the statistics, and writes, per matrix, into --out/<matrix>/:
+
+  w0.npy .. w{P-1}.npy   float32, d_out x d_in, the per-worker gradients of step S
+  gram_in_mean.npy, gram_out_mean.npy, gram_in_pw.npy, gram_out_pw.npy, factor.npy
+                         float64, the EMAs over steps 0 .. S-1 (causal: step S unseen)
+
+and --out/meta.json with the configuration and the loss curve. The statistics
+feed `gift-bench fidelity --grads ... --gram-in ... --gram-out ... --pw-gram-in
+... --pw-gram-out ... --factor ...` (docs/fidelity.md).
+
+Text: --text names a plain-text file. Without it the script runs the `bible`
+reader of Debian's bible-kjv package (--bible, default `bible` on PATH) on the
+compressed text of bible-kjv-text (/usr/lib/bible.data) to print every verse.
+
+CPU only, seeded (torch.manual_seed, per-worker batch generators), so a rerun with
+the same arguments and thread count writes the same gradients up to the
+nondeterminism of the BLAS library.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--out", default="out/real-grads", help="output directory")
+    p.add_argument("--text", default=None, help="plain-text training corpus (default: the KJV via `bible`)")
+    p.add_argument("--bible", default="bible", help="the bible-kjv reader binary")
+    p.add_argument("--bible-data", default="/usr/lib", help="directory holding bible.data")
+    p.add_argument("--workers", type=int, default=8, help="simulated data-parallel workers P")
+    p.add_argument("--micro-batch", type=int, default=2, help="sequences per worker per step")
+    p.add_argument("--context", type=int, default=128, help="sequence length in bytes")
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--mlp-hidden", type=int, default=344, help="SwiGLU hidden width")
+    p.add_argument("--step", type=int, default=200, help="held-out step S (training runs steps 0..S-1)")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--warmup", type=int, default=20, help="linear learning-rate warm-up steps")
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--ema", type=float, default=0.95, help="decay of the statistics' EMAs")
+    p.add_argument("--layer", type=int, default=None, help="block whose matrices are recorded (default: the middle one)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (more than one is much slower on a loaded machine: OpenMP spins)",
+    )
+    args = p.parse_args(argv)
+    for name in ("workers", "micro_batch", "context", "d_model", "layers", "heads", "mlp_hidden", "step", "threads"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.d_model % args.heads or (args.d_model // args.heads) % 2:
+        p.error("--d-model must be a multiple of --heads with an even head size")
+    if not 0.0 <= args.ema < 1.0:
+        p.error("--ema must be in [0, 1)")
+    if args.layer is None:
+        args.layer = args.layers // 2
+    if not 0 <= args.layer < args.layers:
+        p.error(f"--layer must be in [0, {args.layers - 1}]")
+    return args
+
+
+def load_text(args):
+    if args.text is not None:
+        with open(args.text, "rb") as f:
+            data = f.read()
+        source = args.text
+    else:
+        exe = shutil.which(args.bible)
+        if exe is None:
+            sys.exit(
+                f"error: the bible reader '{args.bible}' was not found. Install Debian's bible-kjv "
+                "(it reads bible-kjv-text's /usr/lib/bible.data), pass --bible PATH, or give a plain "
+                "text file with --text"
+            )
+        cmd = [exe, "-p", args.bible_data, "gen1:1-rev22:21"]
+        res = subprocess.run(cmd, capture_output=True, check=False)
+        if res.returncode != 0 or len(res.stdout) < 1_000_000:
+            sys.exit(f"error: {' '.join(cmd)} failed (exit {res.returncode}): {res.stderr.decode(errors='replace')[:400]}")
+        data = res.stdout
+        source = " ".join(cmd)
+    if len(data) < 10 * args.context:
+        sys.exit(f"error: the text from {source} has only {len(data)} bytes")
+    return np.frombuffer(data, dtype=np.uint8).copy(), source
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope_tables(head_dim, context, base=10000.0):
+    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    ang = torch.outer(torch.arange(context, dtype=torch.float32), inv)
+    return ang.cos(), ang.sin()
+
+
+def apply_rope(x, cos, sin):
+    # x: (B, H, T, hd); rotate (even, odd) pairs.
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    t = x.shape[-2]
+    c, s = cos[:t], sin[:t]
+    return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, hidden):
+        super().__init__()
+        self.heads = heads
+        self.attn_norm = RMSNorm(d)
+        self.q = nn.Linear(d, d, bias=False)
+        self.k = nn.Linear(d, d, bias=False)
+        self.v = nn.Linear(d, d, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+        self.mlp_norm = RMSNorm(d)
+        self.gate = nn.Linear(d, hidden, bias=False)
+        self.up = nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, t, d = x.shape
+        hd = d // self.heads
+        h = self.attn_norm(x)
+        q, k, v = (m(h).view(b, t, self.heads, hd).transpose(1, 2) for m in (self.q, self.k, self.v))
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        # Causal softmax attention, written out (torch 1.13 has no fused kernel).
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        a = att.masked_fill(mask, float("-inf")).softmax(-1) @ v
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        h = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class ByteLM(nn.Module):
+    def __init__(self, args):
+        super().__init__()
+        d = args.d_model
+        self.embed = nn.Embedding(256, d)
+        self.blocks = nn.ModuleList(Block(d, args.heads, args.mlp_hidden) for _ in range(args.layers))
+        self.norm = RMSNorm(d)
+        self.head = nn.Linear(d, 256, bias=False)
+        cos, sin = rope_tables(d // args.heads, args.context)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=0.02)
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, std=0.02)
+
+    def forward(self, idx):
+        x = self.embed(idx)
+        for blk in self.blocks:
+            x = blk(x, self.cos, self.sin)
+        return self.head(self.norm(x))
+
+
+class Recorder:
+    """EMAs of the second moments of one nn.Linear's gradient and input."""
+
+    def __init__(self, name, linear, decay):
+        self.name, self.linear, self.decay = name, linear, decay
+        self.d_out, self.d_in = linear.weight.shape
+        self.ema = {}
+        self.xtx = None  # X^T X summed over this step's workers
+        self.rows = 0
+        self.capture = False
+        linear.register_forward_hook(self._hook)
+
+    def _hook(self, module, inputs, output):
+        if not self.capture:
+            return
+        x = inputs[0].detach().reshape(-1, self.d_in).double()
+        xtx = x.T @ x
+        self.xtx = xtx if self.xtx is None else self.xtx + xtx
+        self.rows += x.shape[0]
+
+    def begin_step(self):
+        self.xtx, self.rows, self.capture = None, 0, True
+
+    def end_forward(self):
+        self.capture = False
+
+    def update(self, worker_grads, mean_grad):
+        g = mean_grad.double()
+        gs = [w.double() for w in worker_grads]
+        stats = {
+            "gram_in_mean": g.T @ g / self.d_out,
+            "gram_out_mean": g @ g.T / self.d_in,
+            "gram_in_pw": sum(w.T @ w for w in gs) / (len(gs) * self.d_out),
+            "gram_out_pw": sum(w @ w.T for w in gs) / (len(gs) * self.d_in),
+            "factor": self.xtx / self.rows,
+        }
+        for k, v in stats.items():
+            self.ema[k] = v.clone() if k not in self.ema else self.decay * self.ema[k] + (1 - self.decay) * v
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    text, source = load_text(args)
+    print(f"text: {len(text)} bytes from {source}", flush=True)
+
+    model = ByteLM(args)
+    blk = model.blocks[args.layer]
+    recorders = [
+        Recorder(f"layer{args.layer}.attn.q", blk.q, args.ema),
+        Recorder(f"layer{args.layer}.mlp.up", blk.up, args.ema),
+        Recorder(f"layer{args.layer}.mlp.down", blk.down, args.ema),
+        Recorder("head", model.head, args.ema),
+    ]
+    params = [p for p in model.parameters()]
+    decay_params = [p for p in params if p.dim() == 2]
+    other_params = [p for p in params if p.dim() != 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay_params, "weight_decay": args.weight_decay}, {"params": other_params, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.95),
+    )
+    gens = [np.random.default_rng([args.seed, w]) for w in range(args.workers)]
+    n_params = sum(p.numel() for p in params)
+    print(
+        f"model: d_model {args.d_model}, {args.layers} layers, {args.heads} heads, MLP {args.mlp_hidden}, "
+        f"context {args.context}, {n_params} parameters; P = {args.workers} workers x {args.micro_batch} "
+        f"sequences; held-out step {args.step}",
+        flush=True,
+    )
+
+    def batch(w):
+        starts = gens[w].integers(0, len(text) - args.context - 1, size=args.micro_batch)
+        chunk = np.stack([text[s : s + args.context + 1] for s in starts]).astype(np.int64)
+        t = torch.from_numpy(chunk)
+        return t[:, :-1], t[:, 1:]
+
+    def worker_gradients():
+        """Per-worker gradients of every parameter, and the mean loss."""
+        grads, losses = [], []
+        for r in recorders:
+            r.begin_step()
+        for w in range(args.workers):
+            x, y = batch(w)
+            model.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
+            loss.backward()
+            grads.append([p.grad.detach().clone() for p in params])
+            losses.append(loss.item())
+        for r in recorders:
+            r.end_forward()
+        return grads, float(np.mean(losses))
+
+    losses = []
+    t0 = time.time()
+    for step in range(args.step):
+        grads, loss = worker_gradients()
+        mean = [torch.stack([g[i] for g in grads]).mean(0) for i in range(len(params))]
+        for r in recorders:
+            i = next(j for j, p in enumerate(params) if p is r.linear.weight)
+            r.update([g[i] for g in grads], mean[i])
+        for p, g in zip(params, mean):
+            p.grad = g
+        for group in opt.param_groups:
+            group["lr"] = args.lr * min(1.0, (step + 1) / args.warmup)
+        opt.step()
+        losses.append(loss)
+        if step % 20 == 0 or step == args.step - 1:
+            print(f"step {step:4d}  loss {loss:.4f} nats/byte  {time.time() - t0:6.1f} s", flush=True)
+
+    # The held-out step: gradients written, statistics not updated.
+    grads, loss = worker_gradients()
+    print(f"held-out step {args.step}: loss {loss:.4f}", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    meta = {
+        "args": vars(args),
+        "text_source": source,
+        "text_bytes": int(len(text)),
+        "parameters": int(n_params),
+        "torch": torch.__version__,
+        "losses": losses,
+        "held_out_loss": loss,
+        "matrices": {},
+    }
+    for r in recorders:
+        i = next(j for j, p in enumerate(params) if p is r.linear.weight)
+        d = os.path.join(args.out, r.name)
+        os.makedirs(d, exist_ok=True)
+        for w, g in enumerate(grads):
+            np.save(os.path.join(d, f"w{w}.npy"), g[i].numpy().astype(np.float32))
+        for k, v in r.ema.items():
+            np.save(os.path.join(d, f"{k}.npy"), v.numpy().astype(np.float64))
+        meta["matrices"][r.name] = {"d_out": r.d_out, "d_in": r.d_in}
+        print(f"wrote {d}: {args.workers} gradients {r.d_out}x{r.d_in} and {len(r.ema)} statistics", flush=True)
+    with open(os.path.join(args.out, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    print(f"done in {time.time() - t0:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,283 @@
+#include "bench/fidelity_methods.h"
+
+#include <Eigen/Dense>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "bench/npy_file.h"
+#include "common/codec/codec.h"
+#include "common/codec/encoded_tensor.h"
+#include "common/codec/reduce.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace gift::bench {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kRows = 32;
+constexpr int64_t kCols = 128;
+constexpr int kWorkers = 4;
+
+// Anisotropic worker gradients: G_w = U diag(s) V^T (s_k = k^-1.5, rank 24)
+// plus a per-worker perturbation of the same structure, all rows and columns
+// dominated by a few directions.
+std::vector<std::vector<double>> MakeWorkers(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal;
+  auto gaussian = [&](int64_t r, int64_t c) {
+    Eigen::MatrixXd m(r, c);
+    for (int64_t i = 0; i < r; ++i) {
+      for (int64_t j = 0; j < c; ++j) m(i, j) = normal(rng);
+    }
+    return m;
+  };
+  const int64_t k = 24;
+  const Eigen::MatrixXd u =
+      gaussian(kRows, k).householderQr().householderQ() * Eigen::MatrixXd::Identity(kRows, k);
+  const Eigen::MatrixXd v =
+      gaussian(kCols, k).householderQr().householderQ() * Eigen::MatrixXd::Identity(kCols, k);
+  Eigen::VectorXd s(k);
+  for (int64_t i = 0; i < k; ++i) s(i) = std::pow(static_cast<double>(i + 1), -1.5);
+  std::vector<std::vector<double>> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    const Eigen::MatrixXd mix =
+        Eigen::MatrixXd::Identity(k, k) + 0.5 * gaussian(k, k) / std::sqrt(k);
+    const Eigen::MatrixXd g =
+        u * s.asDiagonal() * mix * v.transpose() + 1e-3 * gaussian(kRows, kCols);
+    std::vector<double> values(kRows * kCols);
+    for (int64_t i = 0; i < kRows; ++i) {
+      for (int64_t j = 0; j < kCols; ++j) values[i * kCols + j] = g(i, j);
+    }
+    workers.push_back(std::move(values));
+  }
+  return workers;
+}
+
+// Writes the workers of `seed` as float32 .npy files; returns their paths.
+std::vector<std::string> WriteWorkers(const std::string& prefix, uint32_t seed) {
+  std::vector<std::string> paths;
+  const std::vector<std::vector<double>> workers = MakeWorkers(seed);
+  for (int w = 0; w < kWorkers; ++w) {
+    paths.push_back(absl::StrCat(::testing::TempDir(), "/", prefix, "_w", w, ".npy"));
+    EXPECT_TRUE(WriteNpy(paths.back(), workers[w], kRows, kCols, NpyDtype::kFloat32).ok());
+  }
+  return paths;
+}
+
+// Writes a square statistic: the per-worker (or mean) second moment of the
+// workers of another seed, as an "earlier step" would give.
+std::string WriteStatistic(const std::string& name, bool input_side, bool per_worker) {
+  const std::vector<std::vector<double>> workers = MakeWorkers(99);
+  const int64_t n = input_side ? kCols : kRows;
+  Eigen::MatrixXd acc = Eigen::MatrixXd::Zero(n, n);
+  Eigen::MatrixXd mean = Eigen::MatrixXd::Zero(kRows, kCols);
+  for (const std::vector<double>& w : workers) {
+    const Eigen::MatrixXd g =
+        Eigen::Map<const Eigen::Matrix<double, kRows, kCols, Eigen::RowMajor>>(w.data());
+    mean += g / kWorkers;
+    acc += input_side ? Eigen::MatrixXd(g.transpose() * g) : Eigen::MatrixXd(g * g.transpose());
+  }
+  if (!per_worker) {
+    acc = input_side ? Eigen::MatrixXd(mean.transpose() * mean)
+                     : Eigen::MatrixXd(mean * mean.transpose());
+  }
+  const std::string path = absl::StrCat(::testing::TempDir(), "/", name, ".npy");
+  EXPECT_TRUE(
+      WriteNpy(path, std::vector<double>(acc.data(), acc.data() + n * n), n, n, NpyDtype::kFloat64)
+          .ok());
+  return path;
+}
+
+nlohmann::json RunToJson(const RealFidelityOptions& options_in, absl::Status* status) {
+  RealFidelityOptions options = options_in;
+  options.json_path = ::testing::TempDir() + "/fidelity_methods_test.json";
+  options.threads = 2;
+  *status = RunRealGradientFidelity(options);
+  if (!status->ok()) return nullptr;
+  std::ifstream in(options.json_path);
+  return nlohmann::json::parse(in);
+}
+
+const nlohmann::json* Find(const nlohmann::json& list, const std::string& method,
+                           const std::string& spec) {
+  for (const nlohmann::json& r : list) {
+    if (r["method"] == method && r["spec"] == spec) return &r;
+  }
+  return nullptr;
+}
+
+TEST(FidelityMethodsTest, FullGridHasEveryFieldSourceAndMethod) {
+  RealFidelityOptions options;
+  options.grads = WriteWorkers("grid", 1);
+  options.gram_in = WriteStatistic("gram_in", true, false);
+  options.gram_out = WriteStatistic("gram_out", false, false);
+  options.pw_gram_in = WriteStatistic("pw_gram_in", true, true);
+  options.pw_gram_out = WriteStatistic("pw_gram_out", false, true);
+  options.factor = WriteStatistic("factor", true, true);
+  options.ranks = {8, 0};
+  options.specs = {"e5m2/tensor", "e4m3/block128"};
+  absl::Status status;
+  const nlohmann::json list = RunToJson(options, &status);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_TRUE(list.is_array());
+
+  // 1 direct + 1 hadamard + 1 dense, then the family: (both: 5 sources,
+  // input: 5, output: 4 without activations) x 3 powers x 2 ranks x 2
+  // residuals; each with 2 specs.
+  EXPECT_EQ(list.size(), 2u * (3 + 14 * 3 * 2 * 2));
+  std::set<std::string> sources;
+  for (const nlohmann::json& r : list) {
+    for (const char* field :
+         {"method", "transform", "format", "scaling", "sides", "power", "rank", "rel_l2_single",
+          "cos_single", "rel_l2_avg", "cos_avg", "underflow_frac", "saturation_frac",
+          "ratio_vs_direct", "source", "residual", "spec"}) {
+      EXPECT_TRUE(r.contains(field)) << r["method"] << " lacks " << field;
+    }
+    EXPECT_GT(r["rel_l2_avg"].get<double>(), 0) << r["method"];
+    EXPECT_LE(std::fabs(r["cos_avg"].get<double>()), 1.0 + 1e-12) << r["method"];
+    EXPECT_GE(r["underflow_frac"].get<double>(), 0);
+    EXPECT_LE(r["underflow_frac"].get<double>(), 1);
+    sources.insert(r["source"].get<std::string>());
+  }
+  EXPECT_EQ(sources,
+            (std::set<std::string>{"none", "activations", "activations+ema-per-worker", "step-mean",
+                                   "step-per-worker", "ema-mean", "ema-per-worker"}));
+  const nlohmann::json* dense = Find(list, "dense/activations/rfull", "e5m2/tensor");
+  ASSERT_NE(dense, nullptr);
+  EXPECT_EQ((*dense)["power"], 0.5);
+  ASSERT_NE(Find(list, "hadamard", "e4m3/block128"), nullptr);
+  EXPECT_EQ((*Find(list, "direct", "e4m3/block128"))["ratio_vs_direct"], 1.0);
+}
+
+TEST(FidelityMethodsTest, DirectMatchesReduceEncodedAndTheFamilyBeatsIt) {
+  RealFidelityOptions options;
+  options.grads = WriteWorkers("direct", 2);
+  options.specs = {"e4m3/block128"};
+  options.ranks = {16};
+  options.powers = {0.25};
+  options.filter = {"family/both/", "/step-per-worker/", "/iso"};
+  absl::Status status;
+  const nlohmann::json list = RunToJson(options, &status);
+  ASSERT_TRUE(status.ok()) << status;
+  // direct, then the one family configuration (hadamard and dense filtered).
+  ASSERT_EQ(list.size(), 2u);
+
+  // The direct error from the codec alone.
+  const std::vector<std::vector<double>> workers = MakeWorkers(2);
+  const codec::CodecSpec spec = *codec::ParseCodecSpec("e4m3/block128");
+  std::vector<codec::EncodedTensor> encoded;
+  std::vector<codec::EncodedView> views;
+  std::vector<double> exact(kRows * kCols, 0.0);
+  for (int w = 0; w < kWorkers; ++w) {
+    const std::vector<float> g(workers[w].begin(), workers[w].end());
+    for (size_t i = 0; i < g.size(); ++i) exact[i] += static_cast<double>(g[i]) / kWorkers;
+    encoded.push_back(*codec::EncodedTensor::Create(spec, kRows, kCols));
+    ASSERT_TRUE(codec::Encode(g.data(), encoded.back().mutable_view(),
+                              {.tensor = 1, .step = 0, .rank = static_cast<uint32_t>(w)})
+                    .ok());
+  }
+  for (const codec::EncodedTensor& e : encoded) views.push_back(e.view());
+  std::vector<float> avg(kRows * kCols);
+  ASSERT_TRUE(codec::ReduceEncoded(views, avg.data(), 1.0f / kWorkers, {}).ok());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < avg.size(); ++i) {
+    num += (avg[i] - exact[i]) * (avg[i] - exact[i]);
+    den += exact[i] * exact[i];
+  }
+  const nlohmann::json* direct = Find(list, "direct", "e4m3/block128");
+  ASSERT_NE(direct, nullptr);
+  EXPECT_NEAR((*direct)["rel_l2_avg"].get<double>(), std::sqrt(num / den), 1e-12);
+  EXPECT_EQ((*direct)["transform"], "identity");
+
+  const nlohmann::json& family = list[1];
+  EXPECT_EQ(family["method"], "family/both/p0.25/step-per-worker/r16/iso");
+  EXPECT_EQ(family["sides"], "both");
+  EXPECT_EQ(family["rank"], 16);
+  EXPECT_LT(family["rel_l2_avg"].get<double>(), 0.8 * (*direct)["rel_l2_avg"].get<double>());
+  EXPECT_LT(family["ratio_vs_direct"].get<double>(), 0.8);
+}
+
+TEST(FidelityMethodsTest, UnderflowAndSaturationAreCounted) {
+  // Values spanning far more than E4M3's range under one per-tensor scale
+  // underflow; BF16 keeps them.
+  std::vector<float> w(64);
+  for (int j = 0; j < 64; ++j) w[j] = std::ldexp(1.0f, -j);
+  WorkerGradients g{.d_out = 1, .d_in = 64, .workers = {w, w}};
+  MethodGridOptions options;
+  options.specs = {*codec::ParseCodecSpec("e4m3/tensor"), *codec::ParseCodecSpec("bf16")};
+  options.filter = {"no such method"};
+  absl::StatusOr<std::vector<MethodResult>> r = MeasureMethodGrid(g, {}, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 2u);
+  // E4M3 (max 448 = 2^8.8, smallest subnormal 2^-9) keeps 2^0 .. 2^-17 of a
+  // tensor scaled to 2^0 -> 448: 1/448 * 2^-j >= 2^-10 for j <= 18 or so.
+  EXPECT_GT((*r)[0].underflow_frac, 0.6);
+  EXPECT_LT((*r)[0].underflow_frac, 0.8);
+  EXPECT_EQ((*r)[0].saturation_frac, 0.0);
+  EXPECT_EQ((*r)[1].underflow_frac, 0.0);
+  EXPECT_EQ((*r)[1].rel_l2_avg, 0.0);
+
+  // BF16 is unscaled: values beyond its max (about 3.3895e38) saturate. One
+  // worker, so that the FP32 sum does not overflow.
+  std::vector<float> big(64, 1.0f);
+  big[3] = 3.4e38f;
+  g.workers = {big};
+  options.specs = {*codec::ParseCodecSpec("bf16")};
+  r = MeasureMethodGrid(g, {}, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ((*r)[0].saturation_frac, 1.0 / 64);
+}
+
+TEST(FidelityMethodsTest, InputErrorsAreReported) {
+  RealFidelityOptions options;
+  options.grads = WriteWorkers("mismatch", 3);
+  const std::string other = ::testing::TempDir() + "/mismatch_other.npy";
+  ASSERT_TRUE(
+      WriteNpy(other, std::vector<double>(kRows * 2, 1.0), kRows, 2, NpyDtype::kFloat32).ok());
+  options.grads.push_back(other);
+  absl::Status status;
+  RunToJson(options, &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("all --grads must match"));
+  EXPECT_THAT(status.message(), HasSubstr("mismatch_other.npy"));
+
+  options.grads.pop_back();
+  options.gram_in = WriteStatistic("wrong_side", /*input_side=*/false, true);
+  RunToJson(options, &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr("wrong_side.npy (--gram-in) is 32x32 but must be 128x128"));
+
+  options.gram_in = other;  // not square
+  RunToJson(options, &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("is 32x2 but must be 128x128"));
+
+  // The library checks the statistics it is given too.
+  WorkerGradients g{.d_out = 2, .d_in = 3, .workers = {std::vector<float>(6, 1.0f)}};
+  GridStatistics stats;
+  stats.pw_gram_out = Eigen::MatrixXd::Identity(3, 3);
+  MethodGridOptions grid;
+  grid.specs = {*codec::ParseCodecSpec("bf16")};
+  absl::StatusOr<std::vector<MethodResult>> r = MeasureMethodGrid(g, stats, grid);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("pw-gram-out is 3x3 but must be 2x2"));
+  stats.pw_gram_out = Eigen::MatrixXd::Identity(2, 2);
+  stats.pw_gram_out->coeffRef(0, 1) = std::nan("");
+  r = MeasureMethodGrid(g, stats, grid);
+  EXPECT_THAT(r.status().message(), HasSubstr("non-finite"));
+}
+
+}  // namespace
+}  // namespace gift::bench
