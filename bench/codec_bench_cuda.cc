@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
 #include "bench/codec_ops.h"
+#include "bench/cuda_bench_util.h"
 #include "common/base/status_macros.h"
 #include "common/codec/codec.h"
 #include "common/codec/encoded_tensor.h"
@@ -33,64 +34,6 @@ namespace gift::bench {
 namespace {
 
 constexpr double kGpuTarget = 0.8;  // x the device copy's effective bandwidth
-
-absl::Status CudaStatus(cudaError_t err, const std::string& what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
-}
-
-#define GIFT_BENCH_CUDA(expr) GIFT_RETURN_IF_ERROR(CudaStatus((expr), #expr))
-
-// Device memory, freed on destruction. Zero bytes hold no allocation.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(DeviceBuffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    if (this != &o) {
-      if (ptr_ != nullptr) cudaFree(ptr_);
-      ptr_ = std::exchange(o.ptr_, nullptr);
-      bytes_ = o.bytes_;
-    }
-    return *this;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  static absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) {
-    DeviceBuffer b;
-    b.bytes_ = bytes;
-    if (bytes > 0) {
-      GIFT_RETURN_IF_ERROR(
-          CudaStatus(cudaMalloc(&b.ptr_, bytes), absl::StrCat("cudaMalloc of ", bytes, " bytes")));
-    }
-    return b;
-  }
-  // A buffer holding a copy of `bytes` host bytes.
-  static absl::StatusOr<DeviceBuffer> Upload(const void* host, size_t bytes) {
-    GIFT_ASSIGN_OR_RETURN(DeviceBuffer b, Allocate(bytes));
-    if (bytes > 0) GIFT_BENCH_CUDA(cudaMemcpy(b.ptr_, host, bytes, cudaMemcpyHostToDevice));
-    return b;
-  }
-
-  uint8_t* bytes() const { return static_cast<uint8_t*>(ptr_); }
-  float* floats() const { return static_cast<float*>(ptr_); }
-  size_t size() const { return bytes_; }
-
-  absl::Status Download(void* host) const {
-    if (bytes_ > 0) GIFT_BENCH_CUDA(cudaMemcpy(host, ptr_, bytes_, cudaMemcpyDeviceToHost));
-    return absl::OkStatus();
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 // An encoded tensor in device memory.
 struct DeviceEncoded {
@@ -121,45 +64,6 @@ struct DeviceEncoded {
     GIFT_RETURN_IF_ERROR(codes.Download(t.codes().data()));
     return scales.Download(t.scales().data());
   }
-};
-
-class Stream {
- public:
-  Stream() = default;
-  ~Stream() {
-    if (s_ != nullptr) cudaStreamDestroy(s_);
-  }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  absl::Status Init() {
-    return CudaStatus(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate");
-  }
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
-class EventPair {
- public:
-  EventPair() = default;
-  ~EventPair() {
-    if (start_ != nullptr) cudaEventDestroy(start_);
-    if (stop_ != nullptr) cudaEventDestroy(stop_);
-  }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-  absl::Status Init() {
-    GIFT_BENCH_CUDA(cudaEventCreate(&start_));
-    GIFT_BENCH_CUDA(cudaEventCreate(&stop_));
-    return absl::OkStatus();
-  }
-  cudaEvent_t start() const { return start_; }
-  cudaEvent_t stop() const { return stop_; }
-
- private:
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
 };
 
 // One untimed warm-up call, then `reps` calls each timed by an event pair on

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
+#include "bench/cuda_bench_util.h"
 #include "common/base/status_macros.h"
 #include "common/codec/encoded_tensor.h"
 #include "kernels/codec/codec_cuda.h"
@@ -33,87 +34,10 @@
 namespace gift::bench {
 namespace {
 
-absl::Status CudaStatus(cudaError_t err, const std::string& what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
-}
-
 absl::Status CublasStatus(cublasStatus_t st, const std::string& what) {
   if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusName(st)));
 }
-
-#define GIFT_BENCH_CUDA(expr) GIFT_RETURN_IF_ERROR(CudaStatus((expr), #expr))
-
-// Device memory, freed on destruction.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)) {}
-  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  static absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) {
-    DeviceBuffer b;
-    GIFT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&b.ptr_, bytes > 0 ? bytes : 1),
-                                    absl::StrCat("cudaMalloc of ", bytes, " bytes")));
-    return b;
-  }
-  static absl::StatusOr<DeviceBuffer> Upload(const std::vector<float>& host) {
-    GIFT_ASSIGN_OR_RETURN(DeviceBuffer b, Allocate(host.size() * sizeof(float)));
-    GIFT_BENCH_CUDA(
-        cudaMemcpy(b.ptr_, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
-    return b;
-  }
-  float* floats() const { return static_cast<float*>(ptr_); }
-  uint8_t* bytes() const { return static_cast<uint8_t*>(ptr_); }
-
- private:
-  void* ptr_ = nullptr;
-};
-
-class Stream {
- public:
-  Stream() = default;
-  ~Stream() {
-    if (s_ != nullptr) cudaStreamDestroy(s_);
-  }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  absl::Status Init() {
-    return CudaStatus(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate");
-  }
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
-class EventPair {
- public:
-  EventPair() = default;
-  ~EventPair() {
-    if (start_ != nullptr) cudaEventDestroy(start_);
-    if (stop_ != nullptr) cudaEventDestroy(stop_);
-  }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-  absl::Status Init() {
-    GIFT_BENCH_CUDA(cudaEventCreate(&start_));
-    return CudaStatus(cudaEventCreate(&stop_), "cudaEventCreate");
-  }
-  cudaEvent_t start() const { return start_; }
-  cudaEvent_t stop() const { return stop_; }
-
- private:
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
-};
 
 class CublasHandle {
  public:

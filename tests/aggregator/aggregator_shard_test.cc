@@ -162,6 +162,12 @@ TEST_P(AggregatorShardTest, ANewEpochAbortsTheIncompleteStep) {
   ASSERT_TRUE(shard_->SetEpoch(Epoch(1, kWorld)).ok());
   Push(0, 1, 5, kWorld, Payload(0));
   Push(1, 1, 5, kWorld, Payload(1));
+  // A completed send means the transport took the bytes, not that the shard
+  // has handled them: wait until it has.
+  for (int i = 0; i < 4000 && shard_->counters().pushes_accepted < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(shard_->counters().pushes_accepted, 2u);
   // Rank 3 leaves: epoch 2 with three workers.
   ASSERT_TRUE(shard_->SetEpoch(Epoch(2, 3)).ok());
   for (uint32_t r = 0; r < kWorld; ++r) {

@@ -1,0 +1,130 @@
+// Device-side helpers of gift-bench's GPU parts (codec_bench_cuda.cc,
+// transform_bench_cuda.cc): CUDA errors as absl::Status, and RAII owners of
+// device memory, a stream and a pair of timing events. Host code only;
+// included only where GIFT_BENCH_WITH_CUDA is set.
+//
+// Thread safety: the owners are thread-compatible (one per thread).
+#ifndef GIFT_BENCH_CUDA_BENCH_UTIL_H_
+#define GIFT_BENCH_CUDA_BENCH_UTIL_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+
+namespace gift::bench {
+
+inline absl::Status CudaStatus(cudaError_t err, const std::string& what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
+}
+
+#define GIFT_BENCH_CUDA(expr) GIFT_RETURN_IF_ERROR(::gift::bench::CudaStatus((expr), #expr))
+
+// Device memory, freed on destruction. Zero bytes hold no allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      if (ptr_ != nullptr) cudaFree(ptr_);
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      bytes_ = o.bytes_;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  static absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) {
+    DeviceBuffer b;
+    b.bytes_ = bytes;
+    if (bytes > 0) {
+      GIFT_RETURN_IF_ERROR(
+          CudaStatus(cudaMalloc(&b.ptr_, bytes), absl::StrCat("cudaMalloc of ", bytes, " bytes")));
+    }
+    return b;
+  }
+  // A buffer holding a copy of `host`.
+  static absl::StatusOr<DeviceBuffer> Upload(const std::vector<float>& host) {
+    return Upload(host.data(), host.size() * sizeof(float));
+  }
+  // A buffer holding a copy of `bytes` host bytes.
+  static absl::StatusOr<DeviceBuffer> Upload(const void* host, size_t bytes) {
+    GIFT_ASSIGN_OR_RETURN(DeviceBuffer b, Allocate(bytes));
+    if (bytes > 0) GIFT_BENCH_CUDA(cudaMemcpy(b.ptr_, host, bytes, cudaMemcpyHostToDevice));
+    return b;
+  }
+
+  uint8_t* bytes() const { return static_cast<uint8_t*>(ptr_); }
+  float* floats() const { return static_cast<float*>(ptr_); }
+  size_t size() const { return bytes_; }
+
+  absl::Status Download(void* host) const {
+    if (bytes_ > 0) GIFT_BENCH_CUDA(cudaMemcpy(host, ptr_, bytes_, cudaMemcpyDeviceToHost));
+    return absl::OkStatus();
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A non-blocking stream, destroyed with its owner.
+class Stream {
+ public:
+  Stream() = default;
+  ~Stream() {
+    if (s_ != nullptr) cudaStreamDestroy(s_);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  absl::Status Init() {
+    return CudaStatus(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+// Two events for timing a sequence on a stream.
+class EventPair {
+ public:
+  EventPair() = default;
+  ~EventPair() {
+    if (start_ != nullptr) cudaEventDestroy(start_);
+    if (stop_ != nullptr) cudaEventDestroy(stop_);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  absl::Status Init() {
+    GIFT_BENCH_CUDA(cudaEventCreate(&start_));
+    GIFT_BENCH_CUDA(cudaEventCreate(&stop_));
+    return absl::OkStatus();
+  }
+  cudaEvent_t start() const { return start_; }
+  cudaEvent_t stop() const { return stop_; }
+
+ private:
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+};
+
+}  // namespace gift::bench
+
+#endif  // GIFT_BENCH_CUDA_BENCH_UTIL_H_
