@@ -18,6 +18,9 @@
 //     renew a lease or report a step without moving frozen_through_step do
 //     not make a new revision, so a snapshot's Member.last_step and
 //     lease_expires_unix_ms are as of its revision (GetStatus is current).
+//     Nor do acknowledgements that do not commit a proposal (they are
+//     persisted; only the commit is news): otherwise every acknowledgement
+//     sent every watcher a snapshot, P^2 snapshots per refresh.
 //   - frozen_through_step = max over workers of last_step + step_window; it
 //     never decreases (also across restarts).
 //   - Refresh: PublishBasis by the tensor's owner makes a proposal with the
