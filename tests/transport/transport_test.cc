@@ -225,7 +225,8 @@ TEST_P(TransportTest, PeerFailureIsReported) {
   auto peer = a->Connect(b->address());
   ASSERT_TRUE(peer.ok());
   Completions warmup;
-  ASSERT_TRUE(a->Send(*peer, {1}, Pattern(10, 1), warmup.Callback()).ok());
+  const std::vector<uint8_t> first = Pattern(10, 1);  // must outlive the send
+  ASSERT_TRUE(a->Send(*peer, {1}, first, warmup.Callback()).ok());
   ASSERT_TRUE(warmup.WaitFor(1));
   std::vector<Message> got;
   ASSERT_TRUE(inbox_b.WaitFor(1, &got));
@@ -241,6 +242,8 @@ TEST_P(TransportTest, PeerFailureIsReported) {
   }
   EXPECT_TRUE(failed);
   EXPECT_TRUE(inbox_a.WaitForFailure(*peer, absl::Seconds(10)));
+  // Sends still queued reference `payload` and `sent`: end them first.
+  a.reset();
 }
 
 INSTANTIATE_TEST_SUITE_P(All, TransportTest,
