@@ -66,26 +66,6 @@ struct DeviceEncoded {
   }
 };
 
-// One untimed warm-up call, then `reps` calls each timed by an event pair on
-// `stream`. `fn` enqueues its work on `stream`.
-absl::StatusOr<Timing> TimeOnDevice(int reps, cudaStream_t stream, const EventPair& ev,
-                                    const std::function<absl::Status()>& fn) {
-  GIFT_RETURN_IF_ERROR(fn());
-  GIFT_BENCH_CUDA(cudaStreamSynchronize(stream));
-  Timing t;
-  for (int r = 0; r < reps; ++r) {
-    GIFT_BENCH_CUDA(cudaEventRecord(ev.start(), stream));
-    GIFT_RETURN_IF_ERROR(fn());
-    GIFT_BENCH_CUDA(cudaEventRecord(ev.stop(), stream));
-    GIFT_BENCH_CUDA(cudaEventSynchronize(ev.stop()));
-    float ms = 0;
-    GIFT_BENCH_CUDA(cudaEventElapsedTime(&ms, ev.start(), ev.stop()));
-    t.seconds.push_back(ms * 1e-3);
-  }
-  t.median_s = Median(t.seconds);
-  return t;
-}
-
 // Bitwise comparison of two byte ranges (and two float arrays as bit
 // patterns): number of differing units and the first one.
 struct Comparison {

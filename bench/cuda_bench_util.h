@@ -1,7 +1,7 @@
 // Device-side helpers of gift-bench's GPU parts (codec_bench_cuda.cc,
-// transform_bench_cuda.cc): CUDA errors as absl::Status, and RAII owners of
-// device memory, a stream and a pair of timing events. Host code only;
-// included only where GIFT_BENCH_WITH_CUDA is set.
+// transform_bench_cuda.cc): CUDA errors as absl::Status; RAII owners of
+// device memory, a stream and a pair of timing events; timing with events.
+// Host code only; included only where GIFT_BENCH_WITH_CUDA is set.
 //
 // Thread safety: the owners are thread-compatible (one per thread).
 #ifndef GIFT_BENCH_CUDA_BENCH_UTIL_H_
@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
 #include "common/base/status_macros.h"
 
 namespace gift::bench {
@@ -124,6 +126,26 @@ class EventPair {
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
 };
+
+// One untimed warm-up call, then `reps` calls each timed by an event pair on
+// `stream`. `fn` enqueues its work on `stream`.
+inline absl::StatusOr<Timing> TimeOnDevice(int reps, cudaStream_t stream, const EventPair& ev,
+                                           const std::function<absl::Status()>& fn) {
+  GIFT_RETURN_IF_ERROR(fn());
+  GIFT_BENCH_CUDA(cudaStreamSynchronize(stream));
+  Timing t;
+  for (int r = 0; r < reps; ++r) {
+    GIFT_BENCH_CUDA(cudaEventRecord(ev.start(), stream));
+    GIFT_RETURN_IF_ERROR(fn());
+    GIFT_BENCH_CUDA(cudaEventRecord(ev.stop(), stream));
+    GIFT_BENCH_CUDA(cudaEventSynchronize(ev.stop()));
+    float ms = 0;
+    GIFT_BENCH_CUDA(cudaEventElapsedTime(&ms, ev.start(), ev.stop()));
+    t.seconds.push_back(ms * 1e-3);
+  }
+  t.median_s = Median(t.seconds);
+  return t;
+}
 
 }  // namespace gift::bench
 

@@ -57,25 +57,6 @@ class CublasHandle {
   cublasHandle_t h_ = nullptr;
 };
 
-// One untimed warm-up, then `reps` runs each timed by an event pair.
-absl::StatusOr<Timing> TimeOnDevice(int reps, cudaStream_t stream, const EventPair& ev,
-                                    const std::function<absl::Status()>& fn) {
-  GIFT_RETURN_IF_ERROR(fn());
-  GIFT_BENCH_CUDA(cudaStreamSynchronize(stream));
-  Timing t;
-  for (int r = 0; r < reps; ++r) {
-    GIFT_BENCH_CUDA(cudaEventRecord(ev.start(), stream));
-    GIFT_RETURN_IF_ERROR(fn());
-    GIFT_BENCH_CUDA(cudaEventRecord(ev.stop(), stream));
-    GIFT_BENCH_CUDA(cudaEventSynchronize(ev.stop()));
-    float ms = 0;
-    GIFT_BENCH_CUDA(cudaEventElapsedTime(&ms, ev.start(), ev.stop()));
-    t.seconds.push_back(ms * 1e-3);
-  }
-  t.median_s = Median(t.seconds);
-  return t;
-}
-
 double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
   double err = 0, norm = 0;
   for (size_t i = 0; i < want.size(); ++i) {
