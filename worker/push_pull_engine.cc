@@ -73,22 +73,17 @@ absl::StatusOr<std::unique_ptr<PushPullEngine>> PushPullEngine::Create(
   if (!make_transport) return absl::InvalidArgumentError("no transport factory");
   std::unique_ptr<PushPullEngine> engine(new PushPullEngine(options));
   PushPullEngine* self = engine.get();
-  auto transport = make_transport(
-      {.on_receive = [self](transport::Message m) { self->OnMessage(std::move(m)); },
-       .on_peer_failure =
-           [self](transport::PeerId peer, const absl::Status& why) {
-             absl::MutexLock lock(&self->mu_);
-             for (auto it = self->connections_.begin(); it != self->connections_.end(); ++it) {
-               if (it->second == peer) {
-                 self->connections_.erase(it);
-                 break;
-               }
-             }
-             if (self->active_ && self->inflight_.aborted.ok()) {
-               self->inflight_.aborted =
-                   absl::UnavailableError(absl::StrCat("an aggregator failed: ", why.message()));
-             }
-           }});
+  auto transport =
+      make_transport({.on_receive = [self](transport::Message m) { self->OnMessage(std::move(m)); },
+                      .on_peer_failure =
+                          [self](transport::PeerId peer, const absl::Status& why) {
+                            self->connections_.Forget(peer);
+                            absl::MutexLock lock(&self->mu_);
+                            if (self->active_ && self->inflight_.aborted.ok()) {
+                              self->inflight_.aborted = absl::UnavailableError(
+                                  absl::StrCat("an aggregator failed: ", why.message()));
+                            }
+                          }});
   if (!transport.ok()) return transport.status();
   engine->transport_ = *std::move(transport);
   return engine;
@@ -104,17 +99,11 @@ uint64_t PushPullEngine::stray_messages() const {
 }
 
 absl::StatusOr<transport::PeerId> PushPullEngine::PeerFor(const std::string& address) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (auto it = connections_.find(address); it != connections_.end()) return it->second;
-  }
-  auto peer = transport_->Connect(address);
+  auto peer = connections_.Get(*transport_, address);
   if (!peer.ok()) {
     return absl::UnavailableError(
         absl::StrCat("cannot reach an aggregator: ", peer.status().message()));
   }
-  absl::MutexLock lock(&mu_);
-  connections_[address] = *peer;
   return *peer;
 }
 

@@ -39,6 +39,7 @@
 #include "common/codec/codec.h"
 #include "common/codec/codec_spec.h"
 #include "common/transform/gradient_transform.h"
+#include "common/transport/connection_cache.h"
 #include "common/transport/transport.h"
 
 namespace gift::worker {
@@ -131,7 +132,7 @@ class PushPullEngine {
   bool active_ ABSL_GUARDED_BY(mu_) = false;
   Inflight inflight_ ABSL_GUARDED_BY(mu_);
   uint64_t stray_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<std::string, transport::PeerId> connections_ ABSL_GUARDED_BY(mu_);
+  transport::ConnectionCache connections_;
 };
 
 }  // namespace gift::worker

@@ -20,16 +20,8 @@ absl::StatusOr<std::unique_ptr<AggregatorShard>> AggregatorShard::Create(
   AggregatorShard* self = shard.get();
   auto transport = make_transport(
       {.on_receive = [self](transport::Message m) { self->OnMessage(std::move(m)); },
-       .on_peer_failure =
-           [self](transport::PeerId peer, const absl::Status&) {
-             absl::MutexLock lock(&self->mu_);
-             for (auto it = self->connections_.begin(); it != self->connections_.end(); ++it) {
-               if (it->second == peer) {
-                 self->connections_.erase(it);
-                 break;
-               }
-             }
-           }});
+       .on_peer_failure = [self](transport::PeerId peer,
+                                 const absl::Status&) { self->connections_.Forget(peer); }});
   if (!transport.ok()) return transport.status();
   shard->transport_ = *std::move(transport);
   return shard;
@@ -49,23 +41,13 @@ absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
   std::vector<transport::PeerId> peers(epoch.workers.size());
   absl::Status unreachable;
   for (size_t rank = 0; rank < epoch.workers.size(); ++rank) {
-    const std::string& address = epoch.workers[rank];
-    {
-      absl::MutexLock lock(&mu_);
-      if (auto it = connections_.find(address); it != connections_.end()) {
-        peers[rank] = it->second;
-        continue;
-      }
-    }
-    auto peer = transport_->Connect(address);
+    auto peer = connections_.Get(*transport_, epoch.workers[rank]);
     if (!peer.ok()) {
       unreachable = absl::UnavailableError(
           absl::StrCat("worker rank ", rank, " unreachable: ", peer.status().message()));
       peers[rank] = 0;
       continue;
     }
-    absl::MutexLock lock(&mu_);
-    connections_[address] = *peer;
     peers[rank] = *peer;
   }
   auto aborted =
@@ -80,19 +62,13 @@ absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
     absl::MutexLock lock(&mu_);
     counters_.chunks_aborted += aborted->size();
     worker_peers_ = std::move(peers);
-    has_epoch_ = true;
   }
   return unreachable;
 }
 
 absl::Status AggregatorShard::Apply(const ShardEpoch& epoch) {
-  bool first;
-  {
-    absl::MutexLock lock(&mu_);
-    first = !has_epoch_;
-  }
   const uint64_t current = reducer_->epoch();
-  if (first || epoch.epoch > current) return SetEpoch(epoch);
+  if (!reducer_->has_epoch() || epoch.epoch > current) return SetEpoch(epoch);
   if (epoch.epoch < current) return absl::OkStatus();
   return reducer_->AddChunks(epoch.epoch, epoch.chunks);
 }

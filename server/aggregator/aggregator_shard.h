@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/transport/connection_cache.h"
 #include "common/transport/transport.h"
 #include "server/aggregator/chunk_reducer.h"
 
@@ -99,11 +100,10 @@ class AggregatorShard {
   std::unique_ptr<transport::Transport> transport_;
 
   mutable absl::Mutex mu_;
-  bool has_epoch_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<transport::PeerId> worker_peers_ ABSL_GUARDED_BY(mu_);  // by rank
   // Connections by worker address, kept across epochs; a connection is
   // dropped when its peer fails (a worker that exits).
-  absl::flat_hash_map<std::string, transport::PeerId> connections_ ABSL_GUARDED_BY(mu_);
+  transport::ConnectionCache connections_;
   Counters counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> rejections_ ABSL_GUARDED_BY(mu_);
 };

@@ -80,7 +80,7 @@ absl::StatusOr<std::optional<ReducedChunk>> ChunkReducer::AddPush(const ChunkHea
   const ChunkShape got{parsed->view.rows, parsed->view.cols};
   const Key key{header.step, header.tensor_id, header.chunk_index};
   ChunkShape shape;
-  std::vector<std::vector<uint8_t>> complete;
+  std::vector<Contribution> complete;
   {
     absl::MutexLock lock(&mu_);
     if (!has_epoch_) return absl::FailedPreconditionError("no epoch installed yet");
@@ -107,21 +107,21 @@ absl::StatusOr<std::optional<ReducedChunk>> ChunkReducer::AddPush(const ChunkHea
     Pending& p = it->second;
     if (inserted) {
       p.basis_version = header.basis_version;
-      p.payloads.resize(world_size_);
+      p.contributions.resize(world_size_);
     } else if (p.basis_version != header.basis_version) {
       return absl::FailedPreconditionError(absl::StrCat(
           dataplane::ToString(header), ": basis version ", header.basis_version,
           " differs from version ", p.basis_version, " of the ranks already received"));
     }
-    if (!p.payloads[header.rank].empty()) {
+    if (!p.contributions[header.rank].bytes.empty()) {
       return absl::AlreadyExistsError(
           absl::StrCat(dataplane::ToString(header), ": rank already contributed"));
     }
     pending_bytes_ += payload.size();
-    p.payloads[header.rank] = std::move(payload);
+    p.contributions[header.rank] = {.bytes = std::move(payload), .view = parsed->view};
     if (++p.received < world_size_) return std::nullopt;
-    complete = std::move(p.payloads);
-    for (const auto& b : complete) pending_bytes_ -= b.size();
+    complete = std::move(p.contributions);
+    for (const Contribution& c : complete) pending_bytes_ -= c.bytes.size();
     pending_.erase(it);
   }
   auto reduced = Reduce(header, shape, complete);
@@ -131,21 +131,17 @@ absl::StatusOr<std::optional<ReducedChunk>> ChunkReducer::AddPush(const ChunkHea
 
 absl::StatusOr<ReducedChunk> ChunkReducer::Reduce(
     const ChunkHeader& last, const ChunkShape& shape,
-    const std::vector<std::vector<uint8_t>>& payloads) const {
+    const std::vector<Contribution>& contributions) const {
   std::vector<codec::EncodedView> views;
-  views.reserve(payloads.size());
-  for (const auto& bytes : payloads) {
-    // Parsed once already on arrival; the views point into `payloads`.
-    auto parsed = codec::ParsePayload(bytes, options_.payload_limits);
-    if (!parsed.ok()) return parsed.status();
-    views.push_back(parsed->view);
-  }
+  views.reserve(contributions.size());
+  for (const Contribution& c : contributions) views.push_back(c.view);
   auto out = codec::EncodedTensor::Create(options_.pull_spec, shape.rows, shape.cols);
   if (!out.ok()) return out.status();
   std::vector<float> sum(shape.rows * shape.cols);
   const codec::RngKey key{.tensor = last.tensor_id, .step = last.step, .rank = 0};
-  if (auto s = codec::ReduceEncoded(views, sum.data(), 1.0f / static_cast<float>(payloads.size()),
-                                    out->mutable_view(), key, options_.codec_options);
+  if (auto s =
+          codec::ReduceEncoded(views, sum.data(), 1.0f / static_cast<float>(contributions.size()),
+                               out->mutable_view(), key, options_.codec_options);
       !s.ok()) {
     return s;
   }
@@ -155,9 +151,14 @@ absl::StatusOr<ReducedChunk> ChunkReducer::Reduce(
   ReducedChunk result;
   result.header = last;
   result.header.kind = ChunkKind::kResult;
-  result.header.rank = static_cast<uint32_t>(payloads.size());
+  result.header.rank = static_cast<uint32_t>(contributions.size());
   result.payload = *std::move(bytes);
   return result;
+}
+
+bool ChunkReducer::has_epoch() const {
+  absl::MutexLock lock(&mu_);
+  return has_epoch_;
 }
 
 uint64_t ChunkReducer::epoch() const {

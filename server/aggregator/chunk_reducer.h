@@ -84,14 +84,22 @@ class ChunkReducer {
   absl::StatusOr<std::optional<ReducedChunk>> AddPush(const dataplane::ChunkHeader& header,
                                                       std::vector<uint8_t> payload);
 
+  // Whether SetEpoch has installed an epoch; epoch() is 0 until then.
+  bool has_epoch() const;
   uint64_t epoch() const;
   size_t pending_chunks() const;
   uint64_t pending_bytes() const;
 
  private:
+  // One rank's push: its bytes and the view ParsePayload returned on arrival,
+  // which points into the bytes' heap buffer (moving the vector keeps it).
+  struct Contribution {
+    std::vector<uint8_t> bytes;  // empty until the rank's push arrives
+    codec::EncodedView view;
+  };
   struct Pending {
     uint64_t basis_version = 0;
-    std::vector<std::vector<uint8_t>> payloads;  // by rank; empty until it arrives
+    std::vector<Contribution> contributions;  // by rank
     uint32_t received = 0;
   };
   // (step, tensor id, chunk index).
@@ -99,7 +107,7 @@ class ChunkReducer {
 
   explicit ChunkReducer(const ChunkReducerOptions& options) : options_(options) {}
   absl::StatusOr<ReducedChunk> Reduce(const dataplane::ChunkHeader& last, const ChunkShape& shape,
-                                      const std::vector<std::vector<uint8_t>>& payloads) const;
+                                      const std::vector<Contribution>& contributions) const;
 
   const ChunkReducerOptions options_;
   mutable absl::Mutex mu_;

@@ -13,6 +13,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/transport/connection_cache.h"
 #include "common/transport/inproc/inproc_transport.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
@@ -249,6 +250,24 @@ TEST_P(TransportTest, PeerFailureIsReported) {
 INSTANTIATE_TEST_SUITE_P(All, TransportTest,
                          ::testing::Values(Kind::kInproc, Kind::kUcx, Kind::kUcxTcp),
                          [](const auto& info) { return KindName(info.param); });
+
+TEST(ConnectionCacheTest, ConnectsOncePerAddressUntilForgotten) {
+  InprocHub hub;
+  Inbox inbox_a, inbox_b;
+  auto a = CreateInprocTransport(&hub, inbox_a.Handlers());
+  auto b = CreateInprocTransport(&hub, inbox_b.Handlers());
+  ASSERT_TRUE(a.ok() && b.ok());
+  ConnectionCache cache;
+  auto first = cache.Get(**a, (*b)->address());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*cache.Get(**a, (*b)->address()), *first);
+  cache.Forget(*first);
+  auto second = cache.Get(**a, (*b)->address());
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE(*second, *first);
+  EXPECT_EQ(cache.Get(**a, "garbage").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache.Get(**a, "inproc:999").status().code(), absl::StatusCode::kUnavailable);
+}
 
 TEST(UcxTransportTest, UnknownTlsIsAnError) {
   Inbox inbox;
