@@ -1,8 +1,7 @@
 #include "common/transform/gradient_transform.h"
 
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
+#include "common/base/finite.h"
 
 namespace gift::transform {
 
@@ -16,21 +15,16 @@ absl::Status GradientTransform::CheckArguments(const float* in, int64_t d_out, i
                                                    " given for a transform of shape ",
                                                    this->d_out(), "x", this->d_in()));
   }
-  const int64_t size = d_out * d_in;
-  for (int64_t i = 0; i < size; ++i) {
-    if (!std::isfinite(in[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name(), ": input element ", i, " is not finite"));
-    }
+  if (const int64_t i = FirstNonFinite(in, d_out * d_in); i >= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": input element ", i, " is not finite"));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckResultFinite(const float* x, int64_t size) {
-  for (int64_t i = 0; i < size; ++i) {
-    if (!std::isfinite(x[i])) {
-      return absl::OutOfRangeError(absl::StrCat("result element ", i, " overflows FP32"));
-    }
+  if (const int64_t i = FirstNonFinite(x, size); i >= 0) {
+    return absl::OutOfRangeError(absl::StrCat("result element ", i, " overflows FP32"));
   }
   return absl::OkStatus();
 }

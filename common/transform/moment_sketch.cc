@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/finite.h"
 #include "common/transform/gaussian_sketch.h"
 
 namespace gift::transform {
@@ -22,12 +23,9 @@ absl::Status CheckGradient(const float* g, int64_t d_out, int64_t d_in, const fl
   if (d_out < 1 || d_in < 1) {
     return absl::InvalidArgumentError(absl::StrCat("gradient shape ", d_out, "x", d_in));
   }
-  const int64_t size = d_out * d_in;
-  for (int64_t i = 0; i < size; ++i) {
-    if (!std::isfinite(g[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient element ", i, " (row ", i / d_in,
-                                                     ", column ", i % d_in, ") is not finite"));
-    }
+  if (const int64_t i = FirstNonFinite(g, d_out * d_in); i >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("gradient element ", i, " (row ", i / d_in,
+                                                   ", column ", i % d_in, ") is not finite"));
   }
   return absl::OkStatus();
 }
@@ -127,11 +125,9 @@ absl::Status SketchedMomentEma::Update(absl::Span<const float> contribution) {
                                                    " values, expected ",
                                                    sketch_->contribution_size()));
   }
-  for (size_t i = 0; i < contribution.size(); ++i) {
-    if (!std::isfinite(contribution[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sketch contribution value ", i, " is not finite"));
-    }
+  if (const int64_t i = FirstNonFinite(contribution.data(), contribution.size()); i >= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sketch contribution value ", i, " is not finite"));
   }
   Eigen::MatrixXd y(n, k);
   for (int64_t i = 0; i < n; ++i) {

@@ -1,9 +1,9 @@
 #include "common/transform/second_moment_ema.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/finite.h"
 
 namespace gift::transform {
 namespace {
@@ -22,12 +22,9 @@ absl::Status CheckGradients(absl::Span<const float* const> grads, int64_t d_out,
   for (size_t k = 0; k < grads.size(); ++k) {
     if (grads[k] == nullptr)
       return absl::InvalidArgumentError(absl::StrCat("gradient ", k, " is null"));
-    const float* g = grads[k];
-    for (int64_t i = 0; i < d_out * d_in; ++i) {
-      if (!std::isfinite(g[i])) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("gradient ", k, " element ", i, " is not finite"));
-      }
+    if (const int64_t i = FirstNonFinite(grads[k], d_out * d_in); i >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient ", k, " element ", i, " is not finite"));
     }
   }
   return absl::OkStatus();

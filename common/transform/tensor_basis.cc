@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/base/finite.h"
 #include "common/base/status_macros.h"
 
 namespace gift::transform {
@@ -15,10 +16,8 @@ bool HasInput(Sides sides) { return sides == Sides::kInput || sides == Sides::kB
 bool HasOutput(Sides sides) { return sides == Sides::kOutput || sides == Sides::kBoth; }
 
 absl::Status CheckFinite(const float* x, int64_t size, absl::string_view what) {
-  for (int64_t i = 0; i < size; ++i) {
-    if (!std::isfinite(x[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " element ", i, " is not finite"));
-    }
+  if (const int64_t i = FirstNonFinite(x, size); i >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " element ", i, " is not finite"));
   }
   return absl::OkStatus();
 }

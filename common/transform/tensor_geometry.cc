@@ -1,10 +1,10 @@
 #include "common/transform/tensor_geometry.h"
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/finite.h"
 
 namespace gift::transform {
 namespace {
@@ -110,11 +110,9 @@ absl::Status TensorGeometry::AddPerWorkerAverage(absl::Span<const float> average
         absl::StrCat("per-worker average has ", average.size(), " values, expected ", *size));
   }
   // Validate both parts before folding either, so a bad input changes nothing.
-  for (size_t i = 0; i < average.size(); ++i) {
-    if (!std::isfinite(average[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("per-worker average value ", i, " is not finite"));
-    }
+  if (const int64_t i = FirstNonFinite(average.data(), average.size()); i >= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("per-worker average value ", i, " is not finite"));
   }
   if (out_sketch_.has_value()) {
     const int64_t n = out_sketch_->sketch().contribution_size();

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/finite.h"
 #include "common/base/status_macros.h"
 #include "common/codec/encoded_tensor.h"
 #include "common/codec/reduce.h"
@@ -43,11 +44,9 @@ absl::Status CheckInputs(absl::Span<const float* const> grads, int64_t d_out, in
     if (g == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("SelectTransform: gradient ", w, " is null"));
     }
-    for (int64_t i = 0; i < size; ++i) {
-      if (!std::isfinite(g[i])) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("SelectTransform: gradient ", w, " has a non-finite element at ", i));
-      }
+    if (const int64_t i = FirstNonFinite(g, size); i >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SelectTransform: gradient ", w, " has a non-finite element at ", i));
     }
   }
   std::set<std::string> labels;
