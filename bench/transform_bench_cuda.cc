@@ -29,33 +29,14 @@
 #include "common/base/status_macros.h"
 #include "common/codec/encoded_tensor.h"
 #include "kernels/codec/codec_cuda.h"
+#include "kernels/transform/cublas_handle.h"
 #include "kernels/transform/transform_cuda.h"
 
 namespace gift::bench {
 namespace {
 
-absl::Status CublasStatus(cublasStatus_t st, const std::string& what) {
-  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusName(st)));
-}
-
-class CublasHandle {
- public:
-  CublasHandle() = default;
-  ~CublasHandle() {
-    if (h_ != nullptr) cublasDestroy(h_);
-  }
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
-  absl::Status Init(cudaStream_t stream) {
-    GIFT_RETURN_IF_ERROR(CublasStatus(cublasCreate(&h_), "cublasCreate"));
-    return CublasStatus(cublasSetStream(h_, stream), "cublasSetStream");
-  }
-  cublasHandle_t get() const { return h_; }
-
- private:
-  cublasHandle_t h_ = nullptr;
-};
+using kernels::CublasHandle;
+using kernels::CublasStatus;
 
 double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
   double err = 0, norm = 0;

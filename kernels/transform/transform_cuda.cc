@@ -34,6 +34,7 @@
 #include "common/base/status_macros.h"
 #include "common/transform/side_basis.h"
 #include "common/transform/tensor_basis.h"
+#include "kernels/transform/cublas_handle.h"
 #include "kernels/transform/transform_kernels.h"
 
 namespace gift::kernels {
@@ -59,12 +60,6 @@ absl::Status CudaStatus(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(
       absl::StrCat(what, ": CUDA error ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
-}
-
-absl::Status CublasStatus(cublasStatus_t st, const char* what) {
-  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": cuBLAS error ", cublasGetStatusName(st), ": ",
-                                          cublasGetStatusString(st)));
 }
 
 // Device memory for `count` floats, freed on destruction.
@@ -101,34 +96,6 @@ class DeviceFloats {
 
  private:
   void* ptr_ = nullptr;
-};
-
-// A cuBLAS handle, destroyed on destruction.
-class CublasHandle {
- public:
-  CublasHandle() = default;
-  ~CublasHandle() {
-    if (h_ != nullptr) cublasDestroy(h_);
-  }
-  CublasHandle(CublasHandle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
-  CublasHandle& operator=(CublasHandle&& o) noexcept {
-    if (this != &o) {
-      if (h_ != nullptr) cublasDestroy(h_);
-      h_ = std::exchange(o.h_, nullptr);
-    }
-    return *this;
-  }
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
-
-  absl::Status Init(cudaStream_t stream) {
-    GIFT_RETURN_IF_ERROR(CublasStatus(cublasCreate(&h_), "cublasCreate"));
-    return CublasStatus(cublasSetStream(h_, stream), "cublasSetStream");
-  }
-  cublasHandle_t get() const { return h_; }
-
- private:
-  cublasHandle_t h_ = nullptr;
 };
 
 // One side's operator in one direction, as FP32 host arrays: the diagonal
