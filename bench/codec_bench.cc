@@ -25,6 +25,17 @@
 namespace gift::bench {
 namespace {
 
+// The default rows: DefaultCodecSpecs() plus the exact FP32 passthrough
+// ("fp32", a copy: the baseline the compressed rows are measured against).
+const std::vector<std::string>& CodecBenchDefaultSpecs() {
+  static const auto* specs = [] {
+    auto* v = new std::vector<std::string>(DefaultCodecSpecs());
+    v->push_back("fp32");
+    return v;
+  }();
+  return *specs;
+}
+
 constexpr double kCpuEncodeTarget = 0.5;  // x memcpy's input rate, thread for thread
 constexpr double kMiB = 1024.0 * 1024.0;
 
@@ -138,7 +149,7 @@ absl::Status Run(const CodecBenchOptions& options) {
   GIFT_ASSIGN_OR_RETURN(OutputSinks sinks, OutputSinks::Open(options.json_path));
   std::ostream& os = sinks.table();
   const std::vector<std::string>& spec_names =
-      options.specs.empty() ? DefaultCodecSpecs() : options.specs;
+      options.specs.empty() ? CodecBenchDefaultSpecs() : options.specs;
   GIFT_ASSIGN_OR_RETURN(std::vector<codec::CodecSpec> specs, ParseSpecs(spec_names));
   if (!(options.mib > 0) || options.reps < 1 || options.reduce_inputs < 1 || options.cols < 1) {
     return absl::InvalidArgumentError("--mib, --reps, --inputs and --cols must be positive");
@@ -384,7 +395,7 @@ Command AddCodecCommand(CLI::App& parent) {
       "one is present). Reports the target CPU encode >= 0.5x memcpy; misses do not fail.");
   app->add_option("--specs", options->specs,
                   "Comma-separated codec specs, e.g. e4m3/tensor,nvfp4,e5m2/mx32/sr\n(default: " +
-                      absl::StrJoin(DefaultCodecSpecs(), ",") + ")")
+                      absl::StrJoin(CodecBenchDefaultSpecs(), ",") + ")")
       ->delimiter(',')
       ->check(CodecSpecValidator());
   app->add_option("--mib", options->mib, "FP32 input size in MiB (rounded up to whole rows)")

@@ -19,7 +19,7 @@
 namespace gift::bench {
 
 struct CodecBenchOptions {
-  std::vector<std::string> specs;  // empty: DefaultCodecSpecs()
+  std::vector<std::string> specs;  // empty: DefaultCodecSpecs() and "fp32"
   double mib = 64;                 // FP32 input size
   uint64_t cols = 4096;
   int reps = 5;

@@ -9,6 +9,8 @@
 // s = max(amax / format_max, 2^-126) (0 for an all-zero group); each element
 // is quantized from x * (1 / s) with the spec's rounding, saturating at the
 // format's max. Decoding multiplies the exact code value by the scale once.
+// The FP32 passthrough (Format::kF32, unscaled) stores and returns the FP32
+// bit patterns unchanged (denormals and -0 included).
 //
 // Inputs holding NaN or Inf are refused with InvalidArgument naming the first
 // offending element; nothing is written to the output in that case.

@@ -20,6 +20,7 @@ bool IsKnownFormat(Format f) {
     case Format::kE5M2:
     case Format::kNvfp4:
     case Format::kBf16:
+    case Format::kF32:
       return true;
   }
   return false;
@@ -44,6 +45,8 @@ absl::string_view FormatName(Format format) {
       return "nvfp4";
     case Format::kBf16:
       return "bf16";
+    case Format::kF32:
+      return "fp32";
   }
   return "unknown";
 }
@@ -58,6 +61,8 @@ float FormatMax(Format format) {
       return 6.0f;
     case Format::kBf16:
       return scalar::Dequantize(scalar::kBf16, scalar::kBf16.max_code);
+    case Format::kF32:
+      return std::numeric_limits<float>::max();
   }
   return 0.0f;
 }
@@ -71,6 +76,8 @@ int BitsPerElement(Format format) {
       return 4;
     case Format::kBf16:
       return 16;
+    case Format::kF32:
+      return 32;
   }
   return 0;
 }
@@ -85,6 +92,22 @@ absl::Status Validate(const CodecSpec& spec) {
         absl::StrCat("unknown rounding mode ", static_cast<int>(spec.rounding)));
   }
   const std::string name(FormatName(spec.format));
+  if (spec.format == Format::kF32) {
+    // Exact passthrough: no scaling, no blocks, nothing to round.
+    if (spec.scaling != Scaling::kNone) {
+      return absl::InvalidArgumentError(
+          "fp32 is an exact passthrough and takes no scaling (use \"fp32\")");
+    }
+    if (spec.block_size != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("block_size ", spec.block_size, " given for fp32, which has no blocks"));
+    }
+    if (spec.rounding != Rounding::kNearestEven) {
+      return absl::InvalidArgumentError(
+          "fp32 is an exact passthrough; stochastic rounding does not apply (use \"fp32\")");
+    }
+    return absl::OkStatus();
+  }
   switch (spec.scaling) {
     case Scaling::kNone:
     case Scaling::kPerTensor:
@@ -130,7 +153,9 @@ std::string ToString(const CodecSpec& spec) {
   std::string out(FormatName(spec.format));
   switch (spec.scaling) {
     case Scaling::kNone:
-      if (spec.format != Format::kBf16) absl::StrAppend(&out, "/none");
+      if (spec.format != Format::kBf16 && spec.format != Format::kF32) {
+        absl::StrAppend(&out, "/none");
+      }
       break;
     case Scaling::kPerTensor:
       absl::StrAppend(&out, "/tensor");
@@ -160,9 +185,12 @@ absl::StatusOr<CodecSpec> ParseCodecSpec(absl::string_view text) {
     spec = CodecSpec{Format::kNvfp4, Scaling::kNvfp4, 16, Rounding::kNearestEven};
   } else if (fmt == "bf16") {
     spec = CodecSpec{Format::kBf16, Scaling::kNone, 0, Rounding::kNearestEven};
+  } else if (fmt == "fp32") {
+    spec = CodecSpec{Format::kF32, Scaling::kNone, 0, Rounding::kNearestEven};
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unknown format '", fmt, "' in codec spec '",
-                                                   text, "' (want e4m3, e5m2, nvfp4 or bf16)"));
+                                                   text,
+                                                   "' (want e4m3, e5m2, nvfp4, bf16 or fp32)"));
   }
   for (size_t i = 1; i < parts.size(); ++i) {
     const absl::string_view p = parts[i];
@@ -235,6 +263,7 @@ absl::StatusOr<EncodedLayout> ComputeLayout(const CodecSpec& spec, uint64_t rows
 }
 
 double ElementErrorBound(Format format, Rounding rounding, double scale, double x) {
+  if (format == Format::kF32) return 0.0;  // a bit copy
   const scalar::MiniFloat& f = internal::MiniFloatOf(format);
   const int emin = 1 - f.bias;
   const double ax = std::fabs(x);

@@ -27,6 +27,13 @@ enum class Format : uint8_t {
   kNvfp4 = 3,  // E2M1 values (max 6), blocks of 16 with an E4M3 scale each,
                // and one FP32 scale per tensor. Two codes per byte.
   kBf16 = 4,   // bfloat16, no scaling.
+  kF32 = 5,    // FP32 passthrough ("fp32"): each code is the input's FP32 bit
+               // pattern (4 little-endian bytes), so encode and decode are
+               // exact bit copies (denormals and -0 included). Only with
+               // Scaling::kNone and Rounding::kNearestEven (there is nothing
+               // to round; "fp32/sr" is refused, not ignored). Like every
+               // format it refuses NaN/Inf input on encode, and the payload
+               // parser refuses NaN/Inf codes.
 };
 
 // How scales are chosen. Values are part of the wire format.
@@ -71,16 +78,17 @@ struct CodecSpec {
 absl::Status Validate(const CodecSpec& spec);
 
 // Human-readable and parseable names, e.g. "e4m3/block128/rne",
-// "e5m2/tensor/sr", "nvfp4", "bf16", "e4m3/mx32/rne".
+// "e5m2/tensor/sr", "nvfp4", "bf16", "e4m3/mx32/rne", "fp32".
 std::string ToString(const CodecSpec& spec);
 absl::StatusOr<CodecSpec> ParseCodecSpec(absl::string_view text);
 
 absl::string_view FormatName(Format format);
 
-// Largest finite magnitude of an element format (448, 57344, 6, bf16 max).
+// Largest finite magnitude of an element format (448, 57344, 6, bf16 max,
+// FLT_MAX).
 float FormatMax(Format format);
 
-// Bits per element of the codes (8, 8, 4, 16).
+// Bits per element of the codes (8, 8, 4, 16, 32).
 int BitsPerElement(Format format);
 
 // Byte layout of an encoded rows x cols tensor. Codes are contiguous in
@@ -108,7 +116,8 @@ absl::StatusOr<EncodedLayout> ComputeLayout(const CodecSpec& spec, uint64_t rows
 // an element x whose effective scale (the factor its code is multiplied by
 // on decode) is `scale` (1 for unscaled formats), provided x / scale is
 // within the format's range (always true with amax-derived scales).
-// Stochastic rounding has twice the nearest-rounding bound.
+// Stochastic rounding has twice the nearest-rounding bound. 0 for kF32
+// (exact).
 double ElementErrorBound(Format format, Rounding rounding, double scale, double x);
 
 }  // namespace gift::codec

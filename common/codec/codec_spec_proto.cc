@@ -19,6 +19,9 @@ absl::StatusOr<CodecSpec> FromProto(const gift::v1::CodecSpec& proto) {
     case gift::v1::ELEMENT_FORMAT_BF16:
       spec.format = Format::kBf16;
       break;
+    case gift::v1::ELEMENT_FORMAT_F32:
+      spec.format = Format::kF32;
+      break;
     default:
       return absl::InvalidArgumentError(absl::StrCat("codec spec: element format ", proto.format(),
                                                      " is unspecified or unknown"));
@@ -75,6 +78,9 @@ gift::v1::CodecSpec ToProto(const CodecSpec& spec) {
       break;
     case Format::kBf16:
       p.set_format(gift::v1::ELEMENT_FORMAT_BF16);
+      break;
+    case Format::kF32:
+      p.set_format(gift::v1::ELEMENT_FORMAT_F32);
       break;
   }
   switch (spec.scaling) {

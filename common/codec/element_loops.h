@@ -30,6 +30,7 @@ struct ElementLoops {
 
   // Codes of x[k] * inv[k / block]: one byte per element (E4M3, E5M2), two
   // little-endian bytes (BF16), or two per byte, low nibble first (NVFP4).
+  // FP32 (kF32, always unscaled) copies x's bit patterns, ignoring inv.
   // `first` is the flat index of x[0] in the tensor; it selects the random
   // words of stochastic rounding.
   void (*quantize)(Format format, const float* x, size_t n, size_t block, const float* inv,
@@ -44,7 +45,9 @@ struct ElementLoops {
                        float inv_tensor_scale, uint8_t* scales, float* inv);
 
   // out[k] = value(code k) * scale[k / block], or out[k] + that product
-  // when `accumulate` (two FP32 roundings, never fused).
+  // when `accumulate` (two FP32 roundings, never fused). FP32 (kF32, always
+  // unscaled) ignores `scale`: out[k] = the code's bit pattern, or
+  // out[k] + value(code k).
   void (*dequantize)(Format format, const uint8_t* codes, size_t n, size_t block,
                      const float* scale, float* out, bool accumulate);
 };
@@ -61,6 +64,8 @@ inline const scalar::MiniFloat& MiniFloatOf(Format format) {
       return scalar::kE5M2;
     case Format::kNvfp4:
       return scalar::kE2M1;
+    case Format::kF32:
+      return scalar::kF32;
     case Format::kBf16:
       break;
   }
@@ -103,6 +108,11 @@ inline void BlockScalesRange(const CodecSpec& spec, const uint32_t* amax, size_t
 inline void QuantizeRange(Format format, const float* x, size_t begin, size_t end, size_t block,
                           const float* inv, const StochasticStream* sr, uint64_t first,
                           uint8_t* codes) {
+  if (format == Format::kF32) {
+    // Exact passthrough: the bit patterns themselves (unscaled, no rounding).
+    if (end > begin) std::memmove(codes + 4 * begin, x + begin, 4 * (end - begin));
+    return;
+  }
   const scalar::MiniFloat& f = MiniFloatOf(format);
   uint64_t group = ~uint64_t{0};
   scalar::Uint4 r{};
@@ -140,6 +150,19 @@ inline void QuantizeRange(Format format, const float* x, size_t begin, size_t en
 
 inline void DequantizeRange(Format format, const uint8_t* codes, size_t begin, size_t end,
                             size_t block, const float* scale, float* out, bool accumulate) {
+  if (format == Format::kF32) {
+    // Unscaled: a bit copy, or one FP32 addition per element.
+    if (!accumulate) {
+      if (end > begin) std::memmove(out + begin, codes + 4 * begin, 4 * (end - begin));
+      return;
+    }
+    for (size_t k = begin; k < end; ++k) {
+      float v;
+      std::memcpy(&v, codes + 4 * k, 4);
+      out[k] = out[k] + v;
+    }
+    return;
+  }
   const scalar::MiniFloat& f = MiniFloatOf(format);
   for (size_t k = begin; k < end; ++k) {
     uint32_t c;

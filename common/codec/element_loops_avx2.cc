@@ -349,6 +349,8 @@ void Quantize(Format format, const float* x, size_t n, size_t block, const float
       return QuantizeWithShift<22>(format, x, n, block, inv, sr, first, codes);
     case Format::kBf16:
       return QuantizeWithShift<16>(format, x, n, block, inv, sr, first, codes);
+    case Format::kF32:
+      return QuantizeRange(format, x, 0, n, block, inv, sr, first, codes);  // a copy
   }
 }
 
@@ -491,8 +493,24 @@ inline __m256 DecodeVec(Format format, const uint8_t* codes, size_t k, const flo
   }
 }
 
+// FP32 codes (unscaled): out = code bits, or out + value, eight at a time.
+void DequantizeF32(const uint8_t* codes, size_t n, float* out, bool accumulate) {
+  size_t k = 0;
+  if (accumulate) {
+    for (; k + 8 <= n; k += 8) {
+      const __m256 v = _mm256_loadu_ps(reinterpret_cast<const float*>(codes + 4 * k));
+      _mm256_storeu_ps(out + k, _mm256_add_ps(_mm256_loadu_ps(out + k), v));
+    }
+  }
+  DequantizeRange(Format::kF32, codes, k, n, n, nullptr, out, accumulate);
+}
+
 void Dequantize(Format format, const uint8_t* codes, size_t n, size_t block, const float* scale,
                 float* out, bool accumulate) {
+  if (format == Format::kF32) {
+    DequantizeF32(codes, n, out, accumulate);
+    return;
+  }
   const bool uniform = block >= n;
   if (!uniform && block % 8 != 0) {
     DequantizeRange(format, codes, 0, n, block, scale, out, accumulate);

@@ -107,7 +107,13 @@ absl::Status CheckContents(const EncodedView& v, const EncodedLayout& layout) {
     }
   }
   const scalar::MiniFloat& f = internal::MiniFloatOf(spec.format);
-  if (spec.format == Format::kBf16) {
+  if (spec.format == Format::kF32) {
+    for (uint64_t i = 0; i < layout.num_elements; ++i) {
+      if ((Load<uint32_t>(v.codes + 4 * i) & scalar::kAbsMask) >= scalar::kInfBits) {
+        return absl::InvalidArgumentError(absl::StrCat("code ", i, " is NaN or Inf"));
+      }
+    }
+  } else if (spec.format == Format::kBf16) {
     for (uint64_t i = 0; i < layout.num_elements; ++i) {
       if (scalar::IsNonFiniteCode(f, Load<uint16_t>(v.codes + 2 * i))) {
         return absl::InvalidArgumentError(absl::StrCat("code ", i, " is NaN or Inf"));

@@ -19,7 +19,9 @@ namespace gift::codec {
 // (skipped when out.codes is null). All inputs and `out` must have the same
 // rows x cols; their specs may differ. `sum` must hold rows * cols floats.
 // post_scale = 1 keeps the sum exact-as-FP32 (no extra rounding); 1/N gives
-// the average.
+// the average. With fp32 inputs (decoded by copy) and an fp32 output (a copy
+// of `sum`), the result is exactly the local FP32 average
+// (((g0 + g1) + g2) + ...) * post_scale.
 absl::Status ReduceEncoded(absl::Span<const EncodedView> inputs, float* sum, float post_scale,
                            const MutableEncodedView& out, const RngKey& key = {},
                            const CodecOptions& options = {});

@@ -66,6 +66,9 @@ GIFT_HD_CONSTANT constexpr MiniFloat kE4M3{3, 7, 0x7Eu, 7};
 GIFT_HD_CONSTANT constexpr MiniFloat kE5M2{2, 15, 0x7Bu, 7};
 GIFT_HD_CONSTANT constexpr MiniFloat kE2M1{1, 1, 0x7u, 3};
 GIFT_HD_CONSTANT constexpr MiniFloat kBf16{7, 127, 0x7F7Fu, 15};
+// FP32 itself (the kF32 passthrough): codes are FP32 bit patterns, so
+// Quantize and Dequantize are bit copies for finite values.
+GIFT_HD_CONSTANT constexpr MiniFloat kF32{23, 127, 0x7F7FFFFFu, 31};
 
 // Rounds the magnitude of v / 2^shift to an integer: to nearest even, or
 // stochastically using 32 random bits (rounds up with probability
@@ -87,6 +90,7 @@ GIFT_HD uint32_t RoundShift(uint64_t v, int shift, bool stochastic, uint32_t ran
 // magnitude code of format `f`, saturating at f.max_code.
 GIFT_HD uint32_t QuantizeMagnitude(const MiniFloat& f, uint32_t u, bool stochastic,
                                    uint32_t random) {
+  if (f.mbits == 23) return u;  // FP32 to FP32: every finite value is exact
   const int emin = 1 - f.bias;  // exponent of the smallest normal
   const int exp_field = static_cast<int>(u >> 23);
   uint64_t v;
@@ -122,8 +126,8 @@ GIFT_HD float Dequantize(const MiniFloat& f, uint32_t code) {
   const uint32_t e = mag >> f.mbits;
   const uint32_t m = mag & ((1u << f.mbits) - 1u);
   uint32_t bits;
-  if (f.bias == 127) {  // bf16: the code is the top half of the FP32 pattern
-    bits = mag << 16;
+  if (f.bias == 127) {  // bf16: the top half of the FP32 pattern; fp32: all of it
+    bits = f.mbits == 23 ? mag : mag << 16;
   } else if (f.max_code == 0x7Eu && mag == 0x7Fu) {  // E4M3 NaN
     bits = 0x7FC00000u;
   } else if (f.bias == 15 && e == 31) {  // E5M2 Inf / NaN
@@ -150,10 +154,10 @@ GIFT_HD float Dequantize(const MiniFloat& f, uint32_t code) {
 // the encoder; a payload holding one is corrupt).
 GIFT_HD bool IsNonFiniteCode(const MiniFloat& f, uint32_t code) {
   const uint32_t mag = code & ((1u << f.sign_shift) - 1u);
-  if (f.max_code == 0x7Eu) return mag == 0x7Fu;      // E4M3
-  if (f.bias == 15) return (mag >> f.mbits) == 31u;  // E5M2
-  if (f.bias == 127) return (mag >> 7) == 0xFFu;     // bf16
-  return false;                                      // E2M1
+  if (f.max_code == 0x7Eu) return mag == 0x7Fu;         // E4M3
+  if (f.bias == 15) return (mag >> f.mbits) == 31u;     // E5M2
+  if (f.bias == 127) return (mag >> f.mbits) == 0xFFu;  // bf16, fp32
+  return false;                                         // E2M1
 }
 
 // ---- scales -------------------------------------------------------------------

@@ -48,6 +48,9 @@ internal::KernelLayout ToKernelLayout(const CodecSpec& spec, const EncodedLayout
     case codec::Format::kBf16:
       k.format = internal::ElementFormat::kBf16;
       break;
+    case codec::Format::kF32:
+      k.format = internal::ElementFormat::kF32;
+      break;
   }
   switch (spec.scaling) {
     case codec::Scaling::kNone:

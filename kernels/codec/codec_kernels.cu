@@ -18,6 +18,9 @@
 //     16, 8 for 32, a whole warp for 128). Otherwise each thread takes single
 //     elements at stride G = min(B, 32). Block amax is a __shfl_xor_sync max
 //     within the group; groups never straddle warps.
+//   * FP32 passthrough (kF32, unscaled only) runs through the flat kernels:
+//     encode stores each input's bit pattern, decode loads it back (a copy,
+//     or one __fadd_rn when accumulating), so it matches the CPU bit for bit.
 //   * Non-finite input in the unscaled / block modes raises a device flag;
 //     it is read back once at the end together with the amax word.
 #include <cuda_runtime.h>
@@ -49,6 +52,8 @@ __device__ __forceinline__ const sc::MiniFloat& Mini() {
     return sc::kE5M2;
   } else if constexpr (F == ElementFormat::kE2M1) {
     return sc::kE2M1;
+  } else if constexpr (F == ElementFormat::kF32) {
+    return sc::kF32;
   } else {
     return sc::kBf16;
   }
@@ -56,7 +61,9 @@ __device__ __forceinline__ const sc::MiniFloat& Mini() {
 
 // Entries of the shared-memory decode table (0: decoded arithmetically).
 template <ElementFormat F>
-constexpr int kTableSize = F == ElementFormat::kBf16 ? 0 : (F == ElementFormat::kE2M1 ? 16 : 256);
+constexpr int kTableSize = F == ElementFormat::kBf16 || F == ElementFormat::kF32
+                               ? 0
+                               : (F == ElementFormat::kE2M1 ? 16 : 256);
 
 // Fills `table` with scalar::Dequantize of every code; the caller syncs.
 template <ElementFormat F>
@@ -70,7 +77,9 @@ __device__ __forceinline__ void FillTable(float* table) {
 
 template <ElementFormat F>
 __device__ __forceinline__ float DecodeCode(const float* table, uint32_t code) {
-  if constexpr (kTableSize<F> == 0) {
+  if constexpr (F == ElementFormat::kF32) {
+    return sc::BitsToFloat(code);  // the bit pattern itself
+  } else if constexpr (kTableSize<F> == 0) {
     return sc::Dequantize(Mini<F>(), code);
   } else {
     return table[code];
@@ -163,7 +172,15 @@ __device__ __forceinline__ void StoreQuad(float* p, const float v[4]) {
 // i / 2 (low nibble for even i).
 template <ElementFormat F>
 __device__ __forceinline__ void StoreCodeQuad(uint8_t* codes, uint64_t i0, const uint32_t c[4]) {
-  if constexpr (F == ElementFormat::kBf16) {
+  if constexpr (F == ElementFormat::kF32) {
+    uint8_t* p = codes + 4 * i0;
+    if (IsAligned(p, 16)) {
+      *reinterpret_cast<uint4*>(p) = make_uint4(c[0], c[1], c[2], c[3]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) StoreF32(p + 4 * k, sc::BitsToFloat(c[k]));
+    }
+  } else if constexpr (F == ElementFormat::kBf16) {
     uint8_t* p = codes + 2 * i0;
     if (IsAligned(p, 8)) {
       *reinterpret_cast<uint2*>(p) = make_uint2(c[0] | (c[1] << 16), c[2] | (c[3] << 16));
@@ -186,7 +203,19 @@ __device__ __forceinline__ void StoreCodeQuad(uint8_t* codes, uint64_t i0, const
 
 template <ElementFormat F>
 __device__ __forceinline__ void LoadCodeQuad(const uint8_t* codes, uint64_t i0, uint32_t c[4]) {
-  if constexpr (F == ElementFormat::kBf16) {
+  if constexpr (F == ElementFormat::kF32) {
+    const uint8_t* p = codes + 4 * i0;
+    if (IsAligned(p, 16)) {
+      const uint4 w = __ldg(reinterpret_cast<const uint4*>(p));
+      c[0] = w.x;
+      c[1] = w.y;
+      c[2] = w.z;
+      c[3] = w.w;
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) c[k] = sc::FloatToBits(LoadF32(p + 4 * k));
+    }
+  } else if constexpr (F == ElementFormat::kBf16) {
     const uint8_t* p = codes + 2 * i0;
     if (IsAligned(p, 8)) {
       const uint2 w = __ldg(reinterpret_cast<const uint2*>(p));
@@ -218,7 +247,9 @@ __device__ __forceinline__ void LoadCodeQuad(const uint8_t* codes, uint64_t i0, 
 // One code of a flat (unscaled / per-tensor) tensor; never E2M1.
 template <ElementFormat F>
 __device__ __forceinline__ void StoreCode(uint8_t* codes, uint64_t i, uint32_t c) {
-  if constexpr (F == ElementFormat::kBf16) {
+  if constexpr (F == ElementFormat::kF32) {
+    StoreF32(codes + 4 * i, sc::BitsToFloat(c));
+  } else if constexpr (F == ElementFormat::kBf16) {
     StoreU16(codes + 2 * i, c);
   } else {
     codes[i] = static_cast<uint8_t>(c);
@@ -227,7 +258,9 @@ __device__ __forceinline__ void StoreCode(uint8_t* codes, uint64_t i, uint32_t c
 
 template <ElementFormat F>
 __device__ __forceinline__ uint32_t LoadCode(const uint8_t* codes, uint64_t i) {
-  if constexpr (F == ElementFormat::kBf16) {
+  if constexpr (F == ElementFormat::kF32) {
+    return sc::FloatToBits(LoadF32(codes + 4 * i));
+  } else if constexpr (F == ElementFormat::kBf16) {
     return LoadU16(codes + 2 * i);
   } else {
     return codes[i];
@@ -351,13 +384,17 @@ __global__ void __launch_bounds__(kThreads) EncodeFlatKernel(FlatEncodeParams p)
     }
     // Elements 4qd .. 4qd + 3 take the four words of RandomGroup(qd).
     sc::Uint4 rnd{0, 0, 0, 0};
-    if (p.stochastic) rnd = sc::RandomGroup(p.key, p.step, qd);
+    if (F != ElementFormat::kF32 && p.stochastic) rnd = sc::RandomGroup(p.key, p.step, qd);
     uint32_t c[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       if constexpr (!kPerTensor) non_finite |= AbsBits(v[k]) >= sc::kInfBits;
       const float y = kPerTensor ? __fmul_rn(v[k], inv) : v[k];
-      c[k] = sc::Quantize(f, y, p.stochastic, sc::RandomWord(rnd, i0 + k));
+      if constexpr (F == ElementFormat::kF32) {
+        c[k] = sc::FloatToBits(y);  // exact passthrough (unscaled: y is v[k])
+      } else {
+        c[k] = sc::Quantize(f, y, p.stochastic, sc::RandomWord(rnd, i0 + k));
+      }
     }
     if (full) {
       StoreCodeQuad<F>(p.codes, i0, c);
@@ -729,6 +766,7 @@ void DispatchBlocks(const KernelLayout& l, const Launcher& launcher) {
       launcher.template Run<ElementFormat::kE2M1, ScaleKind::kNvfp4, 16>();
       break;
     case ElementFormat::kBf16:
+    case ElementFormat::kF32:
       break;  // never block-scaled
   }
 }
@@ -754,6 +792,9 @@ void DispatchFlat(const KernelLayout& l, const Launcher& launcher) {
       break;
     case ElementFormat::kBf16:
       launcher.template Run<ElementFormat::kBf16, false>();
+      break;
+    case ElementFormat::kF32:
+      launcher.template Run<ElementFormat::kF32, false>();
       break;
     case ElementFormat::kE2M1:
       break;  // always NVFP4-scaled

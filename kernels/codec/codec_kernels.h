@@ -17,8 +17,9 @@
 
 namespace gift::kernels::internal {
 
-// Element formats as the kernels see them (NVFP4's elements are E2M1).
-enum class ElementFormat : int { kE4M3, kE5M2, kE2M1, kBf16 };
+// Element formats as the kernels see them (NVFP4's elements are E2M1; kF32
+// is the unscaled FP32 passthrough, whose codes are the FP32 bit patterns).
+enum class ElementFormat : int { kE4M3, kE5M2, kE2M1, kBf16, kF32 };
 
 // Scalings as the kernels see them; mirrors codec::Scaling.
 enum class ScaleKind : int { kNone, kPerTensor, kPerBlockFp32, kPerBlockE8M0, kNvfp4 };

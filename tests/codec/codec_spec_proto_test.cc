@@ -20,6 +20,23 @@ TEST(CodecSpecProto, RoundTripsEverySpecThroughTheWire) {
   }
 }
 
+TEST(CodecSpecProto, Fp32MapsToElementFormatF32) {
+  const CodecSpec fp32 = testing::Spec("fp32");
+  const gift::v1::CodecSpec p = ToProto(fp32);
+  EXPECT_EQ(p.format(), gift::v1::ELEMENT_FORMAT_F32);
+  EXPECT_EQ(static_cast<int>(gift::v1::ELEMENT_FORMAT_F32), 5);
+  EXPECT_EQ(p.scaling(), gift::v1::SCALING_NONE);
+  EXPECT_EQ(p.rounding(), gift::v1::ROUNDING_NEAREST_EVEN);
+  EXPECT_EQ(p.block_size(), 0u);
+  EXPECT_EQ(FromProto(p).value(), fp32);
+  gift::v1::CodecSpec scaled = p;
+  scaled.set_scaling(gift::v1::SCALING_PER_TENSOR);
+  EXPECT_THAT(FromProto(scaled).status().message(), ::testing::HasSubstr("takes no scaling"));
+  gift::v1::CodecSpec sr = p;
+  sr.set_rounding(gift::v1::ROUNDING_STOCHASTIC);
+  EXPECT_FALSE(FromProto(sr).ok());
+}
+
 TEST(CodecSpecProto, RefusesUnspecifiedAndInvalid) {
   gift::v1::CodecSpec p = ToProto(testing::Spec("e4m3/block32"));
   p.set_format(gift::v1::ELEMENT_FORMAT_UNSPECIFIED);

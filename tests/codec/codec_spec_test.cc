@@ -1,5 +1,7 @@
 #include "common/codec/codec_spec.h"
 
+#include <limits>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/codec/test_util.h"
@@ -30,6 +32,36 @@ TEST(CodecSpec, RejectsBadCombinationsWithReasons) {
   EXPECT_FALSE(
       Validate(CodecSpec{Format::kE4M3, Scaling::kPerTensor, 0, static_cast<Rounding>(3)}).ok());
   EXPECT_FALSE(Validate(CodecSpec{Format::kNvfp4, Scaling::kNvfp4, 32}).ok());
+}
+
+TEST(CodecSpec, Fp32IsAnUnscaledPassthrough) {
+  const CodecSpec fp32{Format::kF32, Scaling::kNone, 0, Rounding::kNearestEven};
+  EXPECT_EQ(static_cast<int>(Format::kF32), 5);  // wire value
+  EXPECT_TRUE(Validate(fp32).ok());
+  EXPECT_EQ(ParseCodecSpec("fp32").value(), fp32);
+  EXPECT_EQ(ParseCodecSpec("fp32/none").value(), fp32);
+  EXPECT_EQ(ParseCodecSpec("fp32/rne").value(), fp32);
+  EXPECT_EQ(ToString(fp32), "fp32");
+  EXPECT_EQ(FormatName(Format::kF32), "fp32");
+  for (const char* bad : {"fp32/block128", "fp32/block32", "fp32/tensor", "fp32/mx32"}) {
+    const absl::Status s = ParseCodecSpec(bad).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.message(), HasSubstr("fp32 is an exact passthrough and takes no scaling")) << bad;
+    EXPECT_THAT(s.message(), HasSubstr(bad));
+  }
+  EXPECT_THAT(ParseCodecSpec("fp32/sr").status().message(),
+              HasSubstr("stochastic rounding does not apply"));
+  EXPECT_FALSE(Validate(CodecSpec{Format::kF32, Scaling::kPerTensor, 0}).ok());
+  EXPECT_FALSE(Validate(CodecSpec{Format::kF32, Scaling::kPerBlockFp32, 32}).ok());
+  EXPECT_FALSE(Validate(CodecSpec{Format::kF32, Scaling::kNone, 32}).ok());
+  EXPECT_FALSE(Validate(CodecSpec{Format::kF32, Scaling::kNone, 0, Rounding::kStochastic}).ok());
+  EXPECT_THAT(ParseCodecSpec("fp16").status().message(), HasSubstr("bf16 or fp32"));
+  const EncodedLayout l = ComputeLayout(fp32, 3, 5).value();
+  EXPECT_EQ(l.row_code_bytes, 20u);
+  EXPECT_EQ(l.code_bytes, 60u);
+  EXPECT_EQ(l.scale_bytes, 0u);
+  EXPECT_EQ(l.num_blocks, 0u);
+  EXPECT_EQ(ElementErrorBound(Format::kF32, Rounding::kNearestEven, 1.0, 3.14159), 0.0);
 }
 
 TEST(CodecSpec, LayoutSizes) {
@@ -66,6 +98,8 @@ TEST(CodecSpec, FormatFacts) {
   EXPECT_EQ(FormatMax(Format::kBf16), testing::FromBits(0x7F7F0000u));
   EXPECT_EQ(BitsPerElement(Format::kNvfp4), 4);
   EXPECT_EQ(BitsPerElement(Format::kBf16), 16);
+  EXPECT_EQ(FormatMax(Format::kF32), std::numeric_limits<float>::max());
+  EXPECT_EQ(BitsPerElement(Format::kF32), 32);
 }
 
 }  // namespace

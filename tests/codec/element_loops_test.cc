@@ -105,6 +105,9 @@ std::vector<LoopCase> Cases() {
       }
     }
   }
+  // FP32 is a copy: only unscaled and round-to-nearest (Validate refuses the rest).
+  for (uint64_t first : {uint64_t{0}, uint64_t{6}})
+    cases.push_back({Format::kF32, 0, false, first});
   return cases;
 }
 

@@ -13,7 +13,8 @@
 
 namespace gift::codec::testing {
 
-// Every supported spec, by name.
+// Every supported spec, by name ("fp32", the exact passthrough, included:
+// every test over this list must hold for a bit copy too).
 inline std::vector<std::string> AllSpecNames() {
   std::vector<std::string> names;
   for (const char* fmt : {"e4m3", "e5m2"}) {
@@ -23,7 +24,7 @@ inline std::vector<std::string> AllSpecNames() {
       }
     }
   }
-  for (const char* s : {"nvfp4", "nvfp4/sr", "bf16", "bf16/sr"}) names.emplace_back(s);
+  for (const char* s : {"nvfp4", "nvfp4/sr", "bf16", "bf16/sr", "fp32"}) names.emplace_back(s);
   return names;
 }
 

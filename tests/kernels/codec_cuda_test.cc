@@ -377,8 +377,10 @@ TEST(CodecCudaArguments, InvalidSpecsAndEmptyTensors) {
   if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
   DeviceBuffer buf(1024);
   float* dx = buf.floats();
-  // bf16 takes no scaling; e4m3 blocks must be 32 or 128.
+  // bf16 and fp32 take no scaling; e4m3 blocks must be 32 or 128.
   for (const CodecSpec& bad : {CodecSpec{codec::Format::kBf16, codec::Scaling::kPerTensor, 0,
+                                         codec::Rounding::kNearestEven},
+                               CodecSpec{codec::Format::kF32, codec::Scaling::kPerTensor, 0,
                                          codec::Rounding::kNearestEven},
                                CodecSpec{codec::Format::kE4M3, codec::Scaling::kPerBlockFp32, 64,
                                          codec::Rounding::kNearestEven}}) {
@@ -398,9 +400,9 @@ TEST(CodecCudaArguments, InvalidSpecsAndEmptyTensors) {
 
 // Mixed input specs (cycled) and output specs ("" = sum only).
 const char* const kReduceInputSpecs[] = {"e4m3/block32",  "bf16",      "e5m2/tensor/sr", "nvfp4",
-                                         "e4m3/mx128/sr", "e5m2/none", "nvfp4/sr"};
-const char* const kReduceOutputSpecs[] = {"", "e5m2/block128/sr", "nvfp4/sr", "e4m3/tensor",
-                                          "bf16/sr"};
+                                         "e4m3/mx128/sr", "e5m2/none", "nvfp4/sr",       "fp32"};
+const char* const kReduceOutputSpecs[] = {
+    "", "e5m2/block128/sr", "nvfp4/sr", "e4m3/tensor", "bf16/sr", "fp32"};
 
 using ReduceParam = std::tuple<int, float, Shape, const char*>;
 
@@ -481,6 +483,49 @@ INSTANTIATE_TEST_SUITE_P(
                           ShapeName(std::get<2>(info.param)), "_",
                           out_name.empty() ? std::string("sum_only") : SpecParamName(out_name));
     });
+
+// The FP32 baseline: P fp32 contributions averaged with post_scale 1/P give
+// ((g0 + g1) + g2) + ... times 1/P, bit for bit, in the sum and in the fp32
+// re-encoding (a copy), on the GPU as on the CPU.
+TEST(CodecCudaReduce, Fp32AverageIsTheSequentialSum) {
+  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
+  const CodecSpec fp32 = codec::testing::Spec("fp32");
+  const Shape shape{5, 1003};
+  const uint64_t n = shape.rows * shape.cols;
+  CudaStream stream;
+  for (int p : {3, 4}) {
+    std::vector<std::vector<float>> g;
+    std::vector<std::unique_ptr<DeviceEncoded>> inputs;
+    std::vector<EncodedView> views;
+    for (int k = 0; k < p; ++k) {
+      g.push_back(TestData(shape.rows, shape.cols, 60 + k, /*huge=*/false));
+      auto t = EncodedTensor::Create(fp32, shape.rows, shape.cols).value();
+      auto d = std::make_unique<DeviceEncoded>(t.layout(), 0, 0);
+      DeviceBuffer x_buf(n * sizeof(float));
+      Upload(x_buf.get(), g.back().data(), n * sizeof(float));
+      ASSERT_TRUE(EncodeCuda(x_buf.floats(), d->view(fp32), kKey, stream.get()).ok());
+      // The GPU's codes are the input's bits.
+      EXPECT_TRUE(SameFloatBits(g.back(), Download<float>(d->codes, n))) << "encode " << k;
+      views.push_back(d->view(fp32));
+      inputs.push_back(std::move(d));
+    }
+    const float post_scale = 1.0f / static_cast<float>(p);
+    std::vector<float> want(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      float s = g[0][i];
+      for (int k = 1; k < p; ++k) s = s + g[k][i];
+      want[i] = s * post_scale;
+    }
+    DeviceBuffer sum_buf(n * sizeof(float));
+    auto out_layout = codec::ComputeLayout(fp32, shape.rows, shape.cols).value();
+    DeviceEncoded out(out_layout, 0, 0);
+    const absl::Status s =
+        ReduceCuda(views, sum_buf.floats(), post_scale, out.view(fp32), kKey, stream.get());
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(SameFloatBits(want, Download<float>(sum_buf.floats(), n))) << "sum, P=" << p;
+    EXPECT_TRUE(SameFloatBits(want, Download<float>(out.codes, n))) << "codes, P=" << p;
+  }
+}
 
 TEST(CodecCudaReduce, RefusesBadArguments) {
   if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
