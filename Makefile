@@ -12,7 +12,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 ARGS ?=
 
-.PHONY: all deps configure build test demo asan format clean help
+.PHONY: all deps configure build test demo asan format clean help install
 
 all: build
 
@@ -33,6 +33,11 @@ test: build
 
 demo: build
 	scripts/demo.sh $(BUILD_DIR) $(ARGS)
+
+# Binaries, systemd units and default configs (deploy/CMakeLists.txt):
+#   sudo make install [PREFIX=/usr] [DESTDIR=/tmp/stage]
+install: build
+	DESTDIR=$(DESTDIR) cmake --install $(BUILD_DIR) $(if $(PREFIX),--prefix $(PREFIX))
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build and test run.
 asan:

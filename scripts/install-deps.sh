@@ -20,6 +20,13 @@ PACKAGES=(
   # command lines, config, maths, state, metrics, service manager
   libcli11-dev nlohmann-json3-dev libeigen3-dev libsqlite3-dev sqlite3
   prometheus-cpp-dev libsystemd-dev
+  # make demo: PyTorch (with a fast BLAS), the client's gRPC, the plot, and the
+  # King James Bible (bible-kjv-text; its reader `bible` is in bible-kjv)
+  python3-torch libopenblas0-pthread python3-grpcio python3-protobuf python3-numpy
+  python3-matplotlib bible-kjv-text bible-kjv
+  # deployment checks (tests/deploy): python3-yaml for the manifests,
+  # systemd for systemd-analyze (installs fine where systemd is not PID 1)
+  python3-yaml systemd
 )
 
 missing=()

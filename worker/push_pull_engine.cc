@@ -98,6 +98,14 @@ uint64_t PushPullEngine::stray_messages() const {
   return stray_;
 }
 
+void PushPullEngine::AbortEpochsBefore(uint64_t epoch, absl::string_view why) {
+  absl::MutexLock lock(&mu_);
+  if (active_ && inflight_.epoch < epoch && inflight_.aborted.ok()) {
+    inflight_.aborted = absl::AbortedError(
+        absl::StrCat("step ", inflight_.step, " of epoch ", inflight_.epoch, ": ", why));
+  }
+}
+
 absl::StatusOr<transport::PeerId> PushPullEngine::PeerFor(const std::string& address) {
   auto peer = connections_.Get(*transport_, address);
   if (!peer.ok()) {

@@ -34,6 +34,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/codec/codec.h"
@@ -104,6 +105,12 @@ class PushPullEngine {
   // complete result within the timeout), DataLoss / InvalidArgument (a
   // malformed result). The buffers are written only on success.
   absl::StatusOr<StepReport> Run(const StepPlan& plan);
+
+  // Aborts the step in flight, if its epoch is below `epoch` (Run returns
+  // Aborted with `why`): the cluster moved to a new epoch, and servers that
+  // switched to it refuse the step's pushes. May be called from any thread;
+  // does nothing when no step is in flight.
+  void AbortEpochsBefore(uint64_t epoch, absl::string_view why);
 
   // Messages received that belonged to no step in flight (late, duplicate
   // or foreign), for diagnostics.

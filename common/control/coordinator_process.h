@@ -33,6 +33,7 @@ struct CoordinatorProcessOptions {
   std::string listen = "127.0.0.1:0";
   std::vector<std::string> extra_args;
   absl::Duration startup_timeout = absl::Seconds(20);
+  SubprocessOptions subprocess;  // log file, parent-death signal
 };
 
 class CoordinatorProcess {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,27 +22,46 @@ absl::Status Errno(absl::string_view what) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
-    const std::vector<std::string>& argv) {
+absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const std::vector<std::string>& argv,
+                                                              const SubprocessOptions& options) {
   if (argv.empty()) return absl::InvalidArgumentError("Subprocess: empty argv");
+  int log_fd = -1;
+  if (!options.log_path.empty()) {
+    log_fd = open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd < 0) return Errno(absl::StrCat("open ", options.log_path));
+  }
+  const int death_signal = options.parent_death_signal;
   // Everything the child needs is prepared before fork: after it, only
   // async-signal-safe calls.
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   int out[2], err[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return Errno("pipe2");
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    if (log_fd >= 0) close(log_fd);
+    return Errno("pipe2");
+  }
   if (pipe2(err, O_CLOEXEC) != 0) {
     close(out[0]);
     close(out[1]);
+    if (log_fd >= 0) close(log_fd);
     return Errno("pipe2");
   }
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     for (int fd : {out[0], out[1], err[0], err[1]}) close(fd);
+    if (log_fd >= 0) close(log_fd);
     return Errno("fork");
   }
   if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (death_signal != 0) {
+      prctl(PR_SET_PDEATHSIG, death_signal);
+      if (getppid() != parent) _exit(127);  // the parent is already gone
+    }
     // dup2 clears FD_CLOEXEC on the new descriptors.
     if (dup2(out[1], STDOUT_FILENO) < 0 || dup2(err[1], STDERR_FILENO) < 0) _exit(127);
     execv(args[0], args.data());
@@ -49,10 +69,11 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
   }
   close(out[1]);
   close(err[1]);
-  return std::unique_ptr<Subprocess>(new Subprocess(pid, out[0], err[0]));
+  return std::unique_ptr<Subprocess>(new Subprocess(pid, out[0], err[0], log_fd));
 }
 
-Subprocess::Subprocess(pid_t pid, int stdout_fd, int stderr_fd) : pid_(pid) {
+Subprocess::Subprocess(pid_t pid, int stdout_fd, int stderr_fd, int log_fd)
+    : pid_(pid), log_fd_(log_fd) {
   stdout_reader_ = std::thread(&Subprocess::Drain, this, stdout_fd, true);
   stderr_reader_ = std::thread(&Subprocess::Drain, this, stderr_fd, false);
 }
@@ -69,6 +90,7 @@ Subprocess::~Subprocess() {
   }
   stdout_reader_.join();
   stderr_reader_.join();
+  if (log_fd_ >= 0) close(log_fd_);
 }
 
 void Subprocess::Drain(int fd, bool is_stdout) {
@@ -84,6 +106,14 @@ void Subprocess::Drain(int fd, bool is_stdout) {
       break;
     }
     (is_stdout ? stdout_ : stderr_).append(buffer, n);
+    if (log_fd_ >= 0) {
+      // Best effort: a full disk must not stop the child's output draining.
+      for (ssize_t done = 0; done < n;) {
+        const ssize_t w = write(log_fd_, buffer + done, n - done);
+        if (w <= 0) break;
+        done += w;
+      }
+    }
     for (ssize_t i = 0; i < n; ++i) {
       if (buffer[i] == '\n') {
         lines_.push_back(std::move(partial));

@@ -31,12 +31,24 @@
 
 namespace gift::control {
 
+struct SubprocessOptions {
+  // Also appends everything the child writes to this file ("": no file).
+  std::string log_path;
+  // A signal the child receives when the thread that started it exits (its
+  // parent died): keeps a killed launcher from leaving daemons behind. 0:
+  // none.
+  int parent_death_signal = 0;
+};
+
 class Subprocess {
  public:
   // Runs argv[0] (a path; PATH is not searched) with the caller's
-  // environment. Fails (INVALID_ARGUMENT) for an empty argv, (INTERNAL) when
-  // pipes or fork fail; a program that cannot be executed exits with 127.
-  static absl::StatusOr<std::unique_ptr<Subprocess>> Start(const std::vector<std::string>& argv);
+  // environment and an empty signal mask. Fails (INVALID_ARGUMENT) for an
+  // empty argv, (INTERNAL) when pipes or fork fail, (the open error) when
+  // the log file cannot be opened; a program that cannot be executed exits
+  // with 127.
+  static absl::StatusOr<std::unique_ptr<Subprocess>> Start(const std::vector<std::string>& argv,
+                                                           const SubprocessOptions& options = {});
 
   ~Subprocess();
 
@@ -63,13 +75,14 @@ class Subprocess {
   std::string stderr_text() const;
 
  private:
-  Subprocess(pid_t pid, int stdout_fd, int stderr_fd);
+  Subprocess(pid_t pid, int stdout_fd, int stderr_fd, int log_fd);
 
   void Drain(int fd, bool is_stdout);
   // Reaps the child without blocking; true once it has exited.
   bool TryReap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const pid_t pid_;
+  const int log_fd_;  // -1: none
   mutable absl::Mutex mu_;
   std::string stdout_ ABSL_GUARDED_BY(mu_);
   std::string stderr_ ABSL_GUARDED_BY(mu_);

@@ -50,42 +50,78 @@ absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
     }
     peers[rank] = *peer;
   }
-  auto aborted =
+  if (epoch.pull_spec.has_value()) {
+    if (auto s = reducer_->SetPullSpec(*epoch.pull_spec); !s.ok()) return s;
+  }
+  // Tell the previous epoch's workers about its aborted chunks before
+  // switching to the new peers; completions of deferred pushes go to the new
+  // epoch's workers.
+  std::vector<transport::PeerId> old_peers;
+  {
+    absl::MutexLock lock(&mu_);
+    old_peers = worker_peers_;
+  }
+  auto update =
       reducer_->SetEpoch(epoch.epoch, static_cast<uint32_t>(epoch.workers.size()), epoch.chunks);
-  if (!aborted.ok()) return aborted.status();
-  // Tell the previous epoch's workers, then switch.
+  if (!update.ok()) return update.status();
   auto reason = std::make_shared<std::vector<uint8_t>>();
   const std::string text = absl::StrCat("epoch ", epoch.epoch, " replaced the step's epoch");
   reason->assign(text.begin(), text.end());
-  for (const ChunkHeader& h : *aborted) Broadcast(h, reason);
+  for (const ChunkHeader& h : update->aborted) Broadcast(h, reason, old_peers);
   {
     absl::MutexLock lock(&mu_);
-    counters_.chunks_aborted += aborted->size();
+    counters_.chunks_aborted += update->aborted.size();
     worker_peers_ = std::move(peers);
   }
+  Deliver(*std::move(update));
   return unreachable;
+}
+
+void AggregatorShard::Deliver(EpochUpdate update) {
+  for (const absl::Status& why : update.refused) Reject(why);
+  for (ReducedChunk& r : update.completed) {
+    {
+      absl::MutexLock lock(&mu_);
+      CountCompletedLocked(r);
+    }
+    Broadcast(r.header, std::make_shared<std::vector<uint8_t>>(std::move(r.payload)));
+  }
 }
 
 absl::Status AggregatorShard::Apply(const ShardEpoch& epoch) {
   const uint64_t current = reducer_->epoch();
   if (!reducer_->has_epoch() || epoch.epoch > current) return SetEpoch(epoch);
   if (epoch.epoch < current) return absl::OkStatus();
-  return reducer_->AddChunks(epoch.epoch, epoch.chunks);
+  if (epoch.pull_spec.has_value()) {
+    if (auto s = reducer_->SetPullSpec(*epoch.pull_spec); !s.ok()) return s;
+  }
+  auto update = reducer_->AddChunks(epoch.epoch, epoch.chunks);
+  if (!update.ok()) return update.status();
+  Deliver(*std::move(update));
+  return absl::OkStatus();
 }
 
 void AggregatorShard::OnMessage(transport::Message message) {
   auto header = dataplane::ParseChunkHeader(message.header);
   if (!header.ok()) return Reject(header.status());
+  const size_t bytes = message.payload.size();
   auto result = reducer_->AddPush(*header, std::move(message.payload));
   if (!result.ok()) return Reject(result.status());
   {
     absl::MutexLock lock(&mu_);
     ++counters_.pushes_accepted;
-    if (result->has_value()) ++counters_.chunks_completed;
+    counters_.push_bytes_received += bytes;
+    if (result->has_value()) CountCompletedLocked(**result);
   }
   if (!result->has_value()) return;
   Broadcast((*result)->header,
             std::make_shared<std::vector<uint8_t>>(std::move((*result)->payload)));
+}
+
+void AggregatorShard::CountCompletedLocked(const ReducedChunk& chunk) {
+  ++counters_.chunks_completed;
+  counters_.reduce_seconds += chunk.seconds;
+  counters_.reduced_bytes += chunk.elements * sizeof(float);
 }
 
 void AggregatorShard::Reject(const absl::Status& why) {
@@ -103,6 +139,12 @@ void AggregatorShard::Broadcast(const ChunkHeader& header,
     absl::MutexLock lock(&mu_);
     peers = worker_peers_;
   }
+  Broadcast(header, std::move(payload), peers);
+}
+
+void AggregatorShard::Broadcast(const ChunkHeader& header,
+                                std::shared_ptr<std::vector<uint8_t>> payload,
+                                const std::vector<transport::PeerId>& peers) {
   const auto bytes = dataplane::SerializeChunkHeader(header);
   for (transport::PeerId peer : peers) {
     if (peer == 0) continue;  // unreachable this epoch

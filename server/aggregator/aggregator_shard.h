@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,8 @@ struct ShardEpoch {
   std::vector<std::string> workers;
   // The chunks this shard reduces in this epoch.
   absl::flat_hash_map<ChunkId, ChunkShape> chunks;
+  // The policy's pull codec, when it names one; else the shard keeps its own.
+  std::optional<codec::CodecSpec> pull_spec;
 };
 
 struct AggregatorShardOptions {
@@ -74,6 +77,8 @@ class AggregatorShard {
   // Older epochs are ignored (OK).
   absl::Status Apply(const ShardEpoch& epoch);
   uint64_t epoch() const { return reducer_->epoch(); }
+  size_t pending_chunks() const { return reducer_->pending_chunks(); }
+  size_t deferred_pushes() const { return reducer_->deferred_pushes(); }
 
   struct Counters {
     uint64_t pushes_accepted = 0;
@@ -81,6 +86,9 @@ class AggregatorShard {
     uint64_t chunks_aborted = 0;
     uint64_t result_bytes_sent = 0;
     uint64_t send_failures = 0;
+    uint64_t push_bytes_received = 0;  // payload bytes of accepted pushes
+    double reduce_seconds = 0;         // reducing + re-encoding completed chunks
+    uint64_t reduced_bytes = 0;        // FP32 bytes of the completed chunks
   };
   Counters counters() const;
   // Dropped messages by absl status code name ("FAILED_PRECONDITION" ...).
@@ -91,9 +99,16 @@ class AggregatorShard {
 
   void OnMessage(transport::Message message);
   void Reject(const absl::Status& why);
-  // Sends header + payload to every worker of the current epoch.
+  void CountCompletedLocked(const ReducedChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends header + payload to every worker of the current epoch (or to
+  // `peers`).
   void Broadcast(const dataplane::ChunkHeader& header,
                  std::shared_ptr<std::vector<uint8_t>> payload);
+  void Broadcast(const dataplane::ChunkHeader& header,
+                 std::shared_ptr<std::vector<uint8_t>> payload,
+                 const std::vector<transport::PeerId>& peers);
+  // Counts the refusals of an epoch update and sends its completed chunks.
+  void Deliver(EpochUpdate update);
 
   const AggregatorShardOptions options_;
   std::unique_ptr<ChunkReducer> reducer_;

@@ -5,30 +5,52 @@
 // Joins the coordinator as a server (its shard id is its rank), follows the
 // cluster state (epochs, workers, shard map) through the member session, and
 // reduces the workers' chunk pushes over UCX (aggregator_shard.h).
+// Flags may also come from a TOML file (--config FILE; common/daemon/daemon_flags.h).
 // Logs one JSON object per line on stderr (common/base/logging.h); the
 // `serving` event (shard id, epoch, workers, chunks) follows every change of
-// the epoch or of this shard's chunks.
-// Exit codes: 0 after SIGTERM/SIGINT, 64 for bad flags, 1 when UCX or the
-// coordinator cannot be used at startup.
-#include <signal.h>
+// the epoch or of this shard's chunks; `health_listening` and
+// `metrics_listening` carry the bound addresses (useful with port 0).
+// grpc.health.v1 on --listen: SERVING once joined, NOT_SERVING from SIGTERM on.
+// Prometheus metrics on --metrics-listen (/metrics). Under systemd
+// (Type=notify): READY=1 once joined and serving, WATCHDOG=1 pings,
+// STOPPING=1 on SIGTERM.
+// Drain on SIGTERM/SIGINT: NOT_SERVING, ask the coordinator to drain this
+// member, wait (at most --drain-timeout; a second signal cuts it short) until
+// no chunk is in flight, then leave (the coordinator moves the chunks) and exit 0.
+// Exit codes: 0 after SIGTERM/SIGINT, 64 for bad flags or config, 1 when UCX,
+// a listen address or the coordinator cannot be used at startup.
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/logging.h"
 #include "common/base/thread_pool.h"
 #include "common/codec/codec_spec.h"
 #include "common/control/coordinator_client.h"
 #include "common/control/member_session.h"
+#include "common/daemon/daemon_flags.h"
+#include "common/daemon/metrics_server.h"
+#include "common/daemon/shutdown.h"
+#include "common/daemon/systemd_notify.h"
 #include "common/transport/ucx/ucx_transport.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
 #include "server/aggregator/aggregator_shard.h"
 #include "server/aggregator/shard_epoch_from_state.h"
 
@@ -38,8 +60,9 @@ namespace {
 using gift::logging::Level;
 using gift::logging::Log;
 
-constexpr int kExitUsage = 64;
-constexpr int kExitFailure = 1;
+using daemon::kExitFailure;
+
+constexpr char kName[] = "gift-server";
 
 int Fail(absl::string_view event, absl::string_view message) {
   Log(Level::kError, event, {{"error", message}});
@@ -47,10 +70,104 @@ int Fail(absl::string_view event, absl::string_view message) {
   return kExitFailure;
 }
 
+// The shard's metrics, read from its counters on every scrape.
+void AddShardMetrics(daemon::MetricsServer& metrics, const AggregatorShard* shard,
+                     const std::atomic<uint64_t>* chunks, const std::atomic<uint64_t>* workers,
+                     uint32_t shard_id) {
+  prometheus::Registry& r = *metrics.registry();
+  auto gauge = [&](const std::string& name, const std::string& help) -> prometheus::Gauge& {
+    return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+  };
+  auto counter = [&](const std::string& name, const std::string& help) -> prometheus::Counter& {
+    return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+  };
+  prometheus::Counter& pushes = counter("gift_server_pushes_total", "Chunk pushes accepted");
+  prometheus::Counter& completed =
+      counter("gift_server_chunks_completed_total", "(step, chunk) reductions completed");
+  prometheus::Counter& aborted = counter("gift_server_chunks_aborted_total",
+                                         "(step, chunk) reductions aborted by an epoch change");
+  prometheus::Counter& result_bytes =
+      counter("gift_server_result_bytes_total", "Bytes of reduced chunks sent to workers");
+  prometheus::Counter& send_failures =
+      counter("gift_server_send_failures_total", "Result sends that failed");
+  auto& rejected = prometheus::BuildCounter()
+                       .Name("gift_server_rejected_messages_total")
+                       .Help("Messages dropped, by reason (the status code name)")
+                       .Register(r);
+  prometheus::Gauge& epoch = gauge("gift_server_epoch", "Epoch the shard serves");
+  prometheus::Gauge& shard_gauge = gauge("gift_server_shard_id", "This server's shard id");
+  prometheus::Gauge& chunk_gauge =
+      gauge("gift_server_chunks", "Chunks assigned to this shard in the current epoch");
+  prometheus::Gauge& worker_gauge = gauge("gift_server_workers", "Workers of the current epoch");
+  prometheus::Gauge& pending =
+      gauge("gift_server_pending_chunks", "(step, chunk) reductions waiting for ranks");
+  prometheus::Gauge& deferred =
+      gauge("gift_server_deferred_pushes", "Pushes held for an epoch or chunk not known yet");
+  prometheus::Counter& push_bytes =
+      counter("gift_server_push_bytes_total", "Bytes of chunk pushes received");
+  prometheus::Counter& reduce_seconds =
+      counter("gift_server_reduce_seconds_total", "Time spent reducing and re-encoding chunks");
+  prometheus::Counter& reduced_bytes = counter(
+      "gift_server_reduced_bytes_total",
+      "FP32 bytes of reduced chunks (reduce throughput = rate of this / rate of reduce seconds)");
+  metrics.AddRefresher([=, &pushes, &completed, &aborted, &result_bytes, &send_failures, &rejected,
+                        &epoch, &shard_gauge, &chunk_gauge, &worker_gauge, &pending, &deferred,
+                        &push_bytes, &reduce_seconds, &reduced_bytes] {
+    const AggregatorShard::Counters c = shard->counters();
+    daemon::AdvanceCounterTo(pushes, static_cast<double>(c.pushes_accepted));
+    daemon::AdvanceCounterTo(completed, static_cast<double>(c.chunks_completed));
+    daemon::AdvanceCounterTo(aborted, static_cast<double>(c.chunks_aborted));
+    daemon::AdvanceCounterTo(result_bytes, static_cast<double>(c.result_bytes_sent));
+    daemon::AdvanceCounterTo(send_failures, static_cast<double>(c.send_failures));
+    for (const auto& [reason, count] : shard->rejections()) {
+      daemon::AdvanceCounterTo(rejected.Add({{"reason", reason}}), static_cast<double>(count));
+    }
+    epoch.Set(static_cast<double>(shard->epoch()));
+    shard_gauge.Set(shard_id);
+    chunk_gauge.Set(static_cast<double>(chunks->load()));
+    worker_gauge.Set(static_cast<double>(workers->load()));
+    pending.Set(static_cast<double>(shard->pending_chunks()));
+    deferred.Set(static_cast<double>(shard->deferred_pushes()));
+    daemon::AdvanceCounterTo(push_bytes, static_cast<double>(c.push_bytes_received));
+    daemon::AdvanceCounterTo(reduce_seconds, c.reduce_seconds);
+    daemon::AdvanceCounterTo(reduced_bytes, static_cast<double>(c.reduced_bytes));
+  });
+}
+
 std::string DefaultName() {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   return absl::StrCat(host, "/server-", getpid());
+}
+
+// Asks the coordinator to drain this member, then waits until no chunk is in
+// flight here (or the coordinator dropped the member, or `timeout` passed, or
+// a second signal came).
+void Drain(control::MemberSession& session, const AggregatorShard& shard, absl::Duration timeout,
+           daemon::SignalWaiter* signals) {
+  const absl::Time start = absl::Now();
+  gift::v1::DrainRequest request;
+  request.set_member_id(session.member_id());
+  absl::StatusOr<gift::v1::DrainResponse> drained = session.client().Drain(request);
+  if (!drained.ok()) {
+    Log(Level::kWarning, "drain_request_failed", {{"error", drained.status().ToString()}});
+  }
+  const std::string member_id = session.member_id();
+  auto removed = [&] {
+    std::shared_ptr<const gift::v1::ClusterState> state = session.state();
+    if (state == nullptr) return false;
+    for (const gift::v1::Member& m : state->servers()) {
+      if (m.member_id() == member_id) return false;
+    }
+    return true;
+  };
+  auto idle = [&] { return shard.pending_chunks() == 0; };
+  const bool done = daemon::WaitUntil([&] { return removed() || idle(); }, timeout, signals);
+  const AggregatorShard::Counters c = shard.counters();
+  Log(done ? Level::kInfo : Level::kWarning, "drained",
+      {{"complete", done},
+       {"elapsed_ms", absl::ToInt64Milliseconds(absl::Now() - start)},
+       {"chunks_completed", static_cast<int64_t>(c.chunks_completed)}});
 }
 
 int Main(int argc, char** argv) {
@@ -60,47 +177,90 @@ int Main(int argc, char** argv) {
   std::string coordinator = "localhost:7070";
   std::string name = DefaultName();
   std::string ucx_tls;
-  std::string pull_codec = "bf16";
   int threads = 0;
+  std::string listen = "0.0.0.0:7071";
+  std::string metrics_listen = "0.0.0.0:9471";
+  std::string drain_timeout_text = "30s";
   app.add_option("--coordinator", coordinator, "the coordinator's HOST:PORT")
       ->capture_default_str();
   app.add_option("--name", name, "member name, unique among live members")->capture_default_str();
   app.add_option("--ucx-tls", ucx_tls,
                  "UCX transports, as UCX_TLS takes them (default: UCX's choice)");
-  app.add_option("--pull-codec", pull_codec, "encoding of the reduced chunks sent to workers")
-      ->capture_default_str();
   app.add_option("--threads", threads, "reduction threads (0: all hardware threads)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "gift-server: %s\nRun with --help for usage.\n", e.what());
-    return kExitUsage;
+  app.add_option("--listen", listen,
+                 "HOST:PORT for grpc.health.v1 (SERVING once joined); port 0 picks one")
+      ->capture_default_str();
+  app.add_option("--metrics-listen", metrics_listen,
+                 "HOST:PORT for Prometheus metrics at /metrics (\"\" disables; port 0 picks one)")
+      ->capture_default_str();
+  app.add_option("--drain-timeout", drain_timeout_text,
+                 "on SIGTERM, longest wait for in-flight chunks before leaving (e.g. 30s)")
+      ->capture_default_str();
+  if (std::optional<int> exit = daemon::ParseDaemonFlags(app, argc, argv, kName)) return *exit;
+  absl::StatusOr<absl::Duration> drain_timeout = daemon::ParseDurationFlag(drain_timeout_text);
+  if (!drain_timeout.ok() || *drain_timeout < absl::ZeroDuration()) {
+    return daemon::UsageError(
+        kName, absl::StrCat("--drain-timeout '", drain_timeout_text, "' is not a duration"));
   }
-  auto pull_spec = codec::ParseCodecSpec(pull_codec);
-  if (!pull_spec.ok()) {
-    std::fprintf(stderr, "gift-server: --pull-codec: %s\n",
-                 std::string(pull_spec.status().message()).c_str());
-    return kExitUsage;
+  if (absl::Status s = daemon::CheckHostPort(listen); !s.ok()) {
+    return daemon::UsageError(kName, absl::StrCat("--listen: ", s.message()));
+  }
+  if (!metrics_listen.empty()) {
+    if (absl::Status s = daemon::CheckHostPort(metrics_listen); !s.ok()) {
+      return daemon::UsageError(kName, absl::StrCat("--metrics-listen: ", s.message()));
+    }
   }
 
-  logging::SetDaemonName("gift-server");
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  logging::SetDaemonName(kName);
+  daemon::SignalWaiter signals;  // before any thread starts
+
+  auto metrics =
+      daemon::MetricsServer::StartForDaemon(metrics_listen, app.count("--metrics-listen") > 0);
+  if (!metrics.ok()) return Fail("startup_failed", metrics.status().message());
+
+  // grpc.health.v1 only: NOT_SERVING until joined. As for metrics, only an
+  // address given by flag or config must work.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int health_port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &health_port);
+  // gRPC needs a service with a polled queue to serve the health service: a
+  // generic one that answers UNIMPLEMENTED to everything else.
+  grpc::CallbackGenericService unimplemented;
+  builder.RegisterCallbackGenericService(&unimplemented);
+  std::unique_ptr<grpc::Server> health_server = builder.BuildAndStart();
+  if (health_server == nullptr || health_port == 0) {
+    const std::string error = absl::StrCat("cannot listen on ", listen);
+    if (app.count("--listen") > 0) return Fail("startup_failed", error);
+    Log(Level::kWarning, "health_unavailable", {{"error", error}});
+    health_server.reset();
+  } else {
+    Log(Level::kInfo, "health_listening",
+        {{"address", absl::StrCat(listen.substr(0, listen.rfind(':')), ":", health_port)}});
+  }
+  auto set_serving = [&](bool serving) {
+    if (health_server != nullptr) health_server->GetHealthCheckService()->SetServingStatus(serving);
+  };
+  set_serving(false);
+  struct HealthStopper {
+    grpc::Server* server;
+    ~HealthStopper() {
+      if (server == nullptr) return;
+      server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+      server->Wait();
+    }
+  } health_stopper{health_server.get()};
 
   ThreadPool pool(static_cast<size_t>(threads));
   AggregatorShardOptions options;
-  options.reducer.pull_spec = *pull_spec;
+  // The pull codec is the policy's (giftctl policy set --pull-codec); every
+  // epoch the shard applies carries it. Until the first one, the policy
+  // default.
+  options.reducer.pull_spec = codec::ParseCodecSpec("bf16").value();
   options.reducer.codec_options.pool = &pool;
-  options.on_reject = [](const absl::Status& why) {
+  options.on_reject = [](const absl::Status& why) {  // counted by the shard (metrics)
     Log(Level::kWarning, "message_rejected",
         {{"code", absl::StatusCodeToString(why.code())}, {"reason", why.message()}});
   };
@@ -125,14 +285,21 @@ int Main(int argc, char** argv) {
        {"member_id", (*session)->member_id()},
        {"shard", static_cast<int64_t>((*session)->rank())}});
 
+  const uint32_t shard_id = (*session)->rank();
+  std::atomic<uint64_t> chunk_count{0};
+  std::atomic<uint64_t> worker_count{0};
+  AddShardMetrics(**metrics, shard->get(), &chunk_count, &worker_count, shard_id);
+
   // Follows the cluster state: every new revision may carry a new epoch or
-  // new chunks for this shard.
+  // new chunks for this shard. Its loop is the watchdog's heartbeat.
   absl::Notification stop;
+  std::atomic<int64_t> last_tick_ns{absl::GetCurrentTimeNanos()};
   std::thread follower([&] {
     uint64_t seen = 0;
     size_t chunks = 0;
     while (!stop.HasBeenNotified()) {
       auto state = (*session)->WaitForRevision(seen + 1, absl::Milliseconds(500));
+      last_tick_ns.store(absl::GetCurrentTimeNanos());
       if (!state.ok()) continue;  // timeout (re-check stop) or closed
       seen = (*state)->revision();
       auto epoch = ShardEpochFromState(**state, (*session)->rank());
@@ -148,6 +315,10 @@ int Main(int argc, char** argv) {
         Log(Level::kWarning, "epoch_apply_failed",
             {{"epoch", static_cast<int64_t>(epoch->epoch)}, {"error", s.ToString()}});
       }
+      if (s.ok()) {
+        chunk_count.store(epoch->chunks.size());
+        worker_count.store(epoch->workers.size());
+      }
       if (s.ok() && (epoch->epoch != before || epoch->chunks.size() != chunks)) {
         chunks = epoch->chunks.size();
         Log(Level::kInfo, "serving",
@@ -159,11 +330,21 @@ int Main(int argc, char** argv) {
     }
   });
 
-  int signal = 0;
-  sigwait(&signals, &signal);
-  Log(Level::kInfo, "shutting_down", {{"signal", signal == SIGTERM ? "SIGTERM" : "SIGINT"}});
+  set_serving(true);
+  daemon::NotifyReady(absl::StrCat("shard ", shard_id, " serving"));
+  std::optional<daemon::Watchdog> watchdog;
+  watchdog.emplace([&] {
+    return absl::Nanoseconds(absl::GetCurrentTimeNanos() - last_tick_ns) < absl::Seconds(10);
+  });
+
+  const int signal = signals.Wait();
+  Log(Level::kInfo, "shutting_down", {{"signal", daemon::SignalName(signal)}});
+  daemon::NotifyStopping("draining");
+  set_serving(false);
+  Drain(**session, **shard, *drain_timeout, &signals);
   stop.Notify();
   follower.join();
+  watchdog.reset();
   const absl::Status left = (*session)->Close();
   if (!left.ok()) Log(Level::kWarning, "leave_failed", {{"error", left.ToString()}});
   const AggregatorShard::Counters c = (*shard)->counters();

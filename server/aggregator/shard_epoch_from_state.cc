@@ -2,7 +2,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/codec/codec_spec_proto.h"
 #include "common/dataplane/chunk_shape.h"
+#include "common/policy/policy.h"
 
 namespace gift::server {
 
@@ -56,6 +58,14 @@ absl::StatusOr<ShardEpoch> ShardEpochFromState(const gift::v1::ClusterState& sta
                                                      ": ", shape.status().message()));
     }
     out.chunks[{c.tensor_id(), c.index()}] = *shape;
+  }
+  if (state.has_policy()) {
+    auto pull = codec::FromProto(policy::WithDefaults(state.policy()).transform().pull_codec());
+    if (!pull.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("policy pull codec: ", pull.status().message()));
+    }
+    out.pull_spec = *pull;
   }
   return out;
 }

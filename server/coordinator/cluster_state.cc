@@ -329,6 +329,7 @@ void ClusterState::AssignOwnersLocked() {
 }
 
 void ClusterState::OnMembershipChangedLocked() {
+  epoch_started_ = clock_->Now();
   RerankLocked(gift::v1::MEMBER_ROLE_WORKER);
   RerankLocked(gift::v1::MEMBER_ROLE_SERVER);
   for (const auto& [id, m] : members_) pending_.put_members[id] = m;
@@ -407,6 +408,20 @@ absl::StatusOr<gift::v1::HeartbeatResponse> ClusterState::Heartbeat(
     m->set_lease_expires_unix_ms(absl::ToUnixMillis(clock_->Now() + options_.lease_ttl));
     if (request.last_step() > m->last_step()) {
       m->set_last_step(request.last_step());
+      if (IsWorker(*m) && m->last_step() > max_step_seen_) {
+        max_step_seen_ = m->last_step();
+        constexpr size_t kMaxTrackedSteps = 4096;
+        if (step_first_seen_.size() < kMaxTrackedSteps) {
+          step_first_seen_.emplace(max_step_seen_, clock_->Now());
+        }
+        uint64_t min_step = max_step_seen_;
+        for (const auto& [id, w] : members_) {
+          if (IsWorker(w)) min_step = std::min(min_step, w.last_step());
+        }
+        // Keep the entries at or above the oldest incomplete step (min + 1).
+        step_first_seen_.erase(step_first_seen_.begin(),
+                               step_first_seen_.lower_bound(min_step + 1));
+      }
       const uint64_t revision = meta_.revision;
       if (IsWorker(*m)) {
         AdvanceFrozenLocked();
@@ -564,6 +579,7 @@ void ClusterState::AdvanceFrozenLocked() {
     if (p.tentative_activation_step() <= frozen) {
       p.set_tentative_activation_step(frozen + lead);
       p.set_postponements(p.postponements() + 1);
+      ++counters_.basis_postponements;
       pending_.put_bases.insert(tid);
       Log(Level::kInfo, "basis_postponed",
           {{"tensor_id", tid},
@@ -597,6 +613,7 @@ void ClusterState::MaybeCommitLocked(gift::v1::TensorBasisState* basis) {
        {"activation_step", v.activation_step()},
        {"postponements", p.postponements()}});
   basis->clear_proposal();
+  ++counters_.basis_commits;
   pending_.put_bases.insert(basis->tensor_id());
   PruneLocked(basis);
   TouchLocked();
@@ -955,6 +972,11 @@ uint64_t ClusterState::revision() {
   return meta_.revision;
 }
 
+ClusterState::Counters ClusterState::counters() {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
 absl::StatusOr<gift::v1::StatusResponse> ClusterState::GetStatus() {
   return Run([&]() -> absl::StatusOr<gift::v1::StatusResponse> {
     gift::v1::StatusResponse response;
@@ -962,13 +984,29 @@ absl::StatusOr<gift::v1::StatusResponse> ClusterState::GetStatus() {
     response.set_now_unix_ms(NowMsLocked());
     response.set_started_unix_ms(absl::ToUnixMillis(started_));
     uint64_t slowest = std::numeric_limits<uint64_t>::max();
+    uint64_t max_step = 0;
     for (const auto& [id, m] : members_) {
-      if (IsWorker(m)) slowest = std::min(slowest, m.last_step() + 1);
+      if (!IsWorker(m)) continue;
+      slowest = std::min(slowest, m.last_step() + 1);
+      max_step = std::max(max_step, m.last_step());
     }
     if (slowest != std::numeric_limits<uint64_t>::max()) {
       response.set_slowest_step(slowest);
+      response.set_max_step(max_step);
       for (const gift::v1::Member& m : response.state().workers()) {
-        if (m.last_step() + 1 == slowest) response.add_slowest_member_ids(m.member_id());
+        if (m.last_step() + 1 == slowest) {
+          response.add_slowest_member_ids(m.member_id());
+          response.add_slowest_ranks(m.rank());  // workers() is ordered by rank
+        }
+      }
+      if (max_step >= slowest) {
+        // Some worker is past the slowest step: it has been waiting since the
+        // first report of a step at or beyond it (or since the epoch began).
+        absl::Time since = std::max(epoch_started_, started_);
+        auto first = step_first_seen_.lower_bound(slowest);
+        if (first != step_first_seen_.end()) since = std::max(since, first->second);
+        response.set_slowest_wait_ms(
+            std::max<int64_t>(0, absl::ToInt64Milliseconds(clock_->Now() - since)));
       }
     }
     return response;

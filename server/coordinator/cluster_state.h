@@ -135,6 +135,13 @@ class ClusterState {
 
   const ClusterOptions& options() const { return options_; }
 
+  // Events since this process started (for metrics).
+  struct Counters {
+    uint64_t basis_commits = 0;
+    uint64_t basis_postponements = 0;  // activation steps moved later
+  };
+  Counters counters();
+
  private:
   // Changes not yet committed to the store.
   struct Pending {
@@ -213,6 +220,13 @@ class ClusterState {
   Pending pending_ ABSL_GUARDED_BY(mu_);
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<const gift::v1::ClusterState> snapshot_ ABSL_GUARDED_BY(mu_);
+  Counters counters_ ABSL_GUARDED_BY(mu_);
+  // When a worker first reported each new highest step (in memory; entries
+  // below every worker's next step are pruned), and when the current epoch
+  // began in this process: GetStatus's slowest_wait_ms.
+  std::map<uint64_t, absl::Time> step_first_seen_ ABSL_GUARDED_BY(mu_);
+  uint64_t max_step_seen_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time epoch_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace gift::coordinator

@@ -149,7 +149,7 @@ TEST_P(AggregatorShardTest, MalformedMessagesAreCountedAndDropped) {
           ->transport->Send(peers_[0], junk, junk, [&](const absl::Status&) { sent.Notify(); })
           .ok());
   sent.WaitForNotification();
-  Push(0, /*epoch=*/9, 1, kWorld, Payload(0));  // unknown epoch
+  Push(0, /*epoch=*/0, 1, kWorld, Payload(0));  // an epoch that ended
   // Still serving: a full step completes.
   for (uint32_t r = 0; r < kWorld; ++r) Push(r, 1, 2, kWorld, Payload(r));
   for (auto& w : workers_) ASSERT_TRUE(w->WaitFor(1));
@@ -187,6 +187,31 @@ TEST_P(AggregatorShardTest, ANewEpochAbortsTheIncompleteStep) {
     EXPECT_EQ(h->rank, 3u);
   }
   EXPECT_EQ(shard_->counters().chunks_aborted, 1u);
+}
+
+TEST_P(AggregatorShardTest, PushesBeforeTheEpochAreServedOnceItArrives) {
+  ASSERT_TRUE(shard_->SetEpoch(Epoch(1, kWorld)).ok());
+  // The workers learned of epoch 2 before this shard did.
+  for (uint32_t r = 0; r < kWorld; ++r) Push(r, 2, 7, kWorld, Payload(r));
+  for (int i = 0; i < 4000 && shard_->deferred_pushes() < kWorld; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(shard_->deferred_pushes(), kWorld);
+  EXPECT_EQ(shard_->counters().chunks_completed, 0u);
+  ASSERT_TRUE(shard_->SetEpoch(Epoch(2, kWorld)).ok());
+  for (auto& w : workers_) {
+    ASSERT_TRUE(w->WaitFor(1));
+    auto h = dataplane::ParseChunkHeader(w->Received()[0].header);
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(h->kind, ChunkKind::kResult);
+    EXPECT_EQ(h->epoch, 2u);
+    EXPECT_EQ(h->step, 7u);
+  }
+  const AggregatorShard::Counters c = shard_->counters();
+  EXPECT_EQ(c.chunks_completed, 1u);
+  EXPECT_GT(c.reduced_bytes, 0u);
+  EXPECT_EQ(shard_->deferred_pushes(), 0u);
+  EXPECT_TRUE(shard_->rejections().empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, AggregatorShardTest, ::testing::Values(false, true),

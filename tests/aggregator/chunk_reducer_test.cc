@@ -1,6 +1,7 @@
 #include "server/aggregator/chunk_reducer.h"
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -103,9 +104,6 @@ TEST(ChunkReducerTest, RefusesBadPushesWithoutSideEffects) {
   h.world_size = 5;
   EXPECT_EQ(code(h, payload), absl::StatusCode::kInvalidArgument);
   h = Push(3, 1, 0);
-  h.chunk_index = 9;
-  EXPECT_EQ(code(h, payload), absl::StatusCode::kNotFound);
-  h = Push(3, 1, 0);
   h.kind = ChunkKind::kResult;
   EXPECT_EQ(code(h, payload), absl::StatusCode::kInvalidArgument);
   auto corrupt = payload;
@@ -135,10 +133,11 @@ TEST(ChunkReducerTest, NewEpochAbortsIncompleteChunks) {
   ASSERT_TRUE(reducer->AddPush(Push(1, 10, 0), payload).ok());
   ASSERT_TRUE(reducer->AddPush(Push(1, 11, 2), payload).ok());
   EXPECT_EQ(reducer->SetEpoch(1, 3, {}).status().code(), absl::StatusCode::kFailedPrecondition);
-  auto aborted = reducer->SetEpoch(2, 3, {{{7, 0}, {kRows, kCols}}});
-  ASSERT_TRUE(aborted.ok());
-  ASSERT_EQ(aborted->size(), 2u);
-  for (const ChunkHeader& h : *aborted) {
+  auto update = reducer->SetEpoch(2, 3, {{{7, 0}, {kRows, kCols}}});
+  ASSERT_TRUE(update.ok());
+  ASSERT_EQ(update->aborted.size(), 2u);
+  EXPECT_TRUE(update->completed.empty());
+  for (const ChunkHeader& h : update->aborted) {
     EXPECT_EQ(h.kind, ChunkKind::kAbort);
     EXPECT_EQ(h.epoch, 1u);
     EXPECT_EQ(h.status_code, static_cast<uint32_t>(absl::StatusCode::kAborted));
@@ -157,18 +156,100 @@ TEST(ChunkReducerTest, NewEpochAbortsIncompleteChunks) {
   }
 }
 
-TEST(ChunkReducerTest, ChunksAddedWithinAnEpochAreServed) {
+TEST(ChunkReducerTest, PushesForAChunkNotKnownYetWaitForAddChunks) {
   auto reducer = MakeReducer(1);
   ChunkHeader h = Push(1, 0, 0);
   h.tensor_id = 8;
   const auto payload = Payload(Encode(Gradient(1), 0, 0));
-  EXPECT_EQ(reducer->AddPush(h, payload).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(reducer->AddChunks(2, {{{8, 0}, {kRows, kCols}}}).code(),
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    h.rank = r;
+    auto result = reducer->AddPush(h, payload);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_FALSE(result->has_value());
+  }
+  EXPECT_EQ(reducer->deferred_pushes(), kWorld);
+  EXPECT_EQ(reducer->AddChunks(2, {{{8, 0}, {kRows, kCols}}}).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(reducer->AddChunks(1, {{{7, 0}, {1, kCols}}}).code(),
+  EXPECT_EQ(reducer->AddChunks(1, {{{7, 0}, {1, kCols}}}).status().code(),
             absl::StatusCode::kInvalidArgument);  // a known chunk cannot change shape
-  ASSERT_TRUE(reducer->AddChunks(1, {{{8, 0}, {kRows, kCols}}, {{7, 0}, {kRows, kCols}}}).ok());
-  EXPECT_TRUE(reducer->AddPush(h, payload).ok());
+  auto update = reducer->AddChunks(1, {{{8, 0}, {kRows, kCols}}, {{7, 0}, {kRows, kCols}}});
+  ASSERT_TRUE(update.ok()) << update.status();
+  EXPECT_TRUE(update->refused.empty());
+  ASSERT_EQ(update->completed.size(), 1u);
+  EXPECT_EQ(update->completed[0].header.tensor_id, 8u);
+  EXPECT_EQ(update->completed[0].header.rank, kWorld);
+  EXPECT_EQ(reducer->deferred_pushes(), 0u);
+}
+
+TEST(ChunkReducerTest, PushesOfAFutureEpochAreReplayedWhenItArrives) {
+  auto reducer = MakeReducer(1);
+  const auto payload = Payload(Encode(Gradient(1), 0, 0));
+  // Ranks of epoch 3 push before this shard learns of epoch 2 or 3.
+  ChunkHeader h = Push(3, 5, 0);
+  h.world_size = 2;
+  ASSERT_TRUE(reducer->AddPush(h, payload).ok());
+  h.rank = 1;
+  ASSERT_TRUE(reducer->AddPush(h, payload).ok());
+  ChunkHeader old = Push(2, 5, 0);
+  ASSERT_TRUE(reducer->AddPush(old, payload).ok());  // epoch 2 ends unseen
+  EXPECT_EQ(reducer->deferred_pushes(), 3u);
+  EXPECT_EQ(reducer->pending_chunks(), 0u);
+
+  auto update = reducer->SetEpoch(3, 2, {{{7, 0}, {kRows, kCols}}});
+  ASSERT_TRUE(update.ok()) << update.status();
+  ASSERT_EQ(update->completed.size(), 1u);
+  EXPECT_EQ(update->completed[0].header.epoch, 3u);
+  EXPECT_EQ(update->completed[0].header.step, 5u);
+  ASSERT_EQ(update->refused.size(), 1u);  // the push of epoch 2
+  EXPECT_EQ(update->refused[0].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(reducer->deferred_pushes(), 0u);
+}
+
+TEST(ChunkReducerTest, DeferredBytesAreBounded) {
+  const auto payload = Payload(Encode(Gradient(1), 0, 0));
+  auto r = ChunkReducer::Create(
+      {.pull_spec = Spec("bf16"), .max_deferred_bytes = payload.size() + payload.size() / 2});
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE((*r)->AddPush(Push(1, 0, 0), payload).ok());  // no epoch yet: deferred
+  EXPECT_EQ((*r)->AddPush(Push(1, 0, 1), payload).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST(ChunkReducerTest, Fp32PushesGetAnExactFp32Result) {
+  auto r = ChunkReducer::Create({.pull_spec = Spec("bf16")});
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE((*r)->SetEpoch(1, kWorld, {{{7, 0}, {kRows, kCols}}}).ok());
+  std::vector<std::vector<float>> grads;
+  std::optional<ReducedChunk> reduced;
+  for (uint32_t rank = 0; rank < kWorld; ++rank) {
+    grads.push_back(Gradient(rank + 40));
+    auto t = codec::EncodedTensor::Create(Spec("fp32"), kRows, kCols).value();
+    ASSERT_TRUE(codec::Encode(grads.back().data(), t.mutable_view()).ok());
+    auto result = (*r)->AddPush(Push(1, 0, rank), Payload(t));
+    ASSERT_TRUE(result.ok()) << result.status();
+    if (result->has_value()) reduced = **std::move(result);
+  }
+  ASSERT_TRUE(reduced.has_value());
+  auto parsed = codec::ParsePayload(reduced->payload);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->view.spec.format, codec::Format::kF32);
+  std::vector<float> avg(kRows * kCols);
+  ASSERT_TRUE(codec::Decode(parsed->view, avg.data()).ok());
+  for (size_t i = 0; i < avg.size(); ++i) {
+    float sum = 0.0f;
+    for (const auto& g : grads) sum += g[i];
+    ASSERT_EQ(avg[i], sum * (1.0f / kWorld)) << i;
+  }
+}
+
+TEST(ChunkReducerTest, PullSpecFollowsSetPullSpec) {
+  auto reducer = MakeReducer(1);
+  ASSERT_TRUE(reducer->SetPullSpec(Spec("e4m3/block128")).ok());
+  EXPECT_EQ(reducer->pull_spec(), Spec("e4m3/block128"));
+  codec::CodecSpec bad = Spec("e4m3/block128");
+  bad.block_size = 7;
+  EXPECT_EQ(reducer->SetPullSpec(bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(reducer->pull_spec(), Spec("e4m3/block128"));
 }
 
 TEST(ChunkReducerTest, RejectsAnInvalidPullSpec) {

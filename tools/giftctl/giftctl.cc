@@ -13,6 +13,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/codec/codec_spec.h"
@@ -153,6 +154,15 @@ struct Context {
   std::ostream& out;
 };
 
+// "step 41 for 12.3 s on ranks 2, 3", or "-" when no worker is ahead of another.
+std::string WaitingText(const v1::StatusResponse& status) {
+  if (status.slowest_ranks().empty() || status.max_step() < status.slowest_step()) return "-";
+  return absl::StrFormat("step %d for %.1f s on rank%s %s", status.slowest_step(),
+                         static_cast<double>(status.slowest_wait_ms()) / 1000.0,
+                         status.slowest_ranks_size() == 1 ? "" : "s",
+                         absl::StrJoin(status.slowest_ranks(), ", "));
+}
+
 absl::Status Status(const Context& ctx, const std::string& address) {
   absl::StatusOr<v1::StatusResponse> status = ctx.client.GetStatus();
   if (!status.ok()) return status.status();
@@ -178,7 +188,10 @@ absl::Status Status(const Context& ctx, const std::string& address) {
               {"policy_version", s.policy().version()},
               {"frozen_through_step", s.frozen_through_step()},
               {"slowest_step", status->slowest_step()},
-              {"slowest_member_ids", status->slowest_member_ids()}};
+              {"slowest_member_ids", status->slowest_member_ids()},
+              {"slowest_ranks", status->slowest_ranks()},
+              {"slowest_wait_ms", status->slowest_wait_ms()},
+              {"max_step", status->max_step()}};
     ctx.out << j.dump(2) << '\n';
     return absl::OkStatus();
   }
@@ -198,6 +211,7 @@ absl::Status Status(const Context& ctx, const std::string& address) {
          absl::StrCat(status->slowest_step(), status->slowest_member_ids().empty() ? "" : " (",
                       absl::StrJoin(status->slowest_member_ids(), ", "),
                       status->slowest_member_ids().empty() ? "" : ")")});
+  t.Add({"waiting", WaitingText(*status)});
   t.Print(ctx.out);
   return absl::OkStatus();
 }

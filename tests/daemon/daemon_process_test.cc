@@ -1,0 +1,286 @@
+// The real gift-coordinator and gift-server binaries under a fake service
+// manager: READY=1 on a NOTIFY_SOCKET once they serve, grpc.health.v1 on
+// their listen addresses, their /metrics pages, giftctl's view of the slowest
+// step, and a clean drain (STOPPING=1, exit 0) on SIGTERM. Ports are 0; the
+// bound addresses come from the daemons' log events.
+#include <grpcpp/grpcpp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/control/coordinator_client.h"
+#include "common/control/member_session.h"
+#include "common/control/subprocess.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/daemon/http_get.h"
+
+namespace gift::daemon {
+namespace {
+
+using control::Subprocess;
+using testing::HttpGet;
+
+std::string TempDir() {
+  std::string dir = absl::StrCat(::testing::TempDir(), "/gift-daemon-XXXXXX");
+  return mkdtemp(dir.data()) == nullptr ? ::testing::TempDir() : dir;
+}
+
+// A fake systemd notification socket (AF_UNIX datagrams).
+class NotifySocket {
+ public:
+  explicit NotifySocket(std::string path) : path_(std::move(path)) {
+    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    unlink(path_.c_str());
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path_.c_str());
+    bound_ = bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~NotifySocket() {
+    close(fd_);
+    unlink(path_.c_str());
+  }
+  bool ok() const { return fd_ >= 0 && bound_; }
+  const std::string& path() const { return path_; }
+
+  // Reads datagrams until one contains `line` (as a whole line); returns it.
+  std::string WaitFor(const std::string& line, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    for (;;) {
+      for (const std::string& m : messages_) {
+        for (absl::string_view l : absl::StrSplit(m, '\n')) {
+          if (l == line) return m;
+        }
+      }
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) return "";
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+      if (n > 0) messages_.emplace_back(buf, n);
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool bound_ = false;
+  std::vector<std::string> messages_;
+};
+
+// Starts `argv` with NOTIFY_SOCKET=`notify` (the test's environment is
+// restored at once: Subprocess passes the caller's environment).
+absl::StatusOr<std::unique_ptr<Subprocess>> StartNotified(const std::vector<std::string>& argv,
+                                                          const std::string& notify) {
+  setenv("NOTIFY_SOCKET", notify.c_str(), 1);
+  auto p = Subprocess::Start(argv);
+  unsetenv("NOTIFY_SOCKET");
+  return p;
+}
+
+// The `field` of the first log event named `event`.
+std::string EventField(Subprocess& p, const std::string& event, const std::string& field) {
+  auto line = p.WaitForLine(
+      [&](const std::string& l) {
+        return absl::StrContains(l, absl::StrCat("\"event\":\"", event, "\""));
+      },
+      absl::Seconds(30));
+  if (!line.ok()) return "";
+  return nlohmann::json::parse(*line, nullptr, false).value(field, "");
+}
+
+grpc::health::v1::HealthCheckResponse::ServingStatus Health(const std::string& address) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status = stub->Check(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.status();
+}
+
+void ExpectSeries(const std::string& page, const std::vector<std::string>& series) {
+  for (const std::string& s : series) {
+    EXPECT_TRUE(absl::StrContains(page, absl::StrCat("\n", s, " ")) ||
+                absl::StrContains(page, absl::StrCat("\n", s, "{")))
+        << s << " missing from\n"
+        << page;
+  }
+}
+
+TEST(DaemonProcessTest, CoordinatorAndServerNotifyServeHealthMetricsAndDrain) {
+  const std::string dir = TempDir();
+  NotifySocket coordinator_notify(dir + "/coordinator.notify");
+  NotifySocket server_notify(dir + "/server.notify");
+  ASSERT_TRUE(coordinator_notify.ok() && server_notify.ok());
+
+  auto coordinator =
+      StartNotified({GIFT_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--metrics-listen",
+                     "127.0.0.1:0", "--state", dir + "/state.db", "--lease-ttl", "2s"},
+                    coordinator_notify.path());
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  const std::string address = EventField(**coordinator, "listening", "address");
+  const std::string coordinator_metrics = EventField(**coordinator, "metrics_listening", "address");
+  ASSERT_FALSE(address.empty()) << (*coordinator)->stderr_text();
+  ASSERT_FALSE(coordinator_metrics.empty()) << (*coordinator)->stderr_text();
+  EXPECT_FALSE(coordinator_notify.WaitFor("READY=1", absl::Seconds(30)).empty());
+  EXPECT_EQ(Health(address), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  auto server = StartNotified(
+      {GIFT_SERVER_BIN, "--coordinator", address, "--name", "shard-a", "--threads", "1", "--listen",
+       "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--drain-timeout", "20s"},
+      server_notify.path());
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string health_address = EventField(**server, "health_listening", "address");
+  const std::string server_metrics = EventField(**server, "metrics_listening", "address");
+  ASSERT_FALSE(health_address.empty()) << (*server)->stderr_text();
+  ASSERT_FALSE(server_metrics.empty()) << (*server)->stderr_text();
+  // READY only once joined.
+  ASSERT_FALSE(server_notify.WaitFor("READY=1", absl::Seconds(30)).empty())
+      << (*server)->stderr_text();
+  EXPECT_TRUE(absl::StrContains((*server)->stderr_text(), "\"event\":\"joined\""));
+  EXPECT_EQ(Health(health_address), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  // Two workers (sessions in this process), one ahead of the other: the
+  // coordinator reports the laggard.
+  std::vector<std::unique_ptr<control::MemberSession>> workers;
+  for (int w = 0; w < 2; ++w) {
+    control::MemberSessionOptions options;
+    options.name = absl::StrCat("worker-", w);
+    options.data_address = absl::StrCat("worker-", w);
+    auto session =
+        control::MemberSession::Start(control::CoordinatorClient::MakeChannel(address), options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    workers.push_back(*std::move(session));
+  }
+  workers[0]->SetLastStep(5);
+  workers[1]->SetLastStep(3);
+  ASSERT_TRUE(workers[0]->HeartbeatNow().ok());
+  ASSERT_TRUE(workers[1]->HeartbeatNow().ok());
+  control::CoordinatorClient client(control::CoordinatorClient::MakeChannel(address),
+                                    absl::Seconds(10));
+  auto status = client.GetStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->slowest_step(), 4u);
+  EXPECT_EQ(status->max_step(), 5u);
+  ASSERT_EQ(status->slowest_ranks_size(), 1);
+  EXPECT_EQ(status->slowest_ranks(0), workers[1]->rank());
+  EXPECT_GE(status->slowest_wait_ms(), 0);
+
+  const std::string cpage = HttpGet(coordinator_metrics, "/metrics");
+  EXPECT_TRUE(absl::StrContains(cpage, "# TYPE gift_coordinator_epoch gauge")) << cpage;
+  EXPECT_TRUE(absl::StrContains(cpage, "# TYPE gift_coordinator_rpc_total counter")) << cpage;
+  ExpectSeries(
+      cpage,
+      {"gift_coordinator_epoch", "gift_coordinator_members", "gift_coordinator_state_revision",
+       "gift_coordinator_basis_commits_total", "gift_coordinator_basis_postponements_total",
+       "gift_coordinator_oldest_step_lag_steps",
+       "gift_coordinator_oldest_incomplete_step_wait_seconds", "gift_coordinator_rpc_total"});
+  EXPECT_TRUE(absl::StrContains(cpage, "gift_coordinator_members{role=\"worker\"} 2")) << cpage;
+  EXPECT_TRUE(absl::StrContains(cpage, "gift_coordinator_members{role=\"server\"} 1")) << cpage;
+  EXPECT_TRUE(absl::StrContains(cpage, "\ngift_coordinator_oldest_step_lag_steps 2")) << cpage;
+  EXPECT_TRUE(absl::StrContains(cpage, "gift_coordinator_rpc_total{code=\"OK\",method=\"Join\"}") ||
+              absl::StrContains(cpage, "gift_coordinator_rpc_total{method=\"Join\",code=\"OK\"}"))
+      << cpage;
+
+  const std::string spage = HttpGet(server_metrics, "/metrics");
+  EXPECT_TRUE(absl::StrContains(spage, "# TYPE gift_server_pushes_total counter")) << spage;
+  ExpectSeries(spage, {"gift_server_pushes_total", "gift_server_chunks_completed_total",
+                       "gift_server_chunks_aborted_total", "gift_server_result_bytes_total",
+                       "gift_server_epoch", "gift_server_chunks", "gift_server_workers"});
+
+  for (auto& w : workers) ASSERT_TRUE(w->Close().ok());
+
+  // SIGTERM: STOPPING=1, drain, leave, exit 0.
+  ASSERT_TRUE((*server)->Signal(SIGTERM).ok());
+  EXPECT_FALSE(server_notify.WaitFor("STOPPING=1", absl::Seconds(30)).empty());
+  auto server_exit = (*server)->WaitForExit(absl::Seconds(60));
+  ASSERT_TRUE(server_exit.ok()) << server_exit.status();
+  EXPECT_EQ(*server_exit, 0) << (*server)->stderr_text();
+  EXPECT_TRUE(absl::StrContains((*server)->stderr_text(), "\"event\":\"drained\""));
+  auto after = client.GetStatus();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->state().servers_size(), 0);  // it left
+
+  ASSERT_TRUE((*coordinator)->Signal(SIGTERM).ok());
+  EXPECT_FALSE(coordinator_notify.WaitFor("STOPPING=1", absl::Seconds(30)).empty());
+  auto coordinator_exit = (*coordinator)->WaitForExit(absl::Seconds(60));
+  ASSERT_TRUE(coordinator_exit.ok()) << coordinator_exit.status();
+  EXPECT_EQ(*coordinator_exit, 0) << (*coordinator)->stderr_text();
+}
+
+TEST(DaemonProcessTest, WorkerNotifiesServesHealthAndMetricsAndStopsCleanly) {
+  const std::string dir = TempDir();
+  NotifySocket notify(dir + "/worker.notify");
+  ASSERT_TRUE(notify.ok());
+  auto coordinator = Subprocess::Start({GIFT_COORDINATOR_BIN, "--listen", "127.0.0.1:0",
+                                        "--metrics-listen", "", "--state", dir + "/state.db"});
+  ASSERT_TRUE(coordinator.ok());
+  const std::string address = EventField(**coordinator, "listening", "address");
+  ASSERT_FALSE(address.empty()) << (*coordinator)->stderr_text();
+
+  const std::string socket = dir + "/worker.sock";
+  auto worker = StartNotified(
+      {GIFT_WORKER_BIN, "--coordinator", address, "--name", "w0", "--socket", socket, "--listen",
+       "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--threads", "1"},
+      notify.path());
+  ASSERT_TRUE(worker.ok());
+  const std::string tcp = EventField(**worker, "ready", "listen");
+  const std::string metrics = EventField(**worker, "metrics_listening", "address");
+  ASSERT_FALSE(tcp.empty()) << (*worker)->stderr_text();
+  ASSERT_FALSE(metrics.empty()) << (*worker)->stderr_text();
+  EXPECT_FALSE(notify.WaitFor("READY=1", absl::Seconds(30)).empty()) << (*worker)->stderr_text();
+  EXPECT_EQ(Health(absl::StrCat("unix:", socket)), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(Health(tcp), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  const std::string page = HttpGet(metrics, "/metrics");
+  EXPECT_TRUE(absl::StrContains(page, "# TYPE gift_worker_steps_completed_total counter")) << page;
+  ExpectSeries(page, {"gift_worker_steps_completed_total", "gift_worker_step_retries_total",
+                      "gift_worker_data_bytes_total", "gift_worker_epoch",
+                      "gift_worker_last_step_seconds", "gift_worker_basis_publications_total"});
+
+  ASSERT_TRUE((*worker)->Signal(SIGTERM).ok());
+  EXPECT_FALSE(notify.WaitFor("STOPPING=1", absl::Seconds(30)).empty());
+  auto code = (*worker)->WaitForExit(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << (*worker)->stderr_text();
+  EXPECT_NE(access(socket.c_str(), F_OK), 0) << "the socket is removed";
+  ASSERT_TRUE((*coordinator)->Signal(SIGTERM).ok());
+  EXPECT_TRUE((*coordinator)->WaitForExit(absl::Seconds(30)).ok());
+}
+
+TEST(DaemonProcessTest, ConfigFileErrorsExit64) {
+  const std::string dir = TempDir();
+  const std::string config = dir + "/bad.toml";
+  FILE* f = fopen(config.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("listen = \"127.0.0.1:0\"\nno-such-flag = 1\n", f);
+  fclose(f);
+  for (const char* bin : {GIFT_COORDINATOR_BIN, GIFT_SERVER_BIN, GIFT_WORKER_BIN}) {
+    auto p = Subprocess::Start({bin, "--config", config});
+    ASSERT_TRUE(p.ok());
+    auto code = (*p)->WaitForExit(absl::Seconds(30));
+    ASSERT_TRUE(code.ok());
+    EXPECT_EQ(*code, 64) << bin;
+    EXPECT_TRUE(absl::StrContains((*p)->stderr_text(), "no-such-flag")) << (*p)->stderr_text();
+  }
+}
+
+}  // namespace
+}  // namespace gift::daemon

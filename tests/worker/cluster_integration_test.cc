@@ -1,0 +1,398 @@
+// The whole service as real processes on loopback: gift-coordinator, two
+// gift-server shards and four gift-worker daemons (tools/gift-cluster
+// LocalCluster). This test plays the four training processes: it registers
+// shared-memory gradient buffers with each worker over its Unix socket and
+// calls PushPull for every step, as a training loop would.
+#include <fcntl.h>
+#include <grpcpp/create_channel.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/control/coordinator_client.h"
+#include "gift/v1/worker.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "tools/gift-cluster/local_cluster.h"
+
+namespace gift::worker {
+namespace {
+
+constexpr int kWorkers = 4;
+constexpr int kServers = 2;
+
+// One POSIX shared-memory buffer of floats, created and unlinked here.
+class ShmBuffer {
+ public:
+  ShmBuffer(std::string name, size_t floats) : name_(std::move(name)), size_(floats * 4) {
+    const int fd = shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    EXPECT_GE(fd, 0) << name_;
+    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(size_)), 0);
+    data_ = static_cast<float*>(mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    close(fd);
+  }
+  ~ShmBuffer() {
+    munmap(data_, size_);
+    shm_unlink(name_.c_str());
+  }
+  float* data() { return data_; }
+  const std::string& name() const { return name_; }
+  size_t bytes() const { return size_; }
+
+ private:
+  std::string name_;
+  size_t size_;
+  float* data_;
+};
+
+struct TensorShape {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t elements() const {
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    return n;
+  }
+};
+
+const std::vector<TensorShape>& Shapes() {
+  static const auto* shapes = new std::vector<TensorShape>{{"layers.0.attn.q.weight", {96, 64}},
+                                                           {"layers.0.mlp.up.weight", {160, 64}},
+                                                           {"layers.0.mlp.down.weight", {64, 160}},
+                                                           {"layers.0.norm.weight", {1000}}};
+  return *shapes;
+}
+
+// A training process's side of one worker: buffers + the Worker stub.
+struct Trainer {
+  std::unique_ptr<gift::v1::Worker::Stub> stub;
+  std::vector<std::unique_ptr<ShmBuffer>> buffers;
+  std::vector<uint64_t> ids;
+};
+
+// Anisotropic gradients: columns scaled over three orders of magnitude.
+void FillGradient(float* g, const TensorShape& t, uint64_t step, int worker) {
+  std::mt19937 rng(static_cast<uint32_t>(step * 1000 + worker * 31 + t.elements()));
+  std::normal_distribution<float> normal;
+  const int64_t cols = t.shape.back();
+  for (size_t i = 0; i < t.elements(); ++i) {
+    const double scale = std::pow(10.0, -3.0 * static_cast<double>(i % cols) / cols);
+    g[i] = static_cast<float>(normal(rng) * scale);
+  }
+}
+
+class ClusterIntegrationTest : public ::testing::Test {
+ protected:
+  void StartCluster(int servers = kServers, int workers = kWorkers) {
+    std::string dir = absl::StrCat(::testing::TempDir(), "/gift-cluster-XXXXXX");
+    ASSERT_NE(mkdtemp(dir.data()), nullptr);
+    tools::LocalClusterOptions options;
+    options.binaries = tools::LocalClusterBinaries::InBuildTree(GIFT_BUILD_DIR);
+    options.dir = dir;
+    options.servers = servers;
+    options.workers = workers;
+    options.lease_ttl = absl::Seconds(2);
+    options.step_timeout = absl::Seconds(60);
+    auto cluster = tools::LocalCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+  }
+
+  void SetPolicy(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {GIFT_GIFTCTL_BIN, "--coordinator",
+                                     cluster_->coordinator_address(), "policy", "set"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto p = control::Subprocess::Start(argv);
+    ASSERT_TRUE(p.ok());
+    auto code = (*p)->WaitForExit(absl::Seconds(30));
+    ASSERT_TRUE(code.ok());
+    ASSERT_EQ(*code, 0) << (*p)->stderr_text() << (*p)->stdout_text();
+  }
+
+  void Register() {
+    trainers_.resize(kWorkers);
+    for (int w = 0; w < kWorkers; ++w) {
+      Trainer& t = trainers_[w];
+      t.stub = gift::v1::Worker::NewStub(grpc::CreateChannel(
+          absl::StrCat("unix:", cluster_->worker_socket(w)), grpc::InsecureChannelCredentials()));
+      gift::v1::RegisterBuffersRequest request;
+      for (size_t i = 0; i < Shapes().size(); ++i) {
+        const TensorShape& s = Shapes()[i];
+        t.buffers.push_back(std::make_unique<ShmBuffer>(
+            absl::StrCat("/gift-it-", getpid(), "-", w, "-", i), s.elements()));
+        gift::v1::BufferSpec* b = request.add_buffers();
+        b->set_name(s.name);
+        for (int64_t d : s.shape) b->add_shape(d);
+        b->set_dtype(gift::v1::DTYPE_FLOAT32);
+        b->mutable_buffer()->set_shm_name(t.buffers.back()->name());
+        b->mutable_buffer()->set_size_bytes(t.buffers.back()->bytes());
+      }
+      grpc::ClientContext context;
+      gift::v1::RegisterBuffersResponse response;
+      const grpc::Status s = t.stub->RegisterBuffers(&context, request, &response);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+      ASSERT_EQ(response.buffers_size(), static_cast<int>(Shapes().size()));
+      for (const auto& b : response.buffers()) t.ids.push_back(b.tensor_id());
+    }
+    for (int w = 1; w < kWorkers; ++w) EXPECT_EQ(trainers_[w].ids, trainers_[0].ids);
+  }
+
+  // PushPull(step) on the given workers at once.
+  std::vector<std::pair<grpc::Status, gift::v1::PushPullResponse>> Step(
+      const std::vector<int>& workers, uint64_t step, bool measure = false) {
+    std::vector<std::future<std::pair<grpc::Status, gift::v1::PushPullResponse>>> calls;
+    for (int w : workers) {
+      calls.push_back(std::async(std::launch::async, [this, w, step, measure] {
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(90));
+        gift::v1::PushPullRequest request;
+        request.set_step(step);
+        request.set_measure_error(measure);
+        gift::v1::PushPullResponse response;
+        grpc::Status s = trainers_[w].stub->PushPull(&context, request, &response);
+        return std::make_pair(s, response);
+      }));
+    }
+    std::vector<std::pair<grpc::Status, gift::v1::PushPullResponse>> out;
+    for (auto& c : calls) out.push_back(c.get());
+    return out;
+  }
+
+  std::string Logs() {
+    std::string all;
+    for (int w = 0; w < cluster_->options().workers; ++w) {
+      all += absl::StrCat("--- worker ", w, "\n", cluster_->worker(w)->stderr_text());
+    }
+    for (int s = 0; s < cluster_->options().servers; ++s) {
+      all += absl::StrCat("--- server ", s, "\n", cluster_->server(s)->stderr_text());
+    }
+    return all.size() > 20000 ? all.substr(all.size() - 20000) : all;
+  }
+
+  std::unique_ptr<tools::LocalCluster> cluster_;
+  std::vector<Trainer> trainers_;
+};
+
+TEST_F(ClusterIntegrationTest, Fp32CommunicationIsTheExactFloatAverage) {
+  StartCluster();
+  SetPolicy({"--push-codec", "fp32", "--pull-codec", "fp32", "--selection", "list"});
+  Register();
+  std::vector<int> all = {0, 1, 2, 3};
+  for (uint64_t step = 0; step < 3; ++step) {
+    std::vector<std::vector<std::vector<float>>> grads(kWorkers);
+    for (int w = 0; w < kWorkers; ++w) {
+      for (size_t i = 0; i < Shapes().size(); ++i) {
+        float* g = trainers_[w].buffers[i]->data();
+        FillGradient(g, Shapes()[i], step, w);
+        grads[w].emplace_back(g, g + Shapes()[i].elements());
+      }
+    }
+    auto results = Step(all, step);
+    for (auto& [status, response] : results) {
+      ASSERT_TRUE(status.ok()) << status.error_message() << Logs();
+      EXPECT_EQ(response.world_size(), static_cast<uint32_t>(kWorkers));
+    }
+    // The servers sum in rank order; worker w has rank w here (joined in order).
+    for (int w = 0; w < kWorkers; ++w) {
+      for (size_t i = 0; i < Shapes().size(); ++i) {
+        const float* got = trainers_[w].buffers[i]->data();
+        for (size_t k = 0; k < Shapes()[i].elements(); ++k) {
+          float sum = 0.0f;
+          for (int r = 0; r < kWorkers; ++r) sum += grads[r][i][k];
+          ASSERT_EQ(got[k], sum * 0.25f) << "worker " << w << " tensor " << i << " element " << k;
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(cluster_->Stop().ok());
+}
+
+TEST_F(ClusterIntegrationTest, FiftyStepsWithARefreshAndAKilledWorker) {
+  StartCluster();
+  // GIFT on every 2-D tensor (no measurement gate), refreshed every 10 steps.
+  SetPolicy({"--push-codec", "e4m3/block128", "--pull-codec", "bf16", "--selection", "list",
+             "--include", "*", "--period", "10"});
+  Register();
+  constexpr uint64_t kSteps = 50, kKillAt = 30;
+  std::vector<int> alive = {0, 1, 2, 3};
+  uint64_t epoch_before_kill = 0;
+  bool saw_transformed = false;
+  std::set<uint64_t> versions_used;  // transformed versions of tensor 0
+  for (uint64_t step = 0; step < kSteps; ++step) {
+    // Gradients of every live worker; the exact average of the live ones.
+    std::vector<std::vector<double>> exact(Shapes().size());
+    for (size_t i = 0; i < Shapes().size(); ++i) exact[i].assign(Shapes()[i].elements(), 0.0);
+    for (int w : alive) {
+      for (size_t i = 0; i < Shapes().size(); ++i) {
+        FillGradient(trainers_[w].buffers[i]->data(), Shapes()[i], step, w);
+      }
+    }
+    std::vector<int> stepping = alive;
+    if (step == kKillAt) {
+      // Worker 3 pushes part of the step (one tensor's chunks, which the
+      // servers hold for the other ranks) and dies before the rest: its
+      // partial contribution must not reach the others' average.
+      auto pending = std::async(std::launch::async, [&] {
+        grpc::ClientContext context;
+        gift::v1::PushPullRequest request;
+        request.set_step(step);
+        request.add_tensor_ids(trainers_[3].ids[0]);
+        gift::v1::PushPullResponse response;
+        return trainers_[3].stub->PushPull(&context, request, &response);
+      });
+      absl::SleepFor(absl::Milliseconds(300));
+      ASSERT_TRUE(cluster_->KillWorker(3).ok());
+      EXPECT_FALSE(pending.get().ok());  // the daemon is gone
+      alive = {0, 1, 2};
+      stepping = alive;
+    }
+    for (int w : stepping) {
+      for (size_t i = 0; i < Shapes().size(); ++i) {
+        const float* g = trainers_[w].buffers[i]->data();
+        for (size_t k = 0; k < exact[i].size(); ++k) exact[i][k] += g[k] / stepping.size();
+      }
+    }
+    auto results = Step(stepping, step);
+    for (size_t j = 0; j < results.size(); ++j) {
+      ASSERT_TRUE(results[j].first.ok()) << "step " << step << " worker " << stepping[j] << ": "
+                                         << results[j].first.error_message() << "\n"
+                                         << Logs();
+    }
+    const gift::v1::PushPullResponse& first = results[0].second;
+    EXPECT_EQ(first.world_size(), stepping.size()) << "step " << step;
+    if (step == kKillAt - 1) epoch_before_kill = first.epoch();
+    if (step == kKillAt) EXPECT_GT(first.epoch(), epoch_before_kill);
+    // No step mixes versions: every worker used the same basis version of
+    // every tensor, in the same epoch.
+    for (const auto& [status, response] : results) {
+      EXPECT_EQ(response.epoch(), first.epoch()) << "step " << step;
+      ASSERT_EQ(response.tensors_size(), first.tensors_size());
+      for (int t = 0; t < first.tensors_size(); ++t) {
+        EXPECT_EQ(response.tensors(t).basis_version(), first.tensors(t).basis_version())
+            << "step " << step << " tensor " << t;
+        EXPECT_EQ(response.tensors(t).transformed(), first.tensors(t).transformed());
+        saw_transformed = saw_transformed || response.tensors(t).transformed();
+        if (t == 0 && response.tensors(t).transformed()) {
+          versions_used.insert(response.tensors(t).basis_version());
+        }
+      }
+    }
+    // Every worker holds the same bits, within the codec's error of the
+    // exact average of exactly the ranks that took part.
+    for (size_t i = 0; i < Shapes().size(); ++i) {
+      const float* ref = trainers_[stepping[0]].buffers[i]->data();
+      for (int w : stepping) {
+        ASSERT_EQ(std::memcmp(trainers_[w].buffers[i]->data(), ref, Shapes()[i].elements() * 4), 0)
+            << "step " << step << " tensor " << i << " worker " << w;
+      }
+      double err = 0, norm = 0;
+      for (size_t k = 0; k < exact[i].size(); ++k) {
+        err += (ref[k] - exact[i][k]) * (ref[k] - exact[i][k]);
+        norm += exact[i][k] * exact[i][k];
+      }
+      // E4M3 has 3 mantissa bits (relative rounding error <= 1/16 per
+      // element before averaging), BF16 on the way back adds 1/256.
+      EXPECT_LT(std::sqrt(err / norm), 1.0 / 16) << "step " << step << " tensor " << i;
+    }
+  }
+  EXPECT_TRUE(saw_transformed) << "no basis was activated in " << kSteps << " steps\n" << Logs();
+  // A refresh happened mid-run: at least two transformed versions were used.
+  EXPECT_GE(versions_used.size(), 2u) << Logs();
+  // The survivors ran step 30 again under the new epoch.
+  for (int w : alive) {
+    EXPECT_NE(cluster_->worker(w)->stderr_text().find("\"event\":\"step_retry\""),
+              std::string::npos)
+        << "worker " << w;
+  }
+  EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
+}
+
+TEST_F(ClusterIntegrationTest, TheWorkerApiRejectsBadCallsAndKeepsServing) {
+  StartCluster(/*servers=*/1, /*workers=*/1);
+  auto stub = gift::v1::Worker::NewStub(grpc::CreateChannel(
+      absl::StrCat("unix:", cluster_->worker_socket(0)), grpc::InsecureChannelCredentials()));
+  auto push_pull = [&](uint64_t step, std::vector<uint64_t> ids = {}) {
+    grpc::ClientContext context;
+    gift::v1::PushPullRequest request;
+    request.set_step(step);
+    for (uint64_t id : ids) request.add_tensor_ids(id);
+    gift::v1::PushPullResponse response;
+    return stub->PushPull(&context, request, &response);
+  };
+  EXPECT_EQ(push_pull(0).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+
+  ShmBuffer buffer(absl::StrCat("/gift-it-bad-", getpid()), 64 * 32);
+  auto spec = [&] {
+    gift::v1::RegisterBuffersRequest request;
+    gift::v1::BufferSpec* b = request.add_buffers();
+    b->set_name("w");
+    b->add_shape(64);
+    b->add_shape(32);
+    b->set_dtype(gift::v1::DTYPE_FLOAT32);
+    b->mutable_buffer()->set_shm_name(buffer.name());
+    b->mutable_buffer()->set_size_bytes(buffer.bytes());
+    return request;
+  };
+  auto code = [&](const gift::v1::RegisterBuffersRequest& request) {
+    grpc::ClientContext context;
+    gift::v1::RegisterBuffersResponse response;
+    const grpc::Status s = stub->RegisterBuffers(&context, request, &response);
+    EXPECT_FALSE(s.error_message().empty() && !s.ok());
+    return s.error_code();
+  };
+  EXPECT_EQ(code({}), grpc::StatusCode::INVALID_ARGUMENT);
+  auto bad = spec();
+  bad.mutable_buffers(0)->set_dtype(gift::v1::DTYPE_BFLOAT16);
+  EXPECT_EQ(code(bad), grpc::StatusCode::INVALID_ARGUMENT);
+  bad = spec();
+  bad.mutable_buffers(0)->mutable_buffer()->set_size_bytes(buffer.bytes() - 4);
+  EXPECT_EQ(code(bad), grpc::StatusCode::INVALID_ARGUMENT);
+  bad = spec();
+  bad.mutable_buffers(0)->set_shape(0, -3);
+  EXPECT_EQ(code(bad), grpc::StatusCode::INVALID_ARGUMENT);
+  bad = spec();
+  bad.mutable_buffers(0)->mutable_buffer()->set_shm_name("/gift-it-no-such-object");
+  EXPECT_EQ(code(bad), grpc::StatusCode::NOT_FOUND);
+  bad = spec();
+  bad.mutable_buffers(0)->mutable_buffer()->set_shm_name("../etc/passwd");
+  EXPECT_EQ(code(bad), grpc::StatusCode::INVALID_ARGUMENT);
+  bad = spec();
+  bad.mutable_buffers(0)->mutable_buffer()->set_cuda_ipc_handle(std::string(64, 'x'));
+  EXPECT_EQ(code(bad), grpc::StatusCode::UNIMPLEMENTED);
+  ASSERT_EQ(code(spec()), grpc::StatusCode::OK);
+
+  ASSERT_TRUE(push_pull(5).ok());
+  EXPECT_EQ(push_pull(5).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(push_pull(3).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(push_pull(6, {12345}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(push_pull(uint64_t{1} << 63).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  {
+    grpc::ClientContext context;
+    gift::v1::SubmitActivationStatsRequest request;
+    request.set_tensor_id(999);
+    request.set_num_samples(4);
+    gift::v1::SubmitActivationStatsResponse response;
+    EXPECT_EQ(stub->SubmitActivationStats(&context, request, &response).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // Still serving.
+  EXPECT_TRUE(push_pull(6).ok());
+  grpc::ClientContext context;
+  gift::v1::WorkerInfo info;
+  ASSERT_TRUE(stub->GetWorkerInfo(&context, {}, &info).ok());
+  EXPECT_EQ(info.last_step(), 6u);
+  EXPECT_EQ(info.world_size(), 1u);
+  EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
+}
+
+}  // namespace
+}  // namespace gift::worker

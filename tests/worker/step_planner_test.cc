@@ -1,0 +1,154 @@
+#include "worker/step_planner.h"
+
+#include <memory>
+#include <vector>
+
+#include "common/transform/identity_transform.h"
+#include "gtest/gtest.h"
+
+namespace gift::worker {
+namespace {
+
+// Two workers, one server; tensor 7 is 4 x 8 in two chunks; tensor 8 is 1-D.
+gift::v1::ClusterState State() {
+  gift::v1::ClusterState s;
+  s.set_revision(3);
+  s.set_epoch(2);
+  s.set_frozen_through_step(20);
+  for (int r = 0; r < 2; ++r) {
+    gift::v1::Member* w = s.add_workers();
+    w->set_member_id(r == 0 ? "m-a" : "m-b");
+    w->set_rank(r);
+    w->set_data_address(r == 0 ? "wa" : "wb");
+  }
+  gift::v1::Member* server = s.add_servers();
+  server->set_member_id("m-s");
+  server->set_rank(0);
+  server->set_data_address("server-0");
+  gift::v1::TensorInfo* t = s.add_tensors();
+  t->set_tensor_id(7);
+  t->set_name("w");
+  t->add_shape(4);
+  t->add_shape(8);
+  t->set_num_elements(32);
+  t = s.add_tensors();
+  t->set_tensor_id(8);
+  t->set_name("b");
+  t->add_shape(8);
+  t->set_num_elements(8);
+  s.mutable_shard_map()->set_epoch(2);
+  for (auto [tensor, index, offset, n] : {std::tuple{7, 0, 0, 16}, {7, 1, 16, 16}, {8, 0, 0, 8}}) {
+    gift::v1::Chunk* c = s.mutable_shard_map()->add_chunks();
+    c->set_tensor_id(tensor);
+    c->set_index(index);
+    c->set_offset(offset);
+    c->set_num_elements(n);
+    c->set_server_rank(0);
+  }
+  gift::v1::TensorBasisState* b = s.add_bases();
+  b->set_tensor_id(7);
+  b->set_owner_member_id("m-a");
+  for (auto [version, activation, direct] :
+       {std::tuple{0, 0, true}, {3, 10, false}, {4, 15, true}}) {
+    gift::v1::BasisVersion* v = b->add_versions();
+    v->set_version(version);
+    v->set_activation_step(activation);
+    v->set_direct(direct);
+  }
+  return s;
+}
+
+std::vector<LocalTensor> Tensors(std::vector<float>& w, std::vector<float>& b) {
+  return {{.tensor_id = 7, .name = "w", .rows = 4, .cols = 8, .data = w.data()},
+          {.tensor_id = 8, .name = "b", .rows = 1, .cols = 8, .data = b.data()}};
+}
+
+struct Lookup {
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  BasisLookup fn() {
+    return [this](uint64_t tensor, uint64_t version)
+               -> absl::StatusOr<std::shared_ptr<const transform::GradientTransform>> {
+      calls.emplace_back(tensor, version);
+      return std::make_shared<const transform::IdentityTransform>(
+          transform::IdentityTransform::Create(4, 8).value());
+    };
+  }
+};
+
+TEST(StepPlannerTest, ActiveVersionIsTheLatestActivationAtOrBeforeTheStep) {
+  const gift::v1::ClusterState s = State();
+  EXPECT_EQ(ActiveVersion(s.bases(0), 9)->version(), 0u);
+  EXPECT_EQ(ActiveVersion(s.bases(0), 10)->version(), 3u);
+  EXPECT_EQ(ActiveVersion(s.bases(0), 14)->version(), 3u);
+  EXPECT_EQ(ActiveVersion(s.bases(0), 15)->version(), 4u);
+  gift::v1::TensorBasisState empty;
+  EXPECT_EQ(ActiveVersion(empty, 5), nullptr);
+}
+
+TEST(StepPlannerTest, PlansRankChunksAndTheActiveBasis) {
+  std::vector<float> w(32), b(8);
+  Lookup lookup;
+  auto plan = PlanStep(State(), "m-b", 12, Tensors(w, b), lookup.fn());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->epoch, 2u);
+  EXPECT_EQ(plan->step, 12u);
+  EXPECT_EQ(plan->rank, 1u);
+  EXPECT_EQ(plan->world_size, 2u);
+  ASSERT_EQ(plan->tensors.size(), 2u);
+  EXPECT_EQ(plan->tensors[0].basis_version, 3u);
+  EXPECT_NE(plan->tensors[0].transform, nullptr);
+  ASSERT_EQ(plan->tensors[0].chunks.size(), 2u);
+  EXPECT_EQ(plan->tensors[0].chunks[1].offset, 16u);
+  EXPECT_EQ(plan->tensors[0].chunks[1].server, "server-0");
+  EXPECT_EQ(plan->tensors[1].transform, nullptr);  // no basis state: direct
+  EXPECT_EQ(lookup.calls, (std::vector<std::pair<uint64_t, uint64_t>>{{7, 3}}));
+  // Version 4 is direct: no lookup.
+  auto later = PlanStep(State(), "m-b", 16, Tensors(w, b), lookup.fn());
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(later->tensors[0].basis_version, 4u);
+  EXPECT_EQ(later->tensors[0].transform, nullptr);
+  EXPECT_EQ(lookup.calls.size(), 1u);
+}
+
+TEST(StepPlannerTest, WaitsForAStateThatCanCarryTheStep) {
+  std::vector<float> w(32), b(8);
+  Lookup lookup;
+  auto code = [&](const gift::v1::ClusterState& s, const char* member, uint64_t step) {
+    return PlanStep(s, member, step, Tensors(w, b), lookup.fn()).status().code();
+  };
+  EXPECT_EQ(code(State(), "m-gone", 1), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(code(State(), "m-a", 21), absl::StatusCode::kFailedPrecondition);  // not frozen
+  gift::v1::ClusterState s = State();
+  s.mutable_shard_map()->set_epoch(1);
+  EXPECT_EQ(code(s, "m-a", 1), absl::StatusCode::kFailedPrecondition);
+  s = State();
+  s.mutable_servers()->Clear();
+  EXPECT_EQ(code(s, "m-a", 1), absl::StatusCode::kFailedPrecondition);
+  s = State();
+  s.mutable_tensors()->RemoveLast();
+  EXPECT_EQ(code(s, "m-a", 1), absl::StatusCode::kFailedPrecondition);  // not registered yet
+  s = State();
+  s.mutable_tensors(1)->set_num_elements(9);
+  EXPECT_EQ(code(s, "m-a", 1), absl::StatusCode::kInvalidArgument);  // shape disagrees
+  s = State();
+  s.mutable_policy()->mutable_transform()->mutable_push_codec()->set_block_size(7);
+  s.mutable_policy()->mutable_transform()->mutable_push_codec()->set_format(
+      gift::v1::ELEMENT_FORMAT_E4M3);
+  s.mutable_policy()->mutable_transform()->mutable_push_codec()->set_scaling(
+      gift::v1::SCALING_PER_BLOCK_FP32);
+  EXPECT_EQ(code(s, "m-a", 1), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StepPlannerTest, LookupErrorsArePassedOn) {
+  std::vector<float> w(32), b(8);
+  BasisLookup failing =
+      [](uint64_t,
+         uint64_t) -> absl::StatusOr<std::shared_ptr<const transform::GradientTransform>> {
+    return absl::NotFoundError("pruned");
+  };
+  EXPECT_EQ(PlanStep(State(), "m-a", 12, Tensors(w, b), failing).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace gift::worker

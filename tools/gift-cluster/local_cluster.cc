@@ -1,0 +1,218 @@
+#include "tools/gift-cluster/local_cluster.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace gift::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool Executable(const std::string& path) { return access(path.c_str(), X_OK) == 0; }
+
+// The last lines of a daemon's output, for an error message.
+std::string Tail(const std::string& text, size_t max_chars = 2000) {
+  return text.size() <= max_chars ? text : text.substr(text.size() - max_chars);
+}
+
+}  // namespace
+
+LocalClusterBinaries LocalClusterBinaries::InBuildTree(absl::string_view build_dir) {
+  const std::string b(build_dir);
+  return {.coordinator = b + "/server/coordinator/gift-coordinator",
+          .server = b + "/server/aggregator/gift-server",
+          .worker = b + "/worker/gift-worker"};
+}
+
+absl::StatusOr<LocalClusterBinaries> LocalClusterBinaries::NextTo(absl::string_view program) {
+  std::error_code ec;
+  fs::path self = fs::canonical(fs::path(std::string(program)), ec);
+  if (ec) self = fs::absolute(fs::path(std::string(program)));
+  const fs::path dir = self.parent_path();
+  LocalClusterBinaries installed{.coordinator = (dir / "gift-coordinator").string(),
+                                 .server = (dir / "gift-server").string(),
+                                 .worker = (dir / "gift-worker").string()};
+  if (Executable(installed.coordinator) && Executable(installed.server) &&
+      Executable(installed.worker)) {
+    return installed;
+  }
+  // BUILD/tools/gift-cluster/gift-cluster, BUILD/bench/gift-bench, BUILD/tests/x/y ...
+  for (fs::path root = dir; !root.empty() && root != root.root_path(); root = root.parent_path()) {
+    LocalClusterBinaries built = InBuildTree(root.string());
+    if (Executable(built.coordinator) && Executable(built.server) && Executable(built.worker)) {
+      return built;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "gift-coordinator, gift-server and gift-worker are neither next to ", self.string(),
+      " nor in a build tree above it; build them (make) or pass their directory"));
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOptions options) {
+  if (options.servers < 1 || options.workers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("need at least one server and one worker, got ",
+                                                   options.servers, " and ", options.workers));
+  }
+  if (options.dir.empty()) return absl::InvalidArgumentError("no directory");
+  for (const std::string* bin :
+       {&options.binaries.coordinator, &options.binaries.server, &options.binaries.worker}) {
+    if (!Executable(*bin)) {
+      return absl::NotFoundError(absl::StrCat(*bin, " is not an executable"));
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(fs::path(options.dir) / "logs", ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", options.dir, "/logs: ", ec.message()));
+  }
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster(std::move(options)));
+  if (absl::Status s = cluster->StartAll(); !s.ok()) {
+    (void)cluster->Stop(absl::Seconds(5));
+    return s;
+  }
+  return cluster;
+}
+
+std::string LocalCluster::worker_name(int i) const { return absl::StrCat("worker-", i); }
+std::string LocalCluster::server_name(int i) const { return absl::StrCat("server-", i); }
+std::string LocalCluster::worker_socket(int i) const {
+  return absl::StrCat(options_.dir, "/", worker_name(i), ".sock");
+}
+
+absl::Status LocalCluster::StartAll() {
+  const std::string logs = options_.dir + "/logs/";
+  control::CoordinatorProcessOptions c{
+      .binary = options_.binaries.coordinator,
+      .state_file = options_.dir + "/state.db",
+      .extra_args = {"--lease-ttl",
+                     absl::StrCat(absl::ToInt64Milliseconds(options_.lease_ttl), "ms"),
+                     "--metrics-listen", ""},
+      .startup_timeout = options_.startup_timeout,
+      .subprocess = {.log_path = logs + "coordinator.log", .parent_death_signal = SIGTERM}};
+  c.extra_args.insert(c.extra_args.end(), options_.coordinator_args.begin(),
+                      options_.coordinator_args.end());
+  auto coordinator = control::CoordinatorProcess::Start(c);
+  if (!coordinator.ok()) return coordinator.status();
+  coordinator_ = *std::move(coordinator);
+  const std::string address = coordinator_->address();
+
+  auto wait_for = [&](control::Subprocess& p, const std::string& name,
+                      const std::string& event) -> absl::Status {
+    auto line = p.WaitForLine(
+        [&](const std::string& l) {
+          return absl::StrContains(l, absl::StrCat("\"event\":\"", event, "\""));
+        },
+        options_.startup_timeout);
+    if (line.ok()) return absl::OkStatus();
+    return absl::Status(line.status().code(),
+                        absl::StrCat(name, " did not log '", event, "': ", line.status().message(),
+                                     "\n", Tail(p.stderr_text())));
+  };
+
+  for (int s = 0; s < options_.servers; ++s) {
+    std::vector<std::string> argv = {options_.binaries.server,
+                                     "--coordinator",
+                                     address,
+                                     "--name",
+                                     server_name(s),
+                                     "--threads",
+                                     absl::StrCat(options_.server_threads),
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--metrics-listen",
+                                     ""};
+    if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
+    argv.insert(argv.end(), options_.server_args.begin(), options_.server_args.end());
+    auto p = control::Subprocess::Start(
+        argv, {.log_path = logs + server_name(s) + ".log", .parent_death_signal = SIGTERM});
+    if (!p.ok()) return p.status();
+    servers_.push_back(*std::move(p));
+  }
+  for (int s = 0; s < options_.servers; ++s) {
+    if (auto st = wait_for(*servers_[s], server_name(s), "joined"); !st.ok()) return st;
+  }
+  for (int w = 0; w < options_.workers; ++w) {
+    std::vector<std::string> argv = {
+        options_.binaries.worker,
+        "--coordinator",
+        address,
+        "--name",
+        worker_name(w),
+        "--socket",
+        worker_socket(w),
+        "--threads",
+        absl::StrCat(options_.worker_threads),
+        "--min-workers",
+        absl::StrCat(options_.workers),
+        "--step-timeout",
+        absl::StrCat(absl::ToInt64Milliseconds(options_.step_timeout), "ms"),
+        "--metrics-listen",
+        ""};
+    if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
+    argv.insert(argv.end(), options_.worker_args.begin(), options_.worker_args.end());
+    auto p = control::Subprocess::Start(
+        argv, {.log_path = logs + worker_name(w) + ".log", .parent_death_signal = SIGTERM});
+    if (!p.ok()) return p.status();
+    workers_.push_back(*std::move(p));
+    killed_.push_back(false);
+  }
+  for (int w = 0; w < options_.workers; ++w) {
+    if (auto st = wait_for(*workers_[w], worker_name(w), "ready"); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::KillWorker(int i) {
+  if (i < 0 || i >= static_cast<int>(workers_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no worker ", i));
+  }
+  if (auto s = workers_[i]->Signal(SIGKILL); !s.ok()) return s;
+  auto code = workers_[i]->WaitForExit(absl::Seconds(10));
+  if (!code.ok()) return code.status();
+  killed_[i] = true;
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::Stop(absl::Duration grace) {
+  if (stopped_) return absl::OkStatus();
+  stopped_ = true;
+  absl::Status first;
+  auto stop_all = [&](std::vector<std::unique_ptr<control::Subprocess>>& ps,
+                      const std::vector<bool>* killed, absl::string_view kind) {
+    for (size_t i = 0; i < ps.size(); ++i) {
+      if (killed != nullptr && (*killed)[i]) continue;
+      (void)ps[i]->Signal(SIGTERM);
+    }
+    for (size_t i = 0; i < ps.size(); ++i) {
+      if (killed != nullptr && (*killed)[i]) continue;
+      auto code = ps[i]->WaitForExit(grace);
+      absl::Status s;
+      if (!code.ok()) {
+        (void)ps[i]->Signal(SIGKILL);
+        s = absl::DeadlineExceededError(
+            absl::StrCat(kind, " ", i, " did not exit within ", absl::FormatDuration(grace)));
+      } else if (*code != 0) {
+        s = absl::InternalError(
+            absl::StrCat(kind, " ", i, " exited with ", *code, "\n", Tail(ps[i]->stderr_text())));
+      }
+      if (first.ok() && !s.ok()) first = s;
+    }
+  };
+  stop_all(workers_, &killed_, "worker");
+  stop_all(servers_, nullptr, "server");
+  if (coordinator_ != nullptr) {
+    if (absl::Status s = coordinator_->Stop(grace); first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+LocalCluster::~LocalCluster() { (void)Stop(absl::Seconds(5)); }
+
+}  // namespace gift::tools

@@ -1,0 +1,109 @@
+// A whole GIFT-PS cluster on one machine, as real processes on loopback:
+// gift-coordinator, S gift-server shards and P gift-worker daemons (each
+// worker serving the Worker API on DIR/worker-<i>.sock). Used by the
+// gift-cluster launcher, the integration tests, gift-bench cluster and the
+// demo.
+//
+//   LocalClusterOptions options;
+//   options.binaries = LocalClusterBinaries::NextTo(argv[0]);
+//   options.dir = "/tmp/gift-run";
+//   auto cluster = LocalCluster::Start(options);     // every daemon ready
+//   ... connect clients to (*cluster)->worker_socket(i) ...
+//   (*cluster)->Stop();
+//
+// Every daemon logs to DIR/logs/<name>.log (and is kept in memory for
+// WaitForLine). Children get SIGTERM when the thread that started them
+// exits, so a killed launcher leaves no daemons behind.
+//
+// Ownership: owns the processes (the destructor stops them, SIGKILL if they
+// do not exit). Thread safety: Start/Stop/KillWorker from one thread; the
+// accessors may be called from any thread.
+#ifndef GIFT_TOOLS_GIFT_CLUSTER_LOCAL_CLUSTER_H_
+#define GIFT_TOOLS_GIFT_CLUSTER_LOCAL_CLUSTER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/control/coordinator_process.h"
+#include "common/control/subprocess.h"
+
+namespace gift::tools {
+
+struct LocalClusterBinaries {
+  std::string coordinator;  // gift-coordinator
+  std::string server;       // gift-server
+  std::string worker;       // gift-worker
+
+  // The daemons next to `program` (an installed bin directory), or at their
+  // places in the build tree `program` belongs to (program in
+  // BUILD/tools/gift-cluster/ or BUILD/bench/ ...). NotFound naming what is
+  // missing.
+  static absl::StatusOr<LocalClusterBinaries> NextTo(absl::string_view program);
+  // The daemons of the build tree rooted at `build_dir`.
+  static LocalClusterBinaries InBuildTree(absl::string_view build_dir);
+};
+
+struct LocalClusterOptions {
+  LocalClusterBinaries binaries;
+  std::string dir;      // created if missing; holds state.db, sockets and logs
+  int servers = 2;      // >= 1
+  int workers = 4;      // >= 1
+  std::string ucx_tls;  // "" : UCX's choice
+  // Short, so that a killed worker is noticed quickly on one machine.
+  absl::Duration lease_ttl = absl::Seconds(3);
+  int server_threads = 1;
+  int worker_threads = 1;
+  absl::Duration step_timeout = absl::Seconds(120);
+  // Extra flags per daemon kind.
+  std::vector<std::string> coordinator_args;
+  std::vector<std::string> server_args;
+  std::vector<std::string> worker_args;
+  absl::Duration startup_timeout = absl::Seconds(60);
+};
+
+class LocalCluster {
+ public:
+  // Starts the coordinator, then the servers, then the workers (each with
+  // --min-workers P, so the first step waits for all of them), and waits
+  // until every daemon logged that it serves. On failure everything started
+  // is stopped and the error names the daemon and quotes its log.
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(LocalClusterOptions options);
+  ~LocalCluster();
+
+  const LocalClusterOptions& options() const { return options_; }
+  const std::string& coordinator_address() const { return coordinator_->address(); }
+  std::string worker_name(int i) const;
+  std::string server_name(int i) const;
+  std::string worker_socket(int i) const;
+  control::Subprocess* worker(int i) { return workers_[i].get(); }
+  control::Subprocess* server(int i) { return servers_[i].get(); }
+  control::CoordinatorProcess* coordinator() { return coordinator_.get(); }
+
+  // SIGKILLs worker i (a crash); its socket is left behind.
+  absl::Status KillWorker(int i);
+
+  // SIGTERM to the workers, then the servers, then the coordinator; waits
+  // up to `grace` for each. Returns the first failure (a daemon that had to
+  // be killed or exited nonzero); later calls return OK.
+  absl::Status Stop(absl::Duration grace = absl::Seconds(20));
+
+ private:
+  explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
+
+  absl::Status StartAll();
+
+  LocalClusterOptions options_;
+  std::unique_ptr<control::CoordinatorProcess> coordinator_;
+  std::vector<std::unique_ptr<control::Subprocess>> servers_;
+  std::vector<std::unique_ptr<control::Subprocess>> workers_;
+  std::vector<bool> killed_;
+  bool stopped_ = false;
+};
+
+}  // namespace gift::tools
+
+#endif  // GIFT_TOOLS_GIFT_CLUSTER_LOCAL_CLUSTER_H_

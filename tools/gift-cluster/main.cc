@@ -1,0 +1,140 @@
+// gift-cluster: a local GIFT-PS cluster in one command, for trying the
+// service, the demo, tests and benchmarks.
+//
+//   gift-cluster --servers 2 --workers 4 --dir /tmp/gift-run
+//
+// Starts gift-coordinator, S gift-server shards and P gift-worker daemons
+// as real processes on loopback (local_cluster.h), prints one JSON line on
+// stdout once every daemon serves:
+//   {"event":"ready","dir":D,"coordinator":"127.0.0.1:PORT","servers":[...],
+//    "workers":[{"name":"worker-0","socket":"D/worker-0.sock"}, ...]}
+// and runs until SIGTERM/SIGINT (or, with --stop-on-stdin-eof, until its
+// stdin closes), then stops every daemon. Daemon logs: D/logs/<name>.log.
+// Exit codes: 0 after a clean stop, 1 when the cluster fails to start or a
+// daemon fails to stop cleanly, 64 for bad flags.
+#include <poll.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "common/daemon/daemon_flags.h"
+#include "common/daemon/shutdown.h"
+#include "nlohmann/json.hpp"
+#include "tools/gift-cluster/local_cluster.h"
+
+namespace gift::tools {
+namespace {
+
+// Whether stdin has reached end of file (or an error), without blocking.
+bool StdinClosed() {
+  pollfd p{.fd = STDIN_FILENO, .events = POLLIN};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
+  char c;
+  return read(STDIN_FILENO, &c, 1) == 0;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app(
+      "gift-cluster: starts a local GIFT-PS cluster (coordinator, aggregator servers, workers) "
+      "as processes on loopback and stops it on SIGTERM/SIGINT.");
+  LocalClusterOptions options;
+  std::string bin_dir;
+  std::string lease_ttl = "3s";
+  std::string step_timeout = "120s";
+  bool stop_on_eof = false;
+  app.add_option("--servers", options.servers, "aggregator shards")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_option("--workers", options.workers, "worker daemons (one per simulated GPU)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--dir", options.dir,
+                 "directory for the state, the worker sockets and the logs (default: a new "
+                 "directory under $TMPDIR or /tmp)");
+  app.add_option("--ucx-tls", options.ucx_tls, "UCX transports (default: UCX's choice)");
+  app.add_option("--bin-dir", bin_dir,
+                 "directory of gift-coordinator, gift-server and gift-worker, or a build tree "
+                 "(default: next to this program, or its build tree)");
+  app.add_option("--lease-ttl", lease_ttl, "member lease TTL (how soon a dead daemon is noticed)")
+      ->capture_default_str();
+  app.add_option("--step-timeout", step_timeout, "the workers' --step-timeout")
+      ->capture_default_str();
+  app.add_option("--server-threads", options.server_threads, "reduction threads per server")
+      ->capture_default_str();
+  app.add_option("--worker-threads", options.worker_threads, "codec threads per worker")
+      ->capture_default_str();
+  app.add_flag("--stop-on-stdin-eof", stop_on_eof,
+               "also stop when stdin closes (the parent that started it went away)");
+  if (std::optional<int> exit = daemon::ParseDaemonFlags(app, argc, argv, "gift-cluster")) {
+    return *exit;
+  }
+  auto ttl = daemon::ParseDurationFlag(lease_ttl);
+  if (!ttl.ok() || *ttl <= absl::ZeroDuration()) {
+    return daemon::UsageError("gift-cluster", "--lease-ttl: expected a positive duration");
+  }
+  options.lease_ttl = *ttl;
+  auto timeout = daemon::ParseDurationFlag(step_timeout);
+  if (!timeout.ok() || *timeout <= absl::ZeroDuration()) {
+    return daemon::UsageError("gift-cluster", "--step-timeout: expected a positive duration");
+  }
+  options.step_timeout = *timeout;
+  if (bin_dir.empty()) {
+    auto found = LocalClusterBinaries::NextTo(argv[0]);
+    if (!found.ok()) return daemon::UsageError("gift-cluster", found.status().message());
+    options.binaries = *found;
+  } else {
+    auto found = LocalClusterBinaries::NextTo(bin_dir + "/gift-cluster");
+    if (!found.ok()) return daemon::UsageError("gift-cluster", found.status().message());
+    options.binaries = *found;
+  }
+  if (options.dir.empty()) {
+    const char* tmp = getenv("TMPDIR");
+    std::string dir = absl::StrCat(tmp != nullptr && *tmp ? tmp : "/tmp", "/gift-cluster-XXXXXX");
+    if (mkdtemp(dir.data()) == nullptr) {
+      std::fprintf(stderr, "gift-cluster: cannot create a directory under /tmp\n");
+      return 1;
+    }
+    options.dir = dir;
+  }
+
+  daemon::SignalWaiter signals;
+  auto cluster = LocalCluster::Start(options);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "gift-cluster: %s\n", cluster.status().ToString().c_str());
+    return 1;
+  }
+  nlohmann::json ready = {
+      {"event", "ready"}, {"dir", options.dir}, {"coordinator", (*cluster)->coordinator_address()}};
+  ready["servers"] = nlohmann::json::array();
+  for (int s = 0; s < options.servers; ++s) ready["servers"].push_back((*cluster)->server_name(s));
+  ready["workers"] = nlohmann::json::array();
+  for (int w = 0; w < options.workers; ++w) {
+    ready["workers"].push_back(
+        {{"name", (*cluster)->worker_name(w)}, {"socket", (*cluster)->worker_socket(w)}});
+  }
+  std::printf("%s\n", ready.dump().c_str());
+  std::fflush(stdout);
+  std::fprintf(stderr, "gift-cluster: ready; logs in %s/logs; stop with Ctrl-C\n",
+               options.dir.c_str());
+
+  while (true) {
+    if (signals.WaitFor(absl::Milliseconds(200)).has_value()) break;
+    if (stop_on_eof && StdinClosed()) break;
+  }
+  const absl::Status stopped = (*cluster)->Stop();
+  if (!stopped.ok()) {
+    std::fprintf(stderr, "gift-cluster: %s\n", stopped.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gift::tools
+
+int main(int argc, char** argv) { return gift::tools::Main(argc, argv); }

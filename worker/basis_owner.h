@@ -1,0 +1,120 @@
+// The basis-owner duties of a worker for the tensors the coordinator assigns
+// it (TensorBasisState.owner_member_id): keep each tensor's statistics from
+// its geometry source (tensor_geometry.h), refresh its basis on the policy's
+// schedule (refresh_schedule.h), choose by measurement between the candidate
+// powers and direct quantization (transform_selector.h), and publish the
+// result as a new version through the coordinator, which negotiates its
+// activation step with every worker.
+//
+//   BasisOwner owner(session, store, {});
+//   // after each completed step, for a tensor this member owns:
+//   if (owner.WantsStep(state, tensor, step)) owner.Observe({...});
+//
+// Sources: kGradients (the reduced gradient of collect steps) and
+// kActivations (X^T X / N handed in through SubmitActivationStats, output
+// side from the reduced gradient). kPerWorkerGradients needs an exchange of
+// sketches the data path does not carry yet; such tensors fall back to
+// kGradients (logged once).
+//
+// Measurement: the selection compares, on this worker's own gradient of the
+// refresh step (P = 1), the quantization error through each candidate with
+// direct quantization. Between refreshes nothing is measured yet, so drift
+// refreshes do not fire: refreshes are the first, periodic, or requested.
+//
+// Ownership: does not own the session or the store (both must outlive it).
+// Thread safety: thread-compatible; the daemon calls it from one thread.
+#ifndef GIFT_WORKER_BASIS_OWNER_H_
+#define GIFT_WORKER_BASIS_OWNER_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "common/codec/codec.h"
+#include "common/control/member_session.h"
+#include "common/policy/policy.h"
+#include "common/transform/refresh_schedule.h"
+#include "common/transform/tensor_geometry.h"
+#include "gift/v1/cluster.pb.h"
+#include "worker/basis_store.h"
+
+namespace gift::worker {
+
+struct BasisOwnerOptions {
+  codec::CodecOptions codec_options = {};  // the pool is not owned
+  // Called for every publication: tensor, version, "direct" or the chosen
+  // candidate, the reason, and the measured ratio (GIFT / direct; 1 when
+  // direct was chosen, absent when not measured).
+  std::function<void(uint64_t tensor_id, uint64_t version, const std::string& chosen,
+                     transform::RefreshReason reason, std::optional<double> ratio)>
+      on_publish;
+  // Called for an error of one tensor's duties (they continue next step).
+  std::function<void(uint64_t tensor_id, const absl::Status& error)> on_error;
+};
+
+// One step's data for one owned tensor.
+struct OwnedTensorStep {
+  uint64_t step = 0;
+  uint64_t tensor_id = 0;
+  std::string name;
+  uint64_t rows = 0;
+  uint64_t cols = 0;
+  std::vector<float> average;  // the reduced gradient of the step
+  std::vector<float> own;      // this worker's gradient (refresh steps only)
+};
+
+class BasisOwner {
+ public:
+  BasisOwner(const control::MemberSession* session, BasisStore* store, BasisOwnerOptions options)
+      : session_(session), store_(store), options_(std::move(options)) {}
+
+  // Whether this member owns `tensor` in `state` and the step is a collect
+  // or refresh step for it (then Observe wants its average); `needs_own`
+  // says whether it also wants this worker's gradient from before the step.
+  bool WantsStep(const gift::v1::ClusterState& state, const gift::v1::TensorInfo& tensor,
+                 uint64_t step, bool* needs_own);
+
+  // Folds in the step's statistics and refreshes when due.
+  absl::Status Observe(const gift::v1::ClusterState& state, const OwnedTensorStep& data);
+
+  // X^T X / N of the layer's inputs (d_in x d_in) for a tensor whose source
+  // is activations; ignored (OK) when this member does not own it or the
+  // source differs.
+  absl::Status AddActivationFactor(const gift::v1::ClusterState& state, uint64_t tensor_id,
+                                   const std::vector<float>& gram, uint64_t num_samples);
+
+  uint64_t publications() const { return publications_; }
+
+ private:
+  struct Owned {
+    std::string settings_key;  // the resolved settings the state below was built for
+    policy::TensorSettings settings;
+    std::optional<transform::TensorGeometry> geometry;
+    std::optional<transform::RefreshSchedule> schedule;
+    std::optional<double> ratio;  // measured at the last refresh
+  };
+
+  // The tensor's entry, (re)built when its resolved settings changed; null
+  // when it is direct by policy or not transformable.
+  Owned* Entry(const gift::v1::ClusterState& state, const gift::v1::TensorInfo& tensor);
+  absl::Status Refresh(const gift::v1::ClusterState& state, const gift::v1::TensorBasisState& basis,
+                       const OwnedTensorStep& data, Owned& owned, transform::RefreshReason reason);
+
+  const control::MemberSession* const session_;
+  BasisStore* const store_;
+  const BasisOwnerOptions options_;
+  absl::flat_hash_map<uint64_t, Owned> owned_;
+  uint64_t publications_ = 0;
+};
+
+// The entry of `state` for a tensor, or null.
+const gift::v1::TensorBasisState* FindBasisState(const gift::v1::ClusterState& state,
+                                                 uint64_t tensor_id);
+
+}  // namespace gift::worker
+
+#endif  // GIFT_WORKER_BASIS_OWNER_H_

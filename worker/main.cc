@@ -1,0 +1,272 @@
+// gift-worker: the GIFT-PS worker daemon, one per GPU.
+//
+//   gift-worker --coordinator coord:7070 --socket /run/gift/worker-0.sock
+//
+// Serves the local Worker API (worker.proto) to the training process on a
+// Unix domain socket (and on TCP with --listen): the training process
+// registers its gradient buffers once as shared memory, then calls
+// PushPull(step) after every backward pass; the daemon transforms,
+// quantizes, pushes the chunks to the aggregator servers over UCX, and
+// writes the average back into the buffers (worker_daemon.h).
+// Logs one JSON object per line on stderr; the `ready` event {socket,
+// listen, member_id, rank} says it serves. Exit codes: 0 after
+// SIGTERM/SIGINT (after the step in flight), 64 for bad flags or config, 1
+// when UCX, the socket or the coordinator cannot be used at startup.
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/base/logging.h"
+#include "common/base/thread_pool.h"
+#include "common/control/coordinator_client.h"
+#include "common/control/member_session.h"
+#include "common/daemon/daemon_flags.h"
+#include "common/daemon/metrics_server.h"
+#include "common/daemon/rpc_metrics.h"
+#include "common/daemon/shutdown.h"
+#include "common/daemon/systemd_notify.h"
+#include "common/transport/ucx/ucx_transport.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "worker/worker_daemon.h"
+#include "worker/worker_grpc_service.h"
+
+namespace gift::worker {
+namespace {
+
+using logging::Level;
+using logging::Log;
+
+int Fail(absl::string_view message) {
+  Log(Level::kError, "startup_failed", {{"error", message}});
+  std::fprintf(stderr, "gift-worker: %.*s\n", static_cast<int>(message.size()), message.data());
+  return daemon::kExitFailure;
+}
+
+std::string DefaultName() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, "/worker-", getpid());
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app(
+      "gift-worker: the GIFT-PS worker daemon of one GPU (transforms, quantizes and averages the "
+      "training process's gradients through the aggregator servers).");
+  std::string coordinator = "localhost:7070";
+  std::string socket_path = "/run/gift/worker.sock";
+  std::string listen;
+  std::string name = DefaultName();
+  std::string ucx_tls;
+  std::string metrics_listen = "127.0.0.1:9472";
+  std::string step_timeout_text = "120s";
+  std::string drain_timeout_text = "30s";
+  int threads = 0;
+  uint32_t min_workers = 1;
+  app.add_option("--coordinator", coordinator, "the coordinator's HOST:PORT")
+      ->capture_default_str();
+  app.add_option("--socket", socket_path,
+                 "Unix domain socket of the Worker API for the training process (\"\" disables)")
+      ->capture_default_str();
+  app.add_option("--listen", listen, "optional TCP HOST:PORT for the Worker API and health");
+  app.add_option("--name", name, "member name, unique among live members")->capture_default_str();
+  app.add_option("--ucx-tls", ucx_tls,
+                 "UCX transports, as UCX_TLS takes them (default: UCX's choice)");
+  app.add_option("--metrics-listen", metrics_listen,
+                 "HOST:PORT of the Prometheus /metrics page (\"\" disables)")
+      ->capture_default_str();
+  app.add_option("--step-timeout", step_timeout_text,
+                 "longest PushPull, retries under new epochs included (e.g. 120s)")
+      ->capture_default_str();
+  app.add_option("--drain-timeout", drain_timeout_text,
+                 "on SIGTERM, how long the step in flight may take to finish")
+      ->capture_default_str();
+  app.add_option("--threads", threads, "codec threads (0: all hardware threads)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--min-workers", min_workers,
+                 "the first step waits until this many workers have joined")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
+  if (std::optional<int> exit = daemon::ParseDaemonFlags(app, argc, argv, "gift-worker")) {
+    return *exit;
+  }
+  auto step_timeout = daemon::ParseDurationFlag(step_timeout_text);
+  if (!step_timeout.ok() || *step_timeout <= absl::ZeroDuration()) {
+    return daemon::UsageError("gift-worker", "--step-timeout: expected a positive duration");
+  }
+  auto drain_timeout = daemon::ParseDurationFlag(drain_timeout_text);
+  if (!drain_timeout.ok() || *drain_timeout < absl::ZeroDuration()) {
+    return daemon::UsageError("gift-worker", "--drain-timeout: expected a duration");
+  }
+  if (socket_path.empty() && listen.empty()) {
+    return daemon::UsageError("gift-worker", "give --socket, --listen or both");
+  }
+
+  logging::SetDaemonName("gift-worker");
+  daemon::SignalWaiter signals;
+
+  auto metrics =
+      daemon::MetricsServer::StartForDaemon(metrics_listen, app.count("--metrics-listen") > 0);
+  if (!metrics.ok()) return Fail(absl::StrCat("--metrics-listen: ", metrics.status().ToString()));
+
+  ThreadPool pool(static_cast<size_t>(threads));
+  const codec::CodecOptions codec_options{.pool = &pool};
+  transport::UcxTransportOptions ucx{.tls = ucx_tls};
+  auto engine = PushPullEngine::Create(
+      [&](transport::TransportHandlers h) {
+        return transport::CreateUcxTransport(std::move(h), ucx);
+      },
+      {.codec_options = codec_options, .timeout = *step_timeout});
+  if (!engine.ok()) return Fail(absl::StrCat("UCX: ", engine.status().ToString()));
+
+  control::MemberSessionOptions session_options;
+  session_options.name = name;
+  session_options.role = gift::v1::MEMBER_ROLE_WORKER;
+  session_options.data_address = (*engine)->address();
+  session_options.control_address =
+      socket_path.empty() ? listen : absl::StrCat("unix:", socket_path);
+  auto session = control::MemberSession::Start(control::CoordinatorClient::MakeChannel(coordinator),
+                                               session_options);
+  if (!session.ok()) {
+    return Fail(absl::StrCat("joining ", coordinator, ": ", session.status().ToString()));
+  }
+  Log(Level::kInfo, "joined",
+      {{"coordinator", coordinator},
+       {"member_id", (*session)->member_id()},
+       {"rank", static_cast<int64_t>((*session)->rank())}});
+
+  auto worker = std::make_unique<WorkerDaemon>(*std::move(engine), session->get(),
+                                               WorkerDaemonOptions{.step_timeout = *step_timeout,
+                                                                   .min_workers = min_workers,
+                                                                   .codec_options = codec_options});
+
+  // Metrics: the daemon's counters, copied on every scrape.
+  auto& registry = *(*metrics)->registry();
+  auto& steps = prometheus::BuildCounter()
+                    .Name("gift_worker_steps_completed_total")
+                    .Help("PushPull steps completed")
+                    .Register(registry)
+                    .Add({});
+  auto& retries = prometheus::BuildCounter()
+                      .Name("gift_worker_step_retries_total")
+                      .Help("Step plans run again under a new epoch (a member left or joined)")
+                      .Register(registry)
+                      .Add({});
+  auto& bytes = prometheus::BuildCounter()
+                    .Name("gift_worker_data_bytes_total")
+                    .Help("Encoded payload bytes moved over the data plane")
+                    .Register(registry);
+  auto& pushed = bytes.Add({{"direction", "push"}});
+  auto& pulled = bytes.Add({{"direction", "pull"}});
+  auto& publications = prometheus::BuildCounter()
+                           .Name("gift_worker_basis_publications_total")
+                           .Help("Bases this worker published as owner")
+                           .Register(registry)
+                           .Add({});
+  auto& dropped = prometheus::BuildCounter()
+                      .Name("gift_worker_owner_jobs_dropped_total")
+                      .Help("Owner statistics jobs dropped because the owner thread fell behind")
+                      .Register(registry)
+                      .Add({});
+  auto& step_seconds = prometheus::BuildGauge()
+                           .Name("gift_worker_last_step_seconds")
+                           .Help("Duration of the last completed PushPull")
+                           .Register(registry)
+                           .Add({});
+  auto& epoch_gauge = prometheus::BuildGauge()
+                          .Name("gift_worker_epoch")
+                          .Help("The membership epoch this worker is in")
+                          .Register(registry)
+                          .Add({});
+  (*metrics)->AddRefresher([&] {
+    const WorkerDaemon::Counters c = worker->counters();
+    daemon::AdvanceCounterTo(steps, static_cast<double>(c.steps_completed));
+    daemon::AdvanceCounterTo(retries, static_cast<double>(c.step_retries));
+    daemon::AdvanceCounterTo(pushed, static_cast<double>(c.bytes_pushed));
+    daemon::AdvanceCounterTo(pulled, static_cast<double>(c.bytes_pulled));
+    daemon::AdvanceCounterTo(publications, static_cast<double>(c.basis_publications));
+    daemon::AdvanceCounterTo(dropped, static_cast<double>(c.owner_jobs_dropped));
+    step_seconds.Set(c.last_step_seconds);
+    epoch_gauge.Set(static_cast<double>((*session)->epoch()));
+  });
+
+  WorkerGrpcService service(worker.get());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  if (!socket_path.empty()) {
+    unlink(socket_path.c_str());  // a stale socket of an earlier run
+    builder.AddListeningPort(absl::StrCat("unix:", socket_path), grpc::InsecureServerCredentials());
+  }
+  int tcp_port = 0;
+  if (!listen.empty()) {
+    builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &tcp_port);
+  }
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(16 << 20);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(
+      daemon::MakeRpcCounterInterceptor(registry, "gift_worker_rpc_total", {"gift.v1.Worker"}));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || (!listen.empty() && tcp_port == 0)) {
+    return Fail(absl::StrCat("cannot serve on ", socket_path.empty() ? "" : socket_path,
+                             socket_path.empty() || listen.empty() ? "" : " and ", listen));
+  }
+  if (!socket_path.empty()) chmod(socket_path.c_str(), 0660);
+  std::string bound = listen;
+  if (!listen.empty()) {
+    bound = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", tcp_port);
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(true);
+  Log(Level::kInfo, "ready",
+      {{"socket", socket_path},
+       {"listen", bound},
+       {"member_id", (*session)->member_id()},
+       {"rank", static_cast<int64_t>((*session)->rank())}});
+  daemon::NotifyReady(absl::StrCat("serving on ", socket_path.empty() ? bound : socket_path));
+  daemon::Watchdog watchdog;  // pings while the main loop below runs
+
+  // Runs until a signal, or until the coordinator asks this member to drain.
+  int signal = 0;
+  while (true) {
+    if (std::optional<int> s = signals.WaitFor(absl::Milliseconds(200))) {
+      signal = *s;
+      break;
+    }
+    if (worker->drain_requested()) break;
+  }
+  Log(Level::kInfo, "shutting_down",
+      {{"reason", signal != 0 ? std::string(daemon::SignalName(signal)) : "drain requested"}});
+  daemon::NotifyStopping("draining");
+  health->SetServingStatus(false);
+  if (!worker->Drain(*drain_timeout)) {
+    Log(Level::kWarning, "drain_timeout", {{"timeout", absl::FormatDuration(*drain_timeout)}});
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  const absl::Status left = (*session)->Close();
+  if (!left.ok()) Log(Level::kWarning, "leave_failed", {{"error", left.ToString()}});
+  const WorkerDaemon::Counters c = worker->counters();
+  worker.reset();
+  if (!socket_path.empty()) unlink(socket_path.c_str());
+  Log(Level::kInfo, "stopped",
+      {{"steps_completed", static_cast<int64_t>(c.steps_completed)},
+       {"step_retries", static_cast<int64_t>(c.step_retries)}});
+  return 0;
+}
+
+}  // namespace
+}  // namespace gift::worker
+
+int main(int argc, char** argv) { return gift::worker::Main(argc, argv); }

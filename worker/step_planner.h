@@ -1,0 +1,60 @@
+// Turns the coordinator's cluster state into the data-plane plan of one step
+// for this worker (push_pull_engine.h StepPlan): the epoch, this member's
+// rank and the world, the push codec of the policy, and for every local
+// tensor the basis version active at the step (cluster.proto: the committed
+// version with the largest activation step <= step), its transform, and its
+// chunks with the aggregator address of each.
+//
+// Thread safety: pure functions.
+#ifndef GIFT_WORKER_STEP_PLANNER_H_
+#define GIFT_WORKER_STEP_PLANNER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/transform/gradient_transform.h"
+#include "gift/v1/cluster.pb.h"
+#include "worker/push_pull_engine.h"
+
+namespace gift::worker {
+
+// A tensor registered by the local training process.
+struct LocalTensor {
+  uint64_t tensor_id = 0;
+  std::string name;
+  uint64_t rows = 0;      // product of all dimensions but the last
+  uint64_t cols = 0;      // the last dimension
+  float* data = nullptr;  // not owned
+};
+
+// The transform of (tensor id, basis version); never called for direct
+// versions. May block (a fetch from the coordinator).
+using BasisLookup =
+    std::function<absl::StatusOr<std::shared_ptr<const transform::GradientTransform>>(
+        uint64_t tensor_id, uint64_t version)>;
+
+// The committed version of `basis` active at `step`, or null when none is
+// (version 0, direct, is implied before the first one).
+const gift::v1::BasisVersion* ActiveVersion(const gift::v1::TensorBasisState& basis, uint64_t step);
+
+// The plan of `step` for `member_id`. Errors:
+//   FailedPrecondition: the state cannot carry the step yet, and a later
+//     state may (this member is not among its workers, the shard map is of
+//     another epoch, a tensor has no chunks yet, a chunk's server is
+//     missing, or the step is above frozen_through_step). Wait for the next
+//     revision and plan again.
+//   InvalidArgument: the state contradicts the local tensors (a shape
+//     differs from the registered one) or itself.
+//   Errors of `lookup`.
+absl::StatusOr<StepPlan> PlanStep(const gift::v1::ClusterState& state, absl::string_view member_id,
+                                  uint64_t step, const std::vector<LocalTensor>& tensors,
+                                  const BasisLookup& lookup);
+
+}  // namespace gift::worker
+
+#endif  // GIFT_WORKER_STEP_PLANNER_H_

@@ -1,0 +1,498 @@
+#include "worker/worker_daemon.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/codec/codec_spec.h"
+
+namespace gift::worker {
+namespace {
+
+using logging::Level;
+using logging::Log;
+
+bool Retryable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kAborted || s.code() == absl::StatusCode::kUnavailable;
+}
+
+double RelativeL2(const float* got, const float* want, uint64_t n) {
+  double err = 0, norm = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    err += d * d;
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  if (norm == 0) return err == 0 ? 0.0 : INFINITY;
+  return std::sqrt(err / norm);
+}
+
+}  // namespace
+
+WorkerDaemon::WorkerDaemon(std::unique_ptr<PushPullEngine> engine, control::MemberSession* session,
+                           WorkerDaemonOptions options)
+    : options_(std::move(options)), session_(session), engine_(std::move(engine)), store_(session) {
+  owner_ = std::make_unique<BasisOwner>(
+      session_, &store_,
+      BasisOwnerOptions{.codec_options = options_.codec_options,
+                        .on_publish =
+                            [this](uint64_t tensor, uint64_t version, const std::string& chosen,
+                                   transform::RefreshReason reason, std::optional<double> ratio) {
+                              {
+                                absl::MutexLock lock(&mu_);
+                                ++counters_.basis_publications;
+                              }
+                              Log(Level::kInfo, "basis_published",
+                                  {{"tensor", static_cast<int64_t>(tensor)},
+                                   {"version", static_cast<int64_t>(version)},
+                                   {"chosen", chosen},
+                                   {"reason", transform::RefreshReasonName(reason)},
+                                   {"ratio", ratio.value_or(-1.0)}});
+                            },
+                        .on_error =
+                            [](uint64_t tensor, const absl::Status& error) {
+                              Log(Level::kWarning, "owner_error",
+                                  {{"tensor", static_cast<int64_t>(tensor)},
+                                   {"error", error.ToString()}});
+                            }});
+  follower_ = std::thread([this] { FollowLoop(); });
+  owner_thread_ = std::thread([this] { OwnerLoop(); });
+}
+
+WorkerDaemon::~WorkerDaemon() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  follower_.join();
+  owner_thread_.join();
+  engine_.reset();
+}
+
+absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
+    const gift::v1::RegisterBuffersRequest& request) {
+  if (request.buffers_size() == 0) return absl::InvalidArgumentError("no buffers");
+  std::vector<Registered> mapped;
+  std::vector<gift::v1::TensorSpec> specs;
+  for (int i = 0; i < request.buffers_size(); ++i) {
+    const gift::v1::BufferSpec& b = request.buffers(i);
+    const std::string what = absl::StrCat("buffers[", i, "] '", b.name(), "'");
+    if (b.name().empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": empty name"));
+    if (b.dtype() != gift::v1::DTYPE_FLOAT32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": dtype ", gift::v1::DType_Name(b.dtype()), "; only DTYPE_FLOAT32 is supported"));
+    }
+    if (b.shape_size() == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": no shape"));
+    uint64_t elements = 1;
+    for (int64_t d : b.shape()) {
+      if (d <= 0 || d > (int64_t{1} << 40) || elements > (uint64_t{1} << 40) / uint64_t(d)) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": bad dimension ", d));
+      }
+      elements *= static_cast<uint64_t>(d);
+    }
+    if (b.buffer().location_case() == gift::v1::SharedBuffer::kCudaIpcHandle) {
+      return absl::UnimplementedError(absl::StrCat(
+          what,
+          ": CUDA IPC buffers need a gift-worker built with CUDA device support; register "
+          "host (shared-memory) buffers"));
+    }
+    if (b.buffer().location_case() != gift::v1::SharedBuffer::kShmName) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": no shared buffer"));
+    }
+    if (b.buffer().size_bytes() != elements * sizeof(float)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": buffer of ", b.buffer().size_bytes(),
+                                                     " bytes for ", elements, " FP32 elements"));
+    }
+    auto buffer = SharedBuffer::Open(b.buffer().shm_name(), b.buffer().offset_bytes(),
+                                     b.buffer().size_bytes());
+    if (!buffer.ok()) {
+      return absl::Status(buffer.status().code(),
+                          absl::StrCat(what, ": ", buffer.status().message()));
+    }
+    if (reinterpret_cast<uintptr_t>(buffer->data()) % alignof(float) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": offset not 4-byte aligned"));
+    }
+    Registered r{.shape = std::vector<int64_t>(b.shape().begin(), b.shape().end()),
+                 .buffer = *std::move(buffer)};
+    r.local.name = b.name();
+    r.local.cols = static_cast<uint64_t>(b.shape(b.shape_size() - 1));
+    r.local.rows = elements / r.local.cols;
+    r.local.data = static_cast<float*>(r.buffer.data());
+    mapped.push_back(std::move(r));
+    gift::v1::TensorSpec spec;
+    spec.set_name(b.name());
+    *spec.mutable_shape() = b.shape();
+    spec.set_dtype(b.dtype());
+    specs.push_back(std::move(spec));
+  }
+  absl::MutexLock step_lock(&step_mu_);
+  auto registered = session_->RegisterTensors(specs);
+  if (!registered.ok()) return registered.status();
+  if (registered->tensors_size() != static_cast<int>(mapped.size())) {
+    return absl::InternalError("the coordinator answered for another number of tensors");
+  }
+  gift::v1::RegisterBuffersResponse response;
+  for (size_t i = 0; i < mapped.size(); ++i) {
+    mapped[i].local.tensor_id = registered->tensors(static_cast<int>(i)).tensor_id();
+    gift::v1::RegisteredBuffer* out = response.add_buffers();
+    out->set_name(mapped[i].local.name);
+    out->set_tensor_id(mapped[i].local.tensor_id);
+  }
+  registered_ = std::move(mapped);
+  response.set_rank(session_->rank());
+  response.set_world_size(static_cast<uint32_t>(session_->state()->workers_size()));
+  Log(Level::kInfo, "buffers_registered", {{"tensors", static_cast<int64_t>(registered_.size())}});
+  return response;
+}
+
+absl::StatusOr<StepReport> WorkerDaemon::Exchange(
+    uint64_t step, const std::vector<LocalTensor>& tensors, bool exact, absl::Time deadline,
+    uint64_t* epoch, uint32_t* world_size, std::vector<std::pair<uint64_t, bool>>* versions) {
+  const BasisLookup lookup = [this](uint64_t tensor, uint64_t version) {
+    return store_.Get(tensor, version);
+  };
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("step ", step, " did not complete within the step timeout"));
+    }
+    std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
+    auto plan = PlanStep(*state, session_->member_id(), step, tensors, lookup);
+    if (!plan.ok()) {
+      if (plan.status().code() != absl::StatusCode::kFailedPrecondition) return plan.status();
+      if (step > state->frozen_through_step()) {
+        // Let the coordinator see how far this worker got.
+        (void)session_->HeartbeatNow();
+      }
+      (void)session_->WaitForRevision(state->revision() + 1,
+                                      std::min(left, absl::Milliseconds(500)));
+      continue;
+    }
+    if (exact) {
+      plan->step = step | kMeasureStepBit;
+      plan->push_spec = {.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
+      for (TensorStep& t : plan->tensors) {
+        t.transform = nullptr;
+        t.basis_version = 0;
+      }
+    }
+    auto report = engine_->Run(*plan);
+    if (report.ok()) {
+      *epoch = plan->epoch;
+      *world_size = plan->world_size;
+      if (versions != nullptr) {
+        versions->clear();
+        for (const TensorStep& t : plan->tensors) {
+          versions->emplace_back(t.basis_version, t.transform != nullptr);
+        }
+      }
+      return report;
+    }
+    if (!Retryable(report.status())) return report.status();
+    {
+      absl::MutexLock lock(&mu_);
+      ++counters_.step_retries;
+    }
+    Log(Level::kWarning, "step_retry",
+        {{"step", static_cast<int64_t>(step)},
+         {"epoch", static_cast<int64_t>(plan->epoch)},
+         {"reason", report.status().ToString()}});
+    // Run it again once the cluster has moved to a new epoch.
+    const uint64_t ended = plan->epoch;
+    (void)session_->WaitFor([ended](const gift::v1::ClusterState& s) { return s.epoch() > ended; },
+                            std::max(absl::ZeroDuration(), deadline - absl::Now()));
+  }
+}
+
+absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
+    const gift::v1::PushPullRequest& request) {
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_) return absl::UnavailableError("the worker is draining; no new steps");
+    if (request.step() & kMeasureStepBit) {
+      return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " is too large"));
+    }
+    if (last_step_.has_value() && request.step() <= *last_step_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", request.step(), " is not above the last step ", *last_step_));
+    }
+    in_step_ = true;
+  }
+  struct Done {
+    WorkerDaemon* self;
+    ~Done() {
+      absl::MutexLock lock(&self->mu_);
+      self->in_step_ = false;
+    }
+  } done{this};
+
+  absl::MutexLock step_lock(&step_mu_);
+  if (registered_.empty()) {
+    return absl::FailedPreconditionError("no buffers registered: call RegisterBuffers first");
+  }
+  std::vector<const Registered*> selected;
+  if (request.tensor_ids_size() == 0) {
+    for (const Registered& r : registered_) selected.push_back(&r);
+  } else {
+    absl::flat_hash_map<uint64_t, const Registered*> by_id;
+    for (const Registered& r : registered_) by_id[r.local.tensor_id] = &r;
+    for (uint64_t id : request.tensor_ids()) {
+      auto it = by_id.find(id);
+      if (it == by_id.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor id ", id, " is not registered"));
+      }
+      selected.push_back(it->second);
+    }
+  }
+  std::vector<LocalTensor> tensors;
+  for (const Registered* r : selected) tensors.push_back(r->local);
+
+  bool first;
+  {
+    absl::MutexLock lock(&mu_);
+    first = !last_step_.has_value();
+  }
+  if (first && options_.min_workers > 1) {
+    const uint32_t want = options_.min_workers;
+    auto ready = session_->WaitFor(
+        [want](const gift::v1::ClusterState& s) {
+          return static_cast<uint32_t>(s.workers_size()) >= want;
+        },
+        deadline - absl::Now());
+    if (!ready.ok()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the first step waits for ", want, " workers; ",
+                       session_->state()->workers_size(), " joined within the step timeout"));
+    }
+  }
+
+  // What the owner wants of this step (decided on the state before it).
+  std::shared_ptr<const gift::v1::ClusterState> before = session_->state();
+  std::vector<OwnedTensorStep> owned;
+  for (const LocalTensor& t : tensors) {
+    for (const gift::v1::TensorInfo& info : before->tensors()) {
+      if (info.tensor_id() != t.tensor_id) continue;
+      bool needs_own = false;
+      if (!owner_->WantsStep(*before, info, request.step(), &needs_own)) break;
+      OwnedTensorStep o{.step = request.step(),
+                        .tensor_id = t.tensor_id,
+                        .name = t.name,
+                        .rows = t.rows,
+                        .cols = t.cols};
+      if (needs_own) o.own.assign(t.data, t.data + t.rows * t.cols);
+      owned.push_back(std::move(o));
+    }
+  }
+
+  // A measured step first averages copies of the gradients exactly (FP32,
+  // direct), then runs the step itself on the buffers.
+  std::vector<std::vector<float>> exact;
+  uint64_t epoch = 0;
+  uint32_t world_size = 0;
+  StepReport measure_report;
+  if (request.measure_error()) {
+    std::vector<LocalTensor> copies = tensors;
+    exact.resize(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      exact[i].assign(tensors[i].data, tensors[i].data + tensors[i].rows * tensors[i].cols);
+      copies[i].data = exact[i].data();
+    }
+    auto r =
+        Exchange(request.step(), copies, /*exact=*/true, deadline, &epoch, &world_size, nullptr);
+    if (!r.ok()) return r.status();
+    measure_report = *r;
+  }
+  std::vector<std::pair<uint64_t, bool>> versions;
+  auto report =
+      Exchange(request.step(), tensors, /*exact=*/false, deadline, &epoch, &world_size, &versions);
+  if (!report.ok()) return report.status();
+
+  gift::v1::PushPullResponse response;
+  response.set_step(request.step());
+  response.set_epoch(epoch);
+  response.set_world_size(world_size);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    gift::v1::TensorResult* r = response.add_tensors();
+    r->set_tensor_id(tensors[i].tensor_id);
+    r->set_basis_version(versions[i].first);
+    r->set_transformed(versions[i].second);
+    if (request.measure_error()) {
+      r->set_rel_l2_error(
+          RelativeL2(tensors[i].data, exact[i].data(), tensors[i].rows * tensors[i].cols));
+    }
+  }
+  // Per-tensor bytes: the engine reports totals; split by element count.
+  uint64_t elements = 0;
+  for (const LocalTensor& t : tensors) elements += t.rows * t.cols;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const double share = static_cast<double>(tensors[i].rows * tensors[i].cols) / elements;
+    response.mutable_tensors(static_cast<int>(i))
+        ->set_bytes_sent(static_cast<uint64_t>(std::llround(share * report->bytes_pushed)));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  response.set_seconds(seconds);
+
+  session_->SetLastStep(request.step());
+  {
+    absl::MutexLock lock(&mu_);
+    last_step_ = request.step();
+    ++counters_.steps_completed;
+    counters_.bytes_pushed += report->bytes_pushed + measure_report.bytes_pushed;
+    counters_.bytes_pulled += report->bytes_pulled + measure_report.bytes_pulled;
+    counters_.last_step_seconds = seconds;
+  }
+  // Hand the owned tensors' averages to the owner thread.
+  if (!owned.empty()) {
+    std::shared_ptr<const gift::v1::ClusterState> after = session_->state();
+    for (OwnedTensorStep& o : owned) {
+      for (const LocalTensor& t : tensors) {
+        if (t.tensor_id == o.tensor_id) o.average.assign(t.data, t.data + t.rows * t.cols);
+      }
+      EnqueueOwnerJob({.state = after, .step = std::move(o)});
+    }
+  }
+  return response;
+}
+
+absl::Status WorkerDaemon::SubmitActivationStats(
+    const gift::v1::SubmitActivationStatsRequest& request) {
+  uint64_t d_in = 0;
+  {
+    absl::MutexLock step_lock(&step_mu_);
+    for (const Registered& r : registered_) {
+      if (r.local.tensor_id == request.tensor_id()) d_in = r.local.cols;
+    }
+  }
+  if (d_in == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor id ", request.tensor_id(), " is not registered"));
+  }
+  if (request.num_samples() == 0) return absl::InvalidArgumentError("num_samples is 0");
+  if (request.gram().location_case() != gift::v1::SharedBuffer::kShmName) {
+    return absl::InvalidArgumentError("the Gram matrix must be in a shared-memory buffer");
+  }
+  const uint64_t bytes = d_in * d_in * sizeof(float);
+  if (request.gram().size_bytes() != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("Gram buffer of ", request.gram().size_bytes(),
+                                                   " bytes; d_in ", d_in, " needs ", bytes));
+  }
+  auto buffer = SharedBuffer::Open(request.gram().shm_name(), request.gram().offset_bytes(), bytes);
+  if (!buffer.ok()) return buffer.status();
+  OwnerJob job{.state = session_->state(),
+               .tensor_id = request.tensor_id(),
+               .num_samples = request.num_samples()};
+  job.gram.resize(d_in * d_in);
+  std::memcpy(job.gram.data(), buffer->data(), bytes);
+  EnqueueOwnerJob(std::move(job));
+  return absl::OkStatus();
+}
+
+gift::v1::WorkerInfo WorkerDaemon::Info() const {
+  gift::v1::WorkerInfo info;
+  const control::MemberIdentity id = session_->identity();
+  std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
+  info.set_member_id(id.member_id);
+  info.set_rank(id.rank);
+  info.set_world_size(static_cast<uint32_t>(state->workers_size()));
+  info.set_epoch(id.epoch);
+  {
+    absl::MutexLock lock(&mu_);
+    info.set_last_step(last_step_.value_or(0));
+  }
+  *info.mutable_bases() = state->bases();
+  return info;
+}
+
+WorkerDaemon::Counters WorkerDaemon::counters() const {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
+bool WorkerDaemon::Drain(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !in_step_; };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+void WorkerDaemon::EnqueueOwnerJob(OwnerJob job) {
+  absl::MutexLock lock(&mu_);
+  if (owner_jobs_.size() >= options_.max_owner_jobs) {
+    ++counters_.owner_jobs_dropped;
+    return;
+  }
+  owner_jobs_.push_back(std::move(job));
+}
+
+void WorkerDaemon::OwnerLoop() {
+  while (true) {
+    OwnerJob job;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !owner_jobs_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) return;
+      job = std::move(owner_jobs_.front());
+      owner_jobs_.pop_front();
+    }
+    absl::Status s;
+    uint64_t tensor = job.tensor_id;
+    if (job.step.has_value()) {
+      tensor = job.step->tensor_id;
+      // The latest state: a proposal published meanwhile must be seen.
+      s = owner_->Observe(*session_->state(), *job.step);
+    } else {
+      s = owner_->AddActivationFactor(*job.state, job.tensor_id, job.gram, job.num_samples);
+    }
+    if (!s.ok()) {
+      Log(Level::kWarning, "owner_error",
+          {{"tensor", static_cast<int64_t>(tensor)}, {"error", s.ToString()}});
+    }
+  }
+}
+
+void WorkerDaemon::FollowLoop() {
+  uint64_t seen = 0;
+  absl::Status last_error;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    auto state = session_->WaitForRevision(seen + 1, absl::Milliseconds(200));
+    if (!state.ok()) {
+      if (state.status().code() != absl::StatusCode::kDeadlineExceeded) {
+        absl::SleepFor(absl::Milliseconds(50));  // closed: wait for the destructor
+      }
+      continue;
+    }
+    seen = (*state)->revision();
+    engine_->AbortEpochsBefore((*state)->epoch(),
+                               absl::StrCat("the cluster moved to epoch ", (*state)->epoch()));
+    const std::string me = session_->member_id();
+    for (const gift::v1::Member& w : (*state)->workers()) {
+      if (w.member_id() == me && w.state() == gift::v1::MEMBER_STATE_DRAINING &&
+          !drain_requested_.HasBeenNotified()) {
+        Log(Level::kInfo, "drain_requested", {{"member_id", me}});
+        drain_requested_.Notify();
+      }
+    }
+    const absl::Status s = store_.Sync(**state);
+    if (!s.ok() && s.ToString() != last_error.ToString()) {
+      Log(Level::kWarning, "basis_sync_failed", {{"error", s.ToString()}});
+    }
+    last_error = s;
+  }
+}
+
+}  // namespace gift::worker

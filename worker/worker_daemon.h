@@ -1,0 +1,162 @@
+// The core of gift-worker: the local Worker API (worker.proto) over the
+// data path of one GPU's worker, independent of gRPC (worker_grpc_service.h
+// adapts it).
+//
+//   RegisterBuffers  maps the training process's shared-memory buffers and
+//                    registers the tensors with the coordinator;
+//   PushPull(step)   plans the step from the cluster state (step_planner.h),
+//                    runs it through the push-pull engine, and on an aborted
+//                    epoch (a member left) plans it again under the new epoch
+//                    and re-sends: the buffers keep this worker's gradient
+//                    until the step completes, so nothing is lost and the
+//                    servers count each rank once per epoch;
+//   owner duties     for the tensors this member owns: statistics and basis
+//                    refreshes on a background thread (basis_owner.h);
+//   acknowledgements a follower thread fetches and acknowledges every new
+//                    basis proposal and aborts a step whose epoch ended.
+//
+// The first step waits until at least `min_workers` workers have joined (a
+// start barrier for a cluster that is still starting); later steps run with
+// whatever world the epoch has.
+//
+// Ownership: owns the engine and its threads; shares the session, which
+// must outlive the daemon. Thread safety: every public method may be called
+// from any thread; PushPull and RegisterBuffers run one at a time (a second
+// call waits).
+#ifndef GIFT_WORKER_WORKER_DAEMON_H_
+#define GIFT_WORKER_WORKER_DAEMON_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/codec/codec.h"
+#include "common/control/member_session.h"
+#include "gift/v1/worker.pb.h"
+#include "worker/basis_owner.h"
+#include "worker/basis_store.h"
+#include "worker/push_pull_engine.h"
+#include "worker/shared_buffer.h"
+#include "worker/step_planner.h"
+
+namespace gift::worker {
+
+struct WorkerDaemonOptions {
+  // The longest a PushPull may take, retries under new epochs included.
+  absl::Duration step_timeout = absl::Seconds(120);
+  // The first step waits until the world has at least this many workers.
+  uint32_t min_workers = 1;
+  codec::CodecOptions codec_options = {};  // the pool is not owned
+  // Owner jobs waiting beyond this are dropped (counted): statistics are
+  // best effort, steps are not held up by them.
+  size_t max_owner_jobs = 64;
+};
+
+// The step key bit of the exact FP32 exchange a measured step adds (so the
+// servers keep it apart from the step's own chunks).
+inline constexpr uint64_t kMeasureStepBit = uint64_t{1} << 63;
+
+class WorkerDaemon {
+ public:
+  struct Counters {
+    uint64_t steps_completed = 0;
+    uint64_t step_retries = 0;  // plans run again under a new epoch
+    uint64_t bytes_pushed = 0;
+    uint64_t bytes_pulled = 0;
+    uint64_t owner_jobs_dropped = 0;
+    uint64_t basis_publications = 0;
+    double last_step_seconds = 0;
+  };
+
+  // Starts the follower and owner threads.
+  WorkerDaemon(std::unique_ptr<PushPullEngine> engine, control::MemberSession* session,
+               WorkerDaemonOptions options);
+  ~WorkerDaemon();
+  WorkerDaemon(const WorkerDaemon&) = delete;
+  WorkerDaemon& operator=(const WorkerDaemon&) = delete;
+
+  // Errors: InvalidArgument (a bad spec: name, shape, dtype, sizes),
+  // Unimplemented (CUDA IPC buffers in a build without CUDA), NotFound /
+  // PermissionDenied / OutOfRange (shm_open, see shared_buffer.h), and the
+  // coordinator's errors. Nothing changes on error.
+  absl::StatusOr<gift::v1::RegisterBuffersResponse> RegisterBuffers(
+      const gift::v1::RegisterBuffersRequest& request);
+
+  // Errors: FailedPrecondition (nothing registered), InvalidArgument (step
+  // not above the last one, unknown tensor id), Unavailable (draining),
+  // DeadlineExceeded (no complete step within step_timeout), and data-path
+  // errors (push_pull_engine.h). The buffers change only on success.
+  absl::StatusOr<gift::v1::PushPullResponse> PushPull(const gift::v1::PushPullRequest& request);
+
+  // Copies X^T X from the shared buffer and hands it to the owner thread.
+  // InvalidArgument for an unknown tensor or a buffer of the wrong size.
+  absl::Status SubmitActivationStats(const gift::v1::SubmitActivationStatsRequest& request);
+
+  gift::v1::WorkerInfo Info() const;
+  Counters counters() const;
+
+  // Refuses new steps (Unavailable) from now on and waits until the step in
+  // flight, if any, has finished; false when `timeout` passed first.
+  bool Drain(absl::Duration timeout);
+  // Whether the coordinator asked this member to drain (Member.state).
+  bool drain_requested() const { return drain_requested_.HasBeenNotified(); }
+
+ private:
+  struct Registered {
+    LocalTensor local;
+    std::vector<int64_t> shape;
+    SharedBuffer buffer;
+  };
+  struct OwnerJob {
+    std::shared_ptr<const gift::v1::ClusterState> state;
+    std::optional<OwnedTensorStep> step;
+    // Activation statistics.
+    uint64_t tensor_id = 0;
+    std::vector<float> gram;
+    uint64_t num_samples = 0;
+  };
+
+  // Runs one exchange of `tensors` (plans it, retries under new epochs)
+  // until `deadline`.
+  absl::StatusOr<StepReport> Exchange(uint64_t step, const std::vector<LocalTensor>& tensors,
+                                      bool exact, absl::Time deadline, uint64_t* epoch,
+                                      uint32_t* world_size,
+                                      std::vector<std::pair<uint64_t, bool>>* versions);
+  void EnqueueOwnerJob(OwnerJob job);
+  void FollowLoop();
+  void OwnerLoop();
+
+  const WorkerDaemonOptions options_;
+  control::MemberSession* const session_;
+  std::unique_ptr<PushPullEngine> engine_;
+  BasisStore store_;
+
+  // Serializes RegisterBuffers and PushPull.
+  absl::Mutex step_mu_;
+  std::vector<Registered> registered_ ABSL_GUARDED_BY(step_mu_);
+
+  mutable absl::Mutex mu_;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool in_step_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<uint64_t> last_step_ ABSL_GUARDED_BY(mu_);
+  Counters counters_ ABSL_GUARDED_BY(mu_);
+  std::deque<OwnerJob> owner_jobs_ ABSL_GUARDED_BY(mu_);
+
+  absl::Notification drain_requested_;
+  // Used only by the owner thread.
+  std::unique_ptr<BasisOwner> owner_;
+  std::thread follower_;
+  std::thread owner_thread_;
+};
+
+}  // namespace gift::worker
+
+#endif  // GIFT_WORKER_WORKER_DAEMON_H_

@@ -1,0 +1,37 @@
+// The gift.v1.Worker gRPC service over a WorkerDaemon: each call forwards to
+// the daemon and maps its absl::Status to the gRPC status (same code, same
+// message). PushPull blocks its handler thread for the step.
+//
+// Ownership: does not own the daemon, which must outlive the service.
+// Thread safety: thread-safe (the daemon is).
+#ifndef GIFT_WORKER_WORKER_GRPC_SERVICE_H_
+#define GIFT_WORKER_WORKER_GRPC_SERVICE_H_
+
+#include "gift/v1/worker.grpc.pb.h"
+#include "worker/worker_daemon.h"
+
+namespace gift::worker {
+
+class WorkerGrpcService final : public gift::v1::Worker::Service {
+ public:
+  explicit WorkerGrpcService(WorkerDaemon* daemon) : daemon_(daemon) {}
+
+  grpc::Status RegisterBuffers(grpc::ServerContext* context,
+                               const gift::v1::RegisterBuffersRequest* request,
+                               gift::v1::RegisterBuffersResponse* response) override;
+  grpc::Status PushPull(grpc::ServerContext* context, const gift::v1::PushPullRequest* request,
+                        gift::v1::PushPullResponse* response) override;
+  grpc::Status SubmitActivationStats(grpc::ServerContext* context,
+                                     const gift::v1::SubmitActivationStatsRequest* request,
+                                     gift::v1::SubmitActivationStatsResponse* response) override;
+  grpc::Status GetWorkerInfo(grpc::ServerContext* context,
+                             const gift::v1::GetWorkerInfoRequest* request,
+                             gift::v1::WorkerInfo* response) override;
+
+ private:
+  WorkerDaemon* const daemon_;
+};
+
+}  // namespace gift::worker
+
+#endif  // GIFT_WORKER_WORKER_GRPC_SERVICE_H_
