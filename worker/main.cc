@@ -38,6 +38,7 @@
 #include "common/transport/ucx/ucx_transport.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
 #include "worker/worker_daemon.h"
 #include "worker/worker_grpc_service.h"
 
@@ -146,13 +147,55 @@ int Main(int argc, char** argv) {
        {"member_id", (*session)->member_id()},
        {"rank", static_cast<int64_t>((*session)->rank())}});
 
-  auto worker = std::make_unique<WorkerDaemon>(*std::move(engine), session->get(),
-                                               WorkerDaemonOptions{.step_timeout = *step_timeout,
-                                                                   .min_workers = min_workers,
-                                                                   .codec_options = codec_options});
-
-  // Metrics: the daemon's counters, copied on every scrape.
+  // Metrics: per-step histograms fed by the daemon, and its counters copied
+  // on every scrape.
   auto& registry = *(*metrics)->registry();
+  const prometheus::Histogram::BucketBoundaries seconds_buckets = {
+      0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30};
+  auto& step_hist = prometheus::BuildHistogram()
+                        .Name("gift_worker_step_seconds")
+                        .Help("PushPull latency, from the call to the averaged buffers")
+                        .Register(registry)
+                        .Add({}, seconds_buckets);
+  auto& phases = prometheus::BuildHistogram()
+                     .Name("gift_worker_phase_seconds")
+                     .Help(
+                         "Time per step in each phase: encode (transform + quantize + push), "
+                         "wait (last push to last result), decode (decode + inverse transform)")
+                     .Register(registry);
+  auto& encode_hist = phases.Add({{"phase", "encode"}}, seconds_buckets);
+  auto& wait_hist = phases.Add({{"phase", "wait"}}, seconds_buckets);
+  auto& decode_hist = phases.Add({{"phase", "decode"}}, seconds_buckets);
+  auto& fidelity = prometheus::BuildGauge()
+                       .Name("gift_worker_measured_relative_error")
+                       .Help(
+                           "Mean relative L2 error of the averaged gradient against the exact "
+                           "average on the last measured step, by how tensors were sent")
+                       .Register(registry);
+  auto& error_gift = fidelity.Add({{"transform", "gift"}});
+  auto& error_direct = fidelity.Add({{"transform", "direct"}});
+  auto& attempts_hist = prometheus::BuildHistogram()
+                            .Name("gift_worker_step_attempts")
+                            .Help("Plans run per completed step (more than 1: a new epoch)")
+                            .Register(registry)
+                            .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 3, 5});
+
+  auto worker =
+      std::make_unique<WorkerDaemon>(*std::move(engine), session->get(),
+                                     WorkerDaemonOptions{.step_timeout = *step_timeout,
+                                                         .min_workers = min_workers,
+                                                         .codec_options = codec_options,
+                                                         .on_step = [&](const StepStats& s) {
+                                                           step_hist.Observe(s.seconds);
+                                                           encode_hist.Observe(s.encode_seconds);
+                                                           wait_hist.Observe(s.wait_seconds);
+                                                           decode_hist.Observe(s.decode_seconds);
+                                                           attempts_hist.Observe(s.attempts);
+                                                           if (s.error_transformed)
+                                                             error_gift.Set(*s.error_transformed);
+                                                           if (s.error_direct)
+                                                             error_direct.Set(*s.error_direct);
+                                                         }});
   auto& steps = prometheus::BuildCounter()
                     .Name("gift_worker_steps_completed_total")
                     .Help("PushPull steps completed")

@@ -1,5 +1,6 @@
 #include "worker/worker_daemon.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -143,6 +144,11 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
     out->set_tensor_id(mapped[i].local.tensor_id);
   }
   registered_ = std::move(mapped);
+  {
+    absl::MutexLock lock(&mu_);
+    d_in_by_tensor_.clear();
+    for (const Registered& r : registered_) d_in_by_tensor_[r.local.tensor_id] = r.local.cols;
+  }
   response.set_rank(session_->rank());
   response.set_world_size(static_cast<uint32_t>(session_->state()->workers_size()));
   Log(Level::kInfo, "buffers_registered", {{"tensors", static_cast<int64_t>(registered_.size())}});
@@ -166,7 +172,17 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
     if (!plan.ok()) {
       if (plan.status().code() != absl::StatusCode::kFailedPrecondition) return plan.status();
       if (step > state->frozen_through_step()) {
-        // Let the coordinator see how far this worker got.
+        // The schedule is frozen through (the furthest reported step +
+        // window). A worker that starts or resumes at a later step (a
+        // checkpoint, a loop that skips steps) reports that it is at step - 1,
+        // which moves the horizon past the step; pending proposals are then
+        // postponed above it, so no step sees two versions.
+        uint64_t at = step - 1;
+        {
+          absl::MutexLock lock(&mu_);
+          if (last_step_.has_value()) at = std::max(at, *last_step_);
+        }
+        session_->SetLastStep(at);
         (void)session_->HeartbeatNow();
       }
       (void)session_->WaitForRevision(state->revision() + 1,
@@ -309,10 +325,20 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
     if (!r.ok()) return r.status();
     measure_report = *r;
   }
+  uint64_t retries_before;
+  {
+    absl::MutexLock lock(&mu_);
+    retries_before = counters_.step_retries;
+  }
   std::vector<std::pair<uint64_t, bool>> versions;
   auto report =
       Exchange(request.step(), tensors, /*exact=*/false, deadline, &epoch, &world_size, &versions);
   if (!report.ok()) return report.status();
+  uint32_t attempts;
+  {
+    absl::MutexLock lock(&mu_);
+    attempts = 1 + static_cast<uint32_t>(counters_.step_retries - retries_before);
+  }
 
   gift::v1::PushPullResponse response;
   response.set_step(request.step());
@@ -340,6 +366,26 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   response.set_seconds(seconds);
 
+  if (options_.on_step) {
+    StepStats stats{.seconds = seconds,
+                    .encode_seconds = report->encode_seconds,
+                    .wait_seconds = report->wait_seconds,
+                    .decode_seconds = report->decode_seconds,
+                    .bytes_pushed = report->bytes_pushed + measure_report.bytes_pushed,
+                    .bytes_pulled = report->bytes_pulled + measure_report.bytes_pulled,
+                    .attempts = attempts};
+    if (request.measure_error()) {
+      double sum[2] = {0, 0};
+      int count[2] = {0, 0};
+      for (const gift::v1::TensorResult& r : response.tensors()) {
+        sum[r.transformed()] += r.rel_l2_error();
+        ++count[r.transformed()];
+      }
+      if (count[1] > 0) stats.error_transformed = sum[1] / count[1];
+      if (count[0] > 0) stats.error_direct = sum[0] / count[0];
+    }
+    options_.on_step(stats);
+  }
   session_->SetLastStep(request.step());
   {
     absl::MutexLock lock(&mu_);
@@ -366,10 +412,10 @@ absl::Status WorkerDaemon::SubmitActivationStats(
     const gift::v1::SubmitActivationStatsRequest& request) {
   uint64_t d_in = 0;
   {
-    absl::MutexLock step_lock(&step_mu_);
-    for (const Registered& r : registered_) {
-      if (r.local.tensor_id == request.tensor_id()) d_in = r.local.cols;
-    }
+    // Not the step lock: statistics must not wait behind a step.
+    absl::MutexLock lock(&mu_);
+    auto it = d_in_by_tensor_.find(request.tensor_id());
+    if (it != d_in_by_tensor_.end()) d_in = it->second;
   }
   if (d_in == 0) {
     return absl::InvalidArgumentError(

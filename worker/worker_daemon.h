@@ -28,11 +28,13 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -48,6 +50,21 @@
 
 namespace gift::worker {
 
+// What one completed step cost, for metrics.
+struct StepStats {
+  double seconds = 0;         // the whole PushPull
+  double encode_seconds = 0;  // transform + encode (all attempts' last)
+  double wait_seconds = 0;    // from the last push to the last result
+  double decode_seconds = 0;  // decode + inverse transform
+  uint64_t bytes_pushed = 0;
+  uint64_t bytes_pulled = 0;
+  uint32_t attempts = 1;  // > 1 when the step ran again under a new epoch
+  // Measured steps only: the mean relative error of the tensors sent through
+  // a basis and of those sent direct (NaN when there were none).
+  std::optional<double> error_transformed;
+  std::optional<double> error_direct;
+};
+
 struct WorkerDaemonOptions {
   // The longest a PushPull may take, retries under new epochs included.
   absl::Duration step_timeout = absl::Seconds(120);
@@ -57,6 +74,8 @@ struct WorkerDaemonOptions {
   // Owner jobs waiting beyond this are dropped (counted): statistics are
   // best effort, steps are not held up by them.
   size_t max_owner_jobs = 64;
+  // Called after every completed step (on the PushPull caller's thread).
+  std::function<void(const StepStats&)> on_step;
 };
 
 // The step key bit of the exact FP32 exchange a measured step adds (so the
@@ -149,6 +168,8 @@ class WorkerDaemon {
   std::optional<uint64_t> last_step_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);
   std::deque<OwnerJob> owner_jobs_ ABSL_GUARDED_BY(mu_);
+  // The last dimension of each registered tensor (for activation statistics).
+  absl::flat_hash_map<uint64_t, uint64_t> d_in_by_tensor_ ABSL_GUARDED_BY(mu_);
 
   absl::Notification drain_requested_;
   // Used only by the owner thread.

@@ -1,0 +1,25 @@
+"""gift_ps: the training-loop client of GIFT-PS.
+
+    from gift_ps import WorkerClient, GradientSync
+    client = WorkerClient("/run/gift/worker.sock")   # or "unix:/path", "host:port"
+    sync = GradientSync(model, client)                # registers every trainable grad in shm
+    ... loss.backward(); res = sync.sync(step); optimizer.step()
+
+Needs torch, grpcio and protobuf (Debian: python3-torch, python3-grpcio,
+python3-protobuf) and the generated protos of a build (build/python/gen, or
+GIFT_PY_GEN). See docs/clients.md.
+"""
+
+from .client import PushPullResult, TensorResult, WorkerClient, WorkerInfo, worker_target
+from .errors import GiftError
+from .torch_sync import GradientSync
+
+__all__ = [
+    "GiftError",
+    "GradientSync",
+    "PushPullResult",
+    "TensorResult",
+    "WorkerClient",
+    "WorkerInfo",
+    "worker_target",
+]

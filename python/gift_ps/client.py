@@ -1,0 +1,339 @@
+"""WorkerClient: the training process's client of its local gift-worker.
+
+Gradients never travel through gRPC: register() creates one POSIX
+shared-memory object per tensor and registers it with the worker; the caller
+writes gradients into the returned torch tensors, calls push_pull(step), and
+finds the average in the same tensors when it returns.
+
+    client = WorkerClient("/run/gift/worker.sock")   # or "unix:/p", "host:port"
+    grads = client.register({"w": (1024, 512), "b": (1024,)})
+    grads["w"].copy_(my_grad)                          # or write in place
+    result = client.push_pull(step)                    # grads now hold the average
+    client.close()
+
+Threading: all methods may be called from any thread. push_pull and
+push_pull_async calls go to the worker one at a time in the order they were
+made (one background thread), because steps must strictly increase; do not
+write the registered tensors while a push_pull of theirs is in flight.
+Errors from the worker raise GiftError (code name + the worker's message);
+bad arguments caught locally raise ValueError / TypeError.
+"""
+
+import concurrent.futures
+import math
+import operator
+import threading
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import grpc
+import torch
+
+from . import _protos
+from .errors import GiftError
+from .shm import ShmBuffer, next_name_prefix
+
+
+@dataclass(frozen=True)
+class TensorResult:
+    name: str  # "" for a tensor this client did not register
+    tensor_id: int
+    basis_version: int
+    transformed: bool
+    bytes_sent: int
+    rel_l2_error: Optional[float]  # None unless the step measured errors
+
+
+@dataclass(frozen=True)
+class PushPullResult:
+    step: int
+    epoch: int
+    world_size: int
+    seconds: float
+    tensors: List[TensorResult] = field(default_factory=list)
+
+    def by_name(self) -> Dict[str, TensorResult]:
+        return {t.name: t for t in self.tensors}
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(t.bytes_sent for t in self.tensors)
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    member_id: str
+    rank: int
+    world_size: int
+    epoch: int
+    last_step: int
+    bases: list  # gift.v1.TensorBasisState messages
+
+
+def worker_target(address: str) -> str:
+    """gRPC target of an address: "unix:/p" and "host:port" as given, a
+    socket path ("/p", "./p": anything with a '/') as "unix:<path>"."""
+    if not isinstance(address, str) or not address:
+        raise ValueError(f"worker address {address!r} is empty")
+    for scheme in ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:"):
+        if address.startswith(scheme):
+            return address
+    if "/" in address:
+        return "unix:" + address
+    return address
+
+
+def _check_shape(name: str, shape) -> Tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in shape)
+    except TypeError:
+        raise ValueError(f"tensor {name!r}: shape {shape!r} is not a sequence of ints") from None
+    if any(d < 1 for d in dims):
+        raise ValueError(f"tensor {name!r}: shape {dims} has a dimension < 1")
+    return dims
+
+
+class WorkerClient:
+    """A connection to the local gift-worker (gift.v1.Worker)."""
+
+    def __init__(self, address: str, *, timeout: float = 60.0, connect_timeout: float = 10.0,
+                 push_pull_timeout: Optional[float] = None):
+        """Connects to `address` ("unix:/path", a socket path, or "host:port").
+
+        timeout: deadline (s) of register / submit_activation_stats / info.
+        connect_timeout: waits this long for the worker (0: no wait);
+          GiftError UNAVAILABLE when it is not reachable.
+        push_pull_timeout: deadline (s) of a push_pull; None: no deadline (the
+          worker's --step-timeout bounds a step).
+        """
+        self._pb = _protos.load()
+        self.target = worker_target(address)
+        self._timeout = timeout
+        self._push_pull_timeout = push_pull_timeout
+        self._lock = threading.Lock()
+        self._buffers: Dict[str, ShmBuffer] = {}
+        self._tensors: Dict[str, torch.Tensor] = {}
+        self._ids: Dict[str, int] = {}
+        self._names: Dict[int, str] = {}
+        self._stats: Dict[str, ShmBuffer] = {}
+        self._stats_lock = threading.Lock()
+        self.rank: Optional[int] = None
+        self.world_size: Optional[int] = None
+        self._closed = False
+        self._channel = grpc.insecure_channel(self.target, options=[
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 2000),
+        ])
+        if connect_timeout and connect_timeout > 0:
+            try:
+                grpc.channel_ready_future(self._channel).result(timeout=connect_timeout)
+            except grpc.FutureTimeoutError:
+                self._channel.close()
+                raise GiftError("UNAVAILABLE", f"worker at {self.target} is not reachable "
+                                f"within {connect_timeout} s", "Connect") from None
+        self._stub = self._pb.worker_pb2_grpc.WorkerStub(self._channel)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="gift-push-pull")
+
+    # ---- registration -----------------------------------------------------
+
+    def register(self, tensors: Mapping[str, Sequence[int]]) -> Dict[str, torch.Tensor]:
+        """Creates a zero-filled FP32 shared-memory tensor per name and
+        registers the set with the worker (replacing any set registered
+        before; the previous tensors stay readable but are no longer averaged).
+        Every worker must register the same names and shapes. A shape () is
+        registered as [1] and returned as a 0-dim tensor.
+
+        Returns name -> torch.float32 tensor (zero copy into shared memory), in
+        the mapping's order. ValueError for bad names or shapes; GiftError
+        with the worker's reason otherwise.
+        """
+        self._check_open()
+        if not tensors:
+            raise ValueError("register: no tensors")
+        specs = []
+        for name, shape in tensors.items():
+            if not isinstance(name, str) or not name or "\0" in name:
+                raise ValueError(f"tensor name {name!r} must be a non-empty string")
+            dims = _check_shape(name, shape)
+            specs.append((name, dims, dims if dims else (1,)))
+        pb = self._pb
+        prefix = next_name_prefix()
+        buffers: Dict[str, ShmBuffer] = {}
+        try:
+            request = pb.worker_pb2.RegisterBuffersRequest()
+            for i, (name, _, reg_shape) in enumerate(specs):
+                buffer = ShmBuffer(f"{prefix}-{i}", 4 * math.prod(reg_shape))
+                buffers[name] = buffer
+                spec = request.buffers.add(name=name, shape=reg_shape,
+                                           dtype=pb.cluster_pb2.DTYPE_FLOAT32)
+                spec.buffer.shm_name = buffer.name
+                spec.buffer.offset_bytes = 0
+                spec.buffer.size_bytes = buffer.size_bytes
+            response = self._call("RegisterBuffers", self._stub.RegisterBuffers, request,
+                                  self._timeout)
+            if len(response.buffers) != len(specs):
+                raise GiftError("INTERNAL", f"the worker replied with {len(response.buffers)} "
+                                f"tensors for {len(specs)}", "RegisterBuffers")
+        except BaseException:
+            for buffer in buffers.values():
+                buffer.close()
+            raise
+        views = {name: buffers[name].tensor(dims) for name, dims, _ in specs}
+        with self._lock:
+            old = self._buffers
+            self._buffers = buffers
+            self._tensors = views
+            self._ids = {name: reg.tensor_id for (name, _, _), reg in zip(specs, response.buffers)}
+            self._names = {i: n for n, i in self._ids.items()}
+            self.rank = response.rank
+            self.world_size = response.world_size
+        for buffer in old.values():
+            buffer.close()
+        return dict(views)
+
+    @property
+    def tensors(self) -> Dict[str, torch.Tensor]:
+        """The registered tensors (name -> shared-memory view)."""
+        with self._lock:
+            return dict(self._tensors)
+
+    def tensor_id(self, name: str) -> int:
+        with self._lock:
+            if name not in self._ids:
+                raise KeyError(f"tensor {name!r} is not registered")
+            return self._ids[name]
+
+    # ---- push_pull ----------------------------------------------------------
+
+    def push_pull(self, step: int, measure_error: bool = False,
+                  names: Optional[Iterable[str]] = None) -> PushPullResult:
+        """Averages the registered tensors (or `names`) of `step` across all
+        workers, in place, and returns the worker's report. A collective:
+        every worker calls it with the same step and measure_error; steps
+        strictly increase. GiftError FAILED_PRECONDITION (nothing registered),
+        INVALID_ARGUMENT (step not above the last), DEADLINE_EXCEEDED,
+        UNAVAILABLE (worker draining / coordinator unreachable)."""
+        return self.push_pull_async(step, measure_error, names).result()
+
+    def push_pull_async(self, step: int, measure_error: bool = False,
+                        names: Optional[Iterable[str]] = None
+                        ) -> "concurrent.futures.Future[PushPullResult]":
+        """push_pull on the client's thread; calls run in order, one at a time."""
+        self._check_open()
+        if isinstance(step, bool) or not hasattr(step, "__index__") or operator.index(step) < 0:
+            raise ValueError(f"step {step!r} must be a non-negative integer")
+        step = operator.index(step)
+        request = self._pb.worker_pb2.PushPullRequest(step=step, measure_error=bool(measure_error))
+        if names is not None:
+            request.tensor_ids.extend(self.tensor_id(n) for n in names)
+        return self._executor.submit(self._push_pull, request)
+
+    def _push_pull(self, request) -> PushPullResult:
+        response = self._call("PushPull", self._stub.PushPull, request, self._push_pull_timeout)
+        with self._lock:
+            names = dict(self._names)
+        return PushPullResult(
+            step=response.step, epoch=response.epoch, world_size=response.world_size,
+            seconds=response.seconds,
+            tensors=[TensorResult(
+                name=names.get(t.tensor_id, ""), tensor_id=t.tensor_id,
+                basis_version=t.basis_version, transformed=t.transformed,
+                bytes_sent=t.bytes_sent,
+                rel_l2_error=t.rel_l2_error if request.measure_error else None)
+                for t in response.tensors])
+
+    # ---- activation statistics ---------------------------------------------
+
+    def activation_buffer(self, name: str, d_in: int) -> torch.Tensor:
+        """The (d_in, d_in) FP32 shared-memory scratch buffer that
+        submit_activation_stats(name, ...) sends from; accumulating X^T X
+        directly into it makes the submission zero-copy. Zero-filled when new."""
+        self._check_open()
+        self.tensor_id(name)  # must be registered
+        if d_in < 1:
+            raise ValueError(f"d_in {d_in} < 1")
+        with self._stats_lock:
+            return self._stats_buffer_locked(name, d_in).tensor((d_in, d_in))
+
+    def _stats_buffer_locked(self, name: str, d_in: int) -> ShmBuffer:
+        buffer = self._stats.get(name)
+        if buffer is None or buffer.size_bytes != 4 * d_in * d_in:
+            if buffer is not None:
+                buffer.close()
+            buffer = ShmBuffer(f"{next_name_prefix()}-stats", 4 * d_in * d_in)
+            self._stats[name] = buffer
+        return buffer
+
+    def submit_activation_stats(self, name: str, step: int, gram: torch.Tensor,
+                                num_samples: int) -> None:
+        """Hands in X^T X (d_in x d_in, unscaled) of `num_samples` input rows
+        of the linear layer whose weight is the registered tensor `name`, for
+        `step` (used when the policy's geometry source is activations). The
+        values go through a shared-memory scratch buffer (zero copy when
+        `gram` is activation_buffer(name, d_in)) that the worker reads during
+        the call."""
+        self._check_open()
+        if gram.dim() != 2 or gram.shape[0] != gram.shape[1] or gram.shape[0] < 1:
+            raise ValueError(f"gram of shape {tuple(gram.shape)} is not square")
+        if num_samples < 1:
+            raise ValueError(f"num_samples {num_samples} < 1")
+        tensor_id = self.tensor_id(name)
+        d_in = int(gram.shape[0])
+        with self._stats_lock:
+            buffer = self._stats_buffer_locked(name, d_in)
+            scratch = buffer.tensor((d_in, d_in))
+            if scratch.data_ptr() != gram.data_ptr():
+                scratch.copy_(gram.detach())
+            del scratch
+            request = self._pb.worker_pb2.SubmitActivationStatsRequest(
+                tensor_id=tensor_id, step=step, num_samples=int(num_samples))
+            request.gram.shm_name = buffer.name
+            request.gram.offset_bytes = 0
+            request.gram.size_bytes = buffer.size_bytes
+            self._call("SubmitActivationStats", self._stub.SubmitActivationStats, request,
+                       self._timeout)
+
+    # ---- info / lifetime ----------------------------------------------------
+
+    def info(self) -> WorkerInfo:
+        response = self._call("GetWorkerInfo", self._stub.GetWorkerInfo,
+                              self._pb.worker_pb2.GetWorkerInfoRequest(), self._timeout)
+        return WorkerInfo(member_id=response.member_id, rank=response.rank,
+                          world_size=response.world_size, epoch=response.epoch,
+                          last_step=response.last_step, bases=list(response.bases))
+
+    def close(self) -> None:
+        """Waits for queued push_pulls, closes the channel and unlinks every
+        shared-memory object this client created (tensor views stay readable
+        until dropped). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._executor.shutdown(wait=True)
+        self._channel.close()
+        with self._lock:
+            buffers = list(self._buffers.values())
+            self._buffers = {}
+        with self._stats_lock:
+            buffers += list(self._stats.values())
+            self._stats = {}
+        for buffer in buffers:
+            buffer.close()
+
+    def __enter__(self) -> "WorkerClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("WorkerClient is closed")
+
+    def _call(self, method: str, fn, request, timeout: Optional[float]):
+        try:
+            return fn(request, timeout=timeout)
+        except grpc.RpcError as error:
+            raise GiftError.from_rpc_error(error, method) from None

@@ -1,0 +1,176 @@
+"""GradientSync: data-parallel gradient averaging through GIFT, with no change
+to the model or the optimizer.
+
+    client = WorkerClient("/run/gift/worker.sock")
+    sync = GradientSync(model, client)
+    for step, batch in enumerate(loader):
+        optimizer.zero_grad()
+        loss_fn(model(batch)).backward()
+        sync.sync(step)          # p.grad now holds the average over all workers
+        optimizer.step()
+
+Every parameter that requires grad is registered under its
+model.named_parameters() name (FP32 only). sync() puts each gradient into
+its shared-memory buffer and rebinds p.grad to that buffer (CPU parameters),
+so that later backward passes accumulate straight into shared memory while
+the optimizer's zero_grad keeps the tensor (set_to_none=False); with
+set_to_none=True, each step's fresh gradient is copied in. A parameter
+without a gradient in a step contributes zeros, and gets the average too.
+Parameters on another device (CUDA) are copied to the host buffer and the
+average is copied back into p.grad.
+
+Activation statistics: with collect_activations_every=K > 0, forward
+pre-hooks on the selected nn.Linear layers accumulate X^T X and the number of
+rows N of their inputs (X flattened to (-1, d_in), FP32) during the training
+forward passes of collect steps (steps divisible by K; a forward pass belongs
+to the step after the last synced one, or to the one named by begin_step),
+and sync() hands them to the worker for the layer's weight before averaging.
+Forward passes in eval mode or under torch.no_grad() are not counted.
+
+Threading: one GradientSync per process and model; call sync() from the
+training thread.
+"""
+
+import fnmatch
+from typing import Dict, Iterable, List, Optional
+
+import torch
+from torch import nn
+
+from .client import PushPullResult, WorkerClient
+
+
+class GradientSync:
+    def __init__(self, model: nn.Module, client: WorkerClient, *,
+                 collect_activations_every: int = 0,
+                 activation_layers: Optional[Iterable[str]] = None,
+                 start_step: int = 0):
+        """Registers the gradients of `model` with `client`'s worker.
+
+        collect_activations_every: K > 0 collects input statistics of the
+          selected linear layers on steps divisible by K; 0: never.
+        activation_layers: module names (or fnmatch globs) of the nn.Linear
+          layers to collect; None: every nn.Linear whose weight is trained.
+        start_step: the step of the first forward pass (for collection).
+        """
+        if collect_activations_every < 0:
+            raise ValueError("collect_activations_every must be >= 0")
+        self.model = model
+        self.client = client
+        self.params: List = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("GradientSync: the model has no parameter that requires grad")
+        for name, p in self.params:
+            if p.dtype != torch.float32:
+                raise TypeError(f"GradientSync supports FP32 parameters only: '{name}' is "
+                                f"{p.dtype} (keep FP32 master weights, or cast the model)")
+            if p.is_sparse:
+                raise TypeError(f"GradientSync: parameter '{name}' is sparse")
+        self.buffers: Dict[str, torch.Tensor] = client.register(
+            {n: tuple(p.shape) for n, p in self.params})
+        self._every = collect_activations_every
+        self._hooks = []
+        self._stats: Dict[str, dict] = {}  # weight name -> {module, gram, count}
+        self._next_step = start_step
+        if collect_activations_every > 0:
+            self._install_hooks(activation_layers)
+
+    # ---- gradients ------------------------------------------------------------
+
+    def sync(self, step: int, measure_error: bool = False) -> PushPullResult:
+        """After backward: averages every registered gradient across all
+        workers for `step` (a collective; steps strictly increase) and leaves
+        the average in p.grad. Returns the worker's report."""
+        with torch.no_grad():
+            for name, p in self.params:
+                buffer = self.buffers[name]
+                grad = p.grad
+                if grad is None:
+                    buffer.zero_()
+                elif grad.data_ptr() != buffer.data_ptr() or grad.shape != buffer.shape:
+                    if grad.is_sparse:
+                        grad = grad.to_dense()
+                    buffer.copy_(grad)
+        self._submit_stats(step)
+        result = self.client.push_pull(step, measure_error=measure_error)
+        with torch.no_grad():
+            for name, p in self.params:
+                buffer = self.buffers[name]
+                if p.device == buffer.device:
+                    if p.grad is None or p.grad.data_ptr() != buffer.data_ptr():
+                        p.grad = buffer
+                elif p.grad is None:
+                    p.grad = buffer.to(p.device)
+                else:
+                    p.grad.copy_(buffer)
+        self._next_step = step + 1
+        return result
+
+    # ---- activation statistics ----------------------------------------------
+
+    def begin_step(self, step: int) -> None:
+        """Names the step the next forward passes belong to (only needed when
+        steps are not consecutive and activations are collected)."""
+        self._next_step = step
+
+    @property
+    def collecting(self) -> bool:
+        """Whether forward passes now count towards activation statistics."""
+        return self._every > 0 and self._next_step % self._every == 0
+
+    def _install_hooks(self, layers: Optional[Iterable[str]]) -> None:
+        trained = {n for n, _ in self.params}
+        linears = {n: m for n, m in self.model.named_modules() if isinstance(m, nn.Linear)}
+        if layers is None:
+            selected = [n for n in linears if f"{n}.weight" in trained or
+                        (n == "" and "weight" in trained)]
+        else:
+            selected = []
+            for pattern in layers:
+                matches = [n for n in linears if fnmatch.fnmatchcase(n, pattern)]
+                if not matches:
+                    raise ValueError(f"activation_layers: no nn.Linear module matches "
+                                     f"{pattern!r} (linear layers: {sorted(linears)})")
+                selected += [n for n in matches if n not in selected]
+        for module_name in selected:
+            weight = f"{module_name}.weight" if module_name else "weight"
+            if weight not in trained:
+                raise ValueError(f"activation_layers: the weight of '{module_name}' is not "
+                                 "trained, so it is not registered")
+            module = linears[module_name]
+            gram = self.client.activation_buffer(weight, module.in_features)
+            gram.zero_()
+            entry = {"module": module, "gram": gram, "count": 0}
+            self._stats[weight] = entry
+            self._hooks.append(module.register_forward_pre_hook(self._make_hook(entry)))
+
+    def _make_hook(self, entry: dict):
+        def hook(module, inputs):
+            if not self.collecting or not module.training or not torch.is_grad_enabled():
+                return
+            if not inputs or not torch.is_tensor(inputs[0]):
+                return
+            with torch.no_grad():
+                x = inputs[0].detach()
+                x = x.reshape(-1, x.shape[-1]).to(torch.float32)
+                gram = entry["gram"]
+                if x.device == gram.device:
+                    gram.addmm_(x.t(), x)
+                else:
+                    gram.add_((x.t() @ x).to(gram.device))
+                entry["count"] += x.shape[0]
+        return hook
+
+    def _submit_stats(self, step: int) -> None:
+        for weight, entry in self._stats.items():
+            if entry["count"] == 0:
+                continue
+            self.client.submit_activation_stats(weight, step, entry["gram"], entry["count"])
+            entry["gram"].zero_()
+            entry["count"] = 0
+
+    def close(self) -> None:
+        """Removes the forward hooks (the client stays open)."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []

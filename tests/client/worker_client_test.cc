@@ -1,0 +1,316 @@
+// gift_worker_client: shared-memory regions, argument checks and addresses
+// without a cluster; then two clients against a real local cluster
+// (gift-coordinator + 2 gift-server shards + 2 gift-worker daemons started
+// as child processes): the same tensors on both, different gradients in,
+// the same bits out, the exact FP32 average with the fp32 codecs, and the
+// documented error codes.
+#include "worker/client/worker_client.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+#ifdef GIFT_WORKER_BIN
+#include "common/control/coordinator_process.h"
+#include "common/control/subprocess.h"
+#include "nlohmann/json.hpp"
+#endif
+
+namespace gift::client {
+namespace {
+
+bool ShmExists(const std::string& name) {
+  int fd = shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
+
+TEST(ShmRegionTest, CreatesMapsAndUnlinks) {
+  const std::string name = absl::StrCat("/gift-test-", getpid(), "-region");
+  {
+    absl::StatusOr<ShmRegion> region = ShmRegion::Create(name, 64);
+    ASSERT_TRUE(region.ok()) << region.status();
+    EXPECT_TRUE(ShmExists(name));
+    EXPECT_EQ(region->size_bytes(), 64u);
+    static_cast<float*>(region->data())[15] = 2.5f;
+    // Exclusive: a second object of the same name is refused, and the
+    // refusal does not unlink the first.
+    EXPECT_EQ(ShmRegion::Create(name, 64).status().code(), absl::StatusCode::kAlreadyExists);
+    EXPECT_TRUE(ShmExists(name));
+    ShmRegion moved = *std::move(region);
+    EXPECT_EQ(static_cast<float*>(moved.data())[15], 2.5f);
+    EXPECT_TRUE(ShmExists(name));
+  }
+  EXPECT_FALSE(ShmExists(name));
+  EXPECT_EQ(ShmRegion::Create("no-slash", 4).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmRegion::Create("/a/b", 4).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmRegion::Create(name, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WorkerClientTest, Targets) {
+  EXPECT_EQ(WorkerClient::Target("/run/gift/worker.sock"), "unix:/run/gift/worker.sock");
+  EXPECT_EQ(WorkerClient::Target("unix:/x.sock"), "unix:/x.sock");
+  EXPECT_EQ(WorkerClient::Target("localhost:7072"), "localhost:7072");
+}
+
+TEST(WorkerClientTest, UnreachableWorker) {
+  absl::StatusOr<std::unique_ptr<WorkerClient>> client = WorkerClient::Connect(
+      "/nonexistent-dir/worker.sock", {.connect_timeout = absl::Milliseconds(200)});
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
+
+  // Without waiting, the calls fail with UNAVAILABLE instead.
+  client = WorkerClient::Connect("/nonexistent-dir/worker.sock",
+                                 {.connect_timeout = absl::ZeroDuration(),
+                                  .rpc_timeout = absl::Seconds(1),
+                                  .push_pull_timeout = absl::Seconds(1)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<PushPullResult> result = (*client)->PushPull(1);
+  EXPECT_TRUE(result.status().code() == absl::StatusCode::kUnavailable ||
+              result.status().code() == absl::StatusCode::kDeadlineExceeded)
+      << result.status();
+  EXPECT_TRUE(absl::StrContains(result.status().message(), "PushPull")) << result.status();
+}
+
+TEST(WorkerClientTest, RegisterChecksArgumentsBeforeCreatingAnything) {
+  absl::StatusOr<std::unique_ptr<WorkerClient>> client = WorkerClient::Connect(
+      "/nonexistent-dir/worker.sock", {.connect_timeout = absl::ZeroDuration()});
+  ASSERT_TRUE(client.ok());
+  for (const std::vector<TensorSpec>& specs : std::vector<std::vector<TensorSpec>>{
+           {{"", {2}}},
+           {{"a", {}}},
+           {{"a", {2, 0}}},
+           {{"a", {-1}}},
+           {{"a", {2}}, {"a", {2}}},
+       }) {
+    EXPECT_EQ((*client)->Register(specs).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  std::vector<float> not_square(6);
+  EXPECT_EQ((*client)->SubmitActivationStats(1, 1, not_square, 4).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+#ifdef GIFT_WORKER_BIN
+
+bool IsEvent(const std::string& line, const std::string& event) {
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.value("event", "") == event;
+}
+
+// coordinator + 2 servers + 2 workers on loopback, in a temporary directory.
+class LocalCluster {
+ public:
+  static constexpr int kWorkers = 2;
+
+  absl::Status Start() {
+    char tmpl[] = "/tmp/gift-client-test-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp");
+    dir_ = tmpl;
+    control::CoordinatorProcessOptions options;
+    options.binary = GIFT_COORDINATOR_BIN;
+    options.state_file = dir_ + "/state.db";
+    options.extra_args = {"--metrics-listen", ""};
+    absl::StatusOr<std::unique_ptr<control::CoordinatorProcess>> coordinator =
+        control::CoordinatorProcess::Start(options);
+    if (!coordinator.ok()) return coordinator.status();
+    coordinator_ = *std::move(coordinator);
+    for (int s = 0; s < 2; ++s) {
+      absl::Status started = StartDaemon({GIFT_SERVER_BIN, "--coordinator", coordinator_->address(),
+                                          "--name", absl::StrCat("server-", s), "--threads", "1",
+                                          "--listen", "127.0.0.1:0", "--metrics-listen", ""},
+                                         "joined");
+      if (!started.ok()) return started;
+    }
+    for (int w = 0; w < kWorkers; ++w) {
+      sockets_.push_back(absl::StrCat(dir_, "/worker-", w, ".sock"));
+      absl::Status started =
+          StartDaemon({GIFT_WORKER_BIN, "--coordinator", coordinator_->address(), "--socket",
+                       sockets_.back(), "--name", absl::StrCat("worker-", w), "--threads", "1",
+                       "--metrics-listen", "", "--min-workers", absl::StrCat(kWorkers)},
+                      "ready");
+      if (!started.ok()) return started;
+    }
+    return absl::OkStatus();
+  }
+
+  // giftctl policy set: direct tensors with these codecs. The exit code.
+  absl::StatusOr<int> SetCodecs(const std::string& push, const std::string& pull,
+                                std::string* output) {
+    absl::StatusOr<std::unique_ptr<control::Subprocess>> ctl = control::Subprocess::Start(
+        {GIFTCTL_BIN, "--coordinator", coordinator_->address(), "policy", "set", "--push-codec",
+         push, "--pull-codec", pull, "--selection", "list"});
+    if (!ctl.ok()) return ctl.status();
+    absl::StatusOr<int> code = (*ctl)->WaitForExit(absl::Seconds(60));
+    *output = (*ctl)->stdout_text() + (*ctl)->stderr_text();
+    return code;
+  }
+
+  const std::vector<std::string>& sockets() const { return sockets_; }
+
+  std::string Logs() const {
+    std::string text = coordinator_ ? coordinator_->log() : "";
+    for (const auto& d : daemons_) text += d->stderr_text();
+    return text;
+  }
+
+  ~LocalCluster() {
+    for (auto it = daemons_.rbegin(); it != daemons_.rend(); ++it) {
+      (void)(*it)->Signal(SIGTERM);
+      (void)(*it)->WaitForExit(absl::Seconds(30));
+    }
+    daemons_.clear();
+    if (coordinator_) (void)coordinator_->Stop();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+ private:
+  absl::Status StartDaemon(const std::vector<std::string>& argv, const std::string& event) {
+    absl::StatusOr<std::unique_ptr<control::Subprocess>> p = control::Subprocess::Start(argv);
+    if (!p.ok()) return p.status();
+    daemons_.push_back(*std::move(p));
+    absl::StatusOr<std::string> line = daemons_.back()->WaitForLine(
+        [&](const std::string& l) { return IsEvent(l, event); }, absl::Seconds(120));
+    if (!line.ok()) {
+      return absl::Status(line.status().code(), absl::StrCat(argv[0], " did not log `", event,
+                                                             "`: ", line.status().message(), "\n",
+                                                             daemons_.back()->stderr_text()));
+    }
+    return absl::OkStatus();
+  }
+
+  std::string dir_;
+  std::unique_ptr<control::CoordinatorProcess> coordinator_;
+  std::vector<std::unique_ptr<control::Subprocess>> daemons_;
+  std::vector<std::string> sockets_;
+};
+
+TEST(WorkerClientClusterTest, TwoClientsAverageExactlyAndReportCodes) {
+  LocalCluster cluster;
+  absl::Status started = cluster.Start();
+  ASSERT_TRUE(started.ok()) << started << "\n" << cluster.Logs();
+  std::string output;
+  absl::StatusOr<int> code = cluster.SetCodecs("fp32", "fp32", &output);
+  ASSERT_TRUE(code.ok()) << code.status();
+  ASSERT_EQ(*code, 0) << output;
+
+  std::vector<std::unique_ptr<WorkerClient>> clients;
+  for (const std::string& socket : cluster.sockets()) {
+    absl::StatusOr<std::unique_ptr<WorkerClient>> client =
+        WorkerClient::Connect(socket, {.connect_timeout = absl::Seconds(30)});
+    ASSERT_TRUE(client.ok()) << client.status();
+    clients.push_back(*std::move(client));
+  }
+
+  // Nothing registered yet.
+  absl::StatusOr<PushPullResult> early = clients[0]->PushPull(0);
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition) << early.status();
+
+  const std::vector<TensorSpec> specs = {{"layer.weight", {3, 200}}, {"layer.bias", {17}}};
+  std::vector<std::vector<SharedTensor>> tensors;
+  for (auto& client : clients) {
+    absl::StatusOr<std::vector<SharedTensor>> t = client->Register(specs);
+    ASSERT_TRUE(t.ok()) << t.status() << "\n" << cluster.Logs();
+    ASSERT_EQ(t->size(), specs.size());
+    EXPECT_EQ(client->world_size(), 2u);
+    tensors.push_back(*std::move(t));
+  }
+  EXPECT_NE(clients[0]->rank(), clients[1]->rank());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(tensors[0][i].tensor_id(), tensors[1][i].tensor_id());
+    EXPECT_EQ(tensors[0][i].name(), specs[i].name);
+    EXPECT_NE(tensors[0][i].shm_name(), tensors[1][i].shm_name());
+    EXPECT_TRUE(ShmExists(tensors[0][i].shm_name()));
+  }
+
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  uint64_t step = 0;
+  for (int round = 0; round < 3; ++round) {
+    step = 1 + round;  // steps start low: the first schedule is frozen through step 8 only
+    std::vector<std::vector<std::vector<float>>> grads(2);
+    for (int w = 0; w < 2; ++w) {
+      for (SharedTensor& t : tensors[w]) {
+        std::vector<float> g(t.size());
+        for (float& v : g) v = normal(rng) * (w == 0 ? 1.0f : 100.0f);
+        std::memcpy(t.data(), g.data(), g.size() * sizeof(float));
+        grads[w].push_back(std::move(g));
+      }
+    }
+    auto f0 = clients[0]->PushPullAsync(step, /*measure_error=*/true);
+    auto f1 = clients[1]->PushPullAsync(step, /*measure_error=*/true);
+    absl::StatusOr<PushPullResult> r0 = f0.get();
+    absl::StatusOr<PushPullResult> r1 = f1.get();
+    ASSERT_TRUE(r0.ok()) << r0.status() << "\n" << cluster.Logs();
+    ASSERT_TRUE(r1.ok()) << r1.status();
+    EXPECT_EQ(r0->step, step);
+    EXPECT_EQ(r0->world_size, 2u);
+    EXPECT_EQ(r0->epoch, r1->epoch);
+    ASSERT_EQ(r0->tensors.size(), specs.size());
+    for (const TensorResult& t : r0->tensors) {
+      EXPECT_FALSE(t.name.empty());
+      EXPECT_EQ(t.rel_l2_error, 0.0) << t.name;
+      EXPECT_GT(t.bytes_sent, 0u);
+    }
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const SharedTensor& a = tensors[0][i];
+      const SharedTensor& b = tensors[1][i];
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << a.name();
+      size_t mismatches = 0;
+      for (size_t k = 0; k < a.size(); ++k) {
+        const float expected = (grads[0][i][k] + grads[1][i][k]) * 0.5f;
+        if (std::memcmp(&expected, a.data() + k, sizeof(float)) != 0) ++mismatches;
+      }
+      EXPECT_EQ(mismatches, 0u) << a.name() << " at step " << step;
+    }
+  }
+
+  // A step not above the last one.
+  absl::StatusOr<PushPullResult> again = clients[0]->PushPull(step);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kInvalidArgument) << again.status();
+  EXPECT_TRUE(absl::StrContains(again.status().message(), "PushPull: ")) << again.status();
+  // An unknown tensor id.
+  absl::StatusOr<PushPullResult> unknown = clients[0]->PushPull(step + 1, false, {987654});
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument) << unknown.status();
+
+  // Activation statistics of the weight (d_in = 200).
+  std::vector<float> gram(200 * 200, 1.0f);
+  absl::Status submitted =
+      clients[0]->SubmitActivationStats(tensors[0][0].tensor_id(), step, gram, 64);
+  EXPECT_TRUE(submitted.ok()) << submitted;
+  std::vector<float> wrong(10 * 10, 1.0f);
+  EXPECT_EQ(clients[0]->SubmitActivationStats(tensors[0][0].tensor_id(), step, wrong, 64).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  absl::StatusOr<gift::v1::WorkerInfo> info = clients[1]->Info();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->world_size(), 2u);
+  EXPECT_EQ(info->rank(), clients[1]->rank());
+  EXPECT_EQ(info->last_step(), step);
+  EXPECT_FALSE(info->member_id().empty());
+
+  // The client's objects are unlinked when the tensors go.
+  const std::string name = tensors[0][0].shm_name();
+  tensors[0].clear();
+  EXPECT_FALSE(ShmExists(name));
+}
+
+#endif  // GIFT_WORKER_BIN
+
+}  // namespace
+}  // namespace gift::client

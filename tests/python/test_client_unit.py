@@ -1,0 +1,305 @@
+"""Unit tests of gift_ps that need no cluster: shared-memory lifetime and
+cleanup, name validation, GiftError mapping, and the client and GradientSync
+against an in-process fake Worker service."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+import grpc
+import torch
+from torch import nn
+
+from gift_ps import GiftError, GradientSync, WorkerClient, worker_target
+from gift_ps import shm as gshm
+
+from fake_worker import FakeWorker
+
+
+def shm_exists(name: str) -> bool:
+    return os.path.exists("/dev/shm/" + name.lstrip("/"))
+
+
+class ShmBufferTest(unittest.TestCase):
+    def test_create_view_close_unlinks(self):
+        name = gshm.next_name_prefix() + "-t"
+        buffer = gshm.ShmBuffer(name, 64)
+        self.assertTrue(shm_exists(name))
+        view = buffer.tensor((4, 4))
+        self.assertEqual(view.dtype, torch.float32)
+        self.assertTrue(torch.equal(view, torch.zeros(4, 4)))
+        view.fill_(3.0)
+        # The bytes are in the shared object, seen through another mapping.
+        with open("/dev/shm/" + name[1:], "rb") as f:
+            data = torch.frombuffer(bytearray(f.read()), dtype=torch.float32)
+        self.assertTrue(torch.equal(data, torch.full((16,), 3.0)))
+        buffer.close()
+        self.assertFalse(shm_exists(name))
+        # The view keeps the (now nameless) memory alive.
+        self.assertEqual(float(view.sum()), 48.0)
+        buffer.close()  # idempotent
+
+    def test_exclusive_create(self):
+        name = gshm.next_name_prefix() + "-x"
+        buffer = gshm.ShmBuffer(name, 4)
+        with self.assertRaises(FileExistsError):
+            gshm.ShmBuffer(name, 4)
+        self.assertTrue(shm_exists(name))  # the failed create did not unlink it
+        buffer.close()
+
+    def test_garbage_collection_unlinks(self):
+        name = gshm.next_name_prefix() + "-gc"
+        buffer = gshm.ShmBuffer(name, 8)
+        del buffer
+        self.assertFalse(shm_exists(name))
+
+    def test_name_validation(self):
+        for bad in ["", "noslash", "/a/b", "/", "/" + "x" * 300, "/a b", "/..", 7]:
+            with self.assertRaises(ValueError, msg=repr(bad)):
+                gshm.validate_shm_name(bad)
+        gshm.validate_shm_name("/gift-1-p2-3")
+        with self.assertRaises(ValueError):
+            gshm.ShmBuffer("/gift-size-zero", 0)
+
+    def test_atexit_cleans_up_and_child_does_not_unlink_parent(self):
+        # A process that creates a buffer and exits without closing it; its
+        # forked child exits first and must not unlink the parent's object.
+        script = textwrap.dedent("""
+            import os, sys
+            from gift_ps import shm
+            b = shm.ShmBuffer(sys.argv[1], 16)
+            pid = os.fork()
+            if pid == 0:
+                import atexit; atexit._run_exitfuncs(); os._exit(0)
+            os.waitpid(pid, 0)
+            print("exists_after_child", os.path.exists("/dev/shm/" + sys.argv[1][1:]))
+            v = b.tensor()  # keep a view alive through exit
+        """)
+        name = f"/gift-test-{os.getpid()}-atexit"
+        out = subprocess.run([sys.executable, "-c", script, name], capture_output=True, text=True,
+                             env=dict(os.environ), check=True).stdout
+        self.assertIn("exists_after_child True", out)
+        self.assertFalse(shm_exists(name))
+
+
+class ErrorTest(unittest.TestCase):
+    def test_from_rpc_error(self):
+        class FakeRpcError(grpc.RpcError):
+            def code(self):
+                return grpc.StatusCode.FAILED_PRECONDITION
+
+            def details(self):
+                return "no buffers are registered"
+
+        e = GiftError.from_rpc_error(FakeRpcError(), "PushPull")
+        self.assertEqual(e.code, "FAILED_PRECONDITION")
+        self.assertEqual(e.message, "no buffers are registered")
+        self.assertEqual(e.method, "PushPull")
+        self.assertEqual(str(e), "PushPull: FAILED_PRECONDITION: no buffers are registered")
+        self.assertEqual(GiftError.from_rpc_error(ValueError("x")).code, "UNKNOWN")
+
+    def test_targets(self):
+        self.assertEqual(worker_target("/run/gift/worker.sock"), "unix:/run/gift/worker.sock")
+        self.assertEqual(worker_target("./w.sock"), "unix:./w.sock")
+        self.assertEqual(worker_target("unix:/x"), "unix:/x")
+        self.assertEqual(worker_target("localhost:7072"), "localhost:7072")
+        with self.assertRaises(ValueError):
+            worker_target("")
+
+    def test_unreachable(self):
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaises(GiftError) as ctx:
+                WorkerClient(os.path.join(d, "none.sock"), connect_timeout=0.3)
+            self.assertEqual(ctx.exception.code, "UNAVAILABLE")
+
+
+class FakeWorkerTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.fake = FakeWorker(os.path.join(self.dir.name, "w.sock"), scale=0.5, offset=1.0)
+        self.client = WorkerClient(self.fake.address, connect_timeout=10)
+
+    def tearDown(self):
+        self.client.close()
+        self.fake.stop()
+        self.dir.cleanup()
+
+    def test_register_push_pull_zero_copy(self):
+        with self.assertRaises(GiftError) as ctx:
+            self.client.push_pull(0)
+        self.assertEqual(ctx.exception.code, "FAILED_PRECONDITION")
+        self.assertEqual(ctx.exception.method, "PushPull")
+
+        t = self.client.register({"w": (2, 3), "b": [3], "s": ()})
+        self.assertEqual(list(t), ["w", "b", "s"])
+        self.assertEqual(t["w"].shape, (2, 3))
+        self.assertEqual(t["s"].shape, ())
+        self.assertEqual(self.client.world_size, 1)
+        names = [b.name for b in self.client._buffers.values()]
+        self.assertTrue(all(n.startswith(f"/gift-{os.getpid()}-") for n in names))
+        t["w"].copy_(torch.arange(6, dtype=torch.float32).view(2, 3))
+        t["b"].fill_(2.0)
+        result = self.client.push_pull(1, measure_error=True)
+        self.assertEqual(result.step, 1)
+        self.assertEqual(result.epoch, 7)
+        self.assertEqual({r.name for r in result.tensors}, {"w", "b", "s"})
+        self.assertEqual(result.by_name()["w"].rel_l2_error, 0.25)
+        self.assertEqual(result.by_name()["w"].tensor_id, self.client.tensor_id("w"))
+        self.assertTrue(torch.equal(t["w"], torch.arange(6, dtype=torch.float32).view(2, 3) * 0.5
+                                    + 1.0))
+        self.assertTrue(torch.equal(t["b"], torch.full((3,), 2.0)))
+        self.assertEqual(float(t["s"]), 1.0)
+        self.assertIsNone(self.client.push_pull(2).tensors[0].rel_l2_error)
+
+        with self.assertRaises(GiftError) as ctx:
+            self.client.push_pull(2)
+        self.assertEqual(ctx.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("not above", ctx.exception.message)
+
+        # Only some tensors.
+        before = t["b"].clone()
+        r = self.client.push_pull(3, names=["w"])
+        self.assertEqual([x.name for x in r.tensors], ["w"])
+        self.assertTrue(torch.equal(t["b"], before))
+
+        self.client.close()
+        for n in names:
+            self.assertFalse(shm_exists(n), n)
+        self.assertEqual(float(t["b"][0]), 2.0)  # views still readable
+
+    def test_register_validation(self):
+        for bad in [{}, {"": (2,)}, {"x": (0, 2)}, {"x": (-1,)}, {"x": "ab"}]:
+            with self.assertRaises(ValueError, msg=repr(bad)):
+                self.client.register(bad)
+
+    def test_reregister_replaces_and_unlinks_previous(self):
+        self.client.register({"a": (4,)})
+        old = [b.name for b in self.client._buffers.values()]
+        self.client.register({"a": (4,), "c": (2,)})
+        for n in old:
+            self.assertFalse(shm_exists(n))
+        self.assertEqual(set(self.client.tensors), {"a", "c"})
+
+    def test_async_calls_in_order(self):
+        t = self.client.register({"a": (4,)})
+        self.fake.gate.clear()
+        futures = [self.client.push_pull_async(s) for s in (5, 6, 7)]
+        self.assertFalse(any(f.done() for f in futures))
+        self.fake.gate.set()
+        self.assertEqual([f.result(timeout=30).step for f in futures], [5, 6, 7])
+        self.assertEqual(self.fake.push_pull_calls, [5, 6, 7])
+        self.assertTrue(torch.equal(t["a"], torch.full((4,), 1.75)))  # ((0*.5+1)*.5+1)*.5+1
+
+    def test_activation_stats_and_info(self):
+        self.client.register({"layer.weight": (3, 2)})
+        gram = torch.tensor([[1.0, 2.0], [2.0, 5.0]])
+        self.client.submit_activation_stats("layer.weight", 4, gram, 10)
+        scratch = self.client.activation_buffer("layer.weight", 2)
+        scratch.copy_(gram * 2)
+        self.client.submit_activation_stats("layer.weight", 5, scratch, 11)
+        (tid1, step1, n1, g1), (tid2, step2, n2, g2) = self.fake.stats
+        self.assertEqual((tid1, step1, n1), (self.client.tensor_id("layer.weight"), 4, 10))
+        self.assertEqual(list(g1), [1.0, 2.0, 2.0, 5.0])
+        self.assertEqual((step2, n2), (5, 11))
+        self.assertEqual(list(g2), [2.0, 4.0, 4.0, 10.0])
+        with self.assertRaises(ValueError):
+            self.client.submit_activation_stats("layer.weight", 6, torch.zeros(2, 3), 1)
+        with self.assertRaises(KeyError):
+            self.client.submit_activation_stats("nope", 6, gram, 1)
+        info = self.client.info()
+        self.assertEqual((info.member_id, info.epoch, info.world_size), ("fake-member", 7, 1))
+
+
+class TinyNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.fc2 = nn.Linear(8, 2)
+        self.unused = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class GradientSyncFakeTest(unittest.TestCase):
+    """GradientSync against the fake (scale 0.5: "average" = grad / 2)."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.fake = FakeWorker(os.path.join(self.dir.name, "w.sock"), scale=0.5)
+        self.client = WorkerClient(self.fake.address)
+
+    def tearDown(self):
+        self.client.close()
+        self.fake.stop()
+        self.dir.cleanup()
+
+    def run_steps(self, set_to_none: bool):
+        torch.manual_seed(0)
+        model = TinyNet()
+        sync = GradientSync(model, self.client)
+        self.assertEqual(set(sync.buffers), {n for n, _ in model.named_parameters()})
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(3):
+            opt.zero_grad(set_to_none=set_to_none)
+            x = torch.randn(5, 4)
+            model(x).sum().backward()
+            expected = {n: p.grad.clone() * 0.5 for n, p in model.named_parameters()
+                        if p.grad is not None}
+            sync.sync(step)
+            for n, p in model.named_parameters():
+                self.assertEqual(p.grad.data_ptr(), sync.buffers[n].data_ptr(), n)
+                if n.startswith("unused"):
+                    self.assertTrue(torch.equal(p.grad, torch.zeros_like(p)), n)
+                else:
+                    self.assertTrue(torch.equal(p.grad, expected[n]), n)
+            opt.step()
+        return model
+
+    def test_zero_grad_keeps_shm(self):
+        self.run_steps(set_to_none=False)
+
+    def test_zero_grad_set_to_none(self):
+        self.run_steps(set_to_none=True)
+
+    def test_rejects_non_fp32(self):
+        model = TinyNet().to(torch.float64)
+        with self.assertRaises(TypeError) as ctx:
+            GradientSync(model, self.client)
+        self.assertIn("FP32", str(ctx.exception))
+
+    def test_activation_stats(self):
+        torch.manual_seed(1)
+        model = TinyNet()
+        sync = GradientSync(model, self.client, collect_activations_every=2,
+                            activation_layers=["fc*"])
+        with self.assertRaises(ValueError):
+            GradientSync(TinyNet(), self.client, collect_activations_every=1,
+                         activation_layers=["nope"])
+        inputs = []
+        for step in range(3):
+            x = torch.randn(2, 3, 4)
+            inputs.append(x)
+            model.zero_grad()
+            model(x).sum().backward()
+            with torch.no_grad():
+                model(torch.randn(7, 4))  # evaluation: not counted
+            sync.sync(step)
+        ids = {self.client.tensor_id("fc1.weight"): "fc1", self.client.tensor_id("fc2.weight"): "fc2"}
+        got = {(ids[tid], step): (n, g) for tid, step, n, g in self.fake.stats}
+        self.assertEqual(sorted(got), [("fc1", 0), ("fc1", 2), ("fc2", 0), ("fc2", 2)])
+        x0 = inputs[0].reshape(-1, 4)
+        n, g = got[("fc1", 0)]
+        self.assertEqual(n, 6)
+        torch.testing.assert_close(torch.from_numpy(g).view(4, 4), x0.t() @ x0)
+        n, g = got[("fc2", 2)]
+        self.assertEqual(n, 6)
+        self.assertEqual(g.size, 64)
+        sync.close()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,92 @@
+"""A tiny data-parallel training run, shared by the PyTorch integration test
+(the worker processes) and its local reference.
+
+    /usr/bin/python3 train_tiny.py SOCKET RANK FIRST_STEP STEPS OUT.pt
+
+trains TinyModel for STEPS SGD steps through GradientSync on the worker at
+SOCKET (steps FIRST_STEP, FIRST_STEP + 1, ...) and saves the final
+parameters (and the per-step reports) to OUT.pt.
+"""
+
+import sys
+
+import torch
+from torch import nn
+
+WORLD = 2
+LR = 0.1
+
+
+class TinyModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 32)
+        self.fc2 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+def make_model() -> TinyModel:
+    torch.manual_seed(1234)
+    return TinyModel()
+
+
+def batch(rank: int, step: int):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    x = torch.randn(16, 8, generator=g)
+    y = torch.randn(16, 4, generator=g)
+    return x, y
+
+
+def loss_of(model, rank, step):
+    x, y = batch(rank, step)
+    return nn.functional.mse_loss(model(x), y)
+
+
+def reference(steps: int):
+    """Parameters after `steps` SGD steps on the FP32 average (g0+g1)*0.5."""
+    torch.set_num_threads(1)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for i in range(steps):
+        grads = []
+        for rank in range(WORLD):
+            opt.zero_grad(set_to_none=True)
+            loss_of(model, rank, i).backward()
+            grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        for n, p in model.named_parameters():
+            p.grad = (grads[0][n] + grads[1][n]) * 0.5
+        opt.step()
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def initial():
+    return {n: p.detach().clone() for n, p in make_model().named_parameters()}
+
+
+def main(argv):
+    socket, rank, first_step, steps, out = argv[1], int(argv[2]), int(argv[3]), int(argv[4]), argv[5]
+    torch.set_num_threads(1)
+    from gift_ps import GradientSync, WorkerClient
+
+    client = WorkerClient(socket, connect_timeout=30)
+    model = make_model()
+    # Activation statistics every 2 steps exercise the real submission path
+    # (they feed only bases; the tensors here go direct).
+    sync = GradientSync(model, client, collect_activations_every=2)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    reports = []
+    for i in range(steps):
+        opt.zero_grad()  # torch 1.13: keeps the (shared-memory) gradient tensors
+        loss_of(model, rank, i).backward()
+        result = sync.sync(first_step + i, measure_error=True)
+        reports.append({t.name: t.rel_l2_error for t in result.tensors})
+        opt.step()
+    torch.save({"params": {n: p.detach().clone() for n, p in model.named_parameters()},
+                "rank": client.rank, "reports": reports}, out)
+    client.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,329 @@
+#include "worker/client/worker_client.h"
+
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/rpc/grpc_status.h"
+
+namespace gift::client {
+namespace {
+
+// Makes every shared-memory name of the process unique (with the pid).
+std::atomic<uint64_t> g_shm_counter{0};
+
+std::string ShmName(uint64_t counter, absl::string_view suffix) {
+  return absl::StrCat("/gift-", getpid(), "-", counter, "-", suffix);
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
+  return absl::ToChronoTime(absl::Now() + timeout);
+}
+
+void FillBuffer(const ShmRegion& region, gift::v1::SharedBuffer* buffer) {
+  buffer->set_shm_name(region.name());
+  buffer->set_offset_bytes(0);
+  buffer->set_size_bytes(region.size_bytes());
+}
+
+}  // namespace
+
+// ---- ShmRegion ---------------------------------------------------------------
+
+absl::StatusOr<ShmRegion> ShmRegion::Create(const std::string& name, size_t size_bytes) {
+  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos ||
+      name.size() > 255) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared-memory name '", name, "' is not one '/name' component"));
+  }
+  if (size_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("shared-memory object ", name, " of 0 bytes"));
+  }
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    int err = errno;
+    std::string message = absl::StrCat("shm_open(", name, "): ", std::strerror(err));
+    if (err == EEXIST) return absl::AlreadyExistsError(message);
+    return absl::InternalError(message);
+  }
+  ShmRegion region;
+  region.name_ = name;  // from here on, Reset (via the destructor) unlinks it
+  if (ftruncate(fd, static_cast<off_t>(size_bytes)) != 0) {
+    int err = errno;
+    close(fd);
+    return absl::InternalError(
+        absl::StrCat("ftruncate(", name, ", ", size_bytes, "): ", std::strerror(err)));
+  }
+  void* data = mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);
+  if (data == MAP_FAILED) {
+    return absl::InternalError(absl::StrCat("mmap(", name, "): ", std::strerror(err)));
+  }
+  region.data_ = data;
+  region.size_bytes_ = size_bytes;
+  return region;
+}
+
+ShmRegion::ShmRegion(ShmRegion&& other) noexcept
+    : name_(std::exchange(other.name_, {})),
+      data_(std::exchange(other.data_, nullptr)),
+      size_bytes_(std::exchange(other.size_bytes_, 0)) {}
+
+ShmRegion& ShmRegion::operator=(ShmRegion&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    name_ = std::exchange(other.name_, {});
+    data_ = std::exchange(other.data_, nullptr);
+    size_bytes_ = std::exchange(other.size_bytes_, 0);
+  }
+  return *this;
+}
+
+ShmRegion::~ShmRegion() { Reset(); }
+
+void ShmRegion::Reset() {
+  if (data_ != nullptr) munmap(data_, size_bytes_);
+  if (!name_.empty()) shm_unlink(name_.c_str());
+  name_.clear();
+  data_ = nullptr;
+  size_bytes_ = 0;
+}
+
+// ---- WorkerClient --------------------------------------------------------------
+
+std::string WorkerClient::Target(const std::string& address) {
+  if (address.rfind("unix:", 0) == 0 || address.rfind("unix-abstract:", 0) == 0 ||
+      address.rfind("dns:", 0) == 0 || address.rfind("ipv4:", 0) == 0 ||
+      address.rfind("ipv6:", 0) == 0) {
+    return address;
+  }
+  if (address.find('/') != std::string::npos) return absl::StrCat("unix:", address);
+  return address;
+}
+
+absl::StatusOr<std::unique_ptr<WorkerClient>> WorkerClient::Connect(
+    const std::string& address, const WorkerClientOptions& options) {
+  if (address.empty()) return absl::InvalidArgumentError("worker address is empty");
+  std::string target = Target(address);
+  grpc::ChannelArguments args;
+  // Reconnect quickly after a worker restart (gRPC's default backs off to 120 s).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  if (options.connect_timeout > absl::ZeroDuration() &&
+      !channel->WaitForConnected(Deadline(options.connect_timeout))) {
+    return absl::UnavailableError(absl::StrCat("worker at ", target, " is not reachable within ",
+                                               absl::FormatDuration(options.connect_timeout)));
+  }
+  return std::unique_ptr<WorkerClient>(new WorkerClient(std::move(channel), options));
+}
+
+WorkerClient::WorkerClient(std::shared_ptr<grpc::Channel> channel, WorkerClientOptions options)
+    : options_(options),
+      channel_(std::move(channel)),
+      stub_(gift::v1::Worker::NewStub(channel_)),
+      caller_([this] { RunCalls(); }) {}
+
+WorkerClient::~WorkerClient() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  caller_.join();
+}
+
+absl::StatusOr<std::vector<SharedTensor>> WorkerClient::Register(
+    const std::vector<TensorSpec>& specs) {
+  // Check everything before creating anything.
+  absl::flat_hash_set<std::string> seen;
+  std::vector<size_t> elements(specs.size(), 1);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& spec = specs[i];
+    if (spec.name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", i, " has an empty name"));
+    }
+    if (!seen.insert(spec.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' appears twice"));
+    }
+    if (spec.shape.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' has no shape"));
+    }
+    for (int64_t d : spec.shape) {
+      if (d < 1) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' shape ",
+                                                       ShapeString(spec.shape),
+                                                       ": dimensions must be >= 1"));
+      }
+      elements[i] *= static_cast<size_t>(d);
+    }
+  }
+  const uint64_t counter = g_shm_counter.fetch_add(1);
+  std::vector<ShmRegion> regions;
+  regions.reserve(specs.size());
+  gift::v1::RegisterBuffersRequest request;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    absl::StatusOr<ShmRegion> region =
+        ShmRegion::Create(ShmName(counter, absl::StrCat(i)), elements[i] * sizeof(float));
+    if (!region.ok()) return region.status();
+    gift::v1::BufferSpec* buffer = request.add_buffers();
+    buffer->set_name(specs[i].name);
+    for (int64_t d : specs[i].shape) buffer->add_shape(d);
+    buffer->set_dtype(gift::v1::DTYPE_FLOAT32);
+    FillBuffer(*region, buffer->mutable_buffer());
+    regions.push_back(*std::move(region));
+  }
+  grpc::ClientContext context;
+  context.set_deadline(Deadline(options_.rpc_timeout));
+  gift::v1::RegisterBuffersResponse response;
+  grpc::Status status = stub_->RegisterBuffers(&context, request, &response);
+  if (!status.ok()) return rpc::FromGrpcStatus(status, "RegisterBuffers");
+  if (response.buffers_size() != static_cast<int>(specs.size())) {
+    return absl::InternalError(absl::StrCat("RegisterBuffers: the worker replied with ",
+                                            response.buffers_size(), " tensors for ",
+                                            specs.size()));
+  }
+  std::vector<SharedTensor> tensors;
+  tensors.reserve(specs.size());
+  absl::flat_hash_map<uint64_t, std::string> names;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    uint64_t id = response.buffers(static_cast<int>(i)).tensor_id();
+    names[id] = specs[i].name;
+    tensors.emplace_back(specs[i], id, std::move(regions[i]));
+  }
+  absl::MutexLock lock(&mu_);
+  names_ = std::move(names);
+  rank_ = response.rank();
+  world_size_ = response.world_size();
+  return tensors;
+}
+
+uint32_t WorkerClient::rank() const {
+  absl::MutexLock lock(&mu_);
+  return rank_;
+}
+
+uint32_t WorkerClient::world_size() const {
+  absl::MutexLock lock(&mu_);
+  return world_size_;
+}
+
+absl::StatusOr<PushPullResult> WorkerClient::PushPull(uint64_t step, bool measure_error,
+                                                      std::vector<uint64_t> tensor_ids) {
+  return PushPullAsync(step, measure_error, std::move(tensor_ids)).get();
+}
+
+std::future<absl::StatusOr<PushPullResult>> WorkerClient::PushPullAsync(
+    uint64_t step, bool measure_error, std::vector<uint64_t> tensor_ids) {
+  Call call;
+  call.request.set_step(step);
+  call.request.set_measure_error(measure_error);
+  for (uint64_t id : tensor_ids) call.request.add_tensor_ids(id);
+  std::future<absl::StatusOr<PushPullResult>> future = call.promise.get_future();
+  absl::MutexLock lock(&mu_);
+  calls_.push_back(std::move(call));
+  return future;
+}
+
+void WorkerClient::RunCalls() {
+  while (true) {
+    Call call;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &WorkerClient::HasWork));
+      if (calls_.empty()) return;  // stopping, nothing left
+      call = std::move(calls_.front());
+      calls_.pop_front();
+    }
+    // Calls queued before destruction still run (the destructor waits).
+    call.promise.set_value(DoPushPull(call.request));
+  }
+}
+
+absl::StatusOr<PushPullResult> WorkerClient::DoPushPull(const gift::v1::PushPullRequest& request) {
+  grpc::ClientContext context;
+  if (options_.push_pull_timeout != absl::InfiniteDuration()) {
+    context.set_deadline(Deadline(options_.push_pull_timeout));
+  }
+  gift::v1::PushPullResponse response;
+  grpc::Status status = stub_->PushPull(&context, request, &response);
+  if (!status.ok()) return rpc::FromGrpcStatus(status, "PushPull");
+  PushPullResult result;
+  result.step = response.step();
+  result.epoch = response.epoch();
+  result.world_size = response.world_size();
+  result.seconds = response.seconds();
+  result.tensors.reserve(response.tensors_size());
+  absl::MutexLock lock(&mu_);
+  for (const gift::v1::TensorResult& t : response.tensors()) {
+    TensorResult r;
+    r.tensor_id = t.tensor_id();
+    auto it = names_.find(t.tensor_id());
+    if (it != names_.end()) r.name = it->second;
+    r.basis_version = t.basis_version();
+    r.transformed = t.transformed();
+    r.bytes_sent = t.bytes_sent();
+    r.rel_l2_error = request.measure_error() ? t.rel_l2_error() : std::nan("");
+    result.tensors.push_back(std::move(r));
+  }
+  return result;
+}
+
+absl::Status WorkerClient::SubmitActivationStats(uint64_t tensor_id, uint64_t step,
+                                                 absl::Span<const float> gram,
+                                                 uint64_t num_samples) {
+  const size_t d = static_cast<size_t>(std::llround(std::sqrt(static_cast<double>(gram.size()))));
+  if (gram.empty() || d * d != gram.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("SubmitActivationStats: the gram matrix has ",
+                                                   gram.size(), " values, not d_in * d_in"));
+  }
+  absl::MutexLock lock(&stats_mu_);
+  auto it = stats_buffers_.find(tensor_id);
+  if (it == stats_buffers_.end() || it->second.size_bytes() != gram.size() * sizeof(float)) {
+    if (it != stats_buffers_.end()) stats_buffers_.erase(it);
+    absl::StatusOr<ShmRegion> region =
+        ShmRegion::Create(ShmName(g_shm_counter.fetch_add(1), absl::StrCat("stats-", tensor_id)),
+                          gram.size() * sizeof(float));
+    if (!region.ok()) return region.status();
+    it = stats_buffers_.emplace(tensor_id, *std::move(region)).first;
+  }
+  std::memcpy(it->second.data(), gram.data(), gram.size() * sizeof(float));
+  gift::v1::SubmitActivationStatsRequest request;
+  request.set_tensor_id(tensor_id);
+  request.set_step(step);
+  request.set_num_samples(num_samples);
+  FillBuffer(it->second, request.mutable_gram());
+  grpc::ClientContext context;
+  context.set_deadline(Deadline(options_.rpc_timeout));
+  gift::v1::SubmitActivationStatsResponse response;
+  return rpc::FromGrpcStatus(stub_->SubmitActivationStats(&context, request, &response),
+                             "SubmitActivationStats");
+}
+
+absl::StatusOr<gift::v1::WorkerInfo> WorkerClient::Info() {
+  grpc::ClientContext context;
+  context.set_deadline(Deadline(options_.rpc_timeout));
+  gift::v1::WorkerInfo info;
+  grpc::Status status = stub_->GetWorkerInfo(&context, gift::v1::GetWorkerInfoRequest(), &info);
+  if (!status.ok()) return rpc::FromGrpcStatus(status, "GetWorkerInfo");
+  return info;
+}
+
+}  // namespace gift::client

@@ -1,0 +1,231 @@
+// The training loop's client of the local gift-worker daemon (service
+// gift.v1.Worker, proto/gift/v1/worker.proto).
+//
+// Gradients never travel through gRPC: Register creates one POSIX
+// shared-memory object per tensor ("/gift-<pid>-<counter>-<i>"), maps it and
+// registers it with the worker; the training loop writes its gradient into
+// SharedTensor::data(), calls PushPull(step), and reads the average from the
+// same memory when the call returns.
+//
+//   absl::StatusOr<std::unique_ptr<WorkerClient>> client =
+//       WorkerClient::Connect("unix:/run/gift/worker.sock");
+//   absl::StatusOr<std::vector<SharedTensor>> tensors =
+//       (*client)->Register({{"layer0.weight", {1024, 512}}, {"layer0.bias", {1024}}});
+//   for (uint64_t step = 0; step < steps; ++step) {
+//     ComputeGradients((*tensors)[0].data(), (*tensors)[1].data());  // writes in place
+//     absl::StatusOr<PushPullResult> result = (*client)->PushPull(step);
+//     if (!result.ok()) return result.status();     // the worker's code and message
+//     ApplyUpdate((*tensors)[0].data(), ...);       // now holds the average
+//   }
+//
+// Errors: every call returns the worker's gRPC code and message as an
+// absl::Status (rpc::FromGrpcStatus), prefixed with the call's name
+// ("PushPull: ..."). Documented codes: PushPull FAILED_PRECONDITION (nothing
+// registered), INVALID_ARGUMENT (step not above the last one, unknown
+// tensor), DEADLINE_EXCEEDED, UNAVAILABLE (worker draining or unreachable).
+//
+// Ownership: a SharedTensor owns its shared-memory object: it unmaps and
+// unlinks it on destruction. The worker keeps its own mapping, so destroying
+// a SharedTensor that is still registered is memory safe, but the averages
+// then land in memory nobody reads; keep the tensors of the registered set
+// alive while using it. The client owns its channel, its activation-stats
+// scratch buffers and one background thread that issues PushPull calls.
+//
+// Thread safety: WorkerClient's methods may be called from any thread.
+// PushPull and PushPullAsync calls are issued to the worker one at a time, in
+// the order they were made (a FIFO served by the background thread), because
+// steps must strictly increase per worker; PushPull(step) is
+// PushPullAsync(step).get(). The caller must not write the registered tensors
+// while a PushPull of theirs is in flight (the worker reads the gradients and
+// writes the averages during the call). A SharedTensor is not synchronized:
+// share it across threads with external synchronization only.
+#ifndef GIFT_WORKER_CLIENT_WORKER_CLIENT_H_
+#define GIFT_WORKER_CLIENT_WORKER_CLIENT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "gift/v1/worker.grpc.pb.h"
+
+namespace gift::client {
+
+// A tensor to register: its name (the same on every worker) and shape.
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// A POSIX shared-memory object created by this process, mapped read-write.
+// Move-only; unmaps and unlinks the object on destruction.
+class ShmRegion {
+ public:
+  // Creates `name` ("/x", one component) with O_CREAT | O_EXCL, sizes it to
+  // `size_bytes` (> 0) and maps it. ALREADY_EXISTS when the name is taken,
+  // INVALID_ARGUMENT for a bad name or size, INTERNAL for other failures.
+  static absl::StatusOr<ShmRegion> Create(const std::string& name, size_t size_bytes);
+
+  ShmRegion() = default;
+  ShmRegion(ShmRegion&& other) noexcept;
+  ShmRegion& operator=(ShmRegion&& other) noexcept;
+  ShmRegion(const ShmRegion&) = delete;
+  ShmRegion& operator=(const ShmRegion&) = delete;
+  ~ShmRegion();
+
+  void* data() const { return data_; }
+  size_t size_bytes() const { return size_bytes_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  void Reset();
+
+  std::string name_;
+  void* data_ = nullptr;
+  size_t size_bytes_ = 0;
+};
+
+// A registered tensor: FP32, row-major, in shared memory with the worker.
+class SharedTensor {
+ public:
+  SharedTensor(TensorSpec spec, uint64_t tensor_id, ShmRegion region)
+      : spec_(std::move(spec)), tensor_id_(tensor_id), region_(std::move(region)) {}
+
+  float* data() const { return static_cast<float*>(region_.data()); }
+  // Number of FP32 elements.
+  size_t size() const { return region_.size_bytes() / sizeof(float); }
+  absl::Span<float> span() const { return {data(), size()}; }
+  const std::string& name() const { return spec_.name; }
+  const std::vector<int64_t>& shape() const { return spec_.shape; }
+  // The cluster-wide id the coordinator assigned to the name.
+  uint64_t tensor_id() const { return tensor_id_; }
+  // The shared-memory object's name ("/gift-...").
+  const std::string& shm_name() const { return region_.name(); }
+
+ private:
+  TensorSpec spec_;
+  uint64_t tensor_id_;
+  ShmRegion region_;
+};
+
+struct TensorResult {
+  uint64_t tensor_id = 0;
+  std::string name;  // empty for a tensor this client did not register
+  uint64_t basis_version = 0;
+  bool transformed = false;
+  uint64_t bytes_sent = 0;
+  // ||avg_q - avg|| / ||avg||; NaN unless the step measured errors.
+  double rel_l2_error = 0.0;
+};
+
+struct PushPullResult {
+  uint64_t step = 0;
+  uint64_t epoch = 0;
+  uint32_t world_size = 0;
+  double seconds = 0.0;  // as the worker measured it
+  std::vector<TensorResult> tensors;
+};
+
+struct WorkerClientOptions {
+  // Connect waits this long for the channel to be ready; zero: it does not
+  // wait (the first call connects).
+  absl::Duration connect_timeout = absl::Seconds(10);
+  // Deadline of RegisterBuffers, SubmitActivationStats and GetWorkerInfo.
+  absl::Duration rpc_timeout = absl::Seconds(60);
+  // Deadline of PushPull; infinite: none (the worker's --step-timeout bounds
+  // the step).
+  absl::Duration push_pull_timeout = absl::InfiniteDuration();
+};
+
+class WorkerClient {
+ public:
+  // `address`: "unix:/path", a socket path ("/run/gift/worker.sock": anything
+  // with a '/'), or "host:port". UNAVAILABLE when the worker is not ready
+  // within options.connect_timeout.
+  static absl::StatusOr<std::unique_ptr<WorkerClient>> Connect(
+      const std::string& address, const WorkerClientOptions& options = {});
+
+  // Makes a gRPC target from a Connect address ("/p" -> "unix:/p").
+  static std::string Target(const std::string& address);
+
+  ~WorkerClient();
+  WorkerClient(const WorkerClient&) = delete;
+  WorkerClient& operator=(const WorkerClient&) = delete;
+
+  // Creates one zero-filled shared-memory object per spec and registers the
+  // set (replacing the worker's previously registered set). Returns the
+  // tensors in spec order. INVALID_ARGUMENT for an empty or duplicate name,
+  // an empty shape or a dimension < 1 (checked before anything is created);
+  // otherwise the worker's status. Nothing stays allocated on failure.
+  absl::StatusOr<std::vector<SharedTensor>> Register(const std::vector<TensorSpec>& specs);
+
+  // The rank and world size the last successful Register reported.
+  uint32_t rank() const;
+  uint32_t world_size() const;
+
+  // Averages the registered tensors of `step` across all workers, in place
+  // (a collective: every worker calls it with the same step and
+  // measure_error). `tensor_ids` empty: all registered tensors.
+  absl::StatusOr<PushPullResult> PushPull(uint64_t step, bool measure_error = false,
+                                          std::vector<uint64_t> tensor_ids = {});
+
+  // Queues the same call; the future becomes ready when the worker replies.
+  // Calls are issued in order, one at a time, by the client's thread.
+  std::future<absl::StatusOr<PushPullResult>> PushPullAsync(uint64_t step,
+                                                            bool measure_error = false,
+                                                            std::vector<uint64_t> tensor_ids = {});
+
+  // Hands in X^T X (d_in x d_in FP32, row-major, unscaled: `gram` holds
+  // d_in * d_in values) of `num_samples` input rows of the layer whose weight
+  // is `tensor_id`, for `step`. The values are copied into a shared-memory
+  // scratch buffer (one per tensor id, reused) that the worker reads during
+  // the call. INVALID_ARGUMENT for an empty gram or one that is not square.
+  absl::Status SubmitActivationStats(uint64_t tensor_id, uint64_t step,
+                                     absl::Span<const float> gram, uint64_t num_samples);
+
+  absl::StatusOr<gift::v1::WorkerInfo> Info();
+
+ private:
+  struct Call {
+    gift::v1::PushPullRequest request;
+    std::promise<absl::StatusOr<PushPullResult>> promise;
+  };
+
+  WorkerClient(std::shared_ptr<grpc::Channel> channel, WorkerClientOptions options);
+
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !calls_.empty(); }
+  void RunCalls();
+  absl::StatusOr<PushPullResult> DoPushPull(const gift::v1::PushPullRequest& request);
+
+  const WorkerClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<gift::v1::Worker::Stub> stub_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::string> names_ ABSL_GUARDED_BY(mu_);  // tensor id -> name
+  uint32_t rank_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t world_size_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<Call> calls_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  absl::Mutex stats_mu_;
+  absl::flat_hash_map<uint64_t, ShmRegion> stats_buffers_ ABSL_GUARDED_BY(stats_mu_);
+
+  std::thread caller_;
+};
+
+}  // namespace gift::client
+
+#endif  // GIFT_WORKER_CLIENT_WORKER_CLIENT_H_
