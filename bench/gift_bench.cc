@@ -5,6 +5,7 @@
 //                         each transform + format on real gradients (--grads)
 //   gift-bench control-plane  refresh negotiation and watch fan-out of gift-coordinator
 //   gift-bench transform  transform + quantize against direct quantize, CPU and GPU
+//   gift-bench cluster    push-pull of a local cluster against ucx_perftest, gloo, memcpy
 //
 // Every subcommand lives in its own file and registers itself through a
 // bench::Command; see command.h.
@@ -14,6 +15,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "bench/cluster_bench.h"
 #include "bench/codec_bench.h"
 #include "bench/command.h"
 #include "bench/control_plane_bench.h"
@@ -35,6 +37,7 @@ int Main(int argc, char** argv) {
       "  gift-bench codec --json codec.json        table on stdout, numbers in codec.json\n"
       "  gift-bench fidelity --shapes 4096x1024 --json -   JSON on stdout, table on stderr\n"
       "  gift-bench control-plane --members 256 --json cp.json   refresh and watch latency\n"
+      "  gift-bench cluster --servers 2 --workers 4 --steps 20   push-pull of a local cluster\n"
       "Run gift-bench SUBCOMMAND --help for the options of each.");
   app.fallthrough(false);
 
@@ -43,6 +46,7 @@ int Main(int argc, char** argv) {
   commands.push_back(gift::bench::AddFidelityCommand(app));
   commands.push_back(gift::bench::AddControlPlaneCommand(app));
   commands.push_back(gift::bench::AddTransformCommand(app));
+  commands.push_back(gift::bench::AddClusterCommand(app));
 
   try {
     app.parse(argc, argv);

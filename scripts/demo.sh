@@ -1,30 +1,32 @@
 #!/usr/bin/env bash
-# The main job of `make demo`. Until the service's training demo exists it
-# runs the codec benchmark and the round-trip fidelity report on synthetic
-# gradients, and writes both as JSON under out/demo/.
+# The main job of `make demo`: trains a small byte-level language model on the
+# King James Bible with 4 data-parallel processes through a local GIFT-PS
+# cluster, once per communication mode (FP32, BF16, direct FP8 in the published
+# baseline's format and in GIFT's, GIFT FP8), and
+# writes a table, out/demo/results.json and out/demo/loss.png.
 #
-#   scripts/demo.sh BUILD_DIR [--quick]
+#   scripts/demo.sh BUILD_DIR [--quick] [--steps N] [--configs fp32,gift] ... [--help]
+#
+# The demo itself is python/gift_ps/demo (python3 -m gift_ps.demo --help).
+# PYTHON (default /usr/bin/python3) must have torch, grpcio and protobuf.
 set -euo pipefail
 build_dir=${1:-build}
 shift || true
-quick=0
-for a in "$@"; do
-  case "$a" in
-    --quick) quick=1 ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
-    *) echo "demo: unknown argument '$a' (try --quick)" >&2; exit 2 ;;
-  esac
-done
-bench="$build_dir/bench/gift-bench"
-[ -x "$bench" ] || { echo "demo: $bench not built; run make demo" >&2; exit 1; }
-out=out/demo
-mkdir -p "$out"
-if [ "$quick" = 1 ]; then mib=16; reps=3; else mib=64; reps=5; fi
+case "$build_dir" in
+  -h|--help) set -- --help; build_dir=build ;;
+esac
+build_dir=$(cd "$build_dir" 2>/dev/null && pwd || echo "$build_dir")
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
 
-echo "== GIFT-PS codec benchmark (${mib} MiB of FP32 per tensor, median of ${reps}) =="
-"$bench" codec --mib "$mib" --reps "$reps" --json "$out/codec_bench.json"
-echo
-echo "== Round-trip fidelity of each format on synthetic anisotropic gradients =="
-"$bench" fidelity --json "$out/fidelity.json"
-echo
-echo "Results: $out/codec_bench.json and $out/fidelity.json"
+PYTHON=${PYTHON:-/usr/bin/python3}
+if ! "$PYTHON" -c 'import torch, grpc, google.protobuf, numpy, matplotlib' 2>/dev/null; then
+  echo "demo: $PYTHON lacks torch, grpcio, protobuf, numpy or matplotlib (Debian: python3-torch" \
+       "python3-grpcio python3-protobuf python3-numpy python3-matplotlib; scripts/install-deps.sh)" >&2
+  exit 1
+fi
+export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
+if [ -z "${GIFT_PY_GEN:-}" ] && [ -d "$build_dir/python/gen" ]; then
+  export GIFT_PY_GEN="$build_dir/python/gen"
+fi
+exec "$PYTHON" -m gift_ps.demo --build-dir "$build_dir" "$@"

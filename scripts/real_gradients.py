@@ -39,17 +39,31 @@ nondeterminism of the BLAS library.
 
 import argparse
 import json
-import math
 import os
 import shutil
 import subprocess
 import sys
 import time
 
+import importlib.util
+
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+
+
+def _load_model_module():
+    """python/gift_ps/demo/model.py, loaded by path (it imports only torch, so this
+    script needs neither the rest of gift_ps nor its gRPC dependencies)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "gift_ps", "demo", "model.py")
+    spec = importlib.util.spec_from_file_location("gift_demo_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_model = _load_model_module()
+ByteLM = _model.ByteLM  # RMSNorm, RoPE, SwiGLU MLP, causal attention, untied output layer
 
 
 def parse_args(argv):
@@ -118,83 +132,6 @@ def load_text(args):
     if len(data) < 10 * args.context:
         sys.exit(f"error: the text from {source} has only {len(data)} bytes")
     return np.frombuffer(data, dtype=np.uint8).copy(), source
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, d, eps=1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
-def rope_tables(head_dim, context, base=10000.0):
-    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-    ang = torch.outer(torch.arange(context, dtype=torch.float32), inv)
-    return ang.cos(), ang.sin()
-
-
-def apply_rope(x, cos, sin):
-    # x: (B, H, T, hd); rotate (even, odd) pairs.
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    t = x.shape[-2]
-    c, s = cos[:t], sin[:t]
-    return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
-
-
-class Block(nn.Module):
-    def __init__(self, d, heads, hidden):
-        super().__init__()
-        self.heads = heads
-        self.attn_norm = RMSNorm(d)
-        self.q = nn.Linear(d, d, bias=False)
-        self.k = nn.Linear(d, d, bias=False)
-        self.v = nn.Linear(d, d, bias=False)
-        self.o = nn.Linear(d, d, bias=False)
-        self.mlp_norm = RMSNorm(d)
-        self.gate = nn.Linear(d, hidden, bias=False)
-        self.up = nn.Linear(d, hidden, bias=False)
-        self.down = nn.Linear(hidden, d, bias=False)
-
-    def forward(self, x, cos, sin):
-        b, t, d = x.shape
-        hd = d // self.heads
-        h = self.attn_norm(x)
-        q, k, v = (m(h).view(b, t, self.heads, hd).transpose(1, 2) for m in (self.q, self.k, self.v))
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        # Causal softmax attention, written out (torch 1.13 has no fused kernel).
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
-        a = att.masked_fill(mask, float("-inf")).softmax(-1) @ v
-        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
-        h = self.mlp_norm(x)
-        return x + self.down(F.silu(self.gate(h)) * self.up(h))
-
-
-class ByteLM(nn.Module):
-    def __init__(self, args):
-        super().__init__()
-        d = args.d_model
-        self.embed = nn.Embedding(256, d)
-        self.blocks = nn.ModuleList(Block(d, args.heads, args.mlp_hidden) for _ in range(args.layers))
-        self.norm = RMSNorm(d)
-        self.head = nn.Linear(d, 256, bias=False)
-        cos, sin = rope_tables(d // args.heads, args.context)
-        self.register_buffer("cos", cos, persistent=False)
-        self.register_buffer("sin", sin, persistent=False)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, std=0.02)
-            elif isinstance(m, nn.Embedding):
-                nn.init.normal_(m.weight, std=0.02)
-
-    def forward(self, idx):
-        x = self.embed(idx)
-        for blk in self.blocks:
-            x = blk(x, self.cos, self.sin)
-        return self.head(self.norm(x))
 
 
 class Recorder:

@@ -49,7 +49,9 @@ absl::Status CoordinatorProcess::Kill() {
 }
 
 absl::Status CoordinatorProcess::Stop(absl::Duration grace) {
-  if (absl::Status s = process_->Signal(SIGTERM); !s.ok()) return s;
+  // A child that already exited (e.g. the signal reached its whole process
+  // group) is judged by its exit code below.
+  process_->Signal(SIGTERM).IgnoreError();
   absl::StatusOr<int> code = process_->WaitForExit(grace);
   if (!code.ok()) {
     process_->Signal(SIGKILL).IgnoreError();

@@ -50,7 +50,8 @@ class CoordinatorProcess {
   // SIGKILL, then reaps it.
   absl::Status Kill();
   // SIGTERM and waits up to `grace` for a clean exit; fails when it does not
-  // exit in time (it is then killed) or exits with a nonzero code.
+  // exit in time (it is then killed) or exits (or had exited) with a nonzero
+  // code.
   absl::Status Stop(absl::Duration grace = absl::Seconds(10));
 
   // Everything it logged so far (stderr) and printed (stdout).

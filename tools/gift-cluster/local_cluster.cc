@@ -8,6 +8,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
 
 namespace gift::tools {
 namespace {
@@ -88,12 +90,13 @@ std::string LocalCluster::worker_socket(int i) const {
 
 absl::Status LocalCluster::StartAll() {
   const std::string logs = options_.dir + "/logs/";
+  const std::string metrics_listen = options_.metrics ? "127.0.0.1:0" : "";
   control::CoordinatorProcessOptions c{
       .binary = options_.binaries.coordinator,
       .state_file = options_.dir + "/state.db",
       .extra_args = {"--lease-ttl",
                      absl::StrCat(absl::ToInt64Milliseconds(options_.lease_ttl), "ms"),
-                     "--metrics-listen", ""},
+                     "--metrics-listen", metrics_listen},
       .startup_timeout = options_.startup_timeout,
       .subprocess = {.log_path = logs + "coordinator.log", .parent_death_signal = SIGTERM}};
   c.extra_args.insert(c.extra_args.end(), options_.coordinator_args.begin(),
@@ -127,7 +130,7 @@ absl::Status LocalCluster::StartAll() {
                                      "--listen",
                                      "127.0.0.1:0",
                                      "--metrics-listen",
-                                     ""};
+                                     metrics_listen};
     if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
     argv.insert(argv.end(), options_.server_args.begin(), options_.server_args.end());
     auto p = control::Subprocess::Start(
@@ -154,7 +157,7 @@ absl::Status LocalCluster::StartAll() {
         "--step-timeout",
         absl::StrCat(absl::ToInt64Milliseconds(options_.step_timeout), "ms"),
         "--metrics-listen",
-        ""};
+        metrics_listen};
     if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
     argv.insert(argv.end(), options_.worker_args.begin(), options_.worker_args.end());
     auto p = control::Subprocess::Start(
@@ -165,6 +168,26 @@ absl::Status LocalCluster::StartAll() {
   }
   for (int w = 0; w < options_.workers; ++w) {
     if (auto st = wait_for(*workers_[w], worker_name(w), "ready"); !st.ok()) return st;
+  }
+  if (options_.metrics) {
+    auto record = [&](const std::string& name, const std::string& log) -> absl::Status {
+      for (absl::string_view line : absl::StrSplit(log, '\n')) {
+        auto event = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (event.is_object() && event.value("event", "") == "metrics_listening") {
+          metrics_addresses_.emplace_back(name, event.value("address", ""));
+          return absl::OkStatus();
+        }
+      }
+      return absl::InternalError(absl::StrCat(name, " logged no metrics address"));
+    };
+    // Every daemon logs metrics_listening before it reports ready.
+    if (auto st = record("coordinator", coordinator_->log()); !st.ok()) return st;
+    for (int s = 0; s < options_.servers; ++s) {
+      if (auto st = record(server_name(s), servers_[s]->stderr_text()); !st.ok()) return st;
+    }
+    for (int w = 0; w < options_.workers; ++w) {
+      if (auto st = record(worker_name(w), workers_[w]->stderr_text()); !st.ok()) return st;
+    }
   }
   return absl::OkStatus();
 }

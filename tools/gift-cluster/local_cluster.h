@@ -63,6 +63,9 @@ struct LocalClusterOptions {
   std::vector<std::string> server_args;
   std::vector<std::string> worker_args;
   absl::Duration startup_timeout = absl::Seconds(60);
+  // Serve each daemon's Prometheus page on a free loopback port (see
+  // metrics_addresses()); off: no metrics endpoints.
+  bool metrics = false;
 };
 
 class LocalCluster {
@@ -83,6 +86,12 @@ class LocalCluster {
   control::Subprocess* server(int i) { return servers_[i].get(); }
   control::CoordinatorProcess* coordinator() { return coordinator_.get(); }
 
+  // With options.metrics: (daemon name, "127.0.0.1:PORT") of every daemon's
+  // metrics page ("coordinator", "server-0", ..., "worker-0", ...).
+  const std::vector<std::pair<std::string, std::string>>& metrics_addresses() const {
+    return metrics_addresses_;
+  }
+
   // SIGKILLs worker i (a crash); its socket is left behind.
   absl::Status KillWorker(int i);
 
@@ -101,6 +110,7 @@ class LocalCluster {
   std::vector<std::unique_ptr<control::Subprocess>> servers_;
   std::vector<std::unique_ptr<control::Subprocess>> workers_;
   std::vector<bool> killed_;
+  std::vector<std::pair<std::string, std::string>> metrics_addresses_;
   bool stopped_ = false;
 };
 

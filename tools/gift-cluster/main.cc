@@ -7,7 +7,8 @@
 // as real processes on loopback (local_cluster.h), prints one JSON line on
 // stdout once every daemon serves:
 //   {"event":"ready","dir":D,"coordinator":"127.0.0.1:PORT","servers":[...],
-//    "workers":[{"name":"worker-0","socket":"D/worker-0.sock"}, ...]}
+//    "workers":[{"name":"worker-0","socket":"D/worker-0.sock"}, ...],
+//    "metrics":{"coordinator":"127.0.0.1:PORT", ...}}   (with --metrics)
 // and runs until SIGTERM/SIGINT (or, with --stop-on-stdin-eof, until its
 // stdin closes), then stops every daemon. Daemon logs: D/logs/<name>.log.
 // Exit codes: 0 after a clean stop, 1 when the cluster fails to start or a
@@ -68,6 +69,9 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--worker-threads", options.worker_threads, "codec threads per worker")
       ->capture_default_str();
+  app.add_flag("--metrics", options.metrics,
+               "serve every daemon's Prometheus page on a free loopback port (listed in the ready "
+               "line)");
   app.add_flag("--stop-on-stdin-eof", stop_on_eof,
                "also stop when stdin closes (the parent that started it went away)");
   if (std::optional<int> exit = daemon::ParseDaemonFlags(app, argc, argv, "gift-cluster")) {
@@ -116,6 +120,12 @@ int Main(int argc, char** argv) {
   for (int w = 0; w < options.workers; ++w) {
     ready["workers"].push_back(
         {{"name", (*cluster)->worker_name(w)}, {"socket", (*cluster)->worker_socket(w)}});
+  }
+  if (options.metrics) {
+    ready["metrics"] = nlohmann::json::object();
+    for (const auto& [name, address] : (*cluster)->metrics_addresses()) {
+      ready["metrics"][name] = address;
+    }
   }
   std::printf("%s\n", ready.dump().c_str());
   std::fflush(stdout);

@@ -1,0 +1,1268 @@
+#include "bench/cluster_bench.h"
+
+#include <grpcpp/create_channel.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "bench/bench_util.h"
+#include "common/base/status_macros.h"
+#include "common/codec/codec.h"
+#include "common/codec/codec_spec.h"
+#include "common/codec/codec_spec_proto.h"
+#include "common/codec/encoded_tensor.h"
+#include "common/codec/payload.h"
+#include "common/control/coordinator_client.h"
+#include "common/control/subprocess.h"
+#include "common/dataplane/chunk_header.h"
+#include "nlohmann/json.hpp"
+#include "server/aggregator/chunk_reducer.h"
+#include "tools/gift-cluster/local_cluster.h"
+#include "worker/client/worker_client.h"
+
+namespace gift::bench {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Nearest-rank percentile of a non-empty sample.
+double Percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
+
+// ---- the synthetic model -------------------------------------------------------
+
+struct ModelTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t rows = 0;  // 1 for a vector
+  int64_t cols = 0;
+  size_t elements() const { return static_cast<size_t>(rows * cols); }
+  bool matrix() const { return shape.size() == 2; }
+};
+
+// One Llama-style block per layer: attention q, k, v, o (d x d), MLP gate and
+// up (2.75d x d), down (d x 2.75d), and the two RMSNorm weights (d).
+std::vector<ModelTensor> ModelTensors(int64_t d, int layers) {
+  const int64_t ff = static_cast<int64_t>(std::llround(2.75 * static_cast<double>(d)));
+  std::vector<ModelTensor> out;
+  auto matrix = [&](std::string name, int64_t rows, int64_t cols) {
+    out.push_back({std::move(name), {rows, cols}, rows, cols});
+  };
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = absl::StrCat("layers.", l, ".");
+    for (const char* m : {"q", "k", "v", "o"}) matrix(absl::StrCat(p, "attn.", m, ".weight"), d, d);
+    matrix(p + "mlp.gate.weight", ff, d);
+    matrix(p + "mlp.up.weight", ff, d);
+    matrix(p + "mlp.down.weight", d, ff);
+    out.push_back({p + "attn_norm.weight", {d}, 1, d});
+    out.push_back({p + "mlp_norm.weight", {d}, 1, d});
+  }
+  return out;
+}
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double Uniform(uint64_t& state) {  // in [0, 1)
+  return static_cast<double>(SplitMix64(state) >> 11) * 0x1.0p-53;
+}
+
+// Gradients: a fixed Gaussian field per tensor, rolled by a (step, worker)
+// dependent number of rows, times a per-tensor column profile spanning three
+// decades (columns in a random order: a property of the "model", the same
+// for every worker and step, so a learned basis has something to find) and a
+// per-(step, worker, column) jitter in [1/2, 2]. Cheap to apply every step
+// (two multiplies per element), deterministic.
+class GradientSource {
+ public:
+  explicit GradientSource(const std::vector<ModelTensor>& tensors) : tensors_(tensors) {
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      uint64_t s = 0x5EED0000ull + t;
+      std::vector<float> field(tensors[t].elements());
+      for (size_t i = 0; i + 1 < field.size(); i += 2) {  // Box-Muller
+        const double u1 = 1.0 - Uniform(s), u2 = Uniform(s);
+        const double r = std::sqrt(-2.0 * std::log(u1));
+        field[i] = static_cast<float>(r * std::cos(2 * M_PI * u2));
+        field[i + 1] = static_cast<float>(r * std::sin(2 * M_PI * u2));
+      }
+      if (field.size() % 2 == 1) field.back() = static_cast<float>(Uniform(s) - 0.5);
+      std::vector<float> profile(tensors[t].cols);
+      for (float& p : profile) p = static_cast<float>(std::pow(10.0, -3.0 * Uniform(s)));
+      fields_.push_back(std::move(field));
+      profiles_.push_back(std::move(profile));
+    }
+  }
+
+  void Fill(size_t t, uint64_t step, int worker, float* out) const {
+    const ModelTensor& m = tensors_[t];
+    uint64_t s = (step + 1) * 0x1000193ull + static_cast<uint64_t>(worker) * 0x10001ull + t;
+    const int64_t shift = static_cast<int64_t>(SplitMix64(s) % static_cast<uint64_t>(m.rows));
+    std::vector<float> scale(m.cols);
+    for (int64_t c = 0; c < m.cols; ++c) {
+      scale[c] = profiles_[t][c] * static_cast<float>(std::exp2(2.0 * Uniform(s) - 1.0));
+    }
+    const float* field = fields_[t].data();
+    // 1-D tensors: roll within the single row instead.
+    const int64_t col_shift =
+        m.rows == 1 ? shift + static_cast<int64_t>(SplitMix64(s) % m.cols) : 0;
+    for (int64_t r = 0; r < m.rows; ++r) {
+      const float* src = field + ((r + shift) % m.rows) * m.cols;
+      float* dst = out + r * m.cols;
+      if (col_shift == 0) {
+        for (int64_t c = 0; c < m.cols; ++c) dst[c] = src[c] * scale[c];
+      } else {
+        for (int64_t c = 0; c < m.cols; ++c) dst[c] = src[(c + col_shift) % m.cols] * scale[c];
+      }
+    }
+  }
+
+ private:
+  const std::vector<ModelTensor>& tensors_;
+  std::vector<std::vector<float>> fields_;
+  std::vector<std::vector<float>> profiles_;
+};
+
+uint64_t HashFloats(const float* data, size_t n, uint64_t h) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(data);
+  const size_t len = n * sizeof(float);
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, bytes + i, 8);
+    h = (h ^ (w * 0x9E3779B97F4A7C15ull)) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 29;
+  }
+  for (; i < len; ++i) h = (h ^ bytes[i]) * 0x100000001B3ull;
+  return h;
+}
+
+// ---- processes -------------------------------------------------------------------
+
+// utime + stime of a process, in seconds ("self" for this one).
+std::optional<double> ProcessCpuSeconds(const std::string& pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  if (paren == std::string::npos) return std::nullopt;
+  std::istringstream fields(text.substr(paren + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+    if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// A loopback TCP port that was free a moment ago.
+absl::StatusOr<int> FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int e = errno;
+    close(fd);
+    return absl::InternalError(absl::StrCat("bind 127.0.0.1:0: ", std::strerror(e)));
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string Tail(const std::string& text, size_t n = 600) {
+  std::string t = text.size() > n ? "..." + text.substr(text.size() - n) : text;
+  std::replace(t.begin(), t.end(), '\n', ' ');
+  return t;
+}
+
+std::string SelfPath() {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  return error ? std::string() : self.string();
+}
+
+class TempDir {
+ public:
+  static absl::StatusOr<std::unique_ptr<TempDir>> Create() {
+    const char* tmpdir = std::getenv("TMPDIR");
+    std::string path = absl::StrCat(tmpdir != nullptr && tmpdir[0] != '\0' ? tmpdir : "/tmp",
+                                    "/gift-bench-cluster-XXXXXX");
+    if (mkdtemp(path.data()) == nullptr) {
+      return absl::InternalError(absl::StrCat("mkdtemp ", path, ": ", std::strerror(errno)));
+    }
+    return std::unique_ptr<TempDir>(new TempDir(path));
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit TempDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
+// ---- codec facts -------------------------------------------------------------------
+
+// Relative rounding bound of one element of `spec` (half an ulp at 1, doubled
+// for stochastic rounding; 0 for fp32).
+double RelativeBound(const codec::CodecSpec& spec) {
+  return codec::ElementErrorBound(spec.format, spec.rounding, 1.0, 1.0);
+}
+
+// Payload bytes of one chunk of `elements` FP32 values encoded with `spec`
+// (1024-wide rows when they divide it, else one row).
+absl::StatusOr<uint64_t> ChunkPayloadBytes(const codec::CodecSpec& spec, uint64_t elements) {
+  const uint64_t cols = elements % 1024 == 0 ? 1024 : elements;
+  GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor t,
+                        codec::EncodedTensor::Create(spec, elements / cols, cols));
+  const uint64_t dims[] = {elements / cols, cols};
+  return codec::PayloadSize(t.view(), dims);
+}
+
+// ---- the cluster run -----------------------------------------------------------------
+
+enum class Phase { kWarmup, kTimed, kMeasure, kDone };
+
+struct StepSample {
+  Phase phase = Phase::kWarmup;
+  uint64_t step = 0;
+  double wall_s = 0;    // barrier -> reply, as the client saw it
+  double worker_s = 0;  // as the worker daemon measured it
+  uint64_t bytes_pushed = 0;
+  int transformed = 0;
+  uint64_t hash = 0;
+};
+
+struct WorkerState {
+  std::unique_ptr<client::WorkerClient> client;
+  std::vector<client::SharedTensor> tensors;
+  std::vector<StepSample> samples;
+  absl::Status error;
+  client::PushPullResult last;             // of the current step
+  std::vector<std::vector<float>> inputs;  // the measured step's gradients
+};
+
+struct CpuSnapshot {
+  std::vector<std::optional<double>> workers, servers;
+  std::optional<double> coordinator, self;
+};
+
+CpuSnapshot TakeCpu(tools::LocalCluster& cluster, int servers, int workers) {
+  CpuSnapshot s;
+  for (int i = 0; i < workers; ++i) {
+    s.workers.push_back(ProcessCpuSeconds(absl::StrCat(cluster.worker(i)->pid())));
+  }
+  for (int i = 0; i < servers; ++i) {
+    s.servers.push_back(ProcessCpuSeconds(absl::StrCat(cluster.server(i)->pid())));
+  }
+  s.coordinator = ProcessCpuSeconds(absl::StrCat(cluster.coordinator()->pid()));
+  s.self = ProcessCpuSeconds("self");
+  return s;
+}
+
+struct ClusterRun {
+  std::vector<ModelTensor> tensors;
+  uint64_t fp32_bytes = 0;  // per worker per step
+  codec::CodecSpec push_spec, pull_spec;
+  std::vector<WorkerState> workers;
+  std::vector<uint32_t> ranks;
+  int warmup_steps = 0;
+  bool all_transformed = false;
+  int transformable = 0;
+  bool identical_bits = true;
+  std::vector<uint64_t> mismatched_steps;
+  double timed_wall_s = 0;
+  CpuSnapshot cpu_start, cpu_end;
+  // The measured step.
+  double max_service_error = 0;
+  std::string max_service_error_tensor;
+  double max_local_error = 0;
+  std::string max_local_error_tensor;
+  double max_local_vs_service = 0;  // |local - service| / service, largest
+};
+
+absl::Status SetPolicy(const std::string& address, const ClusterBenchOptions& o,
+                       const codec::CodecSpec& push, const codec::CodecSpec& pull) {
+  control::CoordinatorClient client(control::CoordinatorClient::MakeChannel(address),
+                                    absl::Seconds(30));
+  gift::v1::Policy policy;
+  *policy.mutable_transform()->mutable_push_codec() = codec::ToProto(push);
+  *policy.mutable_transform()->mutable_pull_codec() = codec::ToProto(pull);
+  policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);
+  if (o.mode == "gift") {
+    policy.mutable_selection()->add_include("*");  // every 2-D tensor, always
+    policy.mutable_refresh()->set_period_steps(o.period);
+  } else {
+    policy.mutable_selection()->add_exclude("*");  // none: direct quantization
+  }
+  absl::StatusOr<gift::v1::Policy> set = client.SetPolicy(policy, 0);
+  if (!set.ok())
+    return absl::Status(set.status().code(), absl::StrCat("SetPolicy: ", set.status().message()));
+  return absl::OkStatus();
+}
+
+absl::Status RunCluster(const ClusterBenchOptions& o, tools::LocalCluster& cluster, ClusterRun& run,
+                        std::ostream& os) {
+  const int P = o.workers;
+  run.workers.resize(P);
+  std::vector<client::TensorSpec> specs;
+  for (const ModelTensor& t : run.tensors) specs.push_back({t.name, t.shape});
+  for (int w = 0; w < P; ++w) {
+    GIFT_ASSIGN_OR_RETURN(run.workers[w].client,
+                          client::WorkerClient::Connect(cluster.worker_socket(w)));
+  }
+  // Register on all workers at once: each call waits for the coordinator to
+  // assign the tensor ids.
+  {
+    std::vector<std::thread> threads;
+    for (int w = 0; w < P; ++w) {
+      threads.emplace_back([&, w] {
+        auto tensors = run.workers[w].client->Register(specs);
+        if (tensors.ok()) {
+          run.workers[w].tensors = *std::move(tensors);
+        } else {
+          run.workers[w].error = tensors.status();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int w = 0; w < P; ++w) {
+      if (!run.workers[w].error.ok()) {
+        return absl::Status(run.workers[w].error.code(),
+                            absl::StrCat("worker ", w, ": ", run.workers[w].error.message()));
+      }
+      run.ranks.push_back(run.workers[w].client->rank());
+    }
+  }
+  GradientSource source(run.tensors);
+
+  // Shared driver state; written only by the barrier's completion step (all
+  // threads wait there) or by a thread in its own slot.
+  Phase phase = o.warmup > 0 || o.mode == "gift" ? Phase::kWarmup : Phase::kTimed;
+  int warm_done = 0, timed_done = 0;
+  Clock::time_point timed_start = Clock::now();
+  if (phase == Phase::kTimed) run.cpu_start = TakeCpu(cluster, o.servers, P);
+  auto decide = [&]() noexcept {
+    const Phase current = phase;
+    // Errors end the run.
+    for (int w = 0; w < P; ++w) {
+      if (!run.workers[w].error.ok()) {
+        phase = Phase::kDone;
+        return;
+      }
+    }
+    const StepSample& first = run.workers[0].samples.back();
+    for (int w = 1; w < P; ++w) {
+      if (run.workers[w].samples.back().hash != first.hash && current != Phase::kWarmup) {
+        run.identical_bits = false;
+        run.mismatched_steps.push_back(first.step);
+        break;
+      }
+    }
+    switch (current) {
+      case Phase::kWarmup: {
+        ++warm_done;
+        bool transformed = true;
+        for (int w = 0; w < P; ++w) {
+          transformed =
+              transformed && run.workers[w].samples.back().transformed == run.transformable;
+        }
+        run.all_transformed = transformed;
+        const bool ready = o.mode != "gift" || transformed;
+        if (warm_done >= o.warmup && (ready || warm_done >= o.max_warmup)) {
+          phase = Phase::kTimed;
+          run.warmup_steps = warm_done;
+          run.cpu_start = TakeCpu(cluster, o.servers, P);
+          timed_start = Clock::now();
+        }
+        break;
+      }
+      case Phase::kTimed:
+        if (++timed_done >= o.steps) {
+          run.timed_wall_s = SecondsSince(timed_start);
+          run.cpu_end = TakeCpu(cluster, o.servers, P);
+          phase = Phase::kMeasure;
+        }
+        break;
+      case Phase::kMeasure:
+      case Phase::kDone:
+        phase = Phase::kDone;
+        break;
+    }
+  };
+  std::barrier ready_barrier(P);
+  std::barrier done_barrier(P, decide);
+
+  auto drive = [&](int w) {
+    WorkerState& ws = run.workers[w];
+    for (uint64_t step = 0; phase != Phase::kDone; ++step) {
+      const Phase current = phase;
+      for (size_t t = 0; t < run.tensors.size(); ++t) {
+        source.Fill(t, step, w, ws.tensors[t].data());
+      }
+      if (current == Phase::kMeasure) {
+        ws.inputs.clear();
+        for (const client::SharedTensor& t : ws.tensors) {
+          ws.inputs.emplace_back(t.data(), t.data() + t.size());
+        }
+      }
+      ready_barrier.arrive_and_wait();
+      const Clock::time_point start = Clock::now();
+      absl::StatusOr<client::PushPullResult> result =
+          ws.client->PushPull(step, current == Phase::kMeasure);
+      const double wall = SecondsSince(start);
+      StepSample sample{.phase = current, .step = step, .wall_s = wall};
+      if (result.ok()) {
+        sample.worker_s = result->seconds;
+        for (const client::TensorResult& r : result->tensors) {
+          sample.bytes_pushed += r.bytes_sent;
+          sample.transformed += r.transformed ? 1 : 0;
+        }
+        uint64_t h = 0xCBF29CE484222325ull;
+        for (const client::SharedTensor& t : ws.tensors) h = HashFloats(t.data(), t.size(), h);
+        sample.hash = h;
+        ws.last = *std::move(result);
+      } else {
+        ws.error = absl::Status(
+            result.status().code(),
+            absl::StrCat("worker ", w, " step ", step, ": ", result.status().message()));
+      }
+      ws.samples.push_back(sample);
+      done_barrier.arrive_and_wait();
+    }
+  };
+  os << "running: " << o.warmup << "+ warm-up, " << o.steps << " timed steps, 1 measured step\n"
+     << std::flush;
+  {
+    std::vector<std::thread> threads;
+    for (int w = 0; w < P; ++w) threads.emplace_back(drive, w);
+    for (std::thread& t : threads) t.join();
+  }
+  for (int w = 0; w < P; ++w) {
+    if (!run.workers[w].error.ok()) return run.workers[w].error;
+  }
+
+  // The measured step: the service's errors, and the same computed here.
+  for (int w = 0; w < P; ++w) {
+    for (const client::TensorResult& r : run.workers[w].last.tensors) {
+      if (std::isfinite(r.rel_l2_error) && r.rel_l2_error >= run.max_service_error) {
+        run.max_service_error = r.rel_l2_error;
+        run.max_service_error_tensor = r.name;
+      }
+    }
+  }
+  for (size_t t = 0; t < run.tensors.size(); ++t) {
+    const size_t n = run.tensors[t].elements();
+    const float* got = run.workers[0].tensors[t].data();
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < n; ++i) {
+      double exact = 0;
+      for (int w = 0; w < P; ++w) exact += run.workers[w].inputs[t][i];
+      exact /= P;
+      err += (got[i] - exact) * (got[i] - exact);
+      norm += exact * exact;
+    }
+    const double rel = norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
+    if (rel >= run.max_local_error) {
+      run.max_local_error = rel;
+      run.max_local_error_tensor = run.tensors[t].name;
+    }
+    const double service = run.workers[0].last.tensors[t].rel_l2_error;
+    if (service > 0) {
+      run.max_local_vs_service =
+          std::max(run.max_local_vs_service, std::abs(rel - service) / service);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- ucx_perftest ---------------------------------------------------------------------
+
+struct PerftestResult {
+  std::string label;
+  uint64_t message_bytes = 0;
+  int iterations = 0;
+  double bytes_per_s = 0;  // 0: did not run
+  std::string error;
+};
+
+// Whether some process listens on TCP `port` (IPv4 or IPv6), from /proc.
+bool Listening(int port) {
+  const std::string suffix = absl::StrFormat(":%04X", port);
+  for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      // sl local_address rem_address st ...; st 0A is LISTEN.
+      if (f.size() > 3 && f[3] == "0A" && absl::EndsWith(f[1], suffix)) return true;
+    }
+  }
+  return false;
+}
+
+absl::Status WaitListening(int port, control::Subprocess& process, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!Listening(port)) {
+    if (process.WaitForExit(absl::ZeroDuration()).ok()) {
+      return absl::UnavailableError("it exited");
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("nothing listens on port ", port, " after ", absl::FormatDuration(timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(20));  // polling /proc, not a guess at readiness
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> WithTls(const std::string& tls, std::vector<std::string> argv) {
+  if (tls.empty()) return argv;
+  argv.insert(argv.begin(), {"/usr/bin/env", absl::StrCat("UCX_TLS=", tls)});
+  return argv;
+}
+
+PerftestResult RunPerftest(const ClusterBenchOptions& o, const std::string& label, uint64_t bytes) {
+  PerftestResult r{.label = label, .message_bytes = bytes};
+  r.iterations =
+      o.perftest_iters > 0
+          ? o.perftest_iters
+          : static_cast<int>(std::clamp<uint64_t>((uint64_t{256} << 20) / bytes, 20, 2000));
+  absl::StatusOr<int> port = FreePort();
+  if (!port.ok()) {
+    r.error = port.status().ToString();
+    return r;
+  }
+  auto server =
+      control::Subprocess::Start(WithTls(o.ucx_tls, {o.perftest_bin, "-p", absl::StrCat(*port)}));
+  if (!server.ok()) {
+    r.error = absl::StrCat("starting the server: ", server.status().ToString());
+    return r;
+  }
+  // ucx_perftest's stdout is block-buffered into our pipe, so its "Waiting
+  // for connection" line only shows at exit: wait for the listening socket.
+  if (absl::Status listening = WaitListening(*port, **server, absl::Seconds(20)); !listening.ok()) {
+    r.error = absl::StrCat("the server did not listen: ", listening.message(), "; ",
+                           Tail((*server)->stdout_text() + (*server)->stderr_text()));
+    return r;
+  }
+  auto client = control::Subprocess::Start(
+      WithTls(o.ucx_tls, {o.perftest_bin, "127.0.0.1", "-p", absl::StrCat(*port), "-t", "tag_bw",
+                          "-s", absl::StrCat(bytes), "-n", absl::StrCat(r.iterations)}));
+  if (!client.ok()) {
+    r.error = absl::StrCat("starting the client: ", client.status().ToString());
+    return r;
+  }
+  absl::StatusOr<int> code = (*client)->WaitForExit(absl::Seconds(120));
+  (void)(*server)->WaitForExit(absl::Seconds(10));  // it exits after one test
+  const std::string out = (*client)->stdout_text();
+  if (!code.ok() || *code != 0) {
+    r.error = absl::StrCat("client ",
+                           code.ok() ? absl::StrCat("exited ", *code) : code.status().ToString(),
+                           ": ", Tail(out + (*client)->stderr_text()));
+    return r;
+  }
+  // "Final: ITER P50 AVG_OVERHEAD OVERALL_OVERHEAD BW_AVG BW_OVERALL MSGRATE_AVG MSGRATE_OVERALL"
+  // with bandwidth in MB/s, where UCX's MB is 2^20 bytes.
+  for (absl::string_view line : absl::StrSplit(out, '\n')) {
+    const size_t at = line.find("Final:");
+    if (at == absl::string_view::npos) continue;
+    std::vector<double> numbers;
+    for (absl::string_view field :
+         absl::StrSplit(line.substr(at + 6), absl::ByAnyChar(" \t|"), absl::SkipEmpty())) {
+      double v;
+      if (absl::SimpleAtod(field, &v)) numbers.push_back(v);
+    }
+    if (numbers.size() >= 6 && std::isfinite(numbers[5]) && numbers[5] > 0) {
+      r.bytes_per_s = numbers[5] * 1048576.0;
+      return r;
+    }
+  }
+  r.error = absl::StrCat("no bandwidth in its output: ", Tail(out));
+  return r;
+}
+
+// ---- gloo -----------------------------------------------------------------------------
+
+struct GlooResult {
+  bool ran = false;
+  std::string skipped;
+  json report;  // the script's JSON
+  double median_s = 0, p90_s = 0;
+};
+
+std::string DefaultGlooScript() {
+#ifdef GIFT_BENCH_SOURCE_DIR
+  const std::string in_source = GIFT_BENCH_SOURCE_DIR "/gloo_allreduce.py";
+  if (access(in_source.c_str(), R_OK) == 0) return in_source;
+#endif
+  // Installed: share/gift/gloo_allreduce.py next to bin/.
+  const std::filesystem::path self = SelfPath();
+  return (self.parent_path().parent_path() / "share/gift/gloo_allreduce.py").string();
+}
+
+GlooResult RunGloo(const ClusterBenchOptions& o, const std::vector<ModelTensor>& tensors, int steps,
+                   int warmup) {
+  GlooResult g;
+  if (access(o.python.c_str(), X_OK) != 0) {
+    g.skipped = absl::StrCat(o.python, " is not executable");
+    return g;
+  }
+  const std::string script = o.gloo_script.empty() ? DefaultGlooScript() : o.gloo_script;
+  if (access(script.c_str(), R_OK) != 0) {
+    g.skipped = absl::StrCat("no gloo script at ", script, " (pass --gloo-script)");
+    return g;
+  }
+  absl::StatusOr<int> port = FreePort();
+  if (!port.ok()) {
+    g.skipped = port.status().ToString();
+    return g;
+  }
+  json shapes = json::array();
+  for (const ModelTensor& t : tensors) shapes.push_back(t.shape);
+  auto child = control::Subprocess::Start({o.python, script, "--world", absl::StrCat(o.workers),
+                                           "--port", absl::StrCat(*port), "--steps",
+                                           absl::StrCat(steps), "--warmup", absl::StrCat(warmup),
+                                           "--mode", o.gloo_mode, "--shapes", shapes.dump()});
+  if (!child.ok()) {
+    g.skipped = absl::StrCat("starting ", o.python, ": ", child.status().ToString());
+    return g;
+  }
+  absl::StatusOr<int> code = (*child)->WaitForExit(absl::Seconds(600));
+  const std::string out = (*child)->stdout_text();
+  if (!code.ok()) {
+    (void)(*child)->Signal(SIGKILL);
+    g.skipped = absl::StrCat("gloo run did not finish: ", code.status().message());
+    return g;
+  }
+  // The last line of stdout is the JSON report.
+  std::string last;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipWhitespace())) {
+    last = std::string(line);
+  }
+  json report = json::parse(last, nullptr, /*allow_exceptions=*/false);
+  if (report.is_discarded() || !report.is_object()) {
+    g.skipped = absl::StrCat("gloo script exited ", *code,
+                             " without a JSON report: ", Tail(out + (*child)->stderr_text()));
+    return g;
+  }
+  if (report.contains("skipped")) {
+    g.skipped = report["skipped"].get<std::string>();
+    return g;
+  }
+  if (*code != 0 || !report.contains("step_seconds")) {
+    g.skipped = absl::StrCat(
+        "gloo script exited ", *code, ": ",
+        report.contains("error") ? report["error"].dump() : Tail((*child)->stderr_text()));
+    return g;
+  }
+  // The step time of the collective: the slowest rank's, per step.
+  std::vector<double> per_step;
+  for (const json& rank_times : report["step_seconds"]) {
+    const auto times = rank_times.get<std::vector<double>>();
+    if (per_step.empty()) per_step.assign(times.size(), 0.0);
+    for (size_t i = 0; i < times.size() && i < per_step.size(); ++i) {
+      per_step[i] = std::max(per_step[i], times[i]);
+    }
+  }
+  if (per_step.empty()) {
+    g.skipped = "gloo script reported no steps";
+    return g;
+  }
+  g.ran = true;
+  g.median_s = Median(per_step);
+  g.p90_s = Percentile(per_step, 0.9);
+  g.report = std::move(report);
+  return g;
+}
+
+// ---- server reduction -------------------------------------------------------------------
+
+struct ReducerResult {
+  bool ran = false;
+  std::string error;
+  uint64_t rows = 0, cols = 0;
+  uint64_t payload_bytes = 0;
+  double all_pushes_s = 0;  // median: P AddPush calls of one chunk
+  double last_push_s = 0;   // median: the completing push (reduce + re-encode)
+  double memcpy_s = 0;
+};
+
+absl::StatusOr<ReducerResult> RunReducer(const ClusterBenchOptions& o, const codec::CodecSpec& push,
+                                         const codec::CodecSpec& pull) {
+  ReducerResult r;
+  const uint64_t elements = o.chunk_bytes / sizeof(float);
+  r.cols = elements % 1024 == 0 ? 1024 : elements;
+  r.rows = elements / r.cols;
+  const uint32_t P = static_cast<uint32_t>(o.workers);
+  const uint64_t dims[] = {r.rows, r.cols};
+  std::vector<std::vector<uint8_t>> payloads;
+  for (uint32_t rank = 0; rank < P; ++rank) {
+    std::vector<float> g(elements);
+    uint64_t s = 0xC0FFEEull + rank;
+    for (uint64_t i = 0; i < elements; ++i) {
+      g[i] = static_cast<float>((Uniform(s) - 0.5) * std::pow(10.0, -3.0 * (i % r.cols) / r.cols));
+    }
+    GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor t,
+                          codec::EncodedTensor::Create(push, r.rows, r.cols));
+    GIFT_RETURN_IF_ERROR(codec::Encode(g.data(), t.mutable_view(), {.tensor = 1, .rank = rank}));
+    GIFT_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, codec::SerializePayload(t.view(), dims));
+    payloads.push_back(std::move(bytes));
+  }
+  r.payload_bytes = payloads[0].size();
+  GIFT_ASSIGN_OR_RETURN(std::unique_ptr<server::ChunkReducer> reducer,
+                        server::ChunkReducer::Create({.pull_spec = pull}));
+  GIFT_RETURN_IF_ERROR(reducer->SetEpoch(1, P, {{{1, 0}, {r.rows, r.cols}}}).status());
+  std::vector<double> all, last;
+  const int reps = std::max(1, o.reducer_reps);
+  for (int rep = 0; rep <= reps; ++rep) {                 // rep 0 warms up
+    std::vector<std::vector<uint8_t>> copies = payloads;  // AddPush takes them
+    double total = 0, final_push = 0;
+    for (uint32_t rank = 0; rank < P; ++rank) {
+      const dataplane::ChunkHeader header{.kind = dataplane::ChunkKind::kPush,
+                                          .epoch = 1,
+                                          .step = static_cast<uint64_t>(rep) + 1,
+                                          .tensor_id = 1,
+                                          .basis_version = 0,
+                                          .chunk_index = 0,
+                                          .rank = rank,
+                                          .world_size = P};
+      const Clock::time_point start = Clock::now();
+      auto result = reducer->AddPush(header, std::move(copies[rank]));
+      const double s = SecondsSince(start);
+      if (!result.ok()) return result.status();
+      if (result->has_value() != (rank + 1 == P)) {
+        return absl::InternalError("the reducer completed the chunk at the wrong push");
+      }
+      total += s;
+      if (rank + 1 == P) final_push = s;
+    }
+    if (rep > 0) {
+      all.push_back(total);
+      last.push_back(final_push);
+    }
+  }
+  r.all_pushes_s = Median(all);
+  r.last_push_s = Median(last);
+  std::vector<float> src(elements, 1.0f), dst(elements, 0.0f);
+  std::vector<double> copies;
+  for (int rep = 0; rep <= 5 * reps; ++rep) {
+    src[rep % elements] = static_cast<float>(rep);
+    const Clock::time_point start = Clock::now();
+    std::memcpy(dst.data(), src.data(), o.chunk_bytes);
+    const double s = SecondsSince(start);
+    if (dst[rep % elements] != static_cast<float>(rep)) return absl::InternalError("memcpy check");
+    if (rep > 0) copies.push_back(s);
+  }
+  r.memcpy_s = Median(copies);
+  r.ran = true;
+  return r;
+}
+
+// ---- output helpers ----------------------------------------------------------------------
+
+double Gbps(double bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+
+json Ratio(double num, double den) {
+  if (!(num > 0) || !(den > 0)) return nullptr;
+  return num / den;
+}
+
+std::string RatioText(const json& r) {
+  return r.is_number() ? absl::StrFormat("%.3f", r.get<double>()) : "-";
+}
+
+double Sum(const std::vector<std::optional<double>>& a,
+           const std::vector<std::optional<double>>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (a[i] && b[i]) s += *b[i] - *a[i];
+  }
+  return s;
+}
+
+}  // namespace
+
+absl::Status RunClusterBench(const ClusterBenchOptions& o) {
+  if (o.mode != "gift" && o.mode != "direct" && o.mode != "fp32") {
+    return absl::InvalidArgumentError(absl::StrCat("--mode ", o.mode, ": gift, direct or fp32"));
+  }
+  if (o.gloo_mode != "buckets" && o.gloo_mode != "flat" && o.gloo_mode != "per-tensor") {
+    return absl::InvalidArgumentError("--gloo-mode: buckets, flat or per-tensor");
+  }
+  GIFT_ASSIGN_OR_RETURN(OutputSinks sinks, OutputSinks::Open(o.json_path));
+  std::ostream& os = sinks.table();
+
+  ClusterRun run;
+  const std::string push_name =
+      !o.codec.empty() ? o.codec : (o.mode == "fp32" ? "fp32" : "e4m3/block128");
+  const std::string pull_name =
+      !o.pull_codec.empty() ? o.pull_codec : (o.mode == "fp32" ? "fp32" : "bf16");
+  GIFT_ASSIGN_OR_RETURN(run.push_spec, codec::ParseCodecSpec(push_name));
+  GIFT_ASSIGN_OR_RETURN(run.pull_spec, codec::ParseCodecSpec(pull_name));
+  run.tensors = ModelTensors(o.d_model, o.layers);
+  for (const ModelTensor& t : run.tensors) {
+    run.fp32_bytes += t.elements() * sizeof(float);
+    run.transformable += o.mode == "gift" && t.matrix() ? 1 : 0;
+  }
+
+  // The daemons.
+  tools::LocalClusterOptions cluster_options;
+  if (!o.bin_dir.empty()) {
+    cluster_options.binaries = {.coordinator = o.bin_dir + "/gift-coordinator",
+                                .server = o.bin_dir + "/gift-server",
+                                .worker = o.bin_dir + "/gift-worker"};
+  } else {
+    GIFT_ASSIGN_OR_RETURN(cluster_options.binaries,
+                          tools::LocalClusterBinaries::NextTo(SelfPath()));
+  }
+  std::unique_ptr<TempDir> temp;
+  if (o.dir.empty()) {
+    GIFT_ASSIGN_OR_RETURN(temp, TempDir::Create());
+    cluster_options.dir = temp->path();
+  } else {
+    cluster_options.dir = o.dir;
+  }
+  cluster_options.servers = o.servers;
+  cluster_options.workers = o.workers;
+  cluster_options.ucx_tls = o.ucx_tls;
+  cluster_options.server_threads = o.server_threads;
+  cluster_options.worker_threads = o.worker_threads;
+  cluster_options.lease_ttl = absl::Seconds(10);  // a loaded machine must not lose members
+  cluster_options.step_timeout = absl::Seconds(120);
+  cluster_options.coordinator_args = {"--chunk-bytes", absl::StrCat(o.chunk_bytes)};
+
+  os << absl::StrFormat(
+      "gift-bench cluster: %d servers, %d workers, mode %s (push %s, pull %s), d_model %d x %d "
+      "layers: %d tensors, %.1f MB FP32 per worker per step; UCX_TLS=%s; %d CPUs\n",
+      o.servers, o.workers, o.mode, codec::ToString(run.push_spec), codec::ToString(run.pull_spec),
+      o.d_model, o.layers, run.tensors.size(), run.fp32_bytes / 1e6,
+      o.ucx_tls.empty() ? "(UCX's choice)" : o.ucx_tls, HardwareThreads());
+  const Clock::time_point t0 = Clock::now();
+  GIFT_ASSIGN_OR_RETURN(std::unique_ptr<tools::LocalCluster> cluster,
+                        tools::LocalCluster::Start(cluster_options));
+  os << absl::StrFormat("cluster up in %.1f s (%s)\n", SecondsSince(t0), cluster_options.dir)
+     << std::flush;
+  absl::Status status = SetPolicy(cluster->coordinator_address(), o, run.push_spec, run.pull_spec);
+  if (status.ok()) status = RunCluster(o, *cluster, run, os);
+  if (!status.ok()) {
+    std::string logs;
+    for (int w = 0; w < o.workers; ++w) {
+      logs += absl::StrCat("\n--- worker ", w, ": ", Tail(cluster->worker(w)->stderr_text(), 1500));
+    }
+    (void)cluster->Stop();
+    return absl::Status(status.code(), absl::StrCat(status.message(), logs));
+  }
+  const absl::Status stopped = cluster->Stop();
+  cluster.reset();
+
+  // ---- per-worker numbers
+  json workers = json::array();
+  std::vector<double> all_medians;
+  double bytes_pushed = 0;
+  os << "\npush-pull per worker (" << o.steps << " timed steps after " << run.warmup_steps
+     << " warm-up; time from a barrier to the reply)\n";
+  WriteLine(os, absl::StrFormat("%-7s %4s  %10s  %10s  %10s  %12s  %14s  %8s", "worker", "rank",
+                                "median ms", "p90 ms", "daemon ms", "GB/s FP32", "pushed B/step",
+                                "FP32/wire"));
+  for (int w = 0; w < o.workers; ++w) {
+    std::vector<double> wall, daemon;
+    uint64_t pushed = 0;
+    for (const StepSample& s : run.workers[w].samples) {
+      if (s.phase != Phase::kTimed) continue;
+      wall.push_back(s.wall_s);
+      daemon.push_back(s.worker_s);
+      pushed = s.bytes_pushed;
+    }
+    const double median = Median(wall), p90 = Percentile(wall, 0.9);
+    all_medians.push_back(median);
+    if (w == 0) bytes_pushed = static_cast<double>(pushed);
+    workers.push_back({{"worker", w},
+                       {"rank", run.ranks[w]},
+                       {"median_step_s", median},
+                       {"p90_step_s", p90},
+                       {"daemon_median_step_s", Median(daemon)},
+                       {"gbps_fp32", Gbps(run.fp32_bytes, median)},
+                       {"bytes_pushed_per_step", pushed},
+                       {"step_seconds", wall}});
+    WriteLine(os, absl::StrFormat("%-7d %4d  %10.1f  %10.1f  %10.1f  %12.3f  %14d  %8.2f", w,
+                                  run.ranks[w], 1e3 * median, 1e3 * p90, 1e3 * Median(daemon),
+                                  Gbps(run.fp32_bytes, median), pushed,
+                                  pushed > 0 ? run.fp32_bytes / static_cast<double>(pushed) : 0));
+  }
+  const double slowest_median = *std::max_element(all_medians.begin(), all_medians.end());
+  const double pp_gbps = Gbps(run.fp32_bytes, slowest_median);
+  const double wire_gbps = Gbps(bytes_pushed, slowest_median);
+
+  // Where the CPU went during the timed steps.
+  const double timed_steps = std::max(1, o.steps);
+  const double cpu_workers = Sum(run.cpu_start.workers, run.cpu_end.workers);
+  const double cpu_servers = Sum(run.cpu_start.servers, run.cpu_end.servers);
+  const double cpu_coord = run.cpu_start.coordinator && run.cpu_end.coordinator
+                               ? *run.cpu_end.coordinator - *run.cpu_start.coordinator
+                               : 0;
+  const double cpu_self =
+      run.cpu_start.self && run.cpu_end.self ? *run.cpu_end.self - *run.cpu_start.self : 0;
+  json cpu = {{"timed_wall_s", run.timed_wall_s},
+              {"workers_cpu_s_per_step", cpu_workers / timed_steps},
+              {"servers_cpu_s_per_step", cpu_servers / timed_steps},
+              {"coordinator_cpu_s_per_step", cpu_coord / timed_steps},
+              {"bench_cpu_s_per_step", cpu_self / timed_steps},
+              {"cpus", HardwareThreads()}};
+  os << absl::StrFormat(
+      "CPU per timed step (all processes of a kind): workers %.0f ms, servers %.0f ms, "
+      "coordinator %.0f ms, gift-bench clients (gradient fill, hash, gRPC) %.0f ms; wall %.0f ms "
+      "per step on %d CPUs\n",
+      1e3 * cpu_workers / timed_steps, 1e3 * cpu_servers / timed_steps,
+      1e3 * cpu_coord / timed_steps, 1e3 * cpu_self / timed_steps,
+      1e3 * run.timed_wall_s / timed_steps, HardwareThreads());
+
+  // ---- correctness
+  const double u_push = RelativeBound(run.push_spec), u_pull = RelativeBound(run.pull_spec);
+  const double bound = u_push + u_pull;
+  json correctness = {
+      {"measured_step", run.workers[0].samples.back().step},
+      {"max_rel_l2_error", run.max_service_error},
+      {"max_rel_l2_error_tensor", run.max_service_error_tensor},
+      {"max_rel_l2_error_local", run.max_local_error},
+      {"max_rel_l2_error_local_tensor", run.max_local_error_tensor},
+      {"bound", bound},
+      {"bound_push", u_push},
+      {"bound_pull", u_pull},
+      {"bound_basis",
+       "per-element relative rounding bound of the push format plus that of the pull format "
+       "(half an ulp at 1: e4m3 2^-4, e5m2 2^-3, bf16 2^-8, fp32 0; doubled for stochastic "
+       "rounding); the rel. L2 error of an average of independently rounded inputs stays "
+       "below it for direct quantization, and for GIFT it is the same per-element bound "
+       "applied in the transformed basis"},
+      {"error_over_bound", bound > 0 ? json(run.max_service_error / bound) : json(nullptr)},
+      {"identical_bits", run.identical_bits},
+      {"mismatched_steps", run.mismatched_steps},
+      {"transformed_tensors", run.workers[0].samples.back().transformed},
+      {"transformable_tensors", run.transformable},
+      {"all_transformed_when_timed", o.mode != "gift" || run.all_transformed}};
+  os << absl::StrFormat(
+      "\ncorrectness (step %d, measure_error): max rel. L2 error %.3e (%s; computed here: %.3e), "
+      "bound %.3e (push %.3e + pull %.3e) -> %s of the bound; identical bits on every worker "
+      "(timed + measured steps): %s; transformed tensors %d of %d\n",
+      run.workers[0].samples.back().step, run.max_service_error, run.max_service_error_tensor,
+      run.max_local_error, bound, u_push, u_pull,
+      bound > 0 ? absl::StrFormat("%.3f", run.max_service_error / bound) : "n/a",
+      run.identical_bits ? "yes" : "NO", run.workers[0].samples.back().transformed,
+      static_cast<int>(run.tensors.size()));
+  if (o.mode == "gift" && !run.all_transformed) {
+    os << "note: not every 2-D tensor was transformed when timing began (raise --max-warmup)\n";
+  }
+
+  // ---- baselines
+  json perftest = {{"ran", false}};
+  std::vector<PerftestResult> perf;
+  if (o.perftest) {
+    if (access(o.perftest_bin.c_str(), X_OK) != 0) {
+      perftest["skipped"] = absl::StrCat(o.perftest_bin, " is not executable (Debian: ucx-utils)");
+    } else {
+      absl::StatusOr<uint64_t> chunk = ChunkPayloadBytes(run.push_spec, o.chunk_bytes / 4);
+      if (chunk.ok()) perf.push_back(RunPerftest(o, "one pushed chunk", *chunk));
+      if (bytes_pushed > 0) {
+        perf.push_back(
+            RunPerftest(o, "bytes pushed per step", static_cast<uint64_t>(bytes_pushed)));
+      }
+      json results = json::array();
+      for (const PerftestResult& p : perf) {
+        json r = {
+            {"label", p.label}, {"message_bytes", p.message_bytes}, {"iterations", p.iterations}};
+        if (p.bytes_per_s > 0) {
+          r["gbps"] = p.bytes_per_s / 1e9;
+          r["push_pull_fp32_ratio"] = Ratio(pp_gbps, p.bytes_per_s / 1e9);
+          r["push_pull_wire_ratio"] = Ratio(wire_gbps, p.bytes_per_s / 1e9);
+          perftest["ran"] = true;
+        } else {
+          r["error"] = p.error;
+        }
+        results.push_back(r);
+      }
+      perftest["tls"] = o.ucx_tls.empty() ? "(UCX's choice)" : o.ucx_tls;
+      perftest["test"] = "tag_bw, 127.0.0.1, two processes";
+      perftest["results"] = results;
+    }
+  } else {
+    perftest["skipped"] = "--no-perftest";
+  }
+
+  json gloo = {{"ran", false}};
+  if (o.gloo) {
+    os << "\nrunning the gloo all-reduce baseline (" << o.workers << " processes)...\n"
+       << std::flush;
+    GlooResult g = RunGloo(o, run.tensors, o.steps, std::max(1, o.warmup));
+    if (g.ran) {
+      gloo = g.report;
+      gloo.erase("step_seconds");
+      gloo["ran"] = true;
+      gloo["median_step_s"] = g.median_s;
+      gloo["p90_step_s"] = g.p90_s;
+      gloo["gbps_fp32"] = Gbps(run.fp32_bytes, g.median_s);
+      gloo["push_pull_speedup"] = Ratio(pp_gbps, Gbps(run.fp32_bytes, g.median_s));
+    } else {
+      gloo["skipped"] = g.skipped;
+    }
+  } else {
+    gloo["skipped"] = "--no-gloo";
+  }
+
+  json reducer = {{"ran", false}};
+  ReducerResult red;
+  if (o.reducer) {
+    absl::StatusOr<ReducerResult> rr = RunReducer(o, run.push_spec, run.pull_spec);
+    if (rr.ok()) {
+      red = *rr;
+      reducer = {{"ran", true},
+                 {"ranks", o.workers},
+                 {"chunk_shape", {red.rows, red.cols}},
+                 {"chunk_fp32_bytes", o.chunk_bytes},
+                 {"payload_bytes", red.payload_bytes},
+                 {"push_codec", codec::ToString(run.push_spec)},
+                 {"pull_codec", codec::ToString(run.pull_spec)},
+                 {"threads", 1},
+                 {"all_pushes_median_s", red.all_pushes_s},
+                 {"last_push_median_s", red.last_push_s},
+                 {"gbps_fp32_out", Gbps(o.chunk_bytes, red.all_pushes_s)},
+                 {"reduce_encode_gbps_fp32_out", Gbps(o.chunk_bytes, red.last_push_s)},
+                 {"memcpy_gbps", Gbps(o.chunk_bytes, red.memcpy_s)},
+                 {"ratio_to_memcpy",
+                  Ratio(Gbps(o.chunk_bytes, red.all_pushes_s), Gbps(o.chunk_bytes, red.memcpy_s))}};
+    } else {
+      reducer["skipped"] = rr.status().ToString();
+    }
+  } else {
+    reducer["skipped"] = "--no-reducer";
+  }
+
+  // ---- the summary table
+  os << "\nthroughput per worker, GB/s of FP32 gradient (" << run.fp32_bytes << " B per step)\n";
+  WriteLine(os,
+            absl::StrFormat("%-52s  %10s  %10s  %s", "", "GB/s", "median ms", "push-pull / this"));
+  WriteLine(os, absl::StrFormat("%-52s  %10.3f  %10.1f  %s",
+                                absl::StrCat("gift push-pull (", o.mode, ", slowest worker)"),
+                                pp_gbps, 1e3 * slowest_median, ""));
+  WriteLine(os, absl::StrFormat("%-52s  %10.3f  %10s  %s",
+                                "  same, bytes on the wire (pushed only)", wire_gbps, "", ""));
+  if (o.gloo) {
+    if (gloo.value("ran", false)) {
+      WriteLine(os, absl::StrFormat("%-52s  %10.3f  %10.1f  %s",
+                                    absl::StrCat("gloo all-reduce, ", o.workers, " procs (",
+                                                 gloo.value("mode", ""), ")"),
+                                    gloo["gbps_fp32"].get<double>(),
+                                    1e3 * gloo["median_step_s"].get<double>(),
+                                    RatioText(gloo["push_pull_speedup"])));
+    } else {
+      WriteLine(
+          os, absl::StrFormat("%-52s  skipped: %s", "gloo all-reduce", gloo.value("skipped", "")));
+    }
+  }
+  if (o.perftest) {
+    if (perftest.contains("skipped")) {
+      WriteLine(os, absl::StrFormat("%-52s  skipped: %s", "ucx_perftest tag_bw",
+                                    perftest["skipped"].get<std::string>()));
+    }
+    for (const PerftestResult& p : perf) {
+      const std::string name =
+          absl::StrCat("ucx_perftest tag_bw ", p.message_bytes, " B (", p.label, ")");
+      if (p.bytes_per_s > 0) {
+        WriteLine(
+            os, absl::StrFormat("%-52s  %10.3f  %10s  FP32 %s, wire %s", name, p.bytes_per_s / 1e9,
+                                "", RatioText(Ratio(pp_gbps, p.bytes_per_s / 1e9)),
+                                RatioText(Ratio(wire_gbps, p.bytes_per_s / 1e9))));
+      } else {
+        WriteLine(os, absl::StrFormat("%-52s  failed: %s", name, p.error));
+      }
+    }
+  }
+  if (o.reducer) {
+    if (red.ran) {
+      WriteLine(os, absl::StrFormat(
+                        "\nserver reduction, one %llu x %llu chunk (%s -> %s), %d ranks, 1 thread:",
+                        static_cast<unsigned long long>(red.rows),
+                        static_cast<unsigned long long>(red.cols), codec::ToString(run.push_spec),
+                        codec::ToString(run.pull_spec), o.workers));
+      WriteLine(os, absl::StrFormat("  %d AddPush (validate + store; last reduces, re-encodes): "
+                                    "%.3f GB/s FP32 out (%.2f ms)",
+                                    o.workers, Gbps(o.chunk_bytes, red.all_pushes_s),
+                                    1e3 * red.all_pushes_s));
+      WriteLine(os, absl::StrFormat("  the completing push alone: %.3f GB/s (%.2f ms)",
+                                    Gbps(o.chunk_bytes, red.last_push_s), 1e3 * red.last_push_s));
+      WriteLine(os, absl::StrFormat("  memcpy of the same FP32 bytes: %.3f GB/s; reduction / "
+                                    "memcpy = %s",
+                                    Gbps(o.chunk_bytes, red.memcpy_s),
+                                    RatioText(reducer["ratio_to_memcpy"])));
+    } else {
+      WriteLine(os, absl::StrFormat("server reduction: skipped: %s", reducer.value("skipped", "")));
+    }
+  }
+  if (!stopped.ok()) os << "note: stopping the cluster: " << stopped << "\n";
+
+  json tensor_list = json::array();
+  for (const ModelTensor& t : run.tensors)
+    tensor_list.push_back({{"name", t.name}, {"shape", t.shape}});
+  json doc = {{"benchmark", "cluster"},
+              {"config",
+               {{"servers", o.servers},
+                {"workers", o.workers},
+                {"steps", o.steps},
+                {"warmup_steps", run.warmup_steps},
+                {"d_model", o.d_model},
+                {"layers", o.layers},
+                {"mode", o.mode},
+                {"push_codec", codec::ToString(run.push_spec)},
+                {"pull_codec", codec::ToString(run.pull_spec)},
+                {"refresh_period", o.mode == "gift" ? json(o.period) : json(nullptr)},
+                {"ucx_tls", o.ucx_tls},
+                {"chunk_bytes", o.chunk_bytes},
+                {"server_threads", o.server_threads},
+                {"worker_threads", o.worker_threads},
+                {"fp32_bytes_per_worker_step", run.fp32_bytes},
+                {"tensors", tensor_list},
+                {"cpus", HardwareThreads()}}},
+              {"workers", workers},
+              {"push_pull",
+               {{"gbps_fp32", pp_gbps},
+                {"wire_gbps_pushed", wire_gbps},
+                {"slowest_median_step_s", slowest_median},
+                {"bytes_pushed_per_step", bytes_pushed}}},
+              {"cpu", cpu},
+              {"correctness", correctness},
+              {"identical_bits", run.identical_bits},
+              {"ucx_perftest", perftest},
+              {"gloo", gloo},
+              {"reducer", reducer}};
+  return sinks.WriteJson(doc);
+}
+
+Command AddClusterCommand(CLI::App& parent) {
+  auto o = std::make_shared<ClusterBenchOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "cluster",
+      "push-pull throughput of a local cluster (real daemons on loopback) against ucx_perftest, "
+      "gloo all-reduce and memcpy, with the error and bitwise agreement of the result");
+  app->add_option("--servers", o->servers, "gift-server shards")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app->add_option("--workers", o->workers, "gift-worker daemons (one driving thread each)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app->add_option("--steps", o->steps, "timed steps")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app->add_option("--warmup", o->warmup, "untimed steps first")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  app->add_option("--max-warmup", o->max_warmup,
+                  "gift mode: warm up until every 2-D tensor is transformed, at most this many "
+                  "steps")
+      ->check(CLI::Range(0, 10000))
+      ->capture_default_str();
+  app->add_option("--d-model", o->d_model, "model width d")
+      ->check(CLI::Range(2, 65536))
+      ->capture_default_str();
+  app->add_option("--layers", o->layers, "Llama-style blocks")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app->add_option("--mode", o->mode,
+                  "gift (every 2-D tensor transformed), direct (quantized, no transform) or fp32 "
+                  "(exact)")
+      ->check(CLI::IsMember({"gift", "direct", "fp32"}))
+      ->capture_default_str();
+  app->add_option("--codec", o->codec, "push codec (default: e4m3/block128; fp32 in fp32 mode)")
+      ->check(CodecSpecValidator());
+  app->add_option("--pull-codec", o->pull_codec, "pull codec (default: bf16; fp32 in fp32 mode)")
+      ->check(CodecSpecValidator());
+  app->add_option("--period", o->period, "gift mode: basis refresh period in steps")
+      ->check(CLI::Range(1u, 1000000000u))
+      ->capture_default_str();
+  app->add_option("--ucx-tls", o->ucx_tls,
+                  "UCX_TLS of the daemons and of ucx_perftest (default: UCX's choice)");
+  app->add_option("--server-threads", o->server_threads, "--threads of each gift-server")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app->add_option("--worker-threads", o->worker_threads, "--threads of each gift-worker")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app->add_option("--chunk-bytes", o->chunk_bytes,
+                  "the coordinator's chunk size in FP32 bytes (also the reducer benchmark's)")
+      ->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 30))
+      ->capture_default_str();
+  app->add_option("--bin-dir", o->bin_dir,
+                  "directory of gift-coordinator, gift-server, gift-worker (default: "
+                  "gift-bench's build tree, or next to it)");
+  app->add_option("--dir", o->dir, "cluster directory, kept (default: a temporary one)");
+  app->add_flag("!--no-perftest", o->perftest, "skip the ucx_perftest baseline");
+  app->add_option("--perftest-bin", o->perftest_bin, "ucx_perftest binary")->capture_default_str();
+  app->add_option("--perftest-iters", o->perftest_iters,
+                  "ucx_perftest iterations (default: ~256 MiB per measurement, 20..2000)")
+      ->check(CLI::Range(0, 1000000));
+  app->add_flag("!--no-gloo", o->gloo, "skip the PyTorch gloo all-reduce baseline");
+  app->add_option("--python", o->python, "Python with torch for the gloo baseline")
+      ->capture_default_str();
+  app->add_option("--gloo-script", o->gloo_script,
+                  "the gloo baseline script (default: bench/gloo_allreduce.py of the source tree)");
+  app->add_option("--gloo-mode", o->gloo_mode,
+                  "buckets: 25 MiB flat buckets as DDP; flat: one flat tensor; per-tensor")
+      ->check(CLI::IsMember({"buckets", "flat", "per-tensor"}))
+      ->capture_default_str();
+  app->add_flag("!--no-reducer", o->reducer, "skip the server reduction microbenchmark");
+  app->add_option("--reducer-reps", o->reducer_reps, "timed chunks in the reducer benchmark")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app->add_option("--json", o->json_path,
+                  "write the numbers as JSON to this file ('-': stdout, table on stderr)");
+  return Command{app, [o] { return RunClusterBench(*o); }};
+}
+
+}  // namespace gift::bench
