@@ -320,6 +320,55 @@ TEST_F(ClusterIntegrationTest, FiftyStepsWithARefreshAndAKilledWorker) {
   EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
 }
 
+TEST_F(ClusterIntegrationTest, TrainingGoesOnThroughACoordinatorCrash) {
+  StartCluster(/*servers=*/1, /*workers=*/2);
+  SetPolicy({"--push-codec", "fp32", "--pull-codec", "fp32", "--selection", "list"});
+  trainers_.clear();
+  // Two trainers on the first two workers (Register assumes kWorkers).
+  trainers_.resize(2);
+  for (int w = 0; w < 2; ++w) {
+    Trainer& t = trainers_[w];
+    t.stub = gift::v1::Worker::NewStub(grpc::CreateChannel(
+        absl::StrCat("unix:", cluster_->worker_socket(w)), grpc::InsecureChannelCredentials()));
+    const TensorShape& s = Shapes()[0];
+    t.buffers.push_back(std::make_unique<ShmBuffer>(
+        absl::StrCat("/gift-it-crash-", getpid(), "-", w), s.elements()));
+    gift::v1::RegisterBuffersRequest request;
+    gift::v1::BufferSpec* b = request.add_buffers();
+    b->set_name(s.name);
+    for (int64_t d : s.shape) b->add_shape(d);
+    b->set_dtype(gift::v1::DTYPE_FLOAT32);
+    b->mutable_buffer()->set_shm_name(t.buffers[0]->name());
+    b->mutable_buffer()->set_size_bytes(t.buffers[0]->bytes());
+    grpc::ClientContext context;
+    gift::v1::RegisterBuffersResponse response;
+    ASSERT_TRUE(t.stub->RegisterBuffers(&context, request, &response).ok());
+  }
+  uint64_t epoch = 0;
+  for (uint64_t step = 1; step <= 30; ++step) {
+    if (step == 10) ASSERT_TRUE(cluster_->RestartCoordinator().ok()) << Logs();
+    std::vector<std::vector<float>> grads(2);
+    for (int w = 0; w < 2; ++w) {
+      float* g = trainers_[w].buffers[0]->data();
+      FillGradient(g, Shapes()[0], step, w);
+      grads[w].assign(g, g + Shapes()[0].elements());
+    }
+    auto results = Step({0, 1}, step);
+    for (const auto& [status, response] : results) {
+      ASSERT_TRUE(status.ok()) << "step " << step << ": " << status.error_message() << Logs();
+      if (epoch == 0) epoch = response.epoch();
+      EXPECT_EQ(response.epoch(), epoch) << "step " << step;  // nobody left
+    }
+    for (int w = 0; w < 2; ++w) {
+      const float* got = trainers_[w].buffers[0]->data();
+      for (size_t k = 0; k < grads[0].size(); ++k) {
+        ASSERT_EQ(got[k], (grads[0][k] + grads[1][k]) * 0.5f) << "step " << step;
+      }
+    }
+  }
+  EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
+}
+
 TEST_F(ClusterIntegrationTest, TheWorkerApiRejectsBadCallsAndKeepsServing) {
   StartCluster(/*servers=*/1, /*workers=*/1);
   auto stub = gift::v1::Worker::NewStub(grpc::CreateChannel(

@@ -91,19 +91,7 @@ std::string LocalCluster::worker_socket(int i) const {
 absl::Status LocalCluster::StartAll() {
   const std::string logs = options_.dir + "/logs/";
   const std::string metrics_listen = options_.metrics ? "127.0.0.1:0" : "";
-  control::CoordinatorProcessOptions c{
-      .binary = options_.binaries.coordinator,
-      .state_file = options_.dir + "/state.db",
-      .extra_args = {"--lease-ttl",
-                     absl::StrCat(absl::ToInt64Milliseconds(options_.lease_ttl), "ms"),
-                     "--metrics-listen", metrics_listen},
-      .startup_timeout = options_.startup_timeout,
-      .subprocess = {.log_path = logs + "coordinator.log", .parent_death_signal = SIGTERM}};
-  c.extra_args.insert(c.extra_args.end(), options_.coordinator_args.begin(),
-                      options_.coordinator_args.end());
-  auto coordinator = control::CoordinatorProcess::Start(c);
-  if (!coordinator.ok()) return coordinator.status();
-  coordinator_ = *std::move(coordinator);
+  if (absl::Status s = StartCoordinator("127.0.0.1:0"); !s.ok()) return s;
   const std::string address = coordinator_->address();
 
   auto wait_for = [&](control::Subprocess& p, const std::string& name,
@@ -190,6 +178,34 @@ absl::Status LocalCluster::StartAll() {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartCoordinator(const std::string& listen) {
+  const std::string logs = options_.dir + "/logs/";
+  const std::string metrics_listen = options_.metrics ? "127.0.0.1:0" : "";
+  control::CoordinatorProcessOptions c{
+      .binary = options_.binaries.coordinator,
+      .state_file = options_.dir + "/state.db",
+      .listen = listen,
+      .extra_args = {"--lease-ttl",
+                     absl::StrCat(absl::ToInt64Milliseconds(options_.lease_ttl), "ms"),
+                     "--metrics-listen", metrics_listen},
+      .startup_timeout = options_.startup_timeout,
+      .subprocess = {.log_path = logs + "coordinator.log", .parent_death_signal = SIGTERM}};
+  c.extra_args.insert(c.extra_args.end(), options_.coordinator_args.begin(),
+                      options_.coordinator_args.end());
+  auto coordinator = control::CoordinatorProcess::Start(c);
+  if (!coordinator.ok()) return coordinator.status();
+  coordinator_ = *std::move(coordinator);
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::RestartCoordinator() {
+  if (coordinator_ == nullptr) return absl::FailedPreconditionError("no coordinator");
+  const std::string address = coordinator_->address();
+  if (absl::Status s = coordinator_->Kill(); !s.ok()) return s;
+  coordinator_.reset();
+  return StartCoordinator(address);
 }
 
 absl::Status LocalCluster::KillWorker(int i) {

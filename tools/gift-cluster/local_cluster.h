@@ -16,7 +16,7 @@
 // exits, so a killed launcher leaves no daemons behind.
 //
 // Ownership: owns the processes (the destructor stops them, SIGKILL if they
-// do not exit). Thread safety: Start/Stop/KillWorker from one thread; the
+// do not exit). Thread safety: Start/Stop/KillWorker/RestartCoordinator from one thread; the
 // accessors may be called from any thread.
 #ifndef GIFT_TOOLS_GIFT_CLUSTER_LOCAL_CLUSTER_H_
 #define GIFT_TOOLS_GIFT_CLUSTER_LOCAL_CLUSTER_H_
@@ -92,6 +92,10 @@ class LocalCluster {
     return metrics_addresses_;
   }
 
+  // SIGKILLs the coordinator (a crash) and starts it again on the same
+  // address and state file; the servers and workers reconnect on their own.
+  absl::Status RestartCoordinator();
+
   // SIGKILLs worker i (a crash); its socket is left behind.
   absl::Status KillWorker(int i);
 
@@ -104,6 +108,8 @@ class LocalCluster {
   explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
 
   absl::Status StartAll();
+  // Starts the coordinator on `listen` ("127.0.0.1:0" the first time).
+  absl::Status StartCoordinator(const std::string& listen);
 
   LocalClusterOptions options_;
   std::unique_ptr<control::CoordinatorProcess> coordinator_;
