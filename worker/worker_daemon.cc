@@ -117,13 +117,15 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
     if (reinterpret_cast<uintptr_t>(buffer->data()) % alignof(float) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": offset not 4-byte aligned"));
     }
-    Registered r{.shape = std::vector<int64_t>(b.shape().begin(), b.shape().end()),
-                 .buffer = *std::move(buffer)};
-    r.local.name = b.name();
-    r.local.cols = static_cast<uint64_t>(b.shape(b.shape_size() - 1));
-    r.local.rows = elements / r.local.cols;
-    r.local.data = static_cast<float*>(r.buffer.data());
-    mapped.push_back(std::move(r));
+    const uint64_t cols = static_cast<uint64_t>(b.shape(b.shape_size() - 1));
+    SharedBuffer shared = *std::move(buffer);
+    LocalTensor local{.name = b.name(),
+                      .rows = elements / cols,
+                      .cols = cols,
+                      .data = static_cast<float*>(shared.data())};
+    mapped.push_back(Registered{.local = std::move(local),
+                                .shape = std::vector<int64_t>(b.shape().begin(), b.shape().end()),
+                                .buffer = std::move(shared)});
     gift::v1::TensorSpec spec;
     spec.set_name(b.name());
     *spec.mutable_shape() = b.shape();

@@ -274,7 +274,9 @@ TEST_F(ClusterIntegrationTest, FiftyStepsWithARefreshAndAKilledWorker) {
     const gift::v1::PushPullResponse& first = results[0].second;
     EXPECT_EQ(first.world_size(), stepping.size()) << "step " << step;
     if (step == kKillAt - 1) epoch_before_kill = first.epoch();
-    if (step == kKillAt) EXPECT_GT(first.epoch(), epoch_before_kill);
+    if (step == kKillAt) {
+      EXPECT_GT(first.epoch(), epoch_before_kill);
+    }
     // No step mixes versions: every worker used the same basis version of
     // every tensor, in the same epoch.
     for (const auto& [status, response] : results) {
@@ -346,7 +348,9 @@ TEST_F(ClusterIntegrationTest, TrainingGoesOnThroughACoordinatorCrash) {
   }
   uint64_t epoch = 0;
   for (uint64_t step = 1; step <= 30; ++step) {
-    if (step == 10) ASSERT_TRUE(cluster_->RestartCoordinator().ok()) << Logs();
+    if (step == 10) {
+      ASSERT_TRUE(cluster_->RestartCoordinator().ok()) << Logs();
+    }
     std::vector<std::vector<float>> grads(2);
     for (int w = 0; w < 2; ++w) {
       float* g = trainers_[w].buffers[0]->data();
