@@ -133,49 +133,69 @@ absl::Status CheckContents(const EncodedView& v, const EncodedLayout& layout) {
 
 }  // namespace
 
-absl::StatusOr<uint64_t> PayloadSize(const EncodedView& view, absl::Span<const uint64_t> shape) {
-  absl::StatusOr<EncodedLayout> layout = ComputeLayout(view.spec, view.rows, view.cols);
+absl::StatusOr<uint64_t> PayloadSizeFor(const CodecSpec& spec, absl::Span<const uint64_t> shape) {
+  absl::StatusOr<RowsCols> rc = ShapeRowsCols(shape);
+  if (!rc.ok()) return rc.status();
+  absl::StatusOr<EncodedLayout> layout = ComputeLayout(spec, rc->rows, rc->cols);
   if (!layout.ok()) return layout.status();
-  if (absl::Status s = CheckShape(view, shape); !s.ok()) return s;
   return kPayloadFixedHeaderBytes + 8 * shape.size() + layout->scale_bytes +
          Pad8(layout->scale_bytes) + layout->code_bytes;
 }
 
-absl::Status SerializePayload(const EncodedView& view, absl::Span<const uint64_t> shape,
-                              absl::Span<uint8_t> out) {
-  absl::StatusOr<uint64_t> size = PayloadSize(view, shape);
+absl::StatusOr<uint64_t> PayloadSize(const EncodedView& view, absl::Span<const uint64_t> shape) {
+  if (absl::Status s = CheckShape(view, shape); !s.ok()) return s;
+  return PayloadSizeFor(view.spec, shape);
+}
+
+absl::StatusOr<MutableEncodedView> StartPayload(const CodecSpec& spec,
+                                                absl::Span<const uint64_t> shape,
+                                                absl::Span<uint8_t> out) {
+  absl::StatusOr<uint64_t> size = PayloadSizeFor(spec, shape);
   if (!size.ok()) return size.status();
   if (out.size() != *size) {
     return absl::InvalidArgumentError(
         absl::StrCat("payload buffer has ", out.size(), " bytes, the payload needs ", *size));
   }
-  const EncodedLayout layout = *ComputeLayout(view.spec, view.rows, view.cols);
-  if (layout.num_elements > 0 &&
-      (view.codes == nullptr || (layout.scale_bytes > 0 && view.scales == nullptr))) {
-    return absl::InvalidArgumentError("encoded tensor has a null buffer");
-  }
+  const RowsCols rc = *ShapeRowsCols(shape);
+  const EncodedLayout layout = *ComputeLayout(spec, rc.rows, rc.cols);
   uint8_t* p = out.data();
   const size_t header = kPayloadFixedHeaderBytes + 8 * shape.size();
   std::memset(p, 0, header);
   Store<uint32_t>(p + 0, kMagic);
   Store<uint16_t>(p + 4, kPayloadVersion);
   Store<uint16_t>(p + 6, static_cast<uint16_t>(header));
-  p[8] = static_cast<uint8_t>(view.spec.format);
-  p[9] = static_cast<uint8_t>(view.spec.scaling);
-  p[10] = static_cast<uint8_t>(view.spec.rounding);
+  p[8] = static_cast<uint8_t>(spec.format);
+  p[9] = static_cast<uint8_t>(spec.scaling);
+  p[10] = static_cast<uint8_t>(spec.rounding);
   p[11] = static_cast<uint8_t>(shape.size());
-  Store<uint32_t>(p + 12, view.spec.block_size);
+  Store<uint32_t>(p + 12, spec.block_size);
   Store<uint64_t>(p + 16, layout.num_elements);
   Store<uint64_t>(p + 24, layout.scale_bytes);
   Store<uint64_t>(p + 32, layout.code_bytes);
   for (size_t d = 0; d < shape.size(); ++d) Store<uint64_t>(p + 48 + 8 * d, shape[d]);
-  uint8_t* q = p + header;
-  if (layout.scale_bytes > 0) std::memcpy(q, view.scales, layout.scale_bytes);
-  q += layout.scale_bytes;
-  std::memset(q, 0, Pad8(layout.scale_bytes));
-  q += Pad8(layout.scale_bytes);
-  if (layout.code_bytes > 0) std::memcpy(q, view.codes, layout.code_bytes);
-  Store<uint32_t>(p + kChecksumOffset, PayloadChecksum(p, out.size()));
+  uint8_t* scales = p + header;
+  std::memset(scales + layout.scale_bytes, 0, Pad8(layout.scale_bytes));
+  uint8_t* codes = scales + layout.scale_bytes + Pad8(layout.scale_bytes);
+  return MutableEncodedView{spec, rc.rows, rc.cols, codes, scales};
+}
+
+void FinishPayload(absl::Span<uint8_t> out) {
+  Store<uint32_t>(out.data() + kChecksumOffset, PayloadChecksum(out.data(), out.size()));
+}
+
+absl::Status SerializePayload(const EncodedView& view, absl::Span<const uint64_t> shape,
+                              absl::Span<uint8_t> out) {
+  if (absl::Status s = CheckShape(view, shape); !s.ok()) return s;
+  absl::StatusOr<MutableEncodedView> dest = StartPayload(view.spec, shape, out);
+  if (!dest.ok()) return dest.status();
+  const EncodedLayout layout = *ComputeLayout(view.spec, view.rows, view.cols);
+  if (layout.num_elements > 0 &&
+      (view.codes == nullptr || (layout.scale_bytes > 0 && view.scales == nullptr))) {
+    return absl::InvalidArgumentError("encoded tensor has a null buffer");
+  }
+  if (layout.scale_bytes > 0) std::memcpy(dest->scales, view.scales, layout.scale_bytes);
+  if (layout.code_bytes > 0) std::memcpy(dest->codes, view.codes, layout.code_bytes);
+  FinishPayload(out);
   return absl::OkStatus();
 }
 

@@ -54,6 +54,25 @@ absl::StatusOr<uint64_t> PayloadSize(const EncodedView& view, absl::Span<const u
 absl::Status SerializePayload(const EncodedView& view, absl::Span<const uint64_t> shape,
                               absl::Span<uint8_t> out);
 
+// In-place writing, so an encoder fills the send buffer directly (no copy):
+//
+//   auto size = PayloadSizeFor(spec, dims);                 // once, at setup
+//   buffer.resize(*size);                                   // reused per step
+//   auto view = StartPayload(spec, dims, buffer);           // header written
+//   GIFT_RETURN_IF_ERROR(Encode(x, *view, key));            // scales + codes
+//   FinishPayload(buffer);                                  // the checksum
+//
+// PayloadSizeFor: the bytes a `spec` tensor of this shape takes (errors as
+// PayloadSize). StartPayload writes the header and the padding and returns a
+// view whose scales and codes point into `out` (exactly PayloadSizeFor
+// bytes, else InvalidArgument). FinishPayload computes and stores the
+// CRC-32C over the finished bytes; it must run after the last write.
+absl::StatusOr<uint64_t> PayloadSizeFor(const CodecSpec& spec, absl::Span<const uint64_t> shape);
+absl::StatusOr<MutableEncodedView> StartPayload(const CodecSpec& spec,
+                                                absl::Span<const uint64_t> shape,
+                                                absl::Span<uint8_t> out);
+void FinishPayload(absl::Span<uint8_t> out);
+
 // Convenience: allocates and fills a buffer.
 absl::StatusOr<std::vector<uint8_t>> SerializePayload(const EncodedView& view,
                                                       absl::Span<const uint64_t> shape);

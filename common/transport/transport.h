@@ -18,12 +18,19 @@
 // transport. All public methods are thread-safe.
 //
 // Ownership: Send does not copy the payload: it must stay valid and
-// unchanged until the send callback runs. A received Message owns its bytes.
+// unchanged until the send callback runs. A received Message owns its bytes,
+// unless the receiver's PayloadPlacer gave the transport a buffer of its own
+// to land them in (zero-copy receive into preallocated slots; see below).
+//
+// Memory registration: a long-lived buffer that sends leave from or placed
+// receives land in can be registered (RegisterMemory) so a transport that
+// does zero-copy RDMA pins it once instead of per message.
 #ifndef GIFT_COMMON_TRANSPORT_TRANSPORT_H_
 #define GIFT_COMMON_TRANSPORT_TRANSPORT_H_
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,7 +54,18 @@ struct Message {
   // are reported for peers we connected to (see on_peer_failure).
   PeerId from = 0;
   std::vector<uint8_t> header;
+  // The payload's bytes when the transport allocated them (empty when the
+  // payload was placed).
   std::vector<uint8_t> payload;
+  // The receiver's own buffer the payload was placed in (PayloadPlacer), or
+  // empty.
+  absl::Span<uint8_t> placed;
+
+  // The payload, wherever it landed.
+  absl::Span<const uint8_t> bytes() const {
+    return placed.data() != nullptr ? absl::Span<const uint8_t>(placed)
+                                    : absl::Span<const uint8_t>(payload);
+  }
 };
 
 using ReceiveHandler = std::function<void(Message message)>;
@@ -57,9 +75,31 @@ using PeerFailureHandler = std::function<void(PeerId peer, const absl::Status& r
 // why the message was not delivered.
 using SendCallback = std::function<void(const absl::Status& status)>;
 
+// Chooses where the payload of an arriving message lands. Called on the
+// progress thread, once per message, with its header and payload size,
+// before the payload is copied or fetched. Returns a buffer of exactly
+// `payload_bytes` bytes that the receiver owns, or an empty span to let the
+// transport allocate (Message::payload). A buffer handed out must stay valid
+// and unused by anyone else until on_receive runs with that message; when
+// the transfer fails after placement (the sender died mid-rendezvous),
+// on_receive is not called for it and the receiver gets the buffer back only
+// by its own bookkeeping (e.g. a step or epoch that ends).
+using PayloadPlacer = std::function<absl::Span<uint8_t>(
+    PeerId from, absl::Span<const uint8_t> header, size_t payload_bytes)>;
+
 struct TransportHandlers {
   ReceiveHandler on_receive;           // required
   PeerFailureHandler on_peer_failure;  // optional
+  PayloadPlacer place_payload;         // optional: every payload allocated
+};
+
+// A buffer registered with a transport (RegisterMemory). Destroying it
+// unregisters the buffer; it must be destroyed before the buffer is freed
+// and before the transport, and not while a send from it or a placed
+// receive into it is in flight.
+class MemoryRegion {
+ public:
+  virtual ~MemoryRegion() = default;
 };
 
 class Transport {
@@ -82,6 +122,17 @@ class Transport {
 
   // Closes the connection; pending sends to it complete with Cancelled.
   virtual void Disconnect(PeerId peer) = 0;
+
+  // Registers `buffer` (host memory) for zero-copy sends from it and placed
+  // receives into it; the transport looks registered regions up by address.
+  // A transport without such a path returns a region that does nothing.
+  // Internal with the transport's message when registration fails (the
+  // caller may go on unregistered: it is an optimisation, never required).
+  virtual absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
+      absl::Span<uint8_t> buffer) {
+    (void)buffer;
+    return std::unique_ptr<MemoryRegion>(new MemoryRegion());
+  }
 
   // "ucx" or "inproc", plus details for logs.
   virtual std::string name() const = 0;

@@ -161,6 +161,82 @@ TEST_P(TransportTest, DeliversEverySizeAndRepliesReachTheSender) {
   ASSERT_TRUE(replied.WaitFor(1));
 }
 
+// Payloads land in the receiver's own buffers when its placer gives one
+// (eager and rendezvous sizes alike), and sends from and receives into
+// registered memory deliver the same bytes.
+TEST_P(TransportTest, PlacesPayloadsInTheReceiversBuffersAndSendsFromRegisteredMemory) {
+  Inbox inbox_a, inbox_b;
+  const std::vector<size_t> sizes = {1, 1000, 64 << 10, (4 << 20) + 3};
+  std::vector<std::vector<uint8_t>> slots(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) slots[i].resize(sizes[i]);
+  std::atomic<int> placed{0};
+  TransportHandlers handlers = inbox_b.Handlers();
+  handlers.place_payload = [&](PeerId, absl::Span<const uint8_t> header,
+                               size_t bytes) -> absl::Span<uint8_t> {
+    // Header byte 1 says whether to place (the other messages allocate).
+    if (header.size() != 2 || header[1] != 1 || header[0] >= slots.size()) return {};
+    if (slots[header[0]].size() != bytes) return {};
+    ++placed;
+    return absl::MakeSpan(slots[header[0]]);
+  };
+  auto a = Make(&inbox_a);
+  std::unique_ptr<Transport> b;
+  switch (GetParam()) {
+    case Kind::kInproc:
+      b = *CreateInprocTransport(&hub_, handlers);
+      break;
+    case Kind::kUcx:
+      b = *CreateUcxTransport(handlers);
+      break;
+    case Kind::kUcxTcp:
+      b = *CreateUcxTransport(handlers, {.tls = "tcp"});
+      break;
+  }
+  ASSERT_TRUE(a && b);
+  std::vector<uint8_t> source = Pattern(sizes.back(), 5);
+  auto source_region = a->RegisterMemory(absl::MakeSpan(source));
+  ASSERT_TRUE(source_region.ok()) << source_region.status();
+  std::vector<std::unique_ptr<MemoryRegion>> slot_regions;
+  for (auto& slot : slots) {
+    auto r = b->RegisterMemory(absl::MakeSpan(slot));
+    ASSERT_TRUE(r.ok()) << r.status();
+    slot_regions.push_back(*std::move(r));
+  }
+  EXPECT_FALSE(a->RegisterMemory(absl::MakeSpan(source).subspan(10, 100)).ok() &&
+               GetParam() != Kind::kInproc)
+      << "an overlapping registration is refused";
+  auto peer = a->Connect(b->address());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  Completions sent;
+  for (uint8_t place = 0; place < 2; ++place) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const std::vector<uint8_t> header = {uint8_t(i), place};
+      ASSERT_TRUE(
+          a->Send(*peer, header, absl::MakeConstSpan(source).first(sizes[i]), sent.Callback())
+              .ok());
+    }
+  }
+  ASSERT_TRUE(sent.WaitFor(2 * static_cast<int>(sizes.size())));
+  EXPECT_TRUE(sent.last_error().ok()) << sent.last_error();
+  std::vector<Message> got;
+  ASSERT_TRUE(inbox_b.WaitFor(2 * sizes.size(), &got));
+  EXPECT_EQ(placed.load(), static_cast<int>(sizes.size()));
+  for (const Message& m : got) {
+    const size_t i = m.header[0];
+    const absl::Span<const uint8_t> want = absl::MakeConstSpan(source).first(sizes[i]);
+    if (m.header[1] == 1) {
+      EXPECT_EQ(m.placed.data(), slots[i].data());
+      EXPECT_TRUE(m.payload.empty());
+    } else {
+      EXPECT_EQ(m.placed.data(), nullptr);
+    }
+    EXPECT_TRUE(std::equal(m.bytes().begin(), m.bytes().end(), want.begin(), want.end()))
+        << "size " << sizes[i] << " placed " << int(m.header[1]);
+  }
+  slot_regions.clear();
+  source_region->reset();
+}
+
 TEST_P(TransportTest, ManySmallMessagesArriveInOrderFromConcurrentSenders) {
   Inbox inbox_a, inbox_b;
   auto a = Make(&inbox_a);

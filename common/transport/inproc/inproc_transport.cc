@@ -1,5 +1,6 @@
 #include "common/transport/inproc/inproc_transport.h"
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <string>
@@ -171,8 +172,17 @@ absl::Status InprocTransport::Send(PeerId peer, absl::Span<const uint8_t> header
       return absl::UnavailableError(absl::StrCat("peer ", peer, " is gone"));
     }
     InprocTransport* target = it->second;
-    target->Post(
-        [target, m = std::move(message)]() mutable { target->handlers_.on_receive(std::move(m)); });
+    target->Post([target, m = std::move(message)]() mutable {
+      if (target->handlers_.place_payload) {
+        absl::Span<uint8_t> dest = target->handlers_.place_payload(m.from, m.header, m.payload.size());
+        if (dest.data() != nullptr && dest.size() == m.payload.size()) {
+          std::copy(m.payload.begin(), m.payload.end(), dest.begin());
+          m.placed = dest;
+          m.payload.clear();
+        }
+      }
+      target->handlers_.on_receive(std::move(m));
+    });
   }
   Post([done = std::move(done)] { done(absl::OkStatus()); });
   return absl::OkStatus();

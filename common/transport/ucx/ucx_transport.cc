@@ -6,6 +6,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <utility>
@@ -67,11 +68,22 @@ class UcxTransport final : public Transport {
   absl::Status Send(PeerId peer, absl::Span<const uint8_t> header,
                     absl::Span<const uint8_t> payload, SendCallback done) override;
   void Disconnect(PeerId peer) override;
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
+      absl::Span<uint8_t> buffer) override;
   std::string name() const override { return "ucx"; }
 
   void Deliver(Message message) { handlers_.on_receive(std::move(message)); }
 
+  // Progress-thread or any thread: unregisters a region (MemoryRegion's
+  // destructor).
+  void Unregister(uintptr_t start);
+
  private:
+  class UcxRegion;
+  struct Registered {
+    size_t size = 0;
+    ucp_mem_h memh = nullptr;
+  };
   struct Peer {
     ucp_ep_h ep = nullptr;
     // Created by Connect: has an error handler, and is closed by us. Peers
@@ -100,6 +112,13 @@ class UcxTransport final : public Transport {
   void StartRendezvousReceives();
   void SendNow(PeerId peer, std::unique_ptr<SendState> state, const uint8_t* payload,
                size_t payload_size);
+  // The registration holding [data, data + size), if any.
+  ucp_mem_h MemhFor(const void* data, size_t size);
+  // Where the payload of a message lands: the placer's buffer, else
+  // message.payload sized to `length`.
+  void Place(Message& message, size_t length);
+  // Runs `command` on the progress thread and waits for it.
+  void RunOnProgressThread(const std::function<void()>& command);
 
   static ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
@@ -119,6 +138,9 @@ class UcxTransport final : public Transport {
   // Peers that Send may target (not failed, not disconnected).
   absl::flat_hash_set<PeerId> live_ ABSL_GUARDED_BY(mu_);
   std::atomic<PeerId> next_peer_{1};
+  // Registered buffers by start address.
+  absl::Mutex regions_mu_;
+  std::map<uintptr_t, Registered> regions_ ABSL_GUARDED_BY(regions_mu_);
 
   // Progress-thread state.
   absl::flat_hash_map<PeerId, Peer> peers_;
@@ -327,6 +349,10 @@ void UcxTransport::SendNow(PeerId id, std::unique_ptr<SendState> state, const ui
   param.flags = UCP_AM_SEND_FLAG_REPLY;
   param.cb.send = &UcxTransport::OnSendDone;
   param.user_data = state.get();
+  if (ucp_mem_h memh = MemhFor(payload, payload_size); memh != nullptr) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param.memh = memh;
+  }
   const ucs_status_ptr_t request =
       ucp_am_send_nbx(it->second.ep, kAmId, state->header.data(), state->header.size(), payload,
                       payload_size, &param);
@@ -412,14 +438,14 @@ ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_len
   }
   const auto* h = static_cast<const uint8_t*>(header);
   message.header.assign(h, h + header_length);
+  self->Place(message, length);
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-    // The payload is still at the sender: fetch it after this callback.
-    message.payload.resize(length);
+    // The payload is still at the sender: fetch it (straight into its
+    // destination) after this callback.
     self->pending_rndv_.push_back({data, std::move(message)});
     return UCS_INPROGRESS;
   }
-  const auto* d = static_cast<const uint8_t*>(data);
-  message.payload.assign(d, d + length);
+  if (length > 0) std::memcpy(const_cast<uint8_t*>(message.bytes().data()), data, length);
   self->Deliver(std::move(message));
   return UCS_OK;
 }
@@ -433,9 +459,13 @@ void UcxTransport::StartRendezvousReceives() {
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.recv_am = &UcxTransport::OnRecvDone;
     param.user_data = state.get();
-    const ucs_status_ptr_t request =
-        ucp_am_recv_data_nbx(worker_, pending.desc, state->message.payload.data(),
-                             state->message.payload.size(), &param);
+    absl::Span<const uint8_t> dest = state->message.bytes();
+    if (ucp_mem_h memh = MemhFor(dest.data(), dest.size()); memh != nullptr) {
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      param.memh = memh;
+    }
+    const ucs_status_ptr_t request = ucp_am_recv_data_nbx(
+        worker_, pending.desc, const_cast<uint8_t*>(dest.data()), dest.size(), &param);
     if (request == nullptr) {
       Deliver(std::move(state->message));
     } else if (UCS_PTR_IS_ERR(request)) {
@@ -448,10 +478,95 @@ void UcxTransport::StartRendezvousReceives() {
 
 void UcxTransport::OnRecvDone(void* request, ucs_status_t status, size_t length, void* user_data) {
   std::unique_ptr<RecvState> state(static_cast<RecvState*>(user_data));
-  if (status == UCS_OK && length == state->message.payload.size()) {
+  if (status == UCS_OK && length == state->message.bytes().size()) {
     state->transport->Deliver(std::move(state->message));
   }
   ucp_request_free(request);
+}
+
+void UcxTransport::Place(Message& message, size_t length) {
+  if (handlers_.place_payload) {
+    absl::Span<uint8_t> dest = handlers_.place_payload(message.from, message.header, length);
+    if (dest.data() != nullptr && dest.size() == length) {
+      message.placed = dest;
+      return;
+    }
+  }
+  message.payload.resize(length);
+}
+
+ucp_mem_h UcxTransport::MemhFor(const void* data, size_t size) {
+  if (data == nullptr || size == 0) return nullptr;
+  const auto addr = reinterpret_cast<uintptr_t>(data);
+  absl::MutexLock lock(&regions_mu_);
+  auto it = regions_.upper_bound(addr);
+  if (it == regions_.begin()) return nullptr;
+  --it;
+  if (addr + size > it->first + it->second.size) return nullptr;
+  return it->second.memh;
+}
+
+void UcxTransport::RunOnProgressThread(const std::function<void()>& command) {
+  absl::Notification done;
+  Post([&] {
+    command();
+    done.Notify();
+  });
+  done.WaitForNotification();
+}
+
+class UcxTransport::UcxRegion final : public MemoryRegion {
+ public:
+  UcxRegion(UcxTransport* transport, uintptr_t start) : transport_(transport), start_(start) {}
+  ~UcxRegion() override { transport_->Unregister(start_); }
+
+ private:
+  UcxTransport* const transport_;
+  const uintptr_t start_;
+};
+
+absl::StatusOr<std::unique_ptr<MemoryRegion>> UcxTransport::RegisterMemory(
+    absl::Span<uint8_t> buffer) {
+  if (buffer.empty()) return absl::InvalidArgumentError("empty buffer");
+  const auto start = reinterpret_cast<uintptr_t>(buffer.data());
+  {
+    absl::MutexLock lock(&regions_mu_);
+    auto next = regions_.lower_bound(start);
+    if ((next != regions_.end() && next->first < start + buffer.size()) ||
+        (next != regions_.begin() &&
+         std::prev(next)->first + std::prev(next)->second.size > start)) {
+      return absl::AlreadyExistsError("buffer overlaps a registered region");
+    }
+  }
+  ucs_status_t status = UCS_OK;
+  ucp_mem_h memh = nullptr;
+  // The context is not shared between threads (no MT_WORKERS_SHARED): map
+  // on the progress thread, which uses it.
+  RunOnProgressThread([&] {
+    ucp_mem_map_params_t params{};
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address = buffer.data();
+    params.length = buffer.size();
+    status = ucp_mem_map(context_, &params, &memh);
+  });
+  if (status != UCS_OK) return UcxError("ucp_mem_map", status);
+  {
+    absl::MutexLock lock(&regions_mu_);
+    regions_[start] = {.size = buffer.size(), .memh = memh};
+  }
+  return std::unique_ptr<MemoryRegion>(new UcxRegion(this, start));
+}
+
+void UcxTransport::Unregister(uintptr_t start) {
+  ucp_mem_h memh = nullptr;
+  {
+    absl::MutexLock lock(&regions_mu_);
+    auto it = regions_.find(start);
+    if (it == regions_.end()) return;
+    memh = it->second.memh;
+    regions_.erase(it);
+  }
+  RunOnProgressThread([&] { ucp_mem_unmap(context_, memh); });
 }
 
 }  // namespace
