@@ -1,10 +1,14 @@
 #include "bench/bench_util.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -59,6 +63,26 @@ absl::StatusOr<std::vector<codec::CodecSpec>> ParseSpecs(const std::vector<std::
     specs.push_back(spec);
   }
   return specs;
+}
+
+std::optional<ProcessUsage> ReadProcessUsage(const std::string& pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The command name (field 2) may hold spaces; fields restart after its ')'.
+  const size_t paren = text.rfind(')');
+  if (paren == std::string::npos) return std::nullopt;
+  std::istringstream fields(text.substr(paren + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0, minflt = 0;
+  // After ')': state is field 3; minflt is field 10, utime and stime 14 and 15.
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 10) minflt = std::strtoull(field.c_str(), nullptr, 10);
+    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+    if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return ProcessUsage{
+      .cpu_s = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK)),
+      .minor_faults = static_cast<double>(minflt)};
 }
 
 int HardwareThreads() {

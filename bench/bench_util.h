@@ -10,6 +10,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,15 @@ CLI::Validator NonNegativeNumber();
 absl::StatusOr<std::vector<codec::CodecSpec>> ParseSpecs(const std::vector<std::string>& names);
 
 // std::thread::hardware_concurrency(), at least 1.
+// CPU time (utime + stime) and minor page faults of a process so far, from
+// /proc/PID/stat; `pid` is a number or "self". nullopt when it cannot be read
+// (the process is gone).
+struct ProcessUsage {
+  double cpu_s = 0;
+  double minor_faults = 0;
+};
+std::optional<ProcessUsage> ReadProcessUsage(const std::string& pid);
+
 int HardwareThreads();
 
 // Median of the samples (mean of the two middle ones for an even count).

@@ -180,21 +180,6 @@ uint64_t HashFloats(const float* data, size_t n, uint64_t h) {
 // ---- processes -------------------------------------------------------------------
 
 // utime + stime of a process, in seconds ("self" for this one).
-std::optional<double> ProcessCpuSeconds(const std::string& pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t paren = text.rfind(')');
-  if (paren == std::string::npos) return std::nullopt;
-  std::istringstream fields(text.substr(paren + 2));
-  std::string field;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
-    if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
 // A loopback TCP port that was free a moment ago.
 absl::StatusOr<int> FreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -290,20 +275,20 @@ struct WorkerState {
 };
 
 struct CpuSnapshot {
-  std::vector<std::optional<double>> workers, servers;
-  std::optional<double> coordinator, self;
+  std::vector<std::optional<ProcessUsage>> workers, servers;
+  std::optional<ProcessUsage> coordinator, self;
 };
 
 CpuSnapshot TakeCpu(tools::LocalCluster& cluster, int servers, int workers) {
   CpuSnapshot s;
   for (int i = 0; i < workers; ++i) {
-    s.workers.push_back(ProcessCpuSeconds(absl::StrCat(cluster.worker(i)->pid())));
+    s.workers.push_back(ReadProcessUsage(absl::StrCat(cluster.worker(i)->pid())));
   }
   for (int i = 0; i < servers; ++i) {
-    s.servers.push_back(ProcessCpuSeconds(absl::StrCat(cluster.server(i)->pid())));
+    s.servers.push_back(ReadProcessUsage(absl::StrCat(cluster.server(i)->pid())));
   }
-  s.coordinator = ProcessCpuSeconds(absl::StrCat(cluster.coordinator()->pid()));
-  s.self = ProcessCpuSeconds("self");
+  s.coordinator = ReadProcessUsage(absl::StrCat(cluster.coordinator()->pid()));
+  s.self = ReadProcessUsage("self");
   return s;
 }
 
@@ -820,13 +805,20 @@ std::string RatioText(const json& r) {
   return r.is_number() ? absl::StrFormat("%.3f", r.get<double>()) : "-";
 }
 
-double Sum(const std::vector<std::optional<double>>& a,
-           const std::vector<std::optional<double>>& b) {
+// The growth of one field of ProcessUsage from `a` to `b`, summed over the
+// processes that both snapshots saw.
+double Growth(const std::vector<std::optional<ProcessUsage>>& a,
+              const std::vector<std::optional<ProcessUsage>>& b, double ProcessUsage::*field) {
   double s = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (a[i] && b[i]) s += *b[i] - *a[i];
+    if (a[i] && b[i]) s += (*b[i]).*field - (*a[i]).*field;
   }
   return s;
+}
+
+double Growth(const std::optional<ProcessUsage>& a, const std::optional<ProcessUsage>& b,
+              double ProcessUsage::*field) {
+  return a && b ? (*b).*field - (*a).*field : 0;
 }
 
 }  // namespace
@@ -944,18 +936,31 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
 
   // Where the CPU went during the timed steps.
   const double timed_steps = std::max(1, o.steps);
-  const double cpu_workers = Sum(run.cpu_start.workers, run.cpu_end.workers);
-  const double cpu_servers = Sum(run.cpu_start.servers, run.cpu_end.servers);
-  const double cpu_coord = run.cpu_start.coordinator && run.cpu_end.coordinator
-                               ? *run.cpu_end.coordinator - *run.cpu_start.coordinator
-                               : 0;
-  const double cpu_self =
-      run.cpu_start.self && run.cpu_end.self ? *run.cpu_end.self - *run.cpu_start.self : 0;
+  const CpuSnapshot& c0 = run.cpu_start;
+  const CpuSnapshot& c1 = run.cpu_end;
+  const auto cpu_s = &ProcessUsage::cpu_s;
+  const auto faults = &ProcessUsage::minor_faults;
+  const double cpu_workers = Growth(c0.workers, c1.workers, cpu_s);
+  const double cpu_servers = Growth(c0.servers, c1.servers, cpu_s);
+  const double cpu_coord = Growth(c0.coordinator, c1.coordinator, cpu_s);
+  const double cpu_self = Growth(c0.self, c1.self, cpu_s);
+  // Minor page faults per step per process (not summed over a kind): a
+  // steady state that allocates nothing of a step's size faults in nothing.
+  const double faults_worker = Growth(c0.workers, c1.workers, faults) / o.workers / timed_steps;
+  const double faults_server = Growth(c0.servers, c1.servers, faults) / o.servers / timed_steps;
+  const double faults_coord = Growth(c0.coordinator, c1.coordinator, faults) / timed_steps;
+  const double faults_self = Growth(c0.self, c1.self, faults) / timed_steps;
   json cpu = {{"timed_wall_s", run.timed_wall_s},
               {"workers_cpu_s_per_step", cpu_workers / timed_steps},
               {"servers_cpu_s_per_step", cpu_servers / timed_steps},
               {"coordinator_cpu_s_per_step", cpu_coord / timed_steps},
               {"bench_cpu_s_per_step", cpu_self / timed_steps},
+              {"worker_cpu_s_per_step_each", cpu_workers / o.workers / timed_steps},
+              {"server_cpu_s_per_step_each", cpu_servers / o.servers / timed_steps},
+              {"minor_faults_per_step_per_worker", faults_worker},
+              {"minor_faults_per_step_per_server", faults_server},
+              {"minor_faults_per_step_coordinator", faults_coord},
+              {"minor_faults_per_step_bench", faults_self},
               {"cpus", HardwareThreads()}};
   os << absl::StrFormat(
       "CPU per timed step (all processes of a kind): workers %.0f ms, servers %.0f ms, "
@@ -964,6 +969,11 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
       1e3 * cpu_workers / timed_steps, 1e3 * cpu_servers / timed_steps,
       1e3 * cpu_coord / timed_steps, 1e3 * cpu_self / timed_steps,
       1e3 * run.timed_wall_s / timed_steps, HardwareThreads());
+  os << absl::StrFormat(
+      "CPU per timed step per process: worker %.0f ms, server %.0f ms; minor page faults per "
+      "timed step per process: worker %.0f, server %.0f, coordinator %.0f, gift-bench %.0f\n",
+      1e3 * cpu_workers / o.workers / timed_steps, 1e3 * cpu_servers / o.servers / timed_steps,
+      faults_worker, faults_server, faults_coord, faults_self);
 
   // ---- correctness
   const double u_push = RelativeBound(run.push_spec), u_pull = RelativeBound(run.pull_spec);

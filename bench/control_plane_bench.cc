@@ -88,22 +88,9 @@ absl::StatusOr<std::string> FindCoordinator(const std::string& flag) {
 
 // utime + stime of a process, in seconds.
 absl::StatusOr<double> ProcessCpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // The command name (field 2) may hold spaces; fields restart after its ')'.
-  const size_t paren = text.rfind(')');
-  if (paren == std::string::npos) {
-    return absl::UnavailableError(absl::StrCat("cannot read /proc/", pid, "/stat"));
-  }
-  std::istringstream fields(text.substr(paren + 2));
-  std::string field;
-  unsigned long long utime = 0, stime = 0;
-  // After ')': state is field 3; utime and stime are fields 14 and 15.
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  std::optional<ProcessUsage> usage = ReadProcessUsage(absl::StrCat(pid));
+  if (!usage) return absl::UnavailableError(absl::StrCat("cannot read /proc/", pid, "/stat"));
+  return usage->cpu_s;
 }
 
 // ---- fan-out tracking ---------------------------------------------------------

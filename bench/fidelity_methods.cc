@@ -353,7 +353,7 @@ absl::StatusOr<std::vector<MethodResult>> MeasureMethodGrid(const WorkerGradient
   };
   // The gradient statistic standing in where a source lacks a side:
   // ema-per-worker, else ema-mean, else step-per-worker (the later
-  // assignments win; design note section 2 on which source to prefer).
+  // assignments win; docs/design.md sections 3.2 and 4.1 on which source to prefer).
   SideStat fallback_out{&pw_out, "step-per-worker"}, fallback_in{&pw_in, "step-per-worker"};
   if (stats.gram_out) fallback_out = {&*stats.gram_out, "ema-mean"};
   if (stats.pw_gram_out) fallback_out = {&*stats.pw_gram_out, "ema-per-worker"};

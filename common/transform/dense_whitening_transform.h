@@ -1,5 +1,5 @@
-// The published dense form of the input-side whitening (design note section
-// 1), kept as a REFERENCE: it costs O(d_out * d_in^2) per call by design
+// The published dense form of the input-side whitening (docs/design.md section
+// 1.3), kept as a REFERENCE: it costs O(d_out * d_in^2) per call by design
 // and is not the product path (TensorBasisTransform is).
 //
 // From an input-side factor A (n x n, n = d_in, symmetric PSD):

@@ -1,4 +1,4 @@
-// The design note's claim on synthetic anisotropic gradients: the two-sided
+// The claim of docs/design.md sections 3.1-3.2 on synthetic anisotropic gradients: the two-sided
 // quarter-power transform built from the per-worker second moments lowers
 // the error of the FP8 average at least 2x against direct quantization.
 #include <cmath>
@@ -58,7 +58,7 @@ TEST(QuantizedAverage, TwoSidedQuarterPowerHalvesTheErrorOfTheFp8Average) {
   }
 
   // Per-worker second moments: of this step alone (fresh, not causal, as in
-  // the design note's held-out measurement), and the EMA of the steps before
+  // the held-out measurement of docs/design.md section 3.2), and the EMA of the steps before
   // it (causal).
   auto fresh_in = SecondMomentEma::Create(kIn);
   auto fresh_out = SecondMomentEma::Create(kOut);
@@ -93,7 +93,7 @@ TEST(QuantizedAverage, TwoSidedQuarterPowerHalvesTheErrorOfTheFp8Average) {
       {"fresh r=32 isotropic", 0.25, 32, iso, fi, fo, false},
       {"fresh r=64 diagonal", 0.25, 64, ResidualModel::kDiagonal, fi, fo, false},
       {"causal EMA r=64 isotropic", 0.25, 64, iso, &*causal_in, &*causal_out, true},
-      // Whitening, the control: the design note predicts no gain from it.
+      // Whitening, the control: docs/design.md section 3.1 predicts no gain from it.
       {"fresh full rank (whitening)", 0.5, kIn, iso, fi, fo, false},
   };
   for (const std::string spec_name : {"e4m3/block128", "e5m2/tensor"}) {

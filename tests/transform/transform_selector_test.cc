@@ -138,7 +138,7 @@ TEST_F(AnisotropicSelection, PicksTheQuarterPowerBasisWithAMeasuredErrorBelowDir
     EXPECT_EQ(s->errors[2].label, "tensor_basis(both,p=0.25,r=64)");
     const double direct = s->errors[0].rel_l2;
     EXPECT_GT(direct, 0.0);
-    // The design note's claim (quantized_average_test.cc): at least 2x.
+    // The claim of docs/design.md section 3.2 (quantized_average_test.cc): at least 2x.
     EXPECT_LE(s->errors[2].rel_l2, 0.5 * direct) << name;
     EXPECT_LT(s->errors[2].rel_l2, s->errors[1].rel_l2) << name;
     // Direct's reported error is the codec's error of the average, as
