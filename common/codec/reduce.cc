@@ -163,12 +163,19 @@ absl::Status ReduceEncodedBlocked(absl::Span<const EncodedView> inputs, float po
     }
     return absl::OkStatus();
   }
-  if (!encoder.NeedsTensorAmax()) {
-    // Block-scaled: each piece is encoded while its sum is in cache.
+  // Unscaled outputs (bf16, ...) need the tensor's amax only to refuse a
+  // non-finite sum, which each piece checks before it is encoded.
+  const bool unscaled = out.spec.scaling == Scaling::kNone;
+  if (!encoder.NeedsTensorAmax() || unscaled) {
+    // Each piece is encoded while its sum is in cache (block-scaled outputs
+    // check finiteness per block as they encode).
     uint64_t bad_row = 0;
     const bool finite = for_each_piece([&](const internal::Piece& piece) {
       sum_piece(piece, row);
       bad_row = piece.row;
+      if (unscaled) {
+        if (piece_amax(piece, row) >= scalar::kInfBits) return false;
+      }
       return encoder.EncodePiece(row, piece);
     });
     if (finite) return absl::OkStatus();

@@ -30,7 +30,7 @@ absl::Status ReduceEncoded(absl::Span<const EncodedView> inputs, float* sum, flo
 // stochastic stream), written straight into `out` without a caller-visible
 // FP32 sum: each piece of a row is summed into `scratch` and encoded while it
 // is in cache. Outputs whose scale needs the whole tensor's amax (per-tensor,
-// unscaled, NVFP4) take two passes (the first finds the amax, the second sums
+// NVFP4) take two passes (the first finds the amax, the second sums
 // each piece again and encodes it); an FP32 output (unscaled) is summed in
 // place in its codes. `scratch` holds at least ReduceScratchFloats(cols)
 // floats; `out.codes` must not be null. Runs on the calling thread
