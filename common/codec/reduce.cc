@@ -115,8 +115,8 @@ absl::Status ReduceEncodedBlocked(absl::Span<const EncodedView> inputs, float po
   const uint64_t rows = inputs[0].rows, cols = inputs[0].cols;
   if (layouts[0].num_elements == 0) return absl::OkStatus();
   if (scratch.size() < ReduceScratchFloats(cols)) {
-    return absl::InvalidArgumentError(absl::StrCat("reduce scratch holds ", scratch.size(),
-                                                   " floats, a row needs ", cols));
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce scratch holds ", scratch.size(), " floats, a row needs ", cols));
   }
   const internal::ElementLoops& loops = internal::PickLoops(options.use_simd);
   EncodedLayout out_layout;

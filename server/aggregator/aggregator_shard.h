@@ -56,7 +56,8 @@ struct ShardEpoch {
 
 struct AggregatorShardOptions {
   ChunkReducerOptions reducer;
-  // Called (on the progress thread) for every dropped message.
+  // Called for every dropped message (on the progress thread, or on a pool
+  // thread for a chunk whose reduction failed).
   std::function<void(const absl::Status& why)> on_reject;
   // Threads reducing completed chunks (at least 1).
   size_t reduce_threads = 1;

@@ -304,8 +304,8 @@ absl::Span<uint8_t> ChunkReducer::PlacePush(const ChunkHeader& header, size_t pa
     return {};
   }
   absl::MutexLock lock(&mu_);
-  if (closed_ || MustDeferLocked(header) || header.epoch != epoch_ || header.world_size != world_size_ ||
-      header.rank >= world_size_) {
+  if (closed_ || MustDeferLocked(header) || header.epoch != epoch_ ||
+      header.world_size != world_size_ || header.rank >= world_size_) {
     return {};
   }
   auto chunk = chunks_.find(ChunkId{header.tensor_id, header.chunk_index});
@@ -354,8 +354,8 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::AcceptPlaced(
     return why;
   };
   if (header.kind != ChunkKind::kPush) {
-    return refuse(absl::InvalidArgumentError(
-        absl::StrCat("not a push: ", dataplane::ToString(header))));
+    return refuse(
+        absl::InvalidArgumentError(absl::StrCat("not a push: ", dataplane::ToString(header))));
   }
   if (!parsed.ok()) return refuse(WithHeader(header, parsed.status(), "payload: "));
   auto checked = CheckPushLocked(header, ChunkShape{parsed->view.rows, parsed->view.cols});

@@ -238,12 +238,12 @@ class ChunkReducer {
   void RecycleIfUnusedLocked(ChunkState& chunk, uint64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends every open step of `chunk` (placed slots are orphaned); adds an
   // abort header for each step some rank had pushed.
-  void ResetChunkLocked(ChunkState& chunk, const ChunkId& id, std::vector<dataplane::ChunkHeader>* aborted)
+  void ResetChunkLocked(ChunkState& chunk, const ChunkId& id,
+                        std::vector<dataplane::ChunkHeader>* aborted)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a push must wait for an epoch or chunk this shard does not know
   // yet.
-  bool MustDeferLocked(const dataplane::ChunkHeader& header) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool MustDeferLocked(const dataplane::ChunkHeader& header) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Takes the deferred pushes that can be decided now (those of the current
   // epoch whose chunk is known, and those of ended epochs) and replays them
   // into `update`.

@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -37,7 +36,6 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/logging.h"
@@ -265,9 +263,7 @@ int Main(int argc, char** argv) {
   set_serving(true);
   daemon::NotifyReady(absl::StrCat("shard ", shard_id, " serving"));
   std::optional<daemon::Watchdog> watchdog;
-  watchdog.emplace([&] {
-    return absl::Now() - aggregator.last_tick() < absl::Seconds(10);
-  });
+  watchdog.emplace([&] { return absl::Now() - aggregator.last_tick() < absl::Seconds(10); });
 
   const int signal = signals.Wait();
   Log(Level::kInfo, "shutting_down", {{"signal", daemon::SignalName(signal)}});

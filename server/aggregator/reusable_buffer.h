@@ -30,8 +30,8 @@ namespace gift::server {
 
 // Registers buffers with a transport (e.g. Transport::RegisterMemory), or
 // null to register nothing.
-using RegisterMemoryFn = std::function<absl::StatusOr<std::unique_ptr<transport::MemoryRegion>>(
-    absl::Span<uint8_t>)>;
+using RegisterMemoryFn =
+    std::function<absl::StatusOr<std::unique_ptr<transport::MemoryRegion>>(absl::Span<uint8_t>)>;
 
 class BufferRegistry {
  public:

@@ -3,6 +3,8 @@
 // process, and in-process workers (member sessions + push-pull engines).
 // The daemon follows the cluster state into the shard (epochs, chunks, a
 // worker joining), steps average through it, and Drain completes.
+#include "server/aggregator/aggregator_daemon.h"
+
 #include <cmath>
 #include <memory>
 #include <random>
@@ -16,7 +18,6 @@
 #include "common/control/member_session.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
-#include "server/aggregator/aggregator_daemon.h"
 #include "worker/push_pull_engine.h"
 
 namespace gift::server {
@@ -153,9 +154,8 @@ TEST(AggregatorDaemonTest, FollowsEpochsIntoTheShardServesStepsAndDrains) {
   auto ready = [&](size_t world) {
     return workers[0].session->WaitFor(
         [&](const gift::v1::ClusterState& s) {
-          return s.workers_size() == int(world) && s.servers_size() == 1 &&
-                 s.tensors_size() == 2 && s.shard_map().chunks_size() > 0 &&
-                 s.shard_map().epoch() == s.epoch();
+          return s.workers_size() == int(world) && s.servers_size() == 1 && s.tensors_size() == 2 &&
+                 s.shard_map().chunks_size() > 0 && s.shard_map().epoch() == s.epoch();
         },
         absl::Seconds(30));
   };
@@ -173,8 +173,8 @@ TEST(AggregatorDaemonTest, FollowsEpochsIntoTheShardServesStepsAndDrains) {
     }
     return false;
   };
-  ASSERT_TRUE(applied(**state, 2)) << "shard epoch " << (*shard)->epoch() << ", state epoch "
-                                   << (*state)->epoch();
+  ASSERT_TRUE(applied(**state, 2))
+      << "shard epoch " << (*shard)->epoch() << ", state epoch " << (*state)->epoch();
   EXPECT_LT(absl::Now() - daemon->last_tick(), absl::Seconds(2));
   for (uint64_t step = 0; step < 3; ++step) {
     EXPECT_LT(RunStep(workers, **state, step), 0.05) << "step " << step;

@@ -62,8 +62,8 @@ std::vector<uint8_t> Reference(const std::vector<std::vector<uint8_t>>& payloads
   for (const auto& p : payloads) views.push_back(codec::ParsePayload(p).value().view);
   auto out = codec::EncodedTensor::Create(out_spec, kRows, kCols).value();
   std::vector<float> sum(kRows * kCols);
-  EXPECT_TRUE(codec::ReduceEncoded(views, sum.data(), 1.0f / views.size(), out.mutable_view(), key)
-                  .ok());
+  EXPECT_TRUE(
+      codec::ReduceEncoded(views, sum.data(), 1.0f / views.size(), out.mutable_view(), key).ok());
   const uint64_t dims[] = {kRows, kCols};
   return codec::SerializePayload(out.view(), dims).value();
 }
@@ -94,8 +94,8 @@ std::vector<uint8_t> Bytes(const ChunkResult& r) {
 
 TEST(ChunkReducerDataPathTest, PlacedPushesReproduceReduceEncodedInRankOrderForEverySpec) {
   const std::vector<std::string> pushes = {"e4m3/block128", "e5m2/tensor/sr", "nvfp4", "bf16"};
-  const std::vector<std::string> pulls = {"bf16",         "e4m3/block32/sr", "e4m3/tensor",
-                                          "e5m2/tensor/sr", "nvfp4/sr",      "e4m3/mx32",
+  const std::vector<std::string> pulls = {"bf16",           "e4m3/block32/sr", "e4m3/tensor",
+                                          "e5m2/tensor/sr", "nvfp4/sr",        "e4m3/mx32",
                                           "e4m3/none/sr"};
   for (const std::string& push : pushes) {
     std::vector<std::vector<uint8_t>> payloads;
@@ -103,9 +103,9 @@ TEST(ChunkReducerDataPathTest, PlacedPushesReproduceReduceEncodedInRankOrderForE
     for (const std::string& pull : pulls) {
       auto reducer = MakeReducer(pull);
       const uint64_t step = 3;
-      const std::vector<uint8_t> want = Reference(
-          payloads, Spec(pull),
-          dataplane::ChunkRngKey(kTensor, 0, step, dataplane::kResultRngRank));
+      const std::vector<uint8_t> want =
+          Reference(payloads, Spec(pull),
+                    dataplane::ChunkRngKey(kTensor, 0, step, dataplane::kResultRngRank));
       std::optional<ReductionJob> job;
       for (uint32_t r : {3u, 1u, 0u, 2u}) {  // arrival order is not rank order
         auto accepted = PlaceAndAccept(*reducer, Push(1, step, r), payloads[r]);

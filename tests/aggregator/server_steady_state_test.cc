@@ -36,8 +36,9 @@ void* CountedAlloc(size_t n, size_t align = 0) {
   if (n >= kBigAllocation && g_counting.load(std::memory_order_relaxed)) {
     g_big_allocations.fetch_add(1, std::memory_order_relaxed);
   }
-  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
-                                               : std::malloc(n == 0 ? 1 : n);
+  void* p = align > alignof(std::max_align_t)
+                ? std::aligned_alloc(align, (n + align - 1) / align * align)
+                : std::malloc(n == 0 ? 1 : n);
   if (p == nullptr) throw std::bad_alloc();
   return p;
 }
@@ -205,8 +206,8 @@ TEST(ServerSteadyStateTest, FiftyStepsWithoutLargeAllocationsOrFreshPages) {
   for (int i = 0; i < kSteps && all_done; ++i) all_done = run_step(++step);
   g_counting = false;
   const uint64_t faults = MinorFaults() - faults_before;
-  ASSERT_TRUE(all_done) << "step " << step << " timed out; counters: "
-                        << (*shard)->counters().chunks_completed;
+  ASSERT_TRUE(all_done) << "step " << step
+                        << " timed out; counters: " << (*shard)->counters().chunks_completed;
   EXPECT_EQ(send_failures.load(), 0u);
 
   const double faults_per_step = static_cast<double>(faults) / kSteps;
@@ -225,10 +226,10 @@ TEST(ServerSteadyStateTest, FiftyStepsWithoutLargeAllocationsOrFreshPages) {
     }
     auto want = codec::EncodedTensor::Create(pull, kRows, kCols).value();
     std::vector<float> sum(kRows * kCols);
-    ASSERT_TRUE(codec::ReduceEncoded(
-                    views, sum.data(), 1.0f / kWorld, want.mutable_view(),
-                    dataplane::ChunkRngKey(kTensor, c, step, dataplane::kResultRngRank))
-                    .ok());
+    ASSERT_TRUE(
+        codec::ReduceEncoded(views, sum.data(), 1.0f / kWorld, want.mutable_view(),
+                             dataplane::ChunkRngKey(kTensor, c, step, dataplane::kResultRngRank))
+            .ok());
     const std::vector<uint8_t> want_bytes = codec::SerializePayload(want.view(), dims).value();
     for (uint32_t r = 0; r < kWorld; ++r) {
       EXPECT_EQ(workers[r]->results[c], want_bytes) << "chunk " << c << " worker " << r;

@@ -43,9 +43,9 @@ void ExpectSameResult(const Inputs& in, const std::string& out_spec, float post_
           .ok());
   auto got = EncodedTensor::Create(testing::Spec(out_spec), rows, cols).value();
   std::vector<float> scratch(ReduceScratchFloats(cols));
-  ASSERT_TRUE(ReduceEncodedBlocked(in.views, post_scale, got.mutable_view(),
-                                   absl::MakeSpan(scratch), key)
-                  .ok());
+  ASSERT_TRUE(
+      ReduceEncodedBlocked(in.views, post_scale, got.mutable_view(), absl::MakeSpan(scratch), key)
+          .ok());
   EXPECT_EQ(got.codes(), want.codes()) << out_spec << " " << rows << "x" << cols;
   EXPECT_EQ(got.scales(), want.scales()) << out_spec << " " << rows << "x" << cols;
 }
@@ -56,8 +56,8 @@ TEST(ReduceBlocked, MatchesReduceEncodedForEveryOutputSpec) {
   // row that is not a multiple of any block size.
   const std::vector<std::pair<uint64_t, uint64_t>> shapes = {
       {16, 1024}, {3, internal::kPieceCols + 300}, {7, 515}};
-  const Inputs fp8_block = Make({"e4m3/block128", "e4m3/block128", "e4m3/block128",
-                                 "e4m3/block128"}, 16, 1024);
+  const Inputs fp8_block =
+      Make({"e4m3/block128", "e4m3/block128", "e4m3/block128", "e4m3/block128"}, 16, 1024);
   for (const std::string& spec : testing::AllSpecNames()) {
     for (const auto& [rows, cols] : shapes) {
       const Inputs mixed = Make({"e4m3/block128/sr", "e5m2/tensor", "nvfp4", "bf16"}, rows, cols);
