@@ -46,6 +46,7 @@
 #include "common/dataplane/chunk_header.h"
 #include "nlohmann/json.hpp"
 #include "server/aggregator/chunk_reducer.h"
+#include "server/aggregator/reduction_timing.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/worker_client.h"
 
@@ -743,40 +744,14 @@ absl::StatusOr<ReducerResult> RunReducer(const ClusterBenchOptions& o, const cod
     payloads.push_back(std::move(bytes));
   }
   r.payload_bytes = payloads[0].size();
-  GIFT_ASSIGN_OR_RETURN(std::unique_ptr<server::ChunkReducer> reducer,
-                        server::ChunkReducer::Create({.pull_spec = pull}));
-  GIFT_RETURN_IF_ERROR(reducer->SetEpoch(1, P, {{{1, 0}, {r.rows, r.cols}}}).status());
-  std::vector<double> all, last;
+  // The shard's path: placed pushes, parsed in place, reduced into a reusable
+  // send buffer (server/aggregator/reduction_timing.h).
+  GIFT_ASSIGN_OR_RETURN(
+      server::ChunkReductionTiming timing,
+      server::TimeChunkReduction(payloads, r.rows, r.cols, pull, std::max(1, o.reducer_reps)));
+  r.all_pushes_s = timing.all_pushes_s;
+  r.last_push_s = timing.last_push_s;
   const int reps = std::max(1, o.reducer_reps);
-  for (int rep = 0; rep <= reps; ++rep) {                 // rep 0 warms up
-    std::vector<std::vector<uint8_t>> copies = payloads;  // AddPush takes them
-    double total = 0, final_push = 0;
-    for (uint32_t rank = 0; rank < P; ++rank) {
-      const dataplane::ChunkHeader header{.kind = dataplane::ChunkKind::kPush,
-                                          .epoch = 1,
-                                          .step = static_cast<uint64_t>(rep) + 1,
-                                          .tensor_id = 1,
-                                          .basis_version = 0,
-                                          .chunk_index = 0,
-                                          .rank = rank,
-                                          .world_size = P};
-      const Clock::time_point start = Clock::now();
-      auto result = reducer->AddPush(header, std::move(copies[rank]));
-      const double s = SecondsSince(start);
-      if (!result.ok()) return result.status();
-      if (result->has_value() != (rank + 1 == P)) {
-        return absl::InternalError("the reducer completed the chunk at the wrong push");
-      }
-      total += s;
-      if (rank + 1 == P) final_push = s;
-    }
-    if (rep > 0) {
-      all.push_back(total);
-      last.push_back(final_push);
-    }
-  }
-  r.all_pushes_s = Median(all);
-  r.last_push_s = Median(last);
   std::vector<float> src(elements, 1.0f), dst(elements, 0.0f);
   std::vector<double> copies;
   for (int rep = 0; rep <= 5 * reps; ++rep) {

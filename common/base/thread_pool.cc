@@ -83,6 +83,11 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
       state.get()));
 }
 
+void ThreadPool::Schedule(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(task));
+}
+
 void ParallelFor(ThreadPool* pool, size_t n, const std::function<void(size_t)>& fn) {
   if (pool == nullptr || n < 2) {
     for (size_t i = 0; i < n; ++i) fn(i);

@@ -38,6 +38,10 @@ class ThreadPool {
   // Indices are claimed dynamically, so uneven tasks balance themselves.
   void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
 
+  // Queues `task` to run once on a worker and returns at once (tasks start
+  // in the order queued). The destructor runs the tasks still queued.
+  void Schedule(std::function<void()> task);
+
  private:
   void WorkerLoop();
 

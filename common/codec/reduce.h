@@ -26,6 +26,22 @@ absl::Status ReduceEncoded(absl::Span<const EncodedView> inputs, float* sum, flo
                            const MutableEncodedView& out, const RngKey& key = {},
                            const CodecOptions& options = {});
 
+// ReduceEncoded's result, bit for bit (same rank-order sum, same rounding and
+// stochastic stream), written straight into `out` without a caller-visible
+// FP32 sum: each piece of a row is summed into `scratch` and encoded while it
+// is in cache. Outputs whose scale needs the whole tensor's amax (per-tensor,
+// NVFP4) take two passes (the first finds the amax, the second sums
+// each piece again and encodes it); an FP32 output (unscaled) is summed in
+// place in its codes. `scratch` holds at least ReduceScratchFloats(cols)
+// floats; `out.codes` must not be null. Runs on the calling thread
+// (options.pool is ignored: callers reduce different chunks in parallel).
+// Errors as ReduceEncoded; on a non-finite sum the output's contents are
+// unspecified.
+uint64_t ReduceScratchFloats(uint64_t cols);
+absl::Status ReduceEncodedBlocked(absl::Span<const EncodedView> inputs, float post_scale,
+                                  const MutableEncodedView& out, absl::Span<float> scratch,
+                                  const RngKey& key = {}, const CodecOptions& options = {});
+
 }  // namespace gift::codec
 
 #endif  // GIFT_COMMON_CODEC_REDUCE_H_

@@ -1,5 +1,7 @@
 #include "server/aggregator/aggregator_shard.h"
 
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,41 +16,73 @@ absl::StatusOr<std::unique_ptr<AggregatorShard>> AggregatorShard::Create(
     const AggregatorShardOptions& options, const TransportFactory& make_transport) {
   if (!make_transport) return absl::InvalidArgumentError("no transport factory");
   std::unique_ptr<AggregatorShard> shard(new AggregatorShard(options));
-  auto reducer = ChunkReducer::Create(options.reducer);
+  AggregatorShard* self = shard.get();
+  ChunkReducerOptions reducer_options = options.reducer;
+  // Called off the progress thread only (see ChunkReducer), once the
+  // transport exists.
+  reducer_options.register_memory = [self](absl::Span<uint8_t> buffer) {
+    return self->transport_->RegisterMemory(buffer);
+  };
+  auto reducer = ChunkReducer::Create(reducer_options);
   if (!reducer.ok()) return reducer.status();
   shard->reducer_ = *std::move(reducer);
-  AggregatorShard* self = shard.get();
+  shard->worker_peers_ = std::make_shared<const std::vector<transport::PeerId>>();
+  shard->pool_ = std::make_unique<ThreadPool>(std::max<size_t>(1, options.reduce_threads));
   auto transport = make_transport(
       {.on_receive = [self](transport::Message m) { self->OnMessage(std::move(m)); },
        .on_peer_failure = [self](transport::PeerId peer,
-                                 const absl::Status&) { self->connections_.Forget(peer); }});
+                                 const absl::Status&) { self->connections_.Forget(peer); },
+       .place_payload = [self](transport::PeerId, absl::Span<const uint8_t> header,
+                               size_t bytes) -> absl::Span<uint8_t> {
+         auto h = dataplane::ParseChunkHeader(header);
+         if (!h.ok()) return {};
+         return self->reducer_->PlacePush(*h, bytes);
+       }});
   if (!transport.ok()) return transport.status();
   shard->transport_ = *std::move(transport);
   return shard;
 }
 
 AggregatorShard::~AggregatorShard() {
-  // Stop the progress thread (and its callbacks into this object) first.
+  // No new reductions; the queued ones finish and send (they need the
+  // progress thread running).
+  {
+    absl::MutexLock lock(&jobs_mu_);
+    accepting_jobs_ = false;
+  }
+  pool_.reset();
+  // Let the results' sends complete before their buffers are unregistered.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (sends_in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  reducer_->ReleaseMemory(/*close=*/true);
+  // Stop the progress thread (and its callbacks into this object).
   transport_.reset();
 }
 
 std::string AggregatorShard::address() const { return transport_->address(); }
 
+AggregatorShard::Peers AggregatorShard::CurrentPeers() const {
+  absl::MutexLock lock(&mu_);
+  return worker_peers_;
+}
+
 absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
   if (epoch.workers.empty()) return absl::InvalidArgumentError("an epoch without workers");
   // Connect first (outside the lock: Connect waits for the progress thread,
   // which may be delivering a push that needs the lock).
-  std::vector<transport::PeerId> peers(epoch.workers.size());
+  auto peers = std::make_shared<std::vector<transport::PeerId>>(epoch.workers.size());
   absl::Status unreachable;
   for (size_t rank = 0; rank < epoch.workers.size(); ++rank) {
     auto peer = connections_.Get(*transport_, epoch.workers[rank]);
     if (!peer.ok()) {
       unreachable = absl::UnavailableError(
           absl::StrCat("worker rank ", rank, " unreachable: ", peer.status().message()));
-      peers[rank] = 0;
+      (*peers)[rank] = 0;
       continue;
     }
-    peers[rank] = *peer;
+    (*peers)[rank] = *peer;
   }
   if (epoch.pull_spec.has_value()) {
     if (auto s = reducer_->SetPullSpec(*epoch.pull_spec); !s.ok()) return s;
@@ -56,18 +90,13 @@ absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
   // Tell the previous epoch's workers about its aborted chunks before
   // switching to the new peers; completions of deferred pushes go to the new
   // epoch's workers.
-  std::vector<transport::PeerId> old_peers;
-  {
-    absl::MutexLock lock(&mu_);
-    old_peers = worker_peers_;
-  }
+  const Peers old_peers = CurrentPeers();
   auto update =
       reducer_->SetEpoch(epoch.epoch, static_cast<uint32_t>(epoch.workers.size()), epoch.chunks);
   if (!update.ok()) return update.status();
-  auto reason = std::make_shared<std::vector<uint8_t>>();
   const std::string text = absl::StrCat("epoch ", epoch.epoch, " replaced the step's epoch");
-  reason->assign(text.begin(), text.end());
-  for (const ChunkHeader& h : update->aborted) Broadcast(h, reason, old_peers);
+  auto reason = std::make_shared<const std::vector<uint8_t>>(text.begin(), text.end());
+  for (const ChunkHeader& h : update->aborted) Broadcast(h, *reason, reason, old_peers);
   {
     absl::MutexLock lock(&mu_);
     counters_.chunks_aborted += update->aborted.size();
@@ -79,12 +108,14 @@ absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
 
 void AggregatorShard::Deliver(EpochUpdate update) {
   for (const absl::Status& why : update.refused) Reject(why);
+  const Peers peers = CurrentPeers();
   for (ReducedChunk& r : update.completed) {
     {
       absl::MutexLock lock(&mu_);
-      CountCompletedLocked(r);
+      CountCompletedLocked(r.elements, r.seconds);
     }
-    Broadcast(r.header, std::make_shared<std::vector<uint8_t>>(std::move(r.payload)));
+    auto payload = std::make_shared<const std::vector<uint8_t>>(std::move(r.payload));
+    Broadcast(r.header, *payload, payload, peers);
   }
 }
 
@@ -103,25 +134,56 @@ absl::Status AggregatorShard::Apply(const ShardEpoch& epoch) {
 
 void AggregatorShard::OnMessage(transport::Message message) {
   auto header = dataplane::ParseChunkHeader(message.header);
-  if (!header.ok()) return Reject(header.status());
-  const size_t bytes = message.payload.size();
-  auto result = reducer_->AddPush(*header, std::move(message.payload));
-  if (!result.ok()) return Reject(result.status());
+  const size_t bytes = message.bytes().size();
+  if (!header.ok()) {
+    // A placement needs a parsed header, so nothing was placed.
+    return Reject(header.status());
+  }
+  auto job = message.placed.data() != nullptr
+                 ? reducer_->AcceptPlaced(*header, message.placed)
+                 : reducer_->Accept(*header, std::move(message.payload));
+  if (!job.ok()) return Reject(job.status());
   {
     absl::MutexLock lock(&mu_);
     ++counters_.pushes_accepted;
     counters_.push_bytes_received += bytes;
-    if (result->has_value()) CountCompletedLocked(**result);
   }
-  if (!result->has_value()) return;
-  Broadcast((*result)->header,
-            std::make_shared<std::vector<uint8_t>>(std::move((*result)->payload)));
+  if (job->has_value()) Schedule(**std::move(job), CurrentPeers());
 }
 
-void AggregatorShard::CountCompletedLocked(const ReducedChunk& chunk) {
+void AggregatorShard::Schedule(ReductionJob job, Peers peers) {
+  absl::MutexLock lock(&jobs_mu_);
+  if (!accepting_jobs_) return;  // shutting down
+  jobs_.push_back({.job = std::move(job), .peers = std::move(peers)});
+  jobs_in_flight_.fetch_add(1);
+  pool_->Schedule([this] { RunJob(); });
+}
+
+void AggregatorShard::RunJob() {
+  std::optional<QueuedJob> queued;
+  {
+    absl::MutexLock lock(&jobs_mu_);
+    if (jobs_.empty()) return;
+    queued.emplace(std::move(jobs_.front()));
+    jobs_.pop_front();
+  }
+  auto result = reducer_->Reduce(std::move(queued->job));
+  if (!result.ok()) {
+    Reject(result.status());
+  } else {
+    {
+      absl::MutexLock lock(&mu_);
+      CountCompletedLocked(result->elements, result->seconds);
+    }
+    Broadcast(result->header, result->payload(), result->buffer, queued->peers);
+  }
+  jobs_in_flight_.fetch_sub(1);
+}
+
+void AggregatorShard::CountCompletedLocked(uint64_t elements, double seconds) {
   ++counters_.chunks_completed;
-  counters_.reduce_seconds += chunk.seconds;
-  counters_.reduced_bytes += chunk.elements * sizeof(float);
+  counters_.reduce_seconds += seconds;
+  counters_.reduced_bytes += elements * sizeof(float);
 }
 
 void AggregatorShard::Reject(const absl::Status& why) {
@@ -132,33 +194,28 @@ void AggregatorShard::Reject(const absl::Status& why) {
   if (options_.on_reject) options_.on_reject(why);
 }
 
-void AggregatorShard::Broadcast(const ChunkHeader& header,
-                                std::shared_ptr<std::vector<uint8_t>> payload) {
-  std::vector<transport::PeerId> peers;
-  {
-    absl::MutexLock lock(&mu_);
-    peers = worker_peers_;
-  }
-  Broadcast(header, std::move(payload), peers);
-}
-
-void AggregatorShard::Broadcast(const ChunkHeader& header,
-                                std::shared_ptr<std::vector<uint8_t>> payload,
-                                const std::vector<transport::PeerId>& peers) {
+void AggregatorShard::Broadcast(const ChunkHeader& header, absl::Span<const uint8_t> payload,
+                                std::shared_ptr<const void> keep_alive, const Peers& peers) {
   const auto bytes = dataplane::SerializeChunkHeader(header);
-  for (transport::PeerId peer : peers) {
+  const size_t size = payload.size();
+  for (transport::PeerId peer : *peers) {
     if (peer == 0) continue;  // unreachable this epoch
-    // The callback keeps the payload alive until the transport is done.
+    sends_in_flight_.fetch_add(1);
+    // The callback holds the payload until the transport is done with it.
     const absl::Status s =
-        transport_->Send(peer, bytes, *payload, [this, payload](const absl::Status& done) {
-          absl::MutexLock lock(&mu_);
-          if (done.ok()) {
-            counters_.result_bytes_sent += payload->size();
-          } else {
-            ++counters_.send_failures;
+        transport_->Send(peer, bytes, payload, [this, keep_alive, size](const absl::Status& done) {
+          {
+            absl::MutexLock lock(&mu_);
+            if (done.ok()) {
+              counters_.result_bytes_sent += size;
+            } else {
+              ++counters_.send_failures;
+            }
           }
+          sends_in_flight_.fetch_sub(1);
         });
     if (!s.ok()) {
+      sends_in_flight_.fetch_sub(1);
       absl::MutexLock lock(&mu_);
       ++counters_.send_failures;
     }

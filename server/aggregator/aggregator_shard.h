@@ -12,12 +12,20 @@
 // (rejections()), and reported through the optional on_reject callback (for
 // logs); they never stop the shard.
 //
-// Thread safety: thread-safe. Pushes are handled on the transport's progress
-// thread; a completed chunk's reduction runs there too.
+// Data path: a push's payload is placed by the transport straight into the
+// reducer's receive slot (PlacePush) and validated on the progress thread;
+// a completed chunk's reduction runs on the shard's own pool
+// (reduce_threads), never on the progress thread, and the pool thread sends
+// the result from the chunk's reusable send buffer, which stays reserved
+// until every worker's send of it completed.
+//
+// Thread safety: thread-safe.
 #ifndef GIFT_SERVER_AGGREGATOR_AGGREGATOR_SHARD_H_
 #define GIFT_SERVER_AGGREGATOR_AGGREGATOR_SHARD_H_
 
+#include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -29,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/base/thread_pool.h"
 #include "common/transport/connection_cache.h"
 #include "common/transport/transport.h"
 #include "server/aggregator/chunk_reducer.h"
@@ -47,8 +56,11 @@ struct ShardEpoch {
 
 struct AggregatorShardOptions {
   ChunkReducerOptions reducer;
-  // Called (on the progress thread) for every dropped message.
+  // Called for every dropped message (on the progress thread, or on a pool
+  // thread for a chunk whose reduction failed).
   std::function<void(const absl::Status& why)> on_reject;
+  // Threads reducing completed chunks (at least 1).
+  size_t reduce_threads = 1;
 };
 
 // Builds the shard's transport with the handlers it is given (e.g.
@@ -77,7 +89,10 @@ class AggregatorShard {
   // Older epochs are ignored (OK).
   absl::Status Apply(const ShardEpoch& epoch);
   uint64_t epoch() const { return reducer_->epoch(); }
-  size_t pending_chunks() const { return reducer_->pending_chunks(); }
+  // (step, chunk) reductions in flight: waiting for ranks, queued or
+  // running on the pool (a result whose sends are still in flight no longer
+  // counts).
+  size_t pending_chunks() const { return reducer_->pending_chunks() + jobs_in_flight_.load(); }
   size_t deferred_pushes() const { return reducer_->deferred_pushes(); }
 
   struct Counters {
@@ -99,23 +114,37 @@ class AggregatorShard {
 
   void OnMessage(transport::Message message);
   void Reject(const absl::Status& why);
-  void CountCompletedLocked(const ReducedChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends header + payload to every worker of the current epoch (or to
-  // `peers`).
-  void Broadcast(const dataplane::ChunkHeader& header,
-                 std::shared_ptr<std::vector<uint8_t>> payload);
-  void Broadcast(const dataplane::ChunkHeader& header,
-                 std::shared_ptr<std::vector<uint8_t>> payload,
-                 const std::vector<transport::PeerId>& peers);
+  void CountCompletedLocked(uint64_t elements, double seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  using Peers = std::shared_ptr<const std::vector<transport::PeerId>>;  // by rank
+  // Sends header + payload to every one of `peers`; `keep_alive` owns the
+  // payload's bytes and is held until each send completed.
+  void Broadcast(const dataplane::ChunkHeader& header, absl::Span<const uint8_t> payload,
+                 std::shared_ptr<const void> keep_alive, const Peers& peers);
+  Peers CurrentPeers() const;
+  // Queues a completed chunk's reduction on the pool, for `peers`.
+  void Schedule(ReductionJob job, Peers peers);
+  // On the pool: reduces the oldest queued job and sends its result.
+  void RunJob();
   // Counts the refusals of an epoch update and sends its completed chunks.
   void Deliver(EpochUpdate update);
 
   const AggregatorShardOptions options_;
   std::unique_ptr<ChunkReducer> reducer_;
   std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<ThreadPool> pool_;
+
+  struct QueuedJob {
+    ReductionJob job;
+    Peers peers;
+  };
+  absl::Mutex jobs_mu_;
+  bool accepting_jobs_ ABSL_GUARDED_BY(jobs_mu_) = true;
+  std::deque<QueuedJob> jobs_ ABSL_GUARDED_BY(jobs_mu_);
+  std::atomic<int64_t> sends_in_flight_{0};
+  std::atomic<size_t> jobs_in_flight_{0};  // scheduled, not yet sent
 
   mutable absl::Mutex mu_;
-  std::vector<transport::PeerId> worker_peers_ ABSL_GUARDED_BY(mu_);  // by rank
+  Peers worker_peers_ ABSL_GUARDED_BY(mu_);
   // Connections by worker address, kept across epochs; a connection is
   // dropped when its peer fails (a worker that exits).
   transport::ConnectionCache connections_;

@@ -1,15 +1,70 @@
 #include "server/aggregator/chunk_reducer.h"
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/codec/reduce.h"
+#include "common/dataplane/chunk_rng_key.h"
 
 namespace gift::server {
 
 using dataplane::ChunkHeader;
 using dataplane::ChunkKind;
+
+namespace reducer_internal {
+
+// One rank's push of one step.
+struct Slot {
+  enum class State { kEmpty, kPlaced, kReceived };
+  State state = State::kEmpty;
+  ReusableBuffer buffer;    // the payload's bytes (capacity kept across steps)
+  codec::EncodedView view;  // into `buffer`, once received
+};
+
+// The pushes of one (step, chunk), by rank.
+struct StepInputs {
+  uint64_t step = 0;
+  uint64_t basis_version = 0;  // of the first push received
+  uint32_t received = 0;
+  std::vector<Slot> slots;
+};
+
+struct ChunkState {
+  explicit ChunkState(ChunkShape s) : shape(s) {}
+  const ChunkShape shape;
+  // Open steps (usually one) and closed ones kept for reuse, buffers and all.
+  absl::flat_hash_map<uint64_t, std::unique_ptr<StepInputs>> steps;
+  std::vector<std::unique_ptr<StepInputs>> spare;
+  // Send buffers of results; one is free when nothing else holds it.
+  std::vector<std::shared_ptr<ReusableBuffer>> results;
+};
+
+}  // namespace reducer_internal
+
+using reducer_internal::ChunkState;
+using reducer_internal::Slot;
+using reducer_internal::StepInputs;
+
+ReductionJob::ReductionJob(ReductionJob&&) noexcept = default;
+ReductionJob& ReductionJob::operator=(ReductionJob&&) noexcept = default;
+ReductionJob::~ReductionJob() = default;
+
+namespace {
+
+absl::Status WithHeader(const ChunkHeader& header, const absl::Status& s, absl::string_view what) {
+  return absl::Status(s.code(), absl::StrCat(dataplane::ToString(header), ": ", what, s.message()));
+}
+
+}  // namespace
+
+ChunkReducer::ChunkReducer(const ChunkReducerOptions& options)
+    : options_(options),
+      registry_(std::make_shared<BufferRegistry>(options.register_memory)),
+      pull_spec_(options.pull_spec) {}
 
 absl::StatusOr<std::unique_ptr<ChunkReducer>> ChunkReducer::Create(
     const ChunkReducerOptions& options) {
@@ -19,34 +74,63 @@ absl::StatusOr<std::unique_ptr<ChunkReducer>> ChunkReducer::Create(
   return std::unique_ptr<ChunkReducer>(new ChunkReducer(options));
 }
 
+void ChunkReducer::ResetChunkLocked(ChunkState& chunk, const ChunkId& id,
+                                    std::vector<ChunkHeader>* aborted) {
+  for (auto& [step, inputs] : chunk.steps) {
+    if (inputs->received > 0) {
+      ChunkHeader h;
+      h.kind = ChunkKind::kAbort;
+      h.epoch = epoch_;
+      h.step = step;
+      h.tensor_id = id.first;
+      h.chunk_index = id.second;
+      h.basis_version = inputs->basis_version;
+      h.rank = inputs->received;
+      h.world_size = world_size_;
+      h.status_code = static_cast<uint32_t>(absl::StatusCode::kAborted);
+      aborted->push_back(h);
+      --pending_chunks_;
+    }
+    for (Slot& slot : inputs->slots) {
+      if (slot.state == Slot::State::kPlaced) {
+        orphans_.push_back(std::move(slot.buffer));  // the transport may still write it
+      } else if (slot.state == Slot::State::kReceived) {
+        pending_bytes_ -= slot.buffer.size();
+      }
+      slot.state = Slot::State::kEmpty;
+    }
+    inputs->received = 0;
+    chunk.spare.push_back(std::move(inputs));
+  }
+  chunk.steps.clear();
+}
+
 absl::StatusOr<EpochUpdate> ChunkReducer::SetEpoch(
     uint64_t epoch, uint32_t world_size, absl::flat_hash_map<ChunkId, ChunkShape> chunks) {
   if (world_size == 0) return absl::InvalidArgumentError("world size 0");
   EpochUpdate update;
+  // Chunk states dropped here free their buffers after the lock.
+  absl::flat_hash_map<ChunkId, std::shared_ptr<ChunkState>> old;
   {
     absl::MutexLock lock(&mu_);
     if (has_epoch_ && epoch <= epoch_) {
       return absl::FailedPreconditionError(
           absl::StrCat("epoch ", epoch, " is not above the current epoch ", epoch_));
     }
-    for (const auto& [key, pending] : pending_) {
-      ChunkHeader h;
-      h.kind = ChunkKind::kAbort;
-      h.epoch = epoch_;
-      std::tie(h.step, h.tensor_id, h.chunk_index) = key;
-      h.basis_version = pending.basis_version;
-      h.rank = pending.received;
-      h.world_size = world_size_;
-      h.status_code = static_cast<uint32_t>(absl::StatusCode::kAborted);
-      update.aborted.push_back(h);
+    for (auto& [id, state] : chunks_) ResetChunkLocked(*state, id, &update.aborted);
+    old.swap(chunks_);
+    for (const auto& [id, shape] : chunks) {
+      auto it = old.find(id);
+      chunks_[id] = it != old.end() && it->second->shape == shape
+                        ? it->second  // buffers kept
+                        : std::make_shared<ChunkState>(shape);
     }
-    pending_.clear();
-    pending_bytes_ = 0;
     has_epoch_ = true;
     epoch_ = epoch;
     world_size_ = world_size;
-    chunks_ = std::move(chunks);
   }
+  old.clear();
+  registry_->Drain();
   ReplayDeferred(update);
   return update;
 }
@@ -61,12 +145,14 @@ absl::StatusOr<EpochUpdate> ChunkReducer::AddChunks(
     }
     for (const auto& [id, shape] : chunks) {
       auto it = chunks_.find(id);
-      if (it != chunks_.end() && it->second != shape) {
+      if (it != chunks_.end() && it->second->shape != shape) {
         return absl::InvalidArgumentError(absl::StrCat("chunk ", id.second, " of tensor ", id.first,
                                                        " changed shape within epoch ", epoch));
       }
     }
-    for (const auto& [id, shape] : chunks) chunks_[id] = shape;
+    for (const auto& [id, shape] : chunks) {
+      if (!chunks_.contains(id)) chunks_[id] = std::make_shared<ChunkState>(shape);
+    }
   }
   EpochUpdate update;
   ReplayDeferred(update);
@@ -122,117 +208,325 @@ codec::CodecSpec ChunkReducer::pull_spec() const {
   return pull_spec_;
 }
 
-absl::StatusOr<std::optional<ReducedChunk>> ChunkReducer::AddPush(const ChunkHeader& header,
-                                                                  std::vector<uint8_t> payload) {
+StepInputs& ChunkReducer::OpenStepLocked(ChunkState& chunk, uint64_t step) {
+  auto it = chunk.steps.find(step);
+  if (it != chunk.steps.end()) return *it->second;
+  std::unique_ptr<StepInputs> inputs;
+  if (!chunk.spare.empty()) {
+    inputs = std::move(chunk.spare.back());
+    chunk.spare.pop_back();
+  } else {
+    inputs = std::make_unique<StepInputs>();
+  }
+  inputs->step = step;
+  inputs->received = 0;
+  inputs->slots.resize(world_size_);
+  StepInputs& ref = *inputs;
+  chunk.steps.emplace(step, std::move(inputs));
+  return ref;
+}
+
+void ChunkReducer::RecycleIfUnusedLocked(ChunkState& chunk, uint64_t step) {
+  auto it = chunk.steps.find(step);
+  if (it == chunk.steps.end() || it->second->received > 0) return;
+  for (const Slot& slot : it->second->slots) {
+    if (slot.state != Slot::State::kEmpty) return;
+  }
+  chunk.spare.push_back(std::move(it->second));
+  chunk.steps.erase(it);
+}
+
+absl::StatusOr<ChunkState*> ChunkReducer::CheckPushLocked(const ChunkHeader& header,
+                                                          const ChunkShape& got) const {
+  if (header.epoch != epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat(dataplane::ToString(header), ": epoch ",
+                                                      header.epoch, ", current epoch ", epoch_));
+  }
+  if (header.world_size != world_size_ || header.rank >= world_size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dataplane::ToString(header), ": world size of the epoch is ", world_size_));
+  }
+  auto chunk = chunks_.find(ChunkId{header.tensor_id, header.chunk_index});
+  if (chunk == chunks_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat(dataplane::ToString(header), ": chunk not owned by this shard"));
+  }
+  const ChunkShape& shape = chunk->second->shape;
+  if (got != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(dataplane::ToString(header), ": payload is ",
+                                                   got.rows, "x", got.cols, ", chunk is ",
+                                                   shape.rows, "x", shape.cols));
+  }
+  return chunk->second.get();
+}
+
+namespace {
+
+absl::Status CheckVersion(const ChunkHeader& header, const StepInputs& inputs) {
+  if (inputs.received > 0 && inputs.basis_version != header.basis_version) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dataplane::ToString(header), ": basis version ", header.basis_version,
+        " differs from version ", inputs.basis_version, " of the ranks already received"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::StoreLocked(
+    const ChunkHeader& header, ChunkState& chunk, StepInputs& inputs,
+    const codec::EncodedView& view) {
+  Slot& slot = inputs.slots[header.rank];
+  if (inputs.received == 0) {
+    inputs.basis_version = header.basis_version;
+    ++pending_chunks_;
+  }
+  slot.state = Slot::State::kReceived;
+  slot.view = view;
+  pending_bytes_ += slot.buffer.size();
+  if (++inputs.received < world_size_) return std::nullopt;
+  auto it = chunk.steps.find(header.step);
+  ReductionJob job;
+  job.header_ = header;
+  job.shape_ = chunk.shape;
+  job.pull_spec_ = pull_spec_;
+  job.chunk_ = chunks_.at(ChunkId{header.tensor_id, header.chunk_index});
+  job.inputs_ = std::move(it->second);
+  chunk.steps.erase(it);
+  for (const Slot& s : job.inputs_->slots) pending_bytes_ -= s.buffer.size();
+  --pending_chunks_;
+  return std::optional<ReductionJob>(std::move(job));
+}
+
+absl::Span<uint8_t> ChunkReducer::PlacePush(const ChunkHeader& header, size_t payload_bytes) {
+  if (header.kind != ChunkKind::kPush || payload_bytes == 0 ||
+      payload_bytes > options_.payload_limits.max_bytes) {
+    return {};
+  }
+  absl::MutexLock lock(&mu_);
+  if (closed_ || MustDeferLocked(header) || header.epoch != epoch_ ||
+      header.world_size != world_size_ || header.rank >= world_size_) {
+    return {};
+  }
+  auto chunk = chunks_.find(ChunkId{header.tensor_id, header.chunk_index});
+  if (chunk == chunks_.end()) return {};
+  StepInputs& inputs = OpenStepLocked(*chunk->second, header.step);
+  Slot& slot = inputs.slots[header.rank];
+  if (slot.state != Slot::State::kEmpty) return {};  // a duplicate: Accept refuses it
+  slot.buffer.Resize(payload_bytes, registry_);
+  slot.state = Slot::State::kPlaced;
+  return slot.buffer.span();
+}
+
+absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::AcceptPlaced(
+    const ChunkHeader& header, absl::Span<const uint8_t> placed) {
+  // The placed bytes stay put while their slot (or orphan) holds them, so
+  // they are parsed before taking the lock.
+  auto parsed = codec::ParsePayload(placed, options_.payload_limits);
+  absl::MutexLock lock(&mu_);
+  Slot* slot = nullptr;
+  ChunkState* chunk = nullptr;
+  if (auto c = chunks_.find(ChunkId{header.tensor_id, header.chunk_index}); c != chunks_.end()) {
+    chunk = c->second.get();
+    if (auto s = chunk->steps.find(header.step);
+        s != chunk->steps.end() && header.rank < s->second->slots.size()) {
+      Slot& candidate = s->second->slots[header.rank];
+      if (candidate.state == Slot::State::kPlaced && candidate.buffer.data() == placed.data() &&
+          candidate.buffer.size() == placed.size()) {
+        slot = &candidate;
+      }
+    }
+  }
+  if (slot == nullptr) {
+    for (auto it = orphans_.begin(); it != orphans_.end(); ++it) {
+      if (it->data() == placed.data()) {
+        orphans_.erase(it);  // freed (registered memory: at the next Drain)
+        return absl::FailedPreconditionError(absl::StrCat(
+            dataplane::ToString(header), ": its epoch ended while the payload arrived"));
+      }
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(dataplane::ToString(header), ": payload not placed by PlacePush"));
+  }
+  auto refuse = [&](const absl::Status& why) {
+    slot->state = Slot::State::kEmpty;
+    RecycleIfUnusedLocked(*chunk, header.step);
+    return why;
+  };
+  if (header.kind != ChunkKind::kPush) {
+    return refuse(
+        absl::InvalidArgumentError(absl::StrCat("not a push: ", dataplane::ToString(header))));
+  }
+  if (!parsed.ok()) return refuse(WithHeader(header, parsed.status(), "payload: "));
+  auto checked = CheckPushLocked(header, ChunkShape{parsed->view.rows, parsed->view.cols});
+  if (!checked.ok()) return refuse(checked.status());
+  StepInputs& inputs = *chunk->steps.at(header.step);
+  if (auto s = CheckVersion(header, inputs); !s.ok()) return refuse(s);
+  return StoreLocked(header, *chunk, inputs, parsed->view);
+}
+
+absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::Accept(const ChunkHeader& header,
+                                                                 std::vector<uint8_t> payload) {
   if (header.kind != ChunkKind::kPush) {
     return absl::InvalidArgumentError(absl::StrCat("not a push: ", dataplane::ToString(header)));
   }
   // Parse (checksum, layout, contents) before taking the lock.
   auto parsed = codec::ParsePayload(payload, options_.payload_limits);
-  if (!parsed.ok()) {
-    return absl::Status(
-        parsed.status().code(),
-        absl::StrCat(dataplane::ToString(header), ": payload: ", parsed.status().message()));
+  if (!parsed.ok()) return WithHeader(header, parsed.status(), "payload: ");
+  absl::MutexLock lock(&mu_);
+  if (closed_) return absl::UnavailableError("the reducer is shutting down");
+  if (MustDeferLocked(header)) {
+    if (deferred_bytes_ + payload.size() > options_.max_deferred_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(dataplane::ToString(header), ": ", deferred_bytes_,
+                       " bytes of pushes already wait for an epoch or chunk this shard does "
+                       "not know yet"));
+    }
+    deferred_bytes_ += payload.size();
+    deferred_.push_back({.header = header, .payload = std::move(payload)});
+    return std::nullopt;
   }
-  const ChunkShape got{parsed->view.rows, parsed->view.cols};
-  const Key key{header.step, header.tensor_id, header.chunk_index};
-  ChunkShape shape;
-  std::vector<Contribution> complete;
-  codec::CodecSpec pull_spec;
-  {
-    absl::MutexLock lock(&mu_);
-    if (MustDeferLocked(header)) {
-      if (deferred_bytes_ + payload.size() > options_.max_deferred_bytes) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat(dataplane::ToString(header), ": ", deferred_bytes_,
-                         " bytes of pushes already wait for an epoch or chunk this shard does "
-                         "not know yet"));
-      }
-      deferred_bytes_ += payload.size();
-      deferred_.push_back({.header = header, .payload = std::move(payload)});
-      return std::nullopt;
-    }
-    if (header.epoch != epoch_) {
-      return absl::FailedPreconditionError(absl::StrCat(dataplane::ToString(header), ": epoch ",
-                                                        header.epoch, ", current epoch ", epoch_));
-    }
-    if (header.world_size != world_size_ || header.rank >= world_size_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(dataplane::ToString(header), ": world size of the epoch is ", world_size_));
-    }
-    auto chunk = chunks_.find(ChunkId{header.tensor_id, header.chunk_index});
-    if (chunk == chunks_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat(dataplane::ToString(header), ": chunk not owned by this shard"));
-    }
-    shape = chunk->second;
-    if (got != shape) {
-      return absl::InvalidArgumentError(absl::StrCat(dataplane::ToString(header), ": payload is ",
-                                                     got.rows, "x", got.cols, ", chunk is ",
-                                                     shape.rows, "x", shape.cols));
-    }
-    auto [it, inserted] = pending_.try_emplace(key);
-    Pending& p = it->second;
-    if (inserted) {
-      p.basis_version = header.basis_version;
-      p.contributions.resize(world_size_);
-    } else if (p.basis_version != header.basis_version) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          dataplane::ToString(header), ": basis version ", header.basis_version,
-          " differs from version ", p.basis_version, " of the ranks already received"));
-    }
-    if (!p.contributions[header.rank].bytes.empty()) {
-      return absl::AlreadyExistsError(
-          absl::StrCat(dataplane::ToString(header), ": rank already contributed"));
-    }
-    pending_bytes_ += payload.size();
-    p.contributions[header.rank] = {.bytes = std::move(payload), .view = parsed->view};
-    if (++p.received < world_size_) return std::nullopt;
-    complete = std::move(p.contributions);
-    for (const Contribution& c : complete) pending_bytes_ -= c.bytes.size();
-    pending_.erase(it);
-    pull_spec = pull_spec_;
-  }
-  auto reduced = Reduce(header, shape, complete, pull_spec);
-  if (!reduced.ok()) return reduced.status();
-  return std::optional<ReducedChunk>(*std::move(reduced));
-}
-
-absl::StatusOr<ReducedChunk> ChunkReducer::Reduce(const ChunkHeader& last, const ChunkShape& shape,
-                                                  const std::vector<Contribution>& contributions,
-                                                  const codec::CodecSpec& pull_spec) const {
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<codec::EncodedView> views;
-  views.reserve(contributions.size());
-  bool exact = true;
-  for (const Contribution& c : contributions) {
-    views.push_back(c.view);
-    exact = exact && c.view.spec.format == codec::Format::kF32;
-  }
-  auto out = codec::EncodedTensor::Create(
-      exact ? codec::CodecSpec{.format = codec::Format::kF32, .scaling = codec::Scaling::kNone}
-            : pull_spec,
-      shape.rows, shape.cols);
-  if (!out.ok()) return out.status();
-  std::vector<float> sum(shape.rows * shape.cols);
-  const codec::RngKey key{.tensor = last.tensor_id, .step = last.step, .rank = 0};
-  if (auto s =
-          codec::ReduceEncoded(views, sum.data(), 1.0f / static_cast<float>(contributions.size()),
-                               out->mutable_view(), key, options_.codec_options);
-      !s.ok()) {
+  auto chunk = CheckPushLocked(header, ChunkShape{parsed->view.rows, parsed->view.cols});
+  if (!chunk.ok()) return chunk.status();
+  StepInputs& inputs = OpenStepLocked(**chunk, header.step);
+  if (auto s = CheckVersion(header, inputs); !s.ok()) {
+    RecycleIfUnusedLocked(**chunk, header.step);
     return s;
   }
-  const uint64_t dims[] = {shape.rows, shape.cols};
-  auto bytes = codec::SerializePayload(out->view(), dims);
-  if (!bytes.ok()) return bytes.status();
-  ReducedChunk result;
+  Slot& slot = inputs.slots[header.rank];
+  if (slot.state != Slot::State::kEmpty) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(dataplane::ToString(header), ": rank already contributed"));
+  }
+  // Into the slot, and the view moved with the bytes.
+  slot.buffer.Resize(payload.size(), registry_);
+  std::memcpy(slot.buffer.data(), payload.data(), payload.size());
+  codec::EncodedView view = parsed->view;
+  const auto rebase = [&](const uint8_t* p) {
+    return p == nullptr ? nullptr : slot.buffer.data() + (p - payload.data());
+  };
+  view.codes = rebase(view.codes);
+  view.scales = rebase(view.scales);
+  return StoreLocked(header, **chunk, inputs, view);
+}
+
+absl::StatusOr<ChunkResult> ChunkReducer::Reduce(ReductionJob job) {
+  const auto start = std::chrono::steady_clock::now();
+  StepInputs& inputs = *job.inputs_;
+  ChunkState& chunk = *job.chunk_;
+  const ChunkHeader& last = job.header_;
+  absl::InlinedVector<codec::EncodedView, 8> views;
+  bool exact = true;
+  for (const Slot& slot : inputs.slots) {
+    views.push_back(slot.view);
+    exact = exact && slot.view.spec.format == codec::Format::kF32;
+  }
+  const codec::CodecSpec out_spec =
+      exact ? codec::CodecSpec{.format = codec::Format::kF32, .scaling = codec::Scaling::kNone}
+            : job.pull_spec_;
+  const uint64_t dims[] = {job.shape_.rows, job.shape_.cols};
+  std::shared_ptr<ReusableBuffer> out;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& b : chunk.results) {
+      if (b.use_count() == 1) {  // no send, no other Reduce holds it
+        out = b;
+        break;
+      }
+    }
+    if (out == nullptr) out = chunk.results.emplace_back(std::make_shared<ReusableBuffer>());
+  }
+  // The sends that held this buffer are done with it (their release of the
+  // reference happened before this point).
+  std::atomic_thread_fence(std::memory_order_acquire);
+  absl::Status status;
+  auto size = codec::PayloadSizeFor(out_spec, dims);
+  if (!size.ok()) {
+    status = size.status();
+  } else {
+    out->Resize(*size, registry_);
+    out->Register();
+    auto view = codec::StartPayload(out_spec, dims, out->span());
+    thread_local std::vector<float> scratch;
+    const uint64_t need = codec::ReduceScratchFloats(job.shape_.cols);
+    if (scratch.size() < need) scratch.resize(need);
+    status = view.status();
+    if (status.ok()) {
+      codec::CodecOptions codec_options = options_.codec_options;
+      status = codec::ReduceEncodedBlocked(
+          views, 1.0f / static_cast<float>(views.size()), *view, absl::MakeSpan(scratch),
+          dataplane::ChunkRngKey(last.tensor_id, last.chunk_index, last.step,
+                                 dataplane::kResultRngRank),
+          codec_options);
+    }
+    if (status.ok()) codec::FinishPayload(out->span());
+  }
+  // The slots go back to the chunk for a later step, registered (this is no
+  // progress thread).
+  for (Slot& slot : inputs.slots) {
+    slot.buffer.Register();
+    slot.state = Slot::State::kEmpty;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    inputs.received = 0;
+    chunk.spare.push_back(std::move(job.inputs_));
+  }
+  registry_->Drain();
+  if (!status.ok()) return status;
+  ChunkResult result;
   result.header = last;
   result.header.kind = ChunkKind::kResult;
-  result.header.rank = static_cast<uint32_t>(contributions.size());
-  result.payload = *std::move(bytes);
-  result.elements = shape.rows * shape.cols;
+  result.header.rank = static_cast<uint32_t>(views.size());
+  result.buffer = std::move(out);
+  result.elements = job.shape_.rows * job.shape_.cols;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
+}
+
+absl::StatusOr<std::optional<ReducedChunk>> ChunkReducer::AddPush(const ChunkHeader& header,
+                                                                  std::vector<uint8_t> payload) {
+  auto job = Accept(header, std::move(payload));
+  if (!job.ok()) return job.status();
+  if (!job->has_value()) return std::nullopt;
+  auto result = Reduce(**std::move(job));
+  if (!result.ok()) return result.status();
+  const absl::Span<const uint8_t> bytes = result->payload();
+  return std::optional<ReducedChunk>(ReducedChunk{.header = result->header,
+                                                  .payload = {bytes.begin(), bytes.end()},
+                                                  .elements = result->elements,
+                                                  .seconds = result->seconds});
+}
+
+void ChunkReducer::ReleaseMemory(bool close) {
+  if (!close) {
+    registry_->Drain();
+    return;
+  }
+  // Every buffer leaves the reducer's maps (nothing reaches it any more)
+  // and is unregistered, but its memory stays until the reducer goes: the
+  // transport may still write a placed slot until it is destroyed.
+  Closed closed;
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    closed.chunks.swap(chunks_);
+    closed.orphans.swap(orphans_);
+    pending_chunks_ = 0;
+    pending_bytes_ = 0;
+  }
+  for (auto& [id, chunk] : closed.chunks) {
+    auto unregister = [](StepInputs& inputs) {
+      for (Slot& slot : inputs.slots) slot.buffer.Unregister();
+    };
+    for (auto& [step, inputs] : chunk->steps) unregister(*inputs);
+    for (auto& inputs : chunk->spare) unregister(*inputs);
+    for (auto& result : chunk->results) result->Unregister();
+  }
+  for (ReusableBuffer& orphan : closed.orphans) orphan.Unregister();
+  registry_->Close();
+  absl::MutexLock lock(&mu_);
+  closed_buffers_.push_back(std::move(closed));
 }
 
 bool ChunkReducer::has_epoch() const {
@@ -247,7 +541,7 @@ uint64_t ChunkReducer::epoch() const {
 
 size_t ChunkReducer::pending_chunks() const {
   absl::MutexLock lock(&mu_);
-  return pending_.size();
+  return pending_chunks_;
 }
 
 uint64_t ChunkReducer::pending_bytes() const {

@@ -22,14 +22,29 @@
 //     reduction is never rounded on its way back.
 //
 // Determinism: the payloads are kept until the last rank arrives and then
-// reduced in rank order (codec::ReduceEncoded), so the result's bits do not
-// depend on arrival order, and every worker receives the same bytes. The
-// cost is holding P compressed chunks (a quarter of FP32 size each for FP8)
-// per incomplete chunk.
+// reduced in rank order (codec::ReduceEncodedBlocked, bit for bit
+// codec::ReduceEncoded), so the result's bits do not depend on arrival
+// order, and every worker receives the same bytes. The cost is holding P
+// compressed chunks (a quarter of FP32 size each for FP8) per incomplete
+// chunk. Stochastic rounding of results uses dataplane::ChunkRngKey(tensor,
+// chunk, step, kResultRngRank): every chunk draws its own stream.
 //
-// Thread safety: thread-safe. AddPush runs the reduction of a completed chunk
-// on the calling thread, outside the lock, so pushes of different chunks
-// proceed in parallel.
+// Memory (steady state allocates nothing large): every (chunk, rank) has a
+// receive slot whose capacity is kept across steps (grown on first use);
+// PlacePush hands the transport a slot to land a push in (no copy), and
+// AcceptPlaced parses it in place. A completed chunk becomes a ReductionJob;
+// Reduce encodes the result in place into one of the chunk's reusable send
+// buffers (reserved while any ChunkResult copy of it lives, i.e. until every
+// send of it completed; a second buffer is used when the previous result is
+// still in flight). Long-lived buffers are registered with the transport
+// (options.register_memory). Deferred pushes and AddPush allocate (rare
+// paths and tests).
+//
+// Thread safety: thread-safe. Accept* store and return a job without
+// reducing; Reduce runs on any thread, concurrently with everything else
+// (the shard runs it on its pool). AddPush reduces a completed chunk on the
+// calling thread. PlacePush and Accept* never block on the transport (they
+// run on its progress thread); Reduce, SetEpoch and AddChunks may.
 #ifndef GIFT_SERVER_AGGREGATOR_CHUNK_REDUCER_H_
 #define GIFT_SERVER_AGGREGATOR_CHUNK_REDUCER_H_
 
@@ -47,6 +62,7 @@
 #include "common/codec/payload.h"
 #include "common/dataplane/chunk_header.h"
 #include "common/dataplane/chunk_shape.h"
+#include "server/aggregator/reusable_buffer.h"
 
 namespace gift::server {
 
@@ -62,6 +78,9 @@ struct ChunkReducerOptions {
   // Pushes held for an epoch or chunk not known yet; beyond this a push is
   // refused (ResourceExhausted).
   uint64_t max_deferred_bytes = uint64_t{256} << 20;
+  // Registers receive slots and result buffers with the transport (never
+  // called on its progress thread); null registers nothing.
+  RegisterMemoryFn register_memory;
 };
 
 struct ReducedChunk {
@@ -69,6 +88,42 @@ struct ReducedChunk {
   std::vector<uint8_t> payload;   // the encoded average
   uint64_t elements = 0;          // of the chunk
   double seconds = 0;             // the reduction and re-encoding took
+};
+
+// A result encoded in one of its chunk's reusable send buffers. The buffer
+// stays reserved (not reused for a later result) while any copy of `buffer`
+// lives: keep one per send in flight.
+struct ChunkResult {
+  dataplane::ChunkHeader header;  // kind kResult; rank = ranks summed
+  std::shared_ptr<const ReusableBuffer> buffer;
+  uint64_t elements = 0;
+  double seconds = 0;
+  absl::Span<const uint8_t> payload() const { return buffer->span(); }
+};
+
+namespace reducer_internal {
+struct ChunkState;
+struct StepInputs;
+}  // namespace reducer_internal
+
+// The inputs of a chunk whose every rank arrived, claimed for one Reduce.
+// Move-only; dropping it without Reduce returns nothing to the chunk (its
+// slots are freed).
+class ReductionJob {
+ public:
+  ReductionJob(ReductionJob&&) noexcept;
+  ReductionJob& operator=(ReductionJob&&) noexcept;
+  ~ReductionJob();
+  const dataplane::ChunkHeader& header() const { return header_; }
+
+ private:
+  friend class ChunkReducer;
+  ReductionJob() = default;
+  dataplane::ChunkHeader header_;  // the completing push's
+  ChunkShape shape_;
+  codec::CodecSpec pull_spec_;
+  std::shared_ptr<reducer_internal::ChunkState> chunk_;
+  std::unique_ptr<reducer_internal::StepInputs> inputs_;
 };
 
 // What installing an epoch (or chunks) did besides installing it.
@@ -107,15 +162,48 @@ class ChunkReducer {
   absl::Status SetPullSpec(const codec::CodecSpec& spec);
   codec::CodecSpec pull_spec() const;
 
-  // Validates and stores one push (`header.kind` kPush). Returns the reduced
-  // chunk when this push completed it, else nullopt (also when the push was
-  // deferred: see the rules above). Errors, with nothing stored:
-  // FailedPrecondition (an ended epoch, mixed basis version), InvalidArgument
-  // (kind, world size, rank, shape, malformed payload), DataLoss (payload
-  // checksum), AlreadyExists (the rank already pushed this chunk),
+  // Zero-copy receive: a buffer of exactly `payload_bytes` for the payload
+  // of an arriving push (the rank's slot of its chunk and step), reserved
+  // until AcceptPlaced runs with it or the epoch ends; an empty span when
+  // the push cannot go to a slot (unknown epoch or chunk, bad rank, the
+  // slot taken: a duplicate): the caller then passes its bytes to Accept,
+  // which defers or refuses it.
+  absl::Span<uint8_t> PlacePush(const dataplane::ChunkHeader& header, size_t payload_bytes);
+
+  // Validates and stores one push (`header.kind` kPush) whose payload
+  // PlacePush placed at `placed`. Returns the job when this push completed
+  // its chunk, else nullopt. Errors, with nothing stored (the slot is free
+  // again): FailedPrecondition (an ended epoch, mixed basis version, a
+  // placement the epoch change orphaned), InvalidArgument (kind, world
+  // size, rank, shape, malformed payload, a span PlacePush did not give),
+  // DataLoss (payload checksum), NotFound (chunk not owned).
+  absl::StatusOr<std::optional<ReductionJob>> AcceptPlaced(const dataplane::ChunkHeader& header,
+                                                           absl::Span<const uint8_t> placed);
+
+  // As AcceptPlaced for bytes the caller owns (copied into the slot), and
+  // deferral (see the rules above; nullopt); also AlreadyExists (the rank
+  // already pushed this chunk, or its push is being placed) and
   // ResourceExhausted (too many deferred bytes).
+  absl::StatusOr<std::optional<ReductionJob>> Accept(const dataplane::ChunkHeader& header,
+                                                     std::vector<uint8_t> payload);
+
+  // Sums the job's inputs in rank order, scales by 1/P and encodes the
+  // average (pull spec, or FP32 when every push was FP32) into a send buffer
+  // of the chunk. Any thread; concurrent calls are fine. InvalidArgument on
+  // a non-finite sum.
+  absl::StatusOr<ChunkResult> Reduce(ReductionJob job);
+
+  // Accept, then Reduce a completed chunk on the calling thread, returning a
+  // copy of the result (errors as Accept and Reduce).
   absl::StatusOr<std::optional<ReducedChunk>> AddPush(const dataplane::ChunkHeader& header,
                                                       std::vector<uint8_t> payload);
+
+  // Frees retired buffers and their registrations (Drain), or, with
+  // close = true, unregisters every buffer and stops registering and
+  // taking pushes (PlacePush declines, Accept is Unavailable): call before
+  // the transport goes, with no Reduce running and no send of a result in
+  // flight. Never on the transport's progress thread.
+  void ReleaseMemory(bool close = false);
 
   // Whether SetEpoch has installed an epoch; epoch() is 0 until then.
   bool has_epoch() const;
@@ -125,34 +213,37 @@ class ChunkReducer {
   size_t deferred_pushes() const;
 
  private:
-  // One rank's push: its bytes and the view ParsePayload returned on arrival,
-  // which points into the bytes' heap buffer (moving the vector keeps it).
-  struct Contribution {
-    std::vector<uint8_t> bytes;  // empty until the rank's push arrives
-    codec::EncodedView view;
-  };
-  struct Pending {
-    uint64_t basis_version = 0;
-    std::vector<Contribution> contributions;  // by rank
-    uint32_t received = 0;
-  };
-  // (step, tensor id, chunk index).
-  using Key = std::tuple<uint64_t, uint64_t, uint32_t>;
-
+  using ChunkState = reducer_internal::ChunkState;
+  using StepInputs = reducer_internal::StepInputs;
   struct Deferred {
     dataplane::ChunkHeader header;
     std::vector<uint8_t> payload;
   };
 
-  explicit ChunkReducer(const ChunkReducerOptions& options)
-      : options_(options), pull_spec_(options.pull_spec) {}
-  absl::StatusOr<ReducedChunk> Reduce(const dataplane::ChunkHeader& last, const ChunkShape& shape,
-                                      const std::vector<Contribution>& contributions,
-                                      const codec::CodecSpec& pull_spec) const;
+  explicit ChunkReducer(const ChunkReducerOptions& options);
+  // The checks every accepted push passes under the lock: epoch, world
+  // size, rank, owned chunk, shape. Returns the chunk.
+  absl::StatusOr<ChunkState*> CheckPushLocked(const dataplane::ChunkHeader& header,
+                                              const ChunkShape& got) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Stores the parsed push of `slot_rank` of `inputs` (its bytes already in
+  // the slot): basis version, counts; the job when complete.
+  absl::StatusOr<std::optional<ReductionJob>> StoreLocked(const dataplane::ChunkHeader& header,
+                                                          ChunkState& chunk, StepInputs& inputs,
+                                                          const codec::EncodedView& view)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The open inputs of `step` of `chunk`, from the spares when new.
+  StepInputs& OpenStepLocked(ChunkState& chunk, uint64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes a step no slot of which is used any more.
+  void RecycleIfUnusedLocked(ChunkState& chunk, uint64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends every open step of `chunk` (placed slots are orphaned); adds an
+  // abort header for each step some rank had pushed.
+  void ResetChunkLocked(ChunkState& chunk, const ChunkId& id,
+                        std::vector<dataplane::ChunkHeader>* aborted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a push must wait for an epoch or chunk this shard does not know
   // yet.
-  bool MustDeferLocked(const dataplane::ChunkHeader& header) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool MustDeferLocked(const dataplane::ChunkHeader& header) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Takes the deferred pushes that can be decided now (those of the current
   // epoch whose chunk is known, and those of ended epochs) and replays them
   // into `update`.
@@ -163,9 +254,21 @@ class ChunkReducer {
   bool has_epoch_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t world_size_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<ChunkId, ChunkShape> chunks_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<Key, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ChunkId, std::shared_ptr<ChunkState>> chunks_ ABSL_GUARDED_BY(mu_);
+  size_t pending_chunks_ ABSL_GUARDED_BY(mu_) = 0;  // open steps some rank pushed
   uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Slots placed in an epoch that ended before their payload arrived: kept
+  // until it does (the transport may still be writing them).
+  std::vector<ReusableBuffer> orphans_ ABSL_GUARDED_BY(mu_);
+  const std::shared_ptr<BufferRegistry> registry_;
+  // After ReleaseMemory(close): no more pushes; the buffers, unregistered,
+  // live until the reducer does.
+  struct Closed {
+    absl::flat_hash_map<ChunkId, std::shared_ptr<ChunkState>> chunks;
+    std::vector<ReusableBuffer> orphans;
+  };
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Closed> closed_buffers_ ABSL_GUARDED_BY(mu_);
   codec::CodecSpec pull_spec_ ABSL_GUARDED_BY(mu_);
   std::vector<Deferred> deferred_ ABSL_GUARDED_BY(mu_);
   uint64_t deferred_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -3,8 +3,9 @@
 //   gift-server --coordinator coord:7070 [--name host-1/shard] [--ucx-tls tcp]
 //
 // Joins the coordinator as a server (its shard id is its rank), follows the
-// cluster state (epochs, workers, shard map) through the member session, and
-// reduces the workers' chunk pushes over UCX (aggregator_shard.h).
+// cluster state (epochs, workers, shard map) through the member session
+// (aggregator_daemon.h), and reduces the workers' chunk pushes over UCX
+// (aggregator_shard.h) on --threads reduction threads.
 // Flags may also come from a TOML file (--config FILE; common/daemon/daemon_flags.h).
 // Logs one JSON object per line on stderr (common/base/logging.h); the
 // `serving` event (shard id, epoch, workers, chunks) follows every change of
@@ -25,7 +26,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -36,11 +36,9 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/logging.h"
-#include "common/base/thread_pool.h"
 #include "common/codec/codec_spec.h"
 #include "common/control/coordinator_client.h"
 #include "common/control/member_session.h"
@@ -51,8 +49,8 @@
 #include "common/transport/ucx/ucx_transport.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
+#include "server/aggregator/aggregator_daemon.h"
 #include "server/aggregator/aggregator_shard.h"
-#include "server/aggregator/shard_epoch_from_state.h"
 
 namespace gift::server {
 namespace {
@@ -72,8 +70,7 @@ int Fail(absl::string_view event, absl::string_view message) {
 
 // The shard's metrics, read from its counters on every scrape.
 void AddShardMetrics(daemon::MetricsServer& metrics, const AggregatorShard* shard,
-                     const std::atomic<uint64_t>* chunks, const std::atomic<uint64_t>* workers,
-                     uint32_t shard_id) {
+                     const AggregatorDaemon* daemon, uint32_t shard_id) {
   prometheus::Registry& r = *metrics.registry();
   auto gauge = [&](const std::string& name, const std::string& help) -> prometheus::Gauge& {
     return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
@@ -124,8 +121,8 @@ void AddShardMetrics(daemon::MetricsServer& metrics, const AggregatorShard* shar
     }
     epoch.Set(static_cast<double>(shard->epoch()));
     shard_gauge.Set(shard_id);
-    chunk_gauge.Set(static_cast<double>(chunks->load()));
-    worker_gauge.Set(static_cast<double>(workers->load()));
+    chunk_gauge.Set(static_cast<double>(daemon->chunks()));
+    worker_gauge.Set(static_cast<double>(daemon->workers()));
     pending.Set(static_cast<double>(shard->pending_chunks()));
     deferred.Set(static_cast<double>(shard->deferred_pushes()));
     daemon::AdvanceCounterTo(push_bytes, static_cast<double>(c.push_bytes_received));
@@ -140,36 +137,6 @@ std::string DefaultName() {
   return absl::StrCat(host, "/server-", getpid());
 }
 
-// Asks the coordinator to drain this member, then waits until no chunk is in
-// flight here (or the coordinator dropped the member, or `timeout` passed, or
-// a second signal came).
-void Drain(control::MemberSession& session, const AggregatorShard& shard, absl::Duration timeout,
-           daemon::SignalWaiter* signals) {
-  const absl::Time start = absl::Now();
-  gift::v1::DrainRequest request;
-  request.set_member_id(session.member_id());
-  absl::StatusOr<gift::v1::DrainResponse> drained = session.client().Drain(request);
-  if (!drained.ok()) {
-    Log(Level::kWarning, "drain_request_failed", {{"error", drained.status().ToString()}});
-  }
-  const std::string member_id = session.member_id();
-  auto removed = [&] {
-    std::shared_ptr<const gift::v1::ClusterState> state = session.state();
-    if (state == nullptr) return false;
-    for (const gift::v1::Member& m : state->servers()) {
-      if (m.member_id() == member_id) return false;
-    }
-    return true;
-  };
-  auto idle = [&] { return shard.pending_chunks() == 0; };
-  const bool done = daemon::WaitUntil([&] { return removed() || idle(); }, timeout, signals);
-  const AggregatorShard::Counters c = shard.counters();
-  Log(done ? Level::kInfo : Level::kWarning, "drained",
-      {{"complete", done},
-       {"elapsed_ms", absl::ToInt64Milliseconds(absl::Now() - start)},
-       {"chunks_completed", static_cast<int64_t>(c.chunks_completed)}});
-}
-
 int Main(int argc, char** argv) {
   CLI::App app(
       "gift-server: a GIFT-PS aggregator shard (sums the workers' chunks in FP32, "
@@ -177,7 +144,7 @@ int Main(int argc, char** argv) {
   std::string coordinator = "localhost:7070";
   std::string name = DefaultName();
   std::string ucx_tls;
-  int threads = 0;
+  int threads = 2;
   std::string listen = "0.0.0.0:7071";
   std::string metrics_listen = "0.0.0.0:9471";
   std::string drain_timeout_text = "30s";
@@ -186,7 +153,9 @@ int Main(int argc, char** argv) {
   app.add_option("--name", name, "member name, unique among live members")->capture_default_str();
   app.add_option("--ucx-tls", ucx_tls,
                  "UCX transports, as UCX_TLS takes them (default: UCX's choice)");
-  app.add_option("--threads", threads, "reduction threads (0: all hardware threads)")
+  app.add_option("--threads", threads,
+                 "threads reducing completed chunks, off the transport's progress thread (0: one "
+                 "per hardware thread)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   app.add_option("--listen", listen,
@@ -253,13 +222,13 @@ int Main(int argc, char** argv) {
     }
   } health_stopper{health_server.get()};
 
-  ThreadPool pool(static_cast<size_t>(threads));
   AggregatorShardOptions options;
+  options.reduce_threads = threads > 0 ? static_cast<size_t>(threads)
+                                       : std::max(1u, std::thread::hardware_concurrency());
   // The pull codec is the policy's (giftctl policy set --pull-codec); every
   // epoch the shard applies carries it. Until the first one, the policy
   // default.
   options.reducer.pull_spec = codec::ParseCodecSpec("bf16").value();
-  options.reducer.codec_options.pool = &pool;
   options.on_reject = [](const absl::Status& why) {  // counted by the shard (metrics)
     Log(Level::kWarning, "message_rejected",
         {{"code", absl::StatusCodeToString(why.code())}, {"reason", why.message()}});
@@ -286,64 +255,22 @@ int Main(int argc, char** argv) {
        {"shard", static_cast<int64_t>((*session)->rank())}});
 
   const uint32_t shard_id = (*session)->rank();
-  std::atomic<uint64_t> chunk_count{0};
-  std::atomic<uint64_t> worker_count{0};
-  AddShardMetrics(**metrics, shard->get(), &chunk_count, &worker_count, shard_id);
-
-  // Follows the cluster state: every new revision may carry a new epoch or
-  // new chunks for this shard. Its loop is the watchdog's heartbeat.
-  absl::Notification stop;
-  std::atomic<int64_t> last_tick_ns{absl::GetCurrentTimeNanos()};
-  std::thread follower([&] {
-    uint64_t seen = 0;
-    size_t chunks = 0;
-    while (!stop.HasBeenNotified()) {
-      auto state = (*session)->WaitForRevision(seen + 1, absl::Milliseconds(500));
-      last_tick_ns.store(absl::GetCurrentTimeNanos());
-      if (!state.ok()) continue;  // timeout (re-check stop) or closed
-      seen = (*state)->revision();
-      auto epoch = ShardEpochFromState(**state, (*session)->rank());
-      if (!epoch.ok()) {
-        if (epoch.status().code() != absl::StatusCode::kFailedPrecondition) {
-          Log(Level::kError, "bad_cluster_state", {{"error", epoch.status().ToString()}});
-        }
-        continue;
-      }
-      const uint64_t before = (*shard)->epoch();
-      const absl::Status s = (*shard)->Apply(*epoch);
-      if (!s.ok()) {
-        Log(Level::kWarning, "epoch_apply_failed",
-            {{"epoch", static_cast<int64_t>(epoch->epoch)}, {"error", s.ToString()}});
-      }
-      if (s.ok()) {
-        chunk_count.store(epoch->chunks.size());
-        worker_count.store(epoch->workers.size());
-      }
-      if (s.ok() && (epoch->epoch != before || epoch->chunks.size() != chunks)) {
-        chunks = epoch->chunks.size();
-        Log(Level::kInfo, "serving",
-            {{"epoch", static_cast<int64_t>(epoch->epoch)},
-             {"shard", static_cast<int64_t>((*session)->rank())},
-             {"workers", static_cast<int64_t>(epoch->workers.size())},
-             {"chunks", static_cast<int64_t>(epoch->chunks.size())}});
-      }
-    }
-  });
+  // Follows the cluster state into the shard; its loop is the watchdog's
+  // heartbeat.
+  AggregatorDaemon aggregator(shard->get(), session->get());
+  AddShardMetrics(**metrics, shard->get(), &aggregator, shard_id);
 
   set_serving(true);
   daemon::NotifyReady(absl::StrCat("shard ", shard_id, " serving"));
   std::optional<daemon::Watchdog> watchdog;
-  watchdog.emplace([&] {
-    return absl::Nanoseconds(absl::GetCurrentTimeNanos() - last_tick_ns) < absl::Seconds(10);
-  });
+  watchdog.emplace([&] { return absl::Now() - aggregator.last_tick() < absl::Seconds(10); });
 
   const int signal = signals.Wait();
   Log(Level::kInfo, "shutting_down", {{"signal", daemon::SignalName(signal)}});
   daemon::NotifyStopping("draining");
   set_serving(false);
-  Drain(**session, **shard, *drain_timeout, &signals);
-  stop.Notify();
-  follower.join();
+  aggregator.Drain(*drain_timeout, &signals);
+  aggregator.Stop();
   watchdog.reset();
   const absl::Status left = (*session)->Close();
   if (!left.ok()) Log(Level::kWarning, "leave_failed", {{"error", left.ToString()}});

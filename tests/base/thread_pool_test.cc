@@ -30,5 +30,22 @@ TEST(ThreadPool, NestedAndConcurrentLoopsFinish) {
   EXPECT_EQ(total.load(), 64);
 }
 
+TEST(ThreadPool, ScheduledTasksRunOnWorkersAndDestructionRunsTheRest) {
+  std::atomic<int> ran{0};
+  std::atomic<bool> off_caller{true};
+  const std::thread::id caller = std::this_thread::get_id();
+  {
+    ThreadPool pool(2);
+    for (int i = 0; i < 100; ++i) {
+      pool.Schedule([&] {
+        if (std::this_thread::get_id() == caller) off_caller = false;
+        ran.fetch_add(1);
+      });
+    }
+  }
+  EXPECT_EQ(ran.load(), 100);
+  EXPECT_TRUE(off_caller.load());
+}
+
 }  // namespace
 }  // namespace gift

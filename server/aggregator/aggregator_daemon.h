@@ -1,0 +1,73 @@
+// The core of gift-server without its flags, gRPC health or metrics: follows
+// the coordinator's cluster state through the member session and applies
+// every epoch (and every new chunk of this shard) to the AggregatorShard,
+// and drains the member on shutdown. main.cc wires it to flags, signals,
+// health and metrics; tests run it in-process.
+//
+//   AggregatorDaemon daemon(shard.get(), session.get(), {});
+//   ...                                   // serving
+//   daemon.Drain(absl::Seconds(30), &signals);
+//   daemon.Stop();
+//
+// Logs (common/base/logging.h): `serving` (epoch, shard, workers, chunks)
+// after every change of the epoch or of this shard's chunk count,
+// `epoch_apply_failed`, `bad_cluster_state`, `drained`.
+//
+// Ownership: shares the shard and the session, which must outlive the
+// daemon. Thread safety: every method may be called from any thread; Drain
+// from one at a time.
+#ifndef GIFT_SERVER_AGGREGATOR_AGGREGATOR_DAEMON_H_
+#define GIFT_SERVER_AGGREGATOR_AGGREGATOR_DAEMON_H_
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/control/member_session.h"
+#include "common/daemon/shutdown.h"
+#include "server/aggregator/aggregator_shard.h"
+
+namespace gift::server {
+
+class AggregatorDaemon {
+ public:
+  // Starts the follower thread.
+  AggregatorDaemon(AggregatorShard* shard, control::MemberSession* session);
+  ~AggregatorDaemon();  // Stop()
+  AggregatorDaemon(const AggregatorDaemon&) = delete;
+  AggregatorDaemon& operator=(const AggregatorDaemon&) = delete;
+
+  // The shard id (the session's rank).
+  uint32_t shard_id() const { return session_->rank(); }
+  // Of the last epoch applied successfully (0 before the first).
+  uint64_t chunks() const { return chunks_.load(); }
+  uint64_t workers() const { return workers_.load(); }
+  // When the follower loop last turned (it wakes at least every 500 ms):
+  // the watchdog's heartbeat.
+  absl::Time last_tick() const { return absl::FromUnixNanos(last_tick_ns_.load()); }
+
+  // Asks the coordinator to drain this member, then waits until no chunk is
+  // in flight here (or the coordinator dropped the member, or `timeout`
+  // passed, or, with `signals`, another signal came). True when drained.
+  bool Drain(absl::Duration timeout, daemon::SignalWaiter* signals = nullptr);
+
+  // Stops following (joins the thread); idempotent.
+  void Stop();
+
+ private:
+  void Follow();
+
+  AggregatorShard* const shard_;
+  control::MemberSession* const session_;
+  std::atomic<uint64_t> chunks_{0};
+  std::atomic<uint64_t> workers_{0};
+  std::atomic<int64_t> last_tick_ns_;
+  absl::Notification stop_;
+  std::thread follower_;
+};
+
+}  // namespace gift::server
+
+#endif  // GIFT_SERVER_AGGREGATOR_AGGREGATOR_DAEMON_H_
