@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "server/aggregator/aggregator_shard.h"
 #include "tests/transform/test_util.h"
+#include "tests/worker/engine_test_util.h"
 
 namespace gift::worker {
 namespace {
@@ -23,37 +24,15 @@ namespace {
 constexpr uint32_t kWorld = 4;
 constexpr int kServers = 2;
 
-struct Tensor {
-  uint64_t id, rows, cols;
-  uint64_t rows_per_chunk;  // 0: pieces of 512 of a single row
-  bool transformed;
-};
+using testing::Gradient;
+using testing::Routes;
+using testing::Tensor;
+
 const std::vector<Tensor> kTensors = {
     {1, 64, 96, 16, true},   // GIFT basis, 4 chunks of whole rows
     {2, 33, 50, 10, false},  // direct, 4 chunks (the last of 3 rows)
     {3, 1, 1000, 0, false},  // direct, a single row cut into 512 + 488
 };
-
-std::vector<ChunkRoute> Routes(const Tensor& t, const std::vector<std::string>& servers) {
-  std::vector<ChunkRoute> routes;
-  const uint64_t total = t.rows * t.cols;
-  const uint64_t step = t.rows_per_chunk == 0 ? 512 : t.rows_per_chunk * t.cols;
-  for (uint64_t offset = 0, i = 0; offset < total; offset += step, ++i) {
-    routes.push_back({.index = static_cast<uint32_t>(i),
-                      .offset = offset,
-                      .num_elements = std::min(step, total - offset),
-                      .server = servers[(t.id + i) % servers.size()]});
-  }
-  return routes;
-}
-
-std::vector<float> Gradient(const Tensor& t, uint32_t rank, uint64_t step) {
-  std::mt19937 rng(static_cast<uint32_t>(t.id * 1000 + step * 10 + rank));
-  std::normal_distribution<float> normal;
-  std::vector<float> g(t.rows * t.cols);
-  for (float& x : g) x = normal(rng) * (1.0f + 0.1f * rank);
-  return g;
-}
 
 class PushPullEngineTest : public ::testing::TestWithParam<bool /*ucx*/> {
  protected:
@@ -132,30 +111,13 @@ class PushPullEngineTest : public ::testing::TestWithParam<bool /*ucx*/> {
   std::shared_ptr<const transform::GradientTransform> basis_;
 };
 
-// What the servers compute for a direct tensor's chunk, done locally.
-std::vector<float> LocalAverage(const Tensor& t, uint64_t step, const ChunkRoute& c) {
-  const auto shape = dataplane::ChunkShapeOf(t.rows * t.cols, t.cols, c.offset, c.num_elements);
-  const codec::CodecSpec push = codec::ParseCodecSpec("e4m3/block32").value();
-  std::vector<codec::EncodedTensor> encoded;
-  std::vector<codec::EncodedView> views;
-  for (uint32_t r = 0; r < kWorld; ++r) {
-    const std::vector<float> g = Gradient(t, r, step);
-    encoded.push_back(codec::EncodedTensor::Create(push, shape->rows, shape->cols).value());
-    EXPECT_TRUE(codec::Encode(g.data() + c.offset, encoded.back().mutable_view(),
-                              {.tensor = (t.id << 24) | c.index, .step = step, .rank = r})
-                    .ok());
-  }
-  for (const auto& e : encoded) views.push_back(e.view());
-  auto out =
-      codec::EncodedTensor::Create(codec::ParseCodecSpec("bf16").value(), shape->rows, shape->cols)
-          .value();
-  std::vector<float> sum(c.num_elements);
-  EXPECT_TRUE(codec::ReduceEncoded(views, sum.data(), 1.0f / kWorld, out.mutable_view(),
-                                   {.tensor = t.id, .step = step, .rank = 0})
-                  .ok());
-  std::vector<float> avg(c.num_elements);
-  EXPECT_TRUE(codec::Decode(out.view(), avg.data()).ok());
-  return avg;
+// What the servers compute for a tensor, done locally.
+std::vector<float> LocalAverage(const Tensor& t, uint64_t step,
+                                const std::vector<std::string>& servers,
+                                const transform::GradientTransform* transform) {
+  return testing::LocalAverage(t, step, kWorld, servers,
+                               codec::ParseCodecSpec("e4m3/block32").value(),
+                               codec::ParseCodecSpec("bf16").value(), transform);
 }
 
 TEST_P(PushPullEngineTest, EveryWorkerGetsTheServersAverage) {
@@ -181,13 +143,18 @@ TEST_P(PushPullEngineTest, EveryWorkerGetsTheServersAverage) {
     }
     // Direct tensors: bit-exact with the local computation.
     for (size_t i = 1; i < kTensors.size(); ++i) {
+      const std::vector<float> want = LocalAverage(kTensors[i], step, server_addresses_, nullptr);
       for (const ChunkRoute& c : Routes(kTensors[i], server_addresses_)) {
-        const std::vector<float> want = LocalAverage(kTensors[i], step, c);
         const std::vector<float> got(buffers[0][i].begin() + c.offset,
                                      buffers[0][i].begin() + c.offset + c.num_elements);
-        EXPECT_EQ(got, want) << "tensor " << kTensors[i].id << " chunk " << c.index;
+        const std::vector<float> chunk(want.begin() + c.offset,
+                                       want.begin() + c.offset + c.num_elements);
+        EXPECT_EQ(got, chunk) << "tensor " << kTensors[i].id << " chunk " << c.index;
       }
     }
+    // The transformed tensor too: T^{-1} of the decoded chunks of the
+    // servers' sum of T(G_r).
+    EXPECT_EQ(buffers[0][0], LocalAverage(kTensors[0], step, server_addresses_, basis_.get()));
     // The transformed tensor: close to the exact average.
     std::vector<float> exact(64 * 96, 0.0f);
     for (uint32_t r = 0; r < kWorld; ++r) {
