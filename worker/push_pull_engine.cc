@@ -222,7 +222,7 @@ absl::StatusOr<TensorBuffers*> PushPullEngine::BuffersFor(
   if (entry == nullptr) {
     auto created = TensorBuffers::Create(
         t, shapes, spec,
-        {.error_feedback = options_.error_feedback, .codec_options = options_.codec_options},
+        {.error_feedback = t.error_feedback, .codec_options = options_.codec_options},
         transport_.get());
     if (!created.ok()) return Annotate(created.status(), t.tensor_id);
     entry = *std::move(created);

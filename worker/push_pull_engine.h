@@ -27,7 +27,7 @@
 // Buffers of a (tensor, spec) unused for kEvictAfterRuns runs are freed.
 //
 // Encoding is the tensor's transform::EncoderPipeline (error feedback as a
-// decorator; PushPullEngineOptions::error_feedback, off by default).
+// decorator; TensorStep::error_feedback, off by default).
 //
 // A step whose epoch a server aborts (a member left) returns Aborted: the
 // caller plans the step again under the new epoch and calls Run again; the
@@ -85,6 +85,10 @@ struct TensorStep {
   std::shared_ptr<const transform::GradientTransform> transform;
   uint64_t basis_version = 0;
   std::vector<ChunkRoute> chunks;  // must cover the tensor exactly once
+  // Error feedback in the tensor's encoder pipeline (encoder_pipeline.h):
+  // the residual is kept per (tensor, push spec) and advances only with a
+  // step that succeeded. Off until the policy switches it on.
+  bool error_feedback = false;
 };
 
 struct StepPlan {
@@ -107,8 +111,6 @@ struct StepReport {
 struct PushPullEngineOptions {
   codec::CodecOptions codec_options = {};  // the pool is not owned
   absl::Duration timeout = absl::Seconds(60);
-  // Error feedback in every tensor's encoder pipeline (encoder_pipeline.h).
-  bool error_feedback = false;
 };
 
 using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<transport::Transport>>(

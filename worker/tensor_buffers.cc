@@ -74,7 +74,10 @@ absl::StatusOr<std::unique_ptr<TensorBuffers>> TensorBuffers::Create(
 TensorBuffers::~TensorBuffers() { ReleaseRegions(); }
 
 bool TensorBuffers::Fits(const TensorStep& t) const {
-  if (t.rows != rows_ || t.cols != cols_ || t.chunks.size() != chunks_.size()) return false;
+  if (t.rows != rows_ || t.cols != cols_ || t.chunks.size() != chunks_.size() ||
+      t.error_feedback != pipeline_.options().error_feedback) {
+    return false;
+  }
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const ChunkRoute& route = t.chunks[c];
     const ChunkSlot& slot = chunks_[c];

@@ -82,7 +82,7 @@ class TensorBuffers {
   ~TensorBuffers();
 
   // Whether these buffers serve `t` as planned: same shape, same chunks in
-  // the same order.
+  // the same order, error feedback on or off alike.
   bool Fits(const TensorStep& t) const;
 
   // Makes the pipeline use `t`'s transform (the identity when it is null),
