@@ -327,8 +327,11 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
     return absl::InvalidArgumentError(absl::StrCat("push codec: ", s.message()));
   }
   ++runs_;
-  std::vector<std::vector<dataplane::ChunkShape>> shapes(plan.tensors.size());
-  absl::flat_hash_map<std::pair<uint64_t, uint32_t>, ChunkSlot*> slots;
+  // The step's bookkeeping reuses the last step's capacity.
+  std::vector<std::vector<dataplane::ChunkShape>>& shapes = step_shapes_;
+  auto& slots = step_slots_;
+  shapes.resize(plan.tensors.size());
+  slots.clear();
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     const TensorStep& t = plan.tensors[i];
     if (auto s = CheckTensor(t, shapes[i]); !s.ok()) return s;
@@ -339,8 +342,10 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
     }
   }
   // Connections first: Connect waits for the progress thread.
-  std::vector<std::vector<transport::PeerId>> peers(plan.tensors.size());
+  std::vector<std::vector<transport::PeerId>>& peers = step_peers_;
+  peers.resize(plan.tensors.size());
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    peers[i].clear();
     for (const ChunkRoute& c : plan.tensors[i].chunks) {
       auto peer = PeerFor(c.server);
       if (!peer.ok()) return peer.status();
@@ -380,7 +385,7 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
     }
     inflight_.epoch = plan.epoch;
     inflight_.step = plan.step;
-    inflight_.slots = std::move(slots);
+    inflight_.slots.swap(slots);  // no step is in flight: nobody reads them
     inflight_.ready.clear();
     inflight_.remaining = step_chunks_.size();
     inflight_.aborted = absl::OkStatus();
