@@ -224,7 +224,10 @@ absl::StatusOr<TensorBuffers*> PushPullEngine::BuffersFor(
         t, shapes, spec,
         {.error_feedback = t.error_feedback, .codec_options = options_.codec_options},
         transport_.get());
-    if (!created.ok()) return Annotate(created.status(), t.tensor_id);
+    if (!created.ok()) {
+      buffers_.erase(key);
+      return Annotate(created.status(), t.tensor_id);
+    }
     entry = *std::move(created);
   }
   if (auto s = entry->UseTransform(t.transform); !s.ok()) return Annotate(s, t.tensor_id);
@@ -312,7 +315,9 @@ void PushPullEngine::EndStep() {
     }
     std::erase(retired_, nullptr);
     for (auto& [key, b] : buffers_) {
-      if (runs_ - b->last_run > kEvictAfterRuns && idle(*b)) unused.push_back(std::move(b));
+      if (b != nullptr && runs_ - b->last_run > kEvictAfterRuns && idle(*b)) {
+        unused.push_back(std::move(b));
+      }
     }
     absl::erase_if(buffers_, [](const auto& entry) { return entry.second == nullptr; });
   }
@@ -365,7 +370,6 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
       step_chunks_.push_back(&slot);
     }
   }
-  const absl::Time deadline = absl::Now() + options_.timeout;
   {
     absl::MutexLock lock(&mu_);
     // A send buffer is rewritten only once its previous send completed.
@@ -375,7 +379,7 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
       }
       return true;
     };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&sent), deadline)) {
+    if (!mu_.AwaitWithTimeout(absl::Condition(&sent), options_.timeout)) {
       return absl::UnavailableError("pushes of an earlier step have not completed");
     }
     for (ChunkSlot* slot : step_chunks_) {
@@ -451,11 +455,12 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
         return fail(absl::UnavailableError(absl::StrCat("push failed: ", s.message())));
       }
       // Results of earlier chunks are decoded while later ones encode.
-      auto drained = DrainArrivals(plan, /*wait=*/false, deadline, report);
+      auto drained = DrainArrivals(plan, /*wait=*/false, absl::InfinitePast(), report);
       if (!drained.ok()) return fail(drained.status());
     }
   }
   report.encode_seconds = SecondsSince(start) - report.decode_seconds;
+  const absl::Time deadline = absl::Now() + options_.timeout;  // for the results
 
   start = Clock::now();
   const double decode_before_wait = report.decode_seconds;

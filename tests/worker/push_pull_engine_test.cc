@@ -217,6 +217,42 @@ TEST_P(PushPullEngineTest, RefusesBadPlansAndTimesOut) {
             absl::StatusCode::kDeadlineExceeded);  // the other ranks never push
 }
 
+// The buffers follow the plan: a push spec that alternates (as a measured
+// step's FP32 exchange does; FP32 sums depend on the servers' arrival order,
+// so two quantized specs here) and a tensor switching between direct and its
+// basis still give the exact local results every step.
+TEST_P(PushPullEngineTest, BuffersFollowSpecAndTransformChanges) {
+  SetEpoch(1, kWorld);
+  const codec::CodecSpec specs[] = {codec::ParseCodecSpec("e4m3/block32").value(),
+                                    codec::ParseCodecSpec("e5m2/tensor").value()};
+  for (uint64_t step = 0; step < 6; ++step) {
+    const codec::CodecSpec& spec = specs[step % 2];
+    const bool transformed = (step / 2) % 2 == 0;
+    std::vector<std::vector<std::vector<float>>> buffers(kWorld);
+    std::vector<StepPlan> plans;
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      for (const Tensor& t : kTensors) buffers[r].push_back(Gradient(t, r, step));
+      plans.push_back(Plan(1, step, r, kWorld, buffers[r]));
+      plans.back().push_spec = spec;
+      if (!transformed) plans.back().tensors[0].transform = nullptr;
+    }
+    std::vector<absl::StatusOr<StepReport>> reports(kWorld, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      threads.emplace_back([&, r] { reports[r] = engines_[r]->Run(plans[r]); });
+    }
+    for (auto& th : threads) th.join();
+    for (uint32_t r = 0; r < kWorld; ++r) ASSERT_TRUE(reports[r].ok()) << reports[r].status();
+    for (size_t i = 0; i < kTensors.size(); ++i) {
+      const transform::GradientTransform* t = i == 0 && transformed ? basis_.get() : nullptr;
+      EXPECT_EQ(buffers[0][i],
+                testing::LocalAverage(kTensors[i], step, kWorld, server_addresses_, spec,
+                                      codec::ParseCodecSpec("bf16").value(), t))
+          << "step " << step << " tensor " << kTensors[i].id;
+    }
+  }
+}
+
 // Error feedback through the engine (the encoder pipeline's residual, kept
 // across steps): with the same gradients every step, each step without it
 // repeats the same rounding error, while with it the time average of the
