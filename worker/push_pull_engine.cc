@@ -91,8 +91,8 @@ absl::StatusOr<std::unique_ptr<PushPullEngine>> PushPullEngine::Create(
              self->connections_.Forget(peer);
              absl::MutexLock lock(&self->mu_);
              if (self->active_ && self->inflight_.aborted.ok()) {
-               self->inflight_.aborted = absl::UnavailableError(
-                   absl::StrCat("an aggregator failed: ", why.message()));
+               self->inflight_.aborted =
+                   absl::UnavailableError(absl::StrCat("an aggregator failed: ", why.message()));
              }
            },
        .place_payload = [self](transport::PeerId, absl::Span<const uint8_t> header,
@@ -477,10 +477,9 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
         absl::MutexLock lock(&mu_);
         missing = inflight_.remaining;
       }
-      return fail(absl::DeadlineExceededError(
-          absl::StrCat("step ", plan.step, " of epoch ", plan.epoch, ": ", missing, " of ",
-                       step_chunks_.size(), " chunks missing after ",
-                       absl::FormatDuration(options_.timeout))));
+      return fail(absl::DeadlineExceededError(absl::StrCat(
+          "step ", plan.step, " of epoch ", plan.epoch, ": ", missing, " of ", step_chunks_.size(),
+          " chunks missing after ", absl::FormatDuration(options_.timeout))));
     }
   }
   absl::Status aborted;

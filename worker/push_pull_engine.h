@@ -185,7 +185,8 @@ class PushPullEngine {
   absl::flat_hash_map<BuffersKey, std::unique_ptr<TensorBuffers>> buffers_;
   std::vector<std::vector<dataplane::ChunkShape>> step_shapes_;  // by tensor, this step
   std::vector<std::vector<transport::PeerId>> step_peers_;       // by tensor, this step
-  absl::flat_hash_map<std::pair<uint64_t, uint32_t>, ChunkSlot*> step_slots_;  // next Inflight::slots
+  absl::flat_hash_map<std::pair<uint64_t, uint32_t>, ChunkSlot*>
+      step_slots_;                                       // next Inflight::slots
   std::vector<std::unique_ptr<TensorBuffers>> retired_;  // replaced while busy
   std::vector<TensorBuffers*> step_buffers_;             // by tensor, this step
   std::vector<ChunkSlot*> step_chunks_;                  // every chunk, this step

@@ -11,7 +11,9 @@ namespace {
 
 constexpr size_t kPayloadAlignment = 64;  // each chunk's payload starts on a cache line
 
-size_t AlignUp(size_t n) { return (n + kPayloadAlignment - 1) / kPayloadAlignment * kPayloadAlignment; }
+size_t AlignUp(size_t n) {
+  return (n + kPayloadAlignment - 1) / kPayloadAlignment * kPayloadAlignment;
+}
 
 // Registers `buffer`; null when the transport cannot (it is an optimisation).
 std::unique_ptr<transport::MemoryRegion> Register(transport::Transport* transport,
@@ -36,12 +38,12 @@ absl::StatusOr<std::unique_ptr<TensorBuffers>> TensorBuffers::Create(
   auto identity_ptr = std::make_shared<transform::IdentityTransform>(std::move(identity));
   transform::EncoderPipelineOptions options = pipeline_options;
   options.spec = spec;
-  GIFT_ASSIGN_OR_RETURN(
-      transform::EncoderPipeline pipeline,
-      transform::EncoderPipeline::Create(
-          t.transform != nullptr ? t.transform
-                                 : std::shared_ptr<const transform::GradientTransform>(identity_ptr),
-          options));
+  GIFT_ASSIGN_OR_RETURN(transform::EncoderPipeline pipeline,
+                        transform::EncoderPipeline::Create(
+                            t.transform != nullptr
+                                ? t.transform
+                                : std::shared_ptr<const transform::GradientTransform>(identity_ptr),
+                            options));
   std::unique_ptr<TensorBuffers> buffers(
       new TensorBuffers(std::move(pipeline), std::move(identity_ptr), transport));
   buffers->rows_ = t.rows;
@@ -64,8 +66,8 @@ absl::StatusOr<std::unique_ptr<TensorBuffers>> TensorBuffers::Create(
     slot.offset = t.chunks[c].offset;
     slot.shape = shapes[c];
     const uint64_t dims[] = {shapes[c].rows, shapes[c].cols};
-    slot.send = absl::MakeSpan(buffers->send_arena_.data() + starts[c],
-                               *codec::PayloadSizeFor(spec, dims));
+    slot.send =
+        absl::MakeSpan(buffers->send_arena_.data() + starts[c], *codec::PayloadSizeFor(spec, dims));
   }
   buffers->send_region_ = Register(transport, absl::MakeSpan(buffers->send_arena_));
   return buffers;

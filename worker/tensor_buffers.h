@@ -54,12 +54,12 @@ struct ChunkSlot {
   std::unique_ptr<transport::MemoryRegion> result_region;
 
   // Engine mutex:
-  bool send_in_flight = false;          // its payload is being sent
-  bool placed = false;                  // this step's result was placed in `result`
-  bool placement_outstanding = false;   // placed, but not delivered yet
-  bool arrived = false;                 // this step's result is in
-  uint64_t result_bytes = 0;            // the arrived result's size
-  std::vector<uint8_t> unplaced;        // the arrived result, when not placed
+  bool send_in_flight = false;         // its payload is being sent
+  bool placed = false;                 // this step's result was placed in `result`
+  bool placement_outstanding = false;  // placed, but not delivered yet
+  bool arrived = false;                // this step's result is in
+  uint64_t result_bytes = 0;           // the arrived result's size
+  std::vector<uint8_t> unplaced;       // the arrived result, when not placed
 
   bool Busy() const { return send_in_flight || placement_outstanding; }
   // The arrived result, wherever it landed (engine mutex, or after arrival).
@@ -102,8 +102,8 @@ class TensorBuffers {
   const std::vector<ChunkSlot>& chunks() const { return chunks_; }
 
   // Bookkeeping of the engine's Run thread.
-  uint64_t last_run = 0;     // the engine's run counter when last used
-  size_t chunks_left = 0;    // chunks of the current step not decoded yet
+  uint64_t last_run = 0;   // the engine's run counter when last used
+  size_t chunks_left = 0;  // chunks of the current step not decoded yet
 
  private:
   TensorBuffers(transform::EncoderPipeline pipeline,

@@ -54,9 +54,8 @@ absl::Status EncoderPipeline::EncodeChunk(const float* x, uint64_t offset,
   if (x == nullptr) return absl::InvalidArgumentError("null input");
   const uint64_t n = out.rows * out.cols;
   if (offset > static_cast<uint64_t>(size()) || n > static_cast<uint64_t>(size()) - offset) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk [", offset, ", ", offset + n,
-                                                   ") runs past a tensor of ", size(),
-                                                   " elements"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk [", offset, ", ", offset + n, ") runs past a tensor of ", size(), " elements"));
   }
   GIFT_RETURN_IF_ERROR(codec::Encode(x + offset, out, key, options_.codec_options));
   if (options_.error_feedback) {
@@ -77,9 +76,9 @@ absl::StatusOr<codec::EncodedTensor> EncoderPipeline::Encode(const float* g,
   std::vector<float> work;
   if (!direct_ || options_.error_feedback) work.resize(size());
   GIFT_ASSIGN_OR_RETURN(const float* x, Prepare(g, work.data()));
-  GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor encoded,
-                        codec::EncodedTensor::Create(options_.spec, transform_->d_out(),
-                                                     transform_->d_in()));
+  GIFT_ASSIGN_OR_RETURN(
+      codec::EncodedTensor encoded,
+      codec::EncodedTensor::Create(options_.spec, transform_->d_out(), transform_->d_in()));
   GIFT_RETURN_IF_ERROR(EncodeChunk(x, 0, encoded.mutable_view(), key));
   CommitResidual();
   return encoded;
@@ -90,9 +89,8 @@ absl::Status EncoderPipeline::DecodeChunk(const codec::EncodedView& chunk, uint6
   if (sum == nullptr) return absl::InvalidArgumentError("null output");
   const uint64_t n = chunk.rows * chunk.cols;
   if (offset > static_cast<uint64_t>(size()) || n > static_cast<uint64_t>(size()) - offset) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk [", offset, ", ", offset + n,
-                                                   ") runs past a tensor of ", size(),
-                                                   " elements"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk [", offset, ", ", offset + n, ") runs past a tensor of ", size(), " elements"));
   }
   return codec::Decode(chunk, sum + offset, options_.codec_options);
 }

@@ -275,8 +275,8 @@ TEST(PushPullEngineSteadyState, StepsAllocateAndFaultInNothingOfTheirSize) {
   }
 
   std::cout << "[ steady   ] " << kMeasuredSteps << " steps x " << kWorld
-            << " engines: allocations >= 64 KiB: " << large << ", minor faults: " << faults
-            << " (" << double(faults) / kMeasuredSteps << " per step)\n";
+            << " engines: allocations >= 64 KiB: " << large << ", minor faults: " << faults << " ("
+            << double(faults) / kMeasuredSteps << " per step)\n";
   EXPECT_EQ(large, 0u);
   EXPECT_LE(double(faults) / kMeasuredSteps, kMaxFaultsPerStep);
 }
