@@ -25,6 +25,8 @@
 // send buffers and results parsed in place. A step waits for the sends of
 // the previous one from the same buffers to complete before rewriting them.
 // Buffers of a (tensor, spec) unused for kEvictAfterRuns runs are freed.
+// Memory per (tensor, spec) in use: one FP32 buffer of the tensor's size,
+// its encoded payloads, and its results' size.
 //
 // Encoding is the tensor's transform::EncoderPipeline (error feedback as a
 // decorator; TensorStep::error_feedback, off by default).
@@ -130,7 +132,9 @@ class PushPullEngine {
   std::string address() const;
 
   // Runs one step as described above. Errors: InvalidArgument (a bad plan:
-  // shapes, chunk coverage, spec), Unavailable (a server cannot be reached),
+  // shapes, chunk coverage, spec), Unavailable (a server cannot be reached,
+  // or the previous step's pushes from the same buffers did not complete
+  // within the timeout),
   // Aborted (a server aborted the step's epoch), DeadlineExceeded (no
   // complete result within the timeout), DataLoss / InvalidArgument (a
   // malformed result). The buffers are written only on success.

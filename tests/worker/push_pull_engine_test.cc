@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "common/codec/codec.h"
+#include "common/codec/payload.h"
+#include "common/dataplane/chunk_header.h"
 #include "common/codec/reduce.h"
 #include "common/transform/tensor_basis_transform.h"
 #include "common/transport/inproc/inproc_transport.h"
@@ -294,6 +296,83 @@ TEST_P(PushPullEngineTest, ErrorFeedbackMakesTheTimeAverageConverge) {
   std::cout << "[ ef       ] time average over " << kSteps << " steps: rel_l2 without EF "
             << error[0] << ", with EF " << error[1] << "\n";
   EXPECT_LT(error[1], 0.3 * error[0]);
+}
+
+// A fake server that answers by hand: results of an earlier step and
+// duplicates are strays and never land over a slot's live result, and a
+// second step places results into the slots the first sized.
+TEST(PushPullEngineResults, StaleAndDuplicateResultsNeverLandOverLiveOnes) {
+  transport::InprocHub hub;
+  absl::Mutex mu;
+  std::vector<dataplane::ChunkHeader> pushes;
+  auto server = transport::CreateInprocTransport(
+      &hub, {.on_receive = [&](transport::Message m) {
+        auto h = dataplane::ParseChunkHeader(m.header);
+        absl::MutexLock lock(&mu);
+        if (h.ok()) pushes.push_back(*h);
+      }});
+  ASSERT_TRUE(server.ok());
+  auto engine = PushPullEngine::Create(
+      [&](transport::TransportHandlers h) {
+        return transport::CreateInprocTransport(&hub, std::move(h));
+      },
+      {.timeout = absl::Seconds(10)});
+  ASSERT_TRUE(engine.ok());
+  auto to_engine = (*server)->Connect((*engine)->address());
+  ASSERT_TRUE(to_engine.ok());
+
+  constexpr uint64_t kCols = 256;
+  std::vector<std::vector<uint8_t>> sent;  // kept until the end: Send does not copy
+  sent.reserve(64);
+  auto send_result = [&](uint64_t step, uint32_t chunk, float value) {
+    std::vector<float> values(kCols, value);
+    auto t = codec::EncodedTensor::Create(codec::ParseCodecSpec("bf16").value(), 1, kCols).value();
+    ASSERT_TRUE(codec::Encode(values.data(), t.mutable_view()).ok());
+    const uint64_t dims[] = {1, kCols};
+    sent.push_back(codec::SerializePayload(t.view(), dims).value());
+    const auto header = dataplane::SerializeChunkHeader({.kind = dataplane::ChunkKind::kResult,
+                                                         .epoch = 1,
+                                                         .step = step,
+                                                         .tensor_id = 5,
+                                                         .chunk_index = chunk,
+                                                         .world_size = 1});
+    ASSERT_TRUE((*server)->Send(*to_engine, header, sent.back(), [](const absl::Status&) {}).ok());
+  };
+
+  std::vector<float> grad(2 * kCols, 0.5f);
+  StepPlan plan{.epoch = 1,
+                .world_size = 1,
+                .push_spec = codec::ParseCodecSpec("e4m3/block32").value(),
+                .tensors = {{.tensor_id = 5,
+                             .rows = 1,
+                             .cols = 2 * kCols,
+                             .data = grad.data(),
+                             .chunks = {{.index = 0, .num_elements = kCols, .server = ""},
+                                        {.index = 1, .offset = kCols, .num_elements = kCols}}}}};
+  plan.tensors[0].chunks[0].server = plan.tensors[0].chunks[1].server = (*server)->address();
+  for (uint64_t step = 1; step <= 3; ++step) {
+    plan.step = step;
+    absl::StatusOr<StepReport> report = absl::UnknownError("not run");
+    std::thread run([&] { report = (*engine)->Run(plan); });
+    {
+      absl::MutexLock lock(&mu);
+      auto both = [&] { return pushes.size() == 2 * step; };
+      ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&both), absl::Seconds(10)));
+    }
+    const uint64_t strays = (*engine)->stray_messages();
+    send_result(step - 1, 1, 99.0f);       // an earlier step's: a stray
+    send_result(step, 0, float(step));     // the result of chunk 0
+    send_result(step, 0, 77.0f);           // a duplicate: a stray
+    send_result(step, 1, float(step) + 0.5f);
+    run.join();
+    ASSERT_TRUE(report.ok()) << report.status();
+    for (uint64_t k = 0; k < kCols; ++k) {
+      ASSERT_EQ(grad[k], float(step)) << "step " << step;
+      ASSERT_EQ(grad[kCols + k], float(step) + 0.5f) << "step " << step;
+    }
+    EXPECT_EQ((*engine)->stray_messages(), strays + 2);
+  }
+  engine->reset();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PushPullEngineTest, ::testing::Values(false, true),
