@@ -2,26 +2,35 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/codec/encoded_tensor.h"
 #include "common/codec/payload.h"
 #include "common/dataplane/chunk_header.h"
-#include "common/dataplane/chunk_shape.h"
+#include "common/dataplane/chunk_rng_key.h"
+#include "worker/tensor_buffers.h"
 
 namespace gift::worker {
 namespace {
 
 using dataplane::ChunkHeader;
 using dataplane::ChunkKind;
+using Clock = std::chrono::steady_clock;
 
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Checks one tensor's plan; returns its chunks' shapes in the order given.
-absl::StatusOr<std::vector<dataplane::ChunkShape>> CheckTensor(const TensorStep& t) {
+absl::Status Annotate(const absl::Status& s, uint64_t tensor_id, int64_t chunk = -1) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), chunk < 0 ? absl::StrCat("tensor ", tensor_id, ": ", s.message())
+                                          : absl::StrCat("tensor ", tensor_id, " chunk ", chunk,
+                                                         ": ", s.message()));
+}
+
+// Checks one tensor's plan; writes its chunks' shapes in the order given.
+absl::Status CheckTensor(const TensorStep& t, std::vector<dataplane::ChunkShape>& shapes) {
   const std::string name = absl::StrCat("tensor ", t.tensor_id);
   if (t.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, ": null buffer"));
   if (t.rows == 0 || t.cols == 0) {
@@ -35,8 +44,8 @@ absl::StatusOr<std::vector<dataplane::ChunkShape>> CheckTensor(const TensorStep&
   }
   const uint64_t total = t.rows * t.cols;
   std::vector<std::pair<uint64_t, uint64_t>> spans;
-  std::vector<dataplane::ChunkShape> shapes;
   std::vector<uint32_t> indices;
+  shapes.clear();
   for (const ChunkRoute& c : t.chunks) {
     auto shape = dataplane::ChunkShapeOf(total, t.cols, c.offset, c.num_elements);
     if (!shape.ok()) {
@@ -63,33 +72,49 @@ absl::StatusOr<std::vector<dataplane::ChunkShape>> CheckTensor(const TensorStep&
   if (std::adjacent_find(indices.begin(), indices.end()) != indices.end()) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": duplicate chunk index"));
   }
-  return shapes;
+  return absl::OkStatus();
 }
 
 }  // namespace
+
+PushPullEngine::PushPullEngine(const PushPullEngineOptions& options) : options_(options) {}
 
 absl::StatusOr<std::unique_ptr<PushPullEngine>> PushPullEngine::Create(
     const TransportFactory& make_transport, const PushPullEngineOptions& options) {
   if (!make_transport) return absl::InvalidArgumentError("no transport factory");
   std::unique_ptr<PushPullEngine> engine(new PushPullEngine(options));
   PushPullEngine* self = engine.get();
-  auto transport =
-      make_transport({.on_receive = [self](transport::Message m) { self->OnMessage(std::move(m)); },
-                      .on_peer_failure =
-                          [self](transport::PeerId peer, const absl::Status& why) {
-                            self->connections_.Forget(peer);
-                            absl::MutexLock lock(&self->mu_);
-                            if (self->active_ && self->inflight_.aborted.ok()) {
-                              self->inflight_.aborted = absl::UnavailableError(
-                                  absl::StrCat("an aggregator failed: ", why.message()));
-                            }
-                          }});
+  auto transport = make_transport(
+      {.on_receive = [self](transport::Message m) { self->OnMessage(std::move(m)); },
+       .on_peer_failure =
+           [self](transport::PeerId peer, const absl::Status& why) {
+             self->connections_.Forget(peer);
+             absl::MutexLock lock(&self->mu_);
+             if (self->active_ && self->inflight_.aborted.ok()) {
+               self->inflight_.aborted =
+                   absl::UnavailableError(absl::StrCat("an aggregator failed: ", why.message()));
+             }
+           },
+       .place_payload = [self](transport::PeerId, absl::Span<const uint8_t> header,
+                               size_t bytes) { return self->PlacePayload(header, bytes); }});
   if (!transport.ok()) return transport.status();
   engine->transport_ = *std::move(transport);
   return engine;
 }
 
-PushPullEngine::~PushPullEngine() { transport_.reset(); }
+PushPullEngine::~PushPullEngine() {
+  {
+    // The buffers must outlive the sends from them.
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sends_in_flight_ == 0; };
+    (void)mu_.AwaitWithTimeout(absl::Condition(&idle), options_.timeout);
+  }
+  // Regions go before the transport, the buffers after it (a placed receive
+  // may still be landing until the transport is gone).
+  for (auto& [key, buffers] : buffers_) buffers->ReleaseRegions();
+  for (auto& buffers : retired_) buffers->ReleaseRegions();
+  transport_.reset();
+}
 
 std::string PushPullEngine::address() const { return transport_->address(); }
 
@@ -115,9 +140,38 @@ absl::StatusOr<transport::PeerId> PushPullEngine::PeerFor(const std::string& add
   return *peer;
 }
 
+absl::Span<uint8_t> PushPullEngine::PlacePayload(absl::Span<const uint8_t> header, size_t bytes) {
+  auto h = dataplane::ParseChunkHeader(header);
+  absl::MutexLock lock(&mu_);
+  if (!h.ok() || h->kind != ChunkKind::kResult || !active_ || h->epoch != inflight_.epoch ||
+      h->step != inflight_.step) {
+    return {};
+  }
+  auto it = inflight_.slots.find({h->tensor_id, h->chunk_index});
+  if (it == inflight_.slots.end()) return {};
+  ChunkSlot& slot = *it->second;
+  // Never over live data: not twice in a step, not while an earlier
+  // placement into the slot may still be landing.
+  if (slot.placed || slot.arrived || slot.placement_outstanding || slot.result.size() < bytes) {
+    return {};
+  }
+  slot.placed = true;
+  slot.placement_outstanding = true;
+  outstanding_[slot.result.data()] = &slot;
+  return absl::MakeSpan(slot.result.data(), bytes);
+}
+
 void PushPullEngine::OnMessage(transport::Message message) {
   auto header = dataplane::ParseChunkHeader(message.header);
   absl::MutexLock lock(&mu_);
+  ChunkSlot* placed_into = nullptr;
+  if (message.placed.data() != nullptr) {
+    if (auto it = outstanding_.find(message.placed.data()); it != outstanding_.end()) {
+      placed_into = it->second;
+      placed_into->placement_outstanding = false;
+      outstanding_.erase(it);
+    }
+  }
   if (!header.ok() || !active_ || header->epoch != inflight_.epoch ||
       header->step != inflight_.step) {
     ++stray_;
@@ -125,21 +179,148 @@ void PushPullEngine::OnMessage(transport::Message message) {
   }
   if (header->kind == ChunkKind::kAbort) {
     if (inflight_.aborted.ok()) {
+      const absl::Span<const uint8_t> why = message.bytes();
       inflight_.aborted = absl::AbortedError(
           absl::StrCat("an aggregator aborted step ", header->step, " of epoch ", header->epoch,
-                       ": ", std::string(message.payload.begin(), message.payload.end())));
+                       ": ", std::string(why.begin(), why.end())));
     }
     return;
   }
-  auto slot = inflight_.slots.find({header->tensor_id, header->chunk_index});
-  if (header->kind != ChunkKind::kResult || slot == inflight_.slots.end() ||
-      inflight_.arrived[slot->second]) {
+  auto it = inflight_.slots.find({header->tensor_id, header->chunk_index});
+  if (header->kind != ChunkKind::kResult || it == inflight_.slots.end() || it->second->arrived) {
     ++stray_;
     return;
   }
-  inflight_.results[slot->second] = std::move(message.payload);
-  inflight_.arrived[slot->second] = true;
+  ChunkSlot& slot = *it->second;
+  if (placed_into != nullptr && placed_into != &slot) {  // cannot happen: placed by this header
+    ++stray_;
+    return;
+  }
+  slot.placed = placed_into != nullptr;
+  slot.result_bytes = message.bytes().size();
+  if (!slot.placed) slot.unplaced = std::move(message.payload);
+  slot.arrived = true;
+  inflight_.ready.push_back(&slot);
   --inflight_.remaining;
+}
+
+absl::StatusOr<TensorBuffers*> PushPullEngine::BuffersFor(
+    const StepPlan& plan, size_t i, absl::Span<const dataplane::ChunkShape> shapes) {
+  const TensorStep& t = plan.tensors[i];
+  const codec::CodecSpec& spec = plan.push_spec;
+  const BuffersKey key{t.tensor_id, spec.format, spec.scaling, spec.block_size, spec.rounding};
+  std::unique_ptr<TensorBuffers>& entry = buffers_[key];
+  if (entry != nullptr && !entry->Fits(t)) {
+    bool busy = false;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const ChunkSlot& c : entry->chunks()) busy = busy || c.Busy();
+    }
+    if (busy) retired_.push_back(std::move(entry));
+    entry.reset();
+  }
+  if (entry == nullptr) {
+    auto created = TensorBuffers::Create(
+        t, shapes, spec,
+        {.error_feedback = t.error_feedback, .codec_options = options_.codec_options},
+        transport_.get());
+    if (!created.ok()) {
+      buffers_.erase(key);
+      return Annotate(created.status(), t.tensor_id);
+    }
+    entry = *std::move(created);
+  }
+  if (auto s = entry->UseTransform(t.transform); !s.ok()) return Annotate(s, t.tensor_id);
+  entry->last_run = runs_;
+  return entry.get();
+}
+
+absl::Status PushPullEngine::DecodeArrived(const StepPlan& plan, ChunkSlot& slot,
+                                           StepReport& report) {
+  const TensorStep& t = plan.tensors[slot.tensor];
+  TensorBuffers& buffers = *step_buffers_[slot.tensor];
+  const absl::Span<const uint8_t> bytes = slot.result_bytes_view();
+  report.bytes_pulled += bytes.size();
+  auto parsed = codec::ParsePayload(bytes);
+  absl::Status s = parsed.status();
+  if (s.ok() && (parsed->view.rows != slot.shape.rows || parsed->view.cols != slot.shape.cols)) {
+    s = absl::InvalidArgumentError(absl::StrCat("result is ", parsed->view.rows, "x",
+                                                parsed->view.cols, ", chunk is ", slot.shape.rows,
+                                                "x", slot.shape.cols));
+  }
+  if (s.ok()) s = buffers.pipeline().DecodeChunk(parsed->view, slot.offset, buffers.work());
+  if (!s.ok()) {
+    return Annotate(absl::Status(s.code(), absl::StrCat("result: ", s.message())), t.tensor_id,
+                    slot.index);
+  }
+  if (--buffers.chunks_left == 0) {
+    return Annotate(buffers.pipeline().FinishDecode(buffers.work()), t.tensor_id);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> PushPullEngine::DrainArrivals(const StepPlan& plan, bool wait,
+                                                   absl::Time deadline, StepReport& report) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (wait) {
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !inflight_.ready.empty() || inflight_.remaining == 0 || !inflight_.aborted.ok();
+      };
+      if (!mu_.AwaitWithDeadline(absl::Condition(&woken), deadline)) return false;
+    }
+    if (!inflight_.aborted.ok()) return inflight_.aborted;
+    draining_.clear();
+    draining_.swap(inflight_.ready);
+  }
+  const auto start = Clock::now();
+  for (ChunkSlot* slot : draining_) {
+    if (auto s = DecodeArrived(plan, *slot, report); !s.ok()) return s;
+  }
+  report.decode_seconds += SecondsSince(start);
+  return true;
+}
+
+void PushPullEngine::EndStep() {
+  std::vector<ChunkSlot*> grow;
+  {
+    absl::MutexLock lock(&mu_);
+    active_ = false;
+    for (ChunkSlot* slot : step_chunks_) {
+      // A result too big for its slot was handed over by the transport: size
+      // the slot for the next step.
+      if (!slot->unplaced.empty() && !slot->Busy() && slot->unplaced.size() > slot->result.size()) {
+        grow.push_back(slot);
+      }
+    }
+  }
+  for (ChunkSlot* slot : grow) {
+    step_buffers_[slot->tensor]->GrowResult(*slot, slot->unplaced.size());
+  }
+  // Unplaced results are not needed any more (keeping them would pin memory).
+  for (ChunkSlot* slot : step_chunks_) std::vector<uint8_t>().swap(slot->unplaced);
+  // Frees what is no longer used and no longer busy, outside the lock
+  // (unregistering waits for the progress thread).
+  std::vector<std::unique_ptr<TensorBuffers>> unused;
+  {
+    absl::MutexLock lock(&mu_);
+    auto idle = [](const TensorBuffers& b) {
+      for (const ChunkSlot& c : b.chunks()) {
+        if (c.Busy()) return false;
+      }
+      return true;
+    };
+    for (auto& b : retired_) {
+      if (idle(*b)) unused.push_back(std::move(b));
+    }
+    std::erase(retired_, nullptr);
+    for (auto& [key, b] : buffers_) {
+      if (b != nullptr && runs_ - b->last_run > kEvictAfterRuns && idle(*b)) {
+        unused.push_back(std::move(b));
+      }
+    }
+    absl::erase_if(buffers_, [](const auto& entry) { return entry.second == nullptr; });
+  }
 }
 
 absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
@@ -150,168 +331,175 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
   if (auto s = codec::Validate(plan.push_spec); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("push codec: ", s.message()));
   }
-  std::vector<std::vector<dataplane::ChunkShape>> shapes;
-  absl::flat_hash_map<std::pair<uint64_t, uint32_t>, size_t> slots;
-  for (const TensorStep& t : plan.tensors) {
-    auto s = CheckTensor(t);
-    if (!s.ok()) return s.status();
-    shapes.push_back(*std::move(s));
+  ++runs_;
+  // The step's bookkeeping reuses the last step's capacity.
+  std::vector<std::vector<dataplane::ChunkShape>>& shapes = step_shapes_;
+  auto& slots = step_slots_;
+  shapes.resize(plan.tensors.size());
+  slots.clear();
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const TensorStep& t = plan.tensors[i];
+    if (auto s = CheckTensor(t, shapes[i]); !s.ok()) return s;
     for (const ChunkRoute& c : t.chunks) {
-      if (!slots.emplace(std::make_pair(t.tensor_id, c.index), slots.size()).second) {
+      if (!slots.emplace(std::make_pair(t.tensor_id, c.index), nullptr).second) {
         return absl::InvalidArgumentError(absl::StrCat("tensor ", t.tensor_id, " appears twice"));
       }
     }
   }
   // Connections first: Connect waits for the progress thread.
-  std::vector<std::vector<transport::PeerId>> peers(plan.tensors.size());
+  std::vector<std::vector<transport::PeerId>>& peers = step_peers_;
+  peers.resize(plan.tensors.size());
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    peers[i].clear();
     for (const ChunkRoute& c : plan.tensors[i].chunks) {
       auto peer = PeerFor(c.server);
       if (!peer.ok()) return peer.status();
       peers[i].push_back(*peer);
     }
   }
+  step_buffers_.clear();
+  step_chunks_.clear();
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    auto buffers = BuffersFor(plan, i, shapes[i]);
+    if (!buffers.ok()) return buffers.status();
+    step_buffers_.push_back(*buffers);
+    (*buffers)->chunks_left = plan.tensors[i].chunks.size();
+    for (ChunkSlot& slot : (*buffers)->chunks()) {
+      slot.tensor = i;
+      slots[{plan.tensors[i].tensor_id, slot.index}] = &slot;
+      step_chunks_.push_back(&slot);
+    }
+  }
   {
     absl::MutexLock lock(&mu_);
-    inflight_ = Inflight{.epoch = plan.epoch, .step = plan.step};
-    inflight_.results.resize(slots.size());
-    inflight_.arrived.assign(slots.size(), false);
-    inflight_.remaining = slots.size();
-    inflight_.slots = std::move(slots);
+    // A send buffer is rewritten only once its previous send completed.
+    auto sent = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      for (const ChunkSlot* slot : step_chunks_) {
+        if (slot->send_in_flight) return false;
+      }
+      return true;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&sent), options_.timeout)) {
+      return absl::UnavailableError("pushes of an earlier step have not completed");
+    }
+    for (ChunkSlot* slot : step_chunks_) {
+      slot->placed = false;
+      slot->arrived = false;
+      slot->result_bytes = 0;
+    }
+    inflight_.epoch = plan.epoch;
+    inflight_.step = plan.step;
+    inflight_.slots.swap(slots);  // no step is in flight: nobody reads them
+    inflight_.ready.clear();
+    inflight_.remaining = step_chunks_.size();
+    inflight_.aborted = absl::OkStatus();
     active_ = true;
   }
-  auto finish = [this] {
-    absl::MutexLock lock(&mu_);
-    active_ = false;
-  };
 
   StepReport report;
-  auto start = std::chrono::steady_clock::now();
-  // Transformed gradients (kept for the decode), by tensor; empty for direct.
-  std::vector<std::vector<float>> scratch(plan.tensors.size());
+  auto fail = [this](absl::Status s) {
+    EndStep();
+    return s;
+  };
+  auto start = Clock::now();
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     const TensorStep& t = plan.tensors[i];
-    const float* src = t.data;
-    if (t.transform != nullptr) {
-      scratch[i].resize(t.rows * t.cols);
-      if (auto s = t.transform->Forward(t.data, static_cast<int64_t>(t.rows),
-                                        static_cast<int64_t>(t.cols), scratch[i].data());
-          !s.ok()) {
-        finish();
-        return absl::Status(s.code(), absl::StrCat("tensor ", t.tensor_id, ": ", s.message()));
-      }
-      src = scratch[i].data();
-    }
+    TensorBuffers& buffers = *step_buffers_[i];
+    auto x = buffers.pipeline().Prepare(t.data, buffers.work());
+    if (!x.ok()) return fail(Annotate(x.status(), t.tensor_id));
     for (size_t c = 0; c < t.chunks.size(); ++c) {
-      const ChunkRoute& route = t.chunks[c];
-      const dataplane::ChunkShape& shape = shapes[i][c];
-      auto encoded = codec::EncodedTensor::Create(plan.push_spec, shape.rows, shape.cols);
-      absl::Status s = encoded.status();
+      ChunkSlot& slot = buffers.chunks()[c];
+      const uint64_t dims[] = {slot.shape.rows, slot.shape.cols};
+      auto view = codec::StartPayload(plan.push_spec, dims, slot.send);
+      absl::Status s = view.status();
       if (s.ok()) {
-        s = codec::Encode(
-            src + route.offset, encoded->mutable_view(),
-            {.tensor = (t.tensor_id << 24) | route.index, .step = plan.step, .rank = plan.rank},
-            options_.codec_options);
+        s = buffers.pipeline().EncodeChunk(
+            *x, slot.offset, *view,
+            dataplane::ChunkRngKey(t.tensor_id, slot.index, plan.step, plan.rank));
       }
-      const uint64_t dims[] = {shape.rows, shape.cols};
-      absl::StatusOr<std::vector<uint8_t>> bytes =
-          s.ok() ? codec::SerializePayload(encoded->view(), dims) : s;
-      if (!bytes.ok()) {
-        finish();
-        return absl::Status(bytes.status().code(),
-                            absl::StrCat("tensor ", t.tensor_id, " chunk ", route.index, ": ",
-                                         bytes.status().message()));
-      }
-      auto payload = std::make_shared<std::vector<uint8_t>>(*std::move(bytes));
-      report.bytes_pushed += payload->size();
+      if (!s.ok()) return fail(Annotate(s, t.tensor_id, slot.index));
+      codec::FinishPayload(slot.send);
+      report.bytes_pushed += slot.send.size();
       const ChunkHeader header{.kind = ChunkKind::kPush,
                                .epoch = plan.epoch,
                                .step = plan.step,
                                .tensor_id = t.tensor_id,
                                .basis_version = t.basis_version,
-                               .chunk_index = route.index,
+                               .chunk_index = slot.index,
                                .rank = plan.rank,
                                .world_size = plan.world_size};
+      {
+        absl::MutexLock lock(&mu_);
+        slot.send_in_flight = true;
+        ++sends_in_flight_;
+      }
       const uint64_t epoch = plan.epoch, step = plan.step;
-      s = transport_->Send(peers[i][c], dataplane::SerializeChunkHeader(header), *payload,
-                           [this, payload, epoch, step](const absl::Status& done) {
-                             if (done.ok()) return;
+      ChunkSlot* sending = &slot;
+      s = transport_->Send(peers[i][c], dataplane::SerializeChunkHeader(header), slot.send,
+                           [this, sending, epoch, step](const absl::Status& done) {
                              absl::MutexLock lock(&mu_);
-                             if (active_ && inflight_.epoch == epoch && inflight_.step == step &&
-                                 inflight_.aborted.ok()) {
+                             sending->send_in_flight = false;
+                             --sends_in_flight_;
+                             if (!done.ok() && active_ && inflight_.epoch == epoch &&
+                                 inflight_.step == step && inflight_.aborted.ok()) {
                                inflight_.aborted = absl::UnavailableError(
                                    absl::StrCat("push failed: ", done.message()));
                              }
                            });
       if (!s.ok()) {
-        finish();
-        return absl::UnavailableError(absl::StrCat("push failed: ", s.message()));
+        {
+          absl::MutexLock lock(&mu_);
+          slot.send_in_flight = false;
+          --sends_in_flight_;
+        }
+        return fail(absl::UnavailableError(absl::StrCat("push failed: ", s.message())));
       }
+      // Results of earlier chunks are decoded while later ones encode.
+      auto drained = DrainArrivals(plan, /*wait=*/false, absl::InfinitePast(), report);
+      if (!drained.ok()) return fail(drained.status());
     }
   }
-  report.encode_seconds = SecondsSince(start);
+  report.encode_seconds = SecondsSince(start) - report.decode_seconds;
+  const absl::Time deadline = absl::Now() + options_.timeout;  // for the results
 
-  start = std::chrono::steady_clock::now();
-  std::vector<std::vector<uint8_t>> results;
-  absl::flat_hash_map<std::pair<uint64_t, uint32_t>, size_t> result_slots;
+  start = Clock::now();
+  const double decode_before_wait = report.decode_seconds;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (inflight_.remaining == 0 && inflight_.ready.empty()) break;
+    }
+    auto drained = DrainArrivals(plan, /*wait=*/true, deadline, report);
+    if (!drained.ok()) return fail(drained.status());
+    if (!*drained) {
+      size_t missing = 0;
+      {
+        absl::MutexLock lock(&mu_);
+        missing = inflight_.remaining;
+      }
+      return fail(absl::DeadlineExceededError(absl::StrCat(
+          "step ", plan.step, " of epoch ", plan.epoch, ": ", missing, " of ", step_chunks_.size(),
+          " chunks missing after ", absl::FormatDuration(options_.timeout))));
+    }
+  }
+  absl::Status aborted;
   {
+    // An abort that raced with the last arrival still fails the step.
     absl::MutexLock lock(&mu_);
-    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return inflight_.remaining == 0 || !inflight_.aborted.ok();
-    };
-    const bool complete = mu_.AwaitWithTimeout(absl::Condition(&done), options_.timeout);
-    active_ = false;
-    if (!inflight_.aborted.ok()) return inflight_.aborted;
-    if (!complete) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("step ", plan.step, " of epoch ", plan.epoch, ": ", inflight_.remaining,
-                       " of ", inflight_.results.size(), " chunks missing after ",
-                       absl::FormatDuration(options_.timeout)));
-    }
-    results = std::move(inflight_.results);
-    result_slots = std::move(inflight_.slots);
+    aborted = inflight_.aborted;
   }
-  report.wait_seconds = SecondsSince(start);
+  if (!aborted.ok()) return fail(aborted);
+  report.wait_seconds = SecondsSince(start) - (report.decode_seconds - decode_before_wait);
 
-  // Decode everything before writing any buffer, so a bad result leaves all
-  // buffers as they were.
-  start = std::chrono::steady_clock::now();
-  std::vector<std::vector<float>> averages(plan.tensors.size());
+  // Every chunk arrived and decoded: the step succeeded.
+  start = Clock::now();
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     const TensorStep& t = plan.tensors[i];
-    averages[i].resize(t.rows * t.cols);
-    for (size_t c = 0; c < t.chunks.size(); ++c) {
-      const ChunkRoute& route = t.chunks[c];
-      const std::vector<uint8_t>& bytes = results[result_slots.at({t.tensor_id, route.index})];
-      report.bytes_pulled += bytes.size();
-      auto parsed = codec::ParsePayload(bytes);
-      absl::Status s = parsed.status();
-      if (s.ok() &&
-          (parsed->view.rows != shapes[i][c].rows || parsed->view.cols != shapes[i][c].cols)) {
-        s = absl::InvalidArgumentError(absl::StrCat("result is ", parsed->view.rows, "x",
-                                                    parsed->view.cols, ", chunk is ",
-                                                    shapes[i][c].rows, "x", shapes[i][c].cols));
-      }
-      if (s.ok()) {
-        s = codec::Decode(parsed->view, averages[i].data() + route.offset, options_.codec_options);
-      }
-      if (!s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("tensor ", t.tensor_id, " chunk ", route.index,
-                                                   " result: ", s.message()));
-      }
-    }
-    if (t.transform != nullptr) {
-      if (auto s = t.transform->Inverse(averages[i].data(), static_cast<int64_t>(t.rows),
-                                        static_cast<int64_t>(t.cols), averages[i].data());
-          !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("tensor ", t.tensor_id, ": ", s.message()));
-      }
-    }
+    std::memcpy(t.data, step_buffers_[i]->work(), sizeof(float) * t.rows * t.cols);
+    step_buffers_[i]->pipeline().CommitResidual();
   }
-  for (size_t i = 0; i < plan.tensors.size(); ++i) {
-    std::copy(averages[i].begin(), averages[i].end(), plan.tensors[i].data);
-  }
-  report.decode_seconds = SecondsSince(start);
+  report.decode_seconds += SecondsSince(start);
+  EndStep();
   return report;
 }
 

@@ -11,18 +11,36 @@
 //   auto report = engine->Run(plan);   // grad now holds the average
 //
 // Pushes leave as soon as each chunk is encoded, so encoding overlaps the
-// transfer of earlier chunks; results are decoded once all have arrived.
-// Stochastic rounding is keyed RngKey{tensor = tensor_id << 24 | chunk
-// index, step, rank}, so chunks of one tensor draw independent streams.
+// transfer of earlier chunks; each result chunk is decoded on the Run thread
+// as soon as it arrives (between encodes, or while waiting), and a tensor is
+// inverse-transformed as soon as all its chunks are in. Stochastic rounding
+// is keyed dataplane::ChunkRngKey(tensor, chunk, step, rank), so chunks of
+// one tensor draw independent streams.
+//
+// Steady state at memory speed: each tensor's buffers (TensorBuffers: the
+// pipeline, the transformed gradient / decoded sum, the encoded payloads the
+// transport sends from, the result slots it places results into) are sized
+// when its plan is first seen, or when its shape, chunking or push spec
+// changes, and reused every step; payloads are encoded straight into the
+// send buffers and results parsed in place. A step waits for the sends of
+// the previous one from the same buffers to complete before rewriting them.
+// Buffers of a (tensor, spec) unused for kEvictAfterRuns runs are freed.
+// Memory per (tensor, spec) in use: one FP32 buffer of the tensor's size,
+// its encoded payloads, and its results' size.
+//
+// Encoding is the tensor's transform::EncoderPipeline (error feedback as a
+// decorator; TensorStep::error_feedback, off by default).
 //
 // A step whose epoch a server aborts (a member left) returns Aborted: the
 // caller plans the step again under the new epoch and calls Run again; the
 // tensor buffers still hold this worker's gradient then (results are
-// written only when every chunk has arrived).
+// written only when every chunk has arrived), and error feedback residuals
+// advance only with a step that succeeded.
 //
 // Thread safety: Run is not reentrant (one step at a time per engine);
-// address() may be called from any thread. Results arrive on the
-// transport's progress thread.
+// address(), AbortEpochsBefore and stray_messages() may be called from any
+// thread. Results arrive on the transport's progress thread, which only
+// files them; decoding runs on the Run thread (and the codec pool).
 #ifndef GIFT_WORKER_PUSH_PULL_ENGINE_H_
 #define GIFT_WORKER_PUSH_PULL_ENGINE_H_
 
@@ -30,6 +48,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -39,11 +59,15 @@
 #include "absl/time/time.h"
 #include "common/codec/codec.h"
 #include "common/codec/codec_spec.h"
+#include "common/dataplane/chunk_shape.h"
 #include "common/transform/gradient_transform.h"
 #include "common/transport/connection_cache.h"
 #include "common/transport/transport.h"
 
 namespace gift::worker {
+
+struct ChunkSlot;
+class TensorBuffers;
 
 struct ChunkRoute {
   uint32_t index = 0;
@@ -63,6 +87,10 @@ struct TensorStep {
   std::shared_ptr<const transform::GradientTransform> transform;
   uint64_t basis_version = 0;
   std::vector<ChunkRoute> chunks;  // must cover the tensor exactly once
+  // Error feedback in the tensor's encoder pipeline (encoder_pipeline.h):
+  // the residual is kept per (tensor, push spec) and advances only with a
+  // step that succeeded. Off until the policy switches it on.
+  bool error_feedback = false;
 };
 
 struct StepPlan {
@@ -92,15 +120,21 @@ using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<transport:
 
 class PushPullEngine {
  public:
+  // Frees buffers of a (tensor, spec) that no step used for this many runs.
+  static constexpr uint64_t kEvictAfterRuns = 256;
+
   static absl::StatusOr<std::unique_ptr<PushPullEngine>> Create(
       const TransportFactory& make_transport, const PushPullEngineOptions& options = {});
+  // Waits (up to the timeout) for pushes in flight to complete.
   ~PushPullEngine();
 
   // Where servers send results.
   std::string address() const;
 
   // Runs one step as described above. Errors: InvalidArgument (a bad plan:
-  // shapes, chunk coverage, spec), Unavailable (a server cannot be reached),
+  // shapes, chunk coverage, spec), Unavailable (a server cannot be reached,
+  // or the previous step's pushes from the same buffers did not complete
+  // within the timeout),
   // Aborted (a server aborted the step's epoch), DeadlineExceeded (no
   // complete result within the timeout), DataLoss / InvalidArgument (a
   // malformed result). The buffers are written only on success.
@@ -120,25 +154,57 @@ class PushPullEngine {
   struct Inflight {
     uint64_t epoch = 0;
     uint64_t step = 0;
-    // (tensor id, chunk index) -> slot in `results`.
-    absl::flat_hash_map<std::pair<uint64_t, uint32_t>, size_t> slots;
-    std::vector<std::vector<uint8_t>> results;
-    std::vector<bool> arrived;
-    size_t remaining = 0;
-    absl::Status aborted;  // non-OK once a server aborted the step
+    // (tensor id, chunk index) -> the chunk's slot, for the step's chunks.
+    absl::flat_hash_map<std::pair<uint64_t, uint32_t>, ChunkSlot*> slots;
+    std::vector<ChunkSlot*> ready;  // arrived, not yet decoded
+    size_t remaining = 0;           // chunks not arrived
+    absl::Status aborted;           // non-OK once a server aborted the step
   };
+  // The buffers of one tensor are keyed by its id and push spec (a measured
+  // step's FP32 exchange keeps its own).
+  using BuffersKey = std::tuple<uint64_t, codec::Format, codec::Scaling, uint32_t, codec::Rounding>;
 
-  PushPullEngine(const PushPullEngineOptions& options) : options_(options) {}
+  explicit PushPullEngine(const PushPullEngineOptions& options);
   void OnMessage(transport::Message message);
+  absl::Span<uint8_t> PlacePayload(absl::Span<const uint8_t> header, size_t bytes);
   absl::StatusOr<transport::PeerId> PeerFor(const std::string& address);
+  // The buffers for plan.tensors[i], built or rebuilt as needed.
+  absl::StatusOr<TensorBuffers*> BuffersFor(const StepPlan& plan, size_t i,
+                                            absl::Span<const dataplane::ChunkShape> shapes);
+  // Decodes one arrived chunk into its tensor's sum; inverse-transforms the
+  // tensor when it was the last.
+  absl::Status DecodeArrived(const StepPlan& plan, ChunkSlot& slot, StepReport& report);
+  // Decodes whatever has arrived; with `wait`, first waits (until `deadline`)
+  // for an arrival, the end of the step or an abort. False on timeout.
+  absl::StatusOr<bool> DrainArrivals(const StepPlan& plan, bool wait, absl::Time deadline,
+                                     StepReport& report);
+  // Ends the step in flight (late results become strays), grows the result
+  // slots that were too small, frees buffers unused for long.
+  void EndStep();
 
   const PushPullEngineOptions options_;
   std::unique_ptr<transport::Transport> transport_;
+
+  // Run thread only.
+  absl::flat_hash_map<BuffersKey, std::unique_ptr<TensorBuffers>> buffers_;
+  std::vector<std::vector<dataplane::ChunkShape>> step_shapes_;  // by tensor, this step
+  std::vector<std::vector<transport::PeerId>> step_peers_;       // by tensor, this step
+  absl::flat_hash_map<std::pair<uint64_t, uint32_t>, ChunkSlot*>
+      step_slots_;                                       // next Inflight::slots
+  std::vector<std::unique_ptr<TensorBuffers>> retired_;  // replaced while busy
+  std::vector<TensorBuffers*> step_buffers_;             // by tensor, this step
+  std::vector<ChunkSlot*> step_chunks_;                  // every chunk, this step
+  std::vector<ChunkSlot*> draining_;                     // swapped with inflight_.ready
+  uint64_t runs_ = 0;
 
   mutable absl::Mutex mu_;
   bool active_ ABSL_GUARDED_BY(mu_) = false;
   Inflight inflight_ ABSL_GUARDED_BY(mu_);
   uint64_t stray_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t sends_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Placed buffers not yet delivered -> their slots (possibly of an ended
+  // step).
+  absl::flat_hash_map<const uint8_t*, ChunkSlot*> outstanding_ ABSL_GUARDED_BY(mu_);
   transport::ConnectionCache connections_;
 };
 

@@ -1,17 +1,29 @@
 #include "common/transform/encoder_pipeline.h"
 
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/transform/identity_transform.h"
 
 namespace gift::transform {
+namespace {
+
+bool IsIdentity(const GradientTransform& t) {
+  return dynamic_cast<const IdentityTransform*>(&t) != nullptr;
+}
+
+}  // namespace
 
 EncoderPipeline::EncoderPipeline(std::shared_ptr<const GradientTransform> transform,
                                  const EncoderPipelineOptions& options)
-    : transform_(std::move(transform)), options_(options) {
-  if (options_.error_feedback) residual_.assign(size(), 0.0f);
+    : transform_(std::move(transform)), direct_(IsIdentity(*transform_)), options_(options) {
+  if (options_.error_feedback) {
+    residual_.assign(size(), 0.0f);
+    pending_residual_.assign(size(), 0.0f);
+  }
 }
 
 absl::StatusOr<EncoderPipeline> EncoderPipeline::Create(
@@ -21,25 +33,66 @@ absl::StatusOr<EncoderPipeline> EncoderPipeline::Create(
   return EncoderPipeline(std::move(transform), options);
 }
 
+absl::StatusOr<const float*> EncoderPipeline::Prepare(const float* g, float* work) const {
+  if (g == nullptr) return absl::InvalidArgumentError("null gradient");
+  if (direct_ && !options_.error_feedback) return g;
+  if (work == nullptr) return absl::InvalidArgumentError("null work buffer");
+  if (direct_) {
+    if (work != g) std::memcpy(work, g, sizeof(float) * size());
+  } else {
+    GIFT_RETURN_IF_ERROR(transform_->Forward(g, transform_->d_out(), transform_->d_in(), work));
+  }
+  if (options_.error_feedback) {
+    for (int64_t i = 0; i < size(); ++i) work[i] += residual_[i];
+  }
+  return work;
+}
+
+absl::Status EncoderPipeline::EncodeChunk(const float* x, uint64_t offset,
+                                          const codec::MutableEncodedView& out,
+                                          const codec::RngKey& key) {
+  if (x == nullptr) return absl::InvalidArgumentError("null input");
+  const uint64_t n = out.rows * out.cols;
+  if (offset > static_cast<uint64_t>(size()) || n > static_cast<uint64_t>(size()) - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk [", offset, ", ", offset + n, ") runs past a tensor of ", size(), " elements"));
+  }
+  GIFT_RETURN_IF_ERROR(codec::Encode(x + offset, out, key, options_.codec_options));
+  if (options_.error_feedback) {
+    // E = V - decode(Q(V)), from the bytes actually encoded.
+    float* e = pending_residual_.data() + offset;
+    GIFT_RETURN_IF_ERROR(codec::Decode(out, e, options_.codec_options));
+    for (uint64_t i = 0; i < n; ++i) e[i] = x[offset + i] - e[i];
+  }
+  return absl::OkStatus();
+}
+
+void EncoderPipeline::CommitResidual() {
+  if (options_.error_feedback) residual_.swap(pending_residual_);
+}
+
 absl::StatusOr<codec::EncodedTensor> EncoderPipeline::Encode(const float* g,
                                                              const codec::RngKey& key) {
-  if (g == nullptr) return absl::InvalidArgumentError("null gradient");
-  const int64_t d_out = transform_->d_out(), d_in = transform_->d_in();
-  std::vector<float> x(size());
-  GIFT_RETURN_IF_ERROR(transform_->Forward(g, d_out, d_in, x.data()));
-  if (options_.error_feedback) {
-    for (int64_t i = 0; i < size(); ++i) x[i] += residual_[i];
-  }
-  GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor encoded,
-                        codec::EncodedTensor::Create(options_.spec, d_out, d_in));
-  GIFT_RETURN_IF_ERROR(
-      codec::Encode(x.data(), encoded.mutable_view(), key, options_.codec_options));
-  if (options_.error_feedback) {
-    std::vector<float> decoded(size());
-    GIFT_RETURN_IF_ERROR(codec::Decode(encoded.view(), decoded.data(), options_.codec_options));
-    for (int64_t i = 0; i < size(); ++i) residual_[i] = x[i] - decoded[i];
-  }
+  std::vector<float> work;
+  if (!direct_ || options_.error_feedback) work.resize(size());
+  GIFT_ASSIGN_OR_RETURN(const float* x, Prepare(g, work.data()));
+  GIFT_ASSIGN_OR_RETURN(
+      codec::EncodedTensor encoded,
+      codec::EncodedTensor::Create(options_.spec, transform_->d_out(), transform_->d_in()));
+  GIFT_RETURN_IF_ERROR(EncodeChunk(x, 0, encoded.mutable_view(), key));
+  CommitResidual();
   return encoded;
+}
+
+absl::Status EncoderPipeline::DecodeChunk(const codec::EncodedView& chunk, uint64_t offset,
+                                          float* sum) const {
+  if (sum == nullptr) return absl::InvalidArgumentError("null output");
+  const uint64_t n = chunk.rows * chunk.cols;
+  if (offset > static_cast<uint64_t>(size()) || n > static_cast<uint64_t>(size()) - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk [", offset, ", ", offset + n, ") runs past a tensor of ", size(), " elements"));
+  }
+  return codec::Decode(chunk, sum + offset, options_.codec_options);
 }
 
 absl::Status EncoderPipeline::Decode(const codec::EncodedView& reduced, float post_scale,
@@ -51,9 +104,8 @@ absl::Status EncoderPipeline::Decode(const codec::EncodedView& reduced, float po
                                                    reduced.cols, " for a pipeline of shape ",
                                                    transform_->d_out(), "x", transform_->d_in()));
   }
-  std::vector<float> sum(size());
-  GIFT_RETURN_IF_ERROR(codec::Decode(reduced, sum.data(), options_.codec_options));
-  return DecodeSum(sum.data(), post_scale, out);
+  GIFT_RETURN_IF_ERROR(DecodeChunk(reduced, 0, out));
+  return DecodeSum(out, post_scale, out);
 }
 
 absl::Status EncoderPipeline::DecodeSum(const float* sum, float post_scale, float* out) const {
@@ -61,11 +113,16 @@ absl::Status EncoderPipeline::DecodeSum(const float* sum, float post_scale, floa
   if (!std::isfinite(post_scale)) {
     return absl::InvalidArgumentError(absl::StrCat("post_scale ", post_scale, " is not finite"));
   }
-  const int64_t d_out = transform_->d_out(), d_in = transform_->d_in();
-  if (post_scale == 1.0f) return transform_->Inverse(sum, d_out, d_in, out);
-  std::vector<float> scaled(sum, sum + size());
-  for (float& v : scaled) v *= post_scale;
-  return transform_->Inverse(scaled.data(), d_out, d_in, out);
+  const float* src = sum;
+  if (post_scale != 1.0f) {
+    for (int64_t i = 0; i < size(); ++i) out[i] = sum[i] * post_scale;
+    src = out;
+  }
+  if (direct_) {
+    if (src != out) std::memcpy(out, src, sizeof(float) * size());
+    return absl::OkStatus();
+  }
+  return transform_->Inverse(src, transform_->d_out(), transform_->d_in(), out);
 }
 
 absl::Status EncoderPipeline::SwitchBasis(std::shared_ptr<const GradientTransform> next) {
@@ -83,6 +140,7 @@ absl::Status EncoderPipeline::SwitchBasis(std::shared_ptr<const GradientTransfor
     residual_ = std::move(remapped);
   }
   transform_ = std::move(next);
+  direct_ = IsIdentity(*transform_);
   return absl::OkStatus();
 }
 

@@ -21,14 +21,33 @@
 // current T: switch only after the last step encoded with the old transform
 // has been decoded.
 //
+// Chunked, in place (the worker's push-pull engine: no allocation per step,
+// the encoder writes straight into the send buffers):
+//
+//   auto x = pipeline.Prepare(g, work);                   // T(G) [+ E], in `work`
+//   for (each chunk [offset, offset + rows * cols))       //   (or g itself when
+//     pipeline.EncodeChunk(*x, offset, view, key);        //   direct without EF)
+//   ... the step succeeded: pipeline.CommitResidual();
+//   pipeline.DecodeChunk(result_view, offset, sum);       // per arriving chunk
+//   pipeline.FinishDecode(sum);                           // T^{-1} in place
+//
+// EncodeChunk writes the chunk's new residual into a pending buffer, which
+// CommitResidual makes current: a step abandoned before its commit (an
+// aborted epoch) can be encoded again from the same gradient and residual.
+// Encode (the whole tensor at once) is Prepare + EncodeChunk + commit.
+//
+// Direct quantization is the identity transform: the pipeline then encodes
+// from the gradient itself and skips the inverse (no copies).
+//
 // Ownership: the pipeline shares ownership of its transform (immutable and
 // safe to share across pipelines and threads) and owns its residual. Encode
-// returns an owned EncodedTensor.
+// returns an owned EncodedTensor; the chunked calls use the caller's buffers
+// and keep no pointer to them.
 //
-// Thread safety: NOT thread-safe (Encode and SwitchBasis mutate the
-// residual). Use one pipeline object per tensor per worker, from one thread
-// at a time; Decode alone is const and may run concurrently with other
-// Decode calls.
+// Thread safety: NOT thread-safe (Encode, EncodeChunk, CommitResidual,
+// SwitchBasis and ResetResidual mutate the residual). Use one pipeline
+// object per tensor per worker, from one thread at a time; the const calls
+// (Prepare, the decodes) may run concurrently with other const calls.
 #ifndef GIFT_COMMON_TRANSFORM_ENCODER_PIPELINE_H_
 #define GIFT_COMMON_TRANSFORM_ENCODER_PIPELINE_H_
 
@@ -64,6 +83,33 @@ class EncoderPipeline {
   // error (a non-finite gradient, an overflow) the pipeline is unchanged.
   absl::StatusOr<codec::EncodedTensor> Encode(const float* g, const codec::RngKey& key = {});
 
+  // Chunked encoding (see above). Prepare returns the tensor to encode:
+  // `work` (d_out x d_in floats, written with T(g) [+ residual]) or `g`
+  // itself for the identity without error feedback (then `work` is unused and
+  // may be null). InvalidArgument for a null `g` (or a null `work` when it is
+  // needed), and the transform's errors.
+  absl::StatusOr<const float*> Prepare(const float* g, float* work) const;
+
+  // Encodes the out.rows x out.cols elements at x + offset (x as Prepare
+  // returned it) into `out` and, with error feedback, stores their new
+  // residual (pending until CommitResidual). InvalidArgument when the chunk
+  // runs past the tensor; the codec's errors.
+  absl::Status EncodeChunk(const float* x, uint64_t offset, const codec::MutableEncodedView& out,
+                           const codec::RngKey& key = {});
+
+  // Makes the residuals EncodeChunk stored current (every chunk of the
+  // tensor must have been encoded since the last Prepare). No-op without
+  // error feedback.
+  void CommitResidual();
+
+  // Decodes `chunk` (any spec) into sum + offset, a chunk of the tensor's
+  // d_out x d_in FP32 sum. InvalidArgument when it runs past the tensor.
+  absl::Status DecodeChunk(const codec::EncodedView& chunk, uint64_t offset, float* sum) const;
+
+  // sum = T^{-1}(sum), in place, once every chunk is in (nothing for the
+  // identity).
+  absl::Status FinishDecode(float* sum) const { return DecodeSum(sum, 1.0f, sum); }
+
   // out = T^{-1}(post_scale * decode(reduced)). `reduced` is the servers'
   // encoded sum (any spec) of the transform's shape; `out` holds d_out x
   // d_in floats. post_scale = 1/P turns the sum of P contributions into the
@@ -84,6 +130,9 @@ class EncoderPipeline {
   void ResetResidual();
 
   const GradientTransform& transform() const { return *transform_; }
+  const std::shared_ptr<const GradientTransform>& shared_transform() const { return transform_; }
+  // True when the transform is the identity (direct quantization).
+  bool direct() const { return direct_; }
   const EncoderPipelineOptions& options() const { return options_; }
   // The residual in the current transformed coordinates (d_out x d_in
   // floats; all zero before the first step), empty without error feedback.
@@ -96,8 +145,10 @@ class EncoderPipeline {
   int64_t size() const { return transform_->d_out() * transform_->d_in(); }
 
   std::shared_ptr<const GradientTransform> transform_;
+  bool direct_ = false;
   EncoderPipelineOptions options_;
-  std::vector<float> residual_;
+  std::vector<float> residual_;          // current; empty without error feedback
+  std::vector<float> pending_residual_;  // written by EncodeChunk
 };
 
 }  // namespace gift::transform

@@ -3,12 +3,15 @@
 // to a local re-computation of what the servers do.
 #include "worker/push_pull_engine.h"
 
+#include <iostream>
 #include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "common/codec/codec.h"
+#include "common/codec/payload.h"
+#include "common/dataplane/chunk_header.h"
 #include "common/codec/reduce.h"
 #include "common/transform/tensor_basis_transform.h"
 #include "common/transport/inproc/inproc_transport.h"
@@ -16,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "server/aggregator/aggregator_shard.h"
 #include "tests/transform/test_util.h"
+#include "tests/worker/engine_test_util.h"
 
 namespace gift::worker {
 namespace {
@@ -23,37 +27,15 @@ namespace {
 constexpr uint32_t kWorld = 4;
 constexpr int kServers = 2;
 
-struct Tensor {
-  uint64_t id, rows, cols;
-  uint64_t rows_per_chunk;  // 0: pieces of 512 of a single row
-  bool transformed;
-};
+using testing::Gradient;
+using testing::Routes;
+using testing::Tensor;
+
 const std::vector<Tensor> kTensors = {
     {1, 64, 96, 16, true},   // GIFT basis, 4 chunks of whole rows
     {2, 33, 50, 10, false},  // direct, 4 chunks (the last of 3 rows)
     {3, 1, 1000, 0, false},  // direct, a single row cut into 512 + 488
 };
-
-std::vector<ChunkRoute> Routes(const Tensor& t, const std::vector<std::string>& servers) {
-  std::vector<ChunkRoute> routes;
-  const uint64_t total = t.rows * t.cols;
-  const uint64_t step = t.rows_per_chunk == 0 ? 512 : t.rows_per_chunk * t.cols;
-  for (uint64_t offset = 0, i = 0; offset < total; offset += step, ++i) {
-    routes.push_back({.index = static_cast<uint32_t>(i),
-                      .offset = offset,
-                      .num_elements = std::min(step, total - offset),
-                      .server = servers[(t.id + i) % servers.size()]});
-  }
-  return routes;
-}
-
-std::vector<float> Gradient(const Tensor& t, uint32_t rank, uint64_t step) {
-  std::mt19937 rng(static_cast<uint32_t>(t.id * 1000 + step * 10 + rank));
-  std::normal_distribution<float> normal;
-  std::vector<float> g(t.rows * t.cols);
-  for (float& x : g) x = normal(rng) * (1.0f + 0.1f * rank);
-  return g;
-}
 
 class PushPullEngineTest : public ::testing::TestWithParam<bool /*ucx*/> {
  protected:
@@ -132,30 +114,13 @@ class PushPullEngineTest : public ::testing::TestWithParam<bool /*ucx*/> {
   std::shared_ptr<const transform::GradientTransform> basis_;
 };
 
-// What the servers compute for a direct tensor's chunk, done locally.
-std::vector<float> LocalAverage(const Tensor& t, uint64_t step, const ChunkRoute& c) {
-  const auto shape = dataplane::ChunkShapeOf(t.rows * t.cols, t.cols, c.offset, c.num_elements);
-  const codec::CodecSpec push = codec::ParseCodecSpec("e4m3/block32").value();
-  std::vector<codec::EncodedTensor> encoded;
-  std::vector<codec::EncodedView> views;
-  for (uint32_t r = 0; r < kWorld; ++r) {
-    const std::vector<float> g = Gradient(t, r, step);
-    encoded.push_back(codec::EncodedTensor::Create(push, shape->rows, shape->cols).value());
-    EXPECT_TRUE(codec::Encode(g.data() + c.offset, encoded.back().mutable_view(),
-                              {.tensor = (t.id << 24) | c.index, .step = step, .rank = r})
-                    .ok());
-  }
-  for (const auto& e : encoded) views.push_back(e.view());
-  auto out =
-      codec::EncodedTensor::Create(codec::ParseCodecSpec("bf16").value(), shape->rows, shape->cols)
-          .value();
-  std::vector<float> sum(c.num_elements);
-  EXPECT_TRUE(codec::ReduceEncoded(views, sum.data(), 1.0f / kWorld, out.mutable_view(),
-                                   {.tensor = t.id, .step = step, .rank = 0})
-                  .ok());
-  std::vector<float> avg(c.num_elements);
-  EXPECT_TRUE(codec::Decode(out.view(), avg.data()).ok());
-  return avg;
+// What the servers compute for a tensor, done locally.
+std::vector<float> LocalAverage(const Tensor& t, uint64_t step,
+                                const std::vector<std::string>& servers,
+                                const transform::GradientTransform* transform) {
+  return testing::LocalAverage(t, step, kWorld, servers,
+                               codec::ParseCodecSpec("e4m3/block32").value(),
+                               codec::ParseCodecSpec("bf16").value(), transform);
 }
 
 TEST_P(PushPullEngineTest, EveryWorkerGetsTheServersAverage) {
@@ -181,13 +146,18 @@ TEST_P(PushPullEngineTest, EveryWorkerGetsTheServersAverage) {
     }
     // Direct tensors: bit-exact with the local computation.
     for (size_t i = 1; i < kTensors.size(); ++i) {
+      const std::vector<float> want = LocalAverage(kTensors[i], step, server_addresses_, nullptr);
       for (const ChunkRoute& c : Routes(kTensors[i], server_addresses_)) {
-        const std::vector<float> want = LocalAverage(kTensors[i], step, c);
         const std::vector<float> got(buffers[0][i].begin() + c.offset,
                                      buffers[0][i].begin() + c.offset + c.num_elements);
-        EXPECT_EQ(got, want) << "tensor " << kTensors[i].id << " chunk " << c.index;
+        const std::vector<float> chunk(want.begin() + c.offset,
+                                       want.begin() + c.offset + c.num_elements);
+        EXPECT_EQ(got, chunk) << "tensor " << kTensors[i].id << " chunk " << c.index;
       }
     }
+    // The transformed tensor too: T^{-1} of the decoded chunks of the
+    // servers' sum of T(G_r).
+    EXPECT_EQ(buffers[0][0], LocalAverage(kTensors[0], step, server_addresses_, basis_.get()));
     // The transformed tensor: close to the exact average.
     std::vector<float> exact(64 * 96, 0.0f);
     for (uint32_t r = 0; r < kWorld; ++r) {
@@ -247,6 +217,162 @@ TEST_P(PushPullEngineTest, RefusesBadPlansAndTimesOut) {
   ASSERT_TRUE(quick.ok());
   EXPECT_EQ((*quick)->Run(Plan(1, 0, 0, kWorld, buffers)).status().code(),
             absl::StatusCode::kDeadlineExceeded);  // the other ranks never push
+}
+
+// The buffers follow the plan: a push spec that alternates (as a measured
+// step's FP32 exchange does; FP32 sums depend on the servers' arrival order,
+// so two quantized specs here) and a tensor switching between direct and its
+// basis still give the exact local results every step.
+TEST_P(PushPullEngineTest, BuffersFollowSpecAndTransformChanges) {
+  SetEpoch(1, kWorld);
+  const codec::CodecSpec specs[] = {codec::ParseCodecSpec("e4m3/block32").value(),
+                                    codec::ParseCodecSpec("e5m2/tensor").value()};
+  for (uint64_t step = 0; step < 6; ++step) {
+    const codec::CodecSpec& spec = specs[step % 2];
+    const bool transformed = (step / 2) % 2 == 0;
+    std::vector<std::vector<std::vector<float>>> buffers(kWorld);
+    std::vector<StepPlan> plans;
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      for (const Tensor& t : kTensors) buffers[r].push_back(Gradient(t, r, step));
+      plans.push_back(Plan(1, step, r, kWorld, buffers[r]));
+      plans.back().push_spec = spec;
+      if (!transformed) plans.back().tensors[0].transform = nullptr;
+    }
+    std::vector<absl::StatusOr<StepReport>> reports(kWorld, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      threads.emplace_back([&, r] { reports[r] = engines_[r]->Run(plans[r]); });
+    }
+    for (auto& th : threads) th.join();
+    for (uint32_t r = 0; r < kWorld; ++r) ASSERT_TRUE(reports[r].ok()) << reports[r].status();
+    for (size_t i = 0; i < kTensors.size(); ++i) {
+      const transform::GradientTransform* t = i == 0 && transformed ? basis_.get() : nullptr;
+      EXPECT_EQ(buffers[0][i],
+                testing::LocalAverage(kTensors[i], step, kWorld, server_addresses_, spec,
+                                      codec::ParseCodecSpec("bf16").value(), t))
+          << "step " << step << " tensor " << kTensors[i].id;
+    }
+  }
+}
+
+// Error feedback through the engine (the encoder pipeline's residual, kept
+// across steps): with the same gradients every step, each step without it
+// repeats the same rounding error, while with it the time average of the
+// results converges towards the exact average.
+TEST_P(PushPullEngineTest, ErrorFeedbackMakesTheTimeAverageConverge) {
+  SetEpoch(1, kWorld);
+  constexpr int kSteps = 16;
+  const Tensor& t = kTensors[1];  // direct
+  std::vector<float> exact(t.rows * t.cols, 0.0f);
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    const auto g = Gradient(t, r, 0);
+    for (size_t k = 0; k < g.size(); ++k) exact[k] += g[k] / kWorld;
+  }
+  double error[2];
+  for (const bool feedback : {false, true}) {
+    std::vector<double> sum(exact.size(), 0.0);
+    for (int s = 0; s < kSteps; ++s) {
+      const uint64_t step = (feedback ? 100 : 0) + s;
+      std::vector<std::vector<std::vector<float>>> buffers(kWorld);
+      std::vector<StepPlan> plans;
+      for (uint32_t r = 0; r < kWorld; ++r) {
+        for (const Tensor& u : kTensors) buffers[r].push_back(Gradient(u, r, 0));
+        plans.push_back(Plan(1, step, r, kWorld, buffers[r]));
+        plans.back().tensors[1].error_feedback = feedback;
+      }
+      std::vector<absl::StatusOr<StepReport>> reports(kWorld, absl::UnknownError("not run"));
+      std::vector<std::thread> threads;
+      for (uint32_t r = 0; r < kWorld; ++r) {
+        threads.emplace_back([&, r] { reports[r] = engines_[r]->Run(plans[r]); });
+      }
+      for (auto& th : threads) th.join();
+      for (uint32_t r = 0; r < kWorld; ++r) ASSERT_TRUE(reports[r].ok()) << reports[r].status();
+      for (size_t k = 0; k < sum.size(); ++k) sum[k] += buffers[0][1][k];
+    }
+    std::vector<float> mean(sum.size());
+    for (size_t k = 0; k < sum.size(); ++k) mean[k] = static_cast<float>(sum[k] / kSteps);
+    error[feedback] = transform::testing::RelativeL2(mean, exact);
+  }
+  std::cout << "[ ef       ] time average over " << kSteps << " steps: rel_l2 without EF "
+            << error[0] << ", with EF " << error[1] << "\n";
+  EXPECT_LT(error[1], 0.3 * error[0]);
+}
+
+// A fake server that answers by hand: results of an earlier step and
+// duplicates are strays and never land over a slot's live result, and a
+// second step places results into the slots the first sized.
+TEST(PushPullEngineResults, StaleAndDuplicateResultsNeverLandOverLiveOnes) {
+  transport::InprocHub hub;
+  absl::Mutex mu;
+  std::vector<dataplane::ChunkHeader> pushes;
+  auto server = transport::CreateInprocTransport(
+      &hub, {.on_receive = [&](transport::Message m) {
+        auto h = dataplane::ParseChunkHeader(m.header);
+        absl::MutexLock lock(&mu);
+        if (h.ok()) pushes.push_back(*h);
+      }});
+  ASSERT_TRUE(server.ok());
+  auto engine = PushPullEngine::Create(
+      [&](transport::TransportHandlers h) {
+        return transport::CreateInprocTransport(&hub, std::move(h));
+      },
+      {.timeout = absl::Seconds(10)});
+  ASSERT_TRUE(engine.ok());
+  auto to_engine = (*server)->Connect((*engine)->address());
+  ASSERT_TRUE(to_engine.ok());
+
+  constexpr uint64_t kCols = 256;
+  std::vector<std::vector<uint8_t>> sent;  // kept until the end: Send does not copy
+  sent.reserve(64);
+  auto send_result = [&](uint64_t step, uint32_t chunk, float value) {
+    std::vector<float> values(kCols, value);
+    auto t = codec::EncodedTensor::Create(codec::ParseCodecSpec("bf16").value(), 1, kCols).value();
+    ASSERT_TRUE(codec::Encode(values.data(), t.mutable_view()).ok());
+    const uint64_t dims[] = {1, kCols};
+    sent.push_back(codec::SerializePayload(t.view(), dims).value());
+    const auto header = dataplane::SerializeChunkHeader({.kind = dataplane::ChunkKind::kResult,
+                                                         .epoch = 1,
+                                                         .step = step,
+                                                         .tensor_id = 5,
+                                                         .chunk_index = chunk,
+                                                         .world_size = 1});
+    ASSERT_TRUE((*server)->Send(*to_engine, header, sent.back(), [](const absl::Status&) {}).ok());
+  };
+
+  std::vector<float> grad(2 * kCols, 0.5f);
+  StepPlan plan{.epoch = 1,
+                .world_size = 1,
+                .push_spec = codec::ParseCodecSpec("e4m3/block32").value(),
+                .tensors = {{.tensor_id = 5,
+                             .rows = 1,
+                             .cols = 2 * kCols,
+                             .data = grad.data(),
+                             .chunks = {{.index = 0, .num_elements = kCols, .server = ""},
+                                        {.index = 1, .offset = kCols, .num_elements = kCols}}}}};
+  plan.tensors[0].chunks[0].server = plan.tensors[0].chunks[1].server = (*server)->address();
+  for (uint64_t step = 1; step <= 3; ++step) {
+    plan.step = step;
+    absl::StatusOr<StepReport> report = absl::UnknownError("not run");
+    std::thread run([&] { report = (*engine)->Run(plan); });
+    {
+      absl::MutexLock lock(&mu);
+      auto both = [&] { return pushes.size() == 2 * step; };
+      ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&both), absl::Seconds(10)));
+    }
+    const uint64_t strays = (*engine)->stray_messages();
+    send_result(step - 1, 1, 99.0f);       // an earlier step's: a stray
+    send_result(step, 0, float(step));     // the result of chunk 0
+    send_result(step, 0, 77.0f);           // a duplicate: a stray
+    send_result(step, 1, float(step) + 0.5f);
+    run.join();
+    ASSERT_TRUE(report.ok()) << report.status();
+    for (uint64_t k = 0; k < kCols; ++k) {
+      ASSERT_EQ(grad[k], float(step)) << "step " << step;
+      ASSERT_EQ(grad[kCols + k], float(step) + 0.5f) << "step " << step;
+    }
+    EXPECT_EQ((*engine)->stray_messages(), strays + 2);
+  }
+  engine->reset();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PushPullEngineTest, ::testing::Values(false, true),

@@ -1,0 +1,112 @@
+#include "worker/tensor_buffers.h"
+
+#include <utility>
+
+#include "common/base/status_macros.h"
+#include "common/codec/payload.h"
+#include "common/transform/identity_transform.h"
+
+namespace gift::worker {
+namespace {
+
+constexpr size_t kPayloadAlignment = 64;  // each chunk's payload starts on a cache line
+
+size_t AlignUp(size_t n) {
+  return (n + kPayloadAlignment - 1) / kPayloadAlignment * kPayloadAlignment;
+}
+
+// Registers `buffer`; null when the transport cannot (it is an optimisation).
+std::unique_ptr<transport::MemoryRegion> Register(transport::Transport* transport,
+                                                  absl::Span<uint8_t> buffer) {
+  if (transport == nullptr || buffer.empty()) return nullptr;
+  auto region = transport->RegisterMemory(buffer);
+  return region.ok() ? *std::move(region) : nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TensorBuffers>> TensorBuffers::Create(
+    const TensorStep& t, absl::Span<const dataplane::ChunkShape> shapes,
+    const codec::CodecSpec& spec, const transform::EncoderPipelineOptions& pipeline_options,
+    transport::Transport* transport) {
+  if (shapes.size() != t.chunks.size()) {
+    return absl::InvalidArgumentError("one shape per chunk expected");
+  }
+  GIFT_ASSIGN_OR_RETURN(transform::IdentityTransform identity,
+                        transform::IdentityTransform::Create(static_cast<int64_t>(t.rows),
+                                                             static_cast<int64_t>(t.cols)));
+  auto identity_ptr = std::make_shared<transform::IdentityTransform>(std::move(identity));
+  transform::EncoderPipelineOptions options = pipeline_options;
+  options.spec = spec;
+  GIFT_ASSIGN_OR_RETURN(transform::EncoderPipeline pipeline,
+                        transform::EncoderPipeline::Create(
+                            t.transform != nullptr
+                                ? t.transform
+                                : std::shared_ptr<const transform::GradientTransform>(identity_ptr),
+                            options));
+  std::unique_ptr<TensorBuffers> buffers(
+      new TensorBuffers(std::move(pipeline), std::move(identity_ptr), transport));
+  buffers->rows_ = t.rows;
+  buffers->cols_ = t.cols;
+  buffers->work_.resize(t.rows * t.cols);
+
+  std::vector<size_t> starts;
+  size_t arena = 0;
+  for (const dataplane::ChunkShape& shape : shapes) {
+    const uint64_t dims[] = {shape.rows, shape.cols};
+    GIFT_ASSIGN_OR_RETURN(uint64_t bytes, codec::PayloadSizeFor(spec, dims));
+    starts.push_back(arena);
+    arena += AlignUp(bytes);
+  }
+  buffers->send_arena_.resize(arena);
+  buffers->chunks_.resize(t.chunks.size());
+  for (size_t c = 0; c < t.chunks.size(); ++c) {
+    ChunkSlot& slot = buffers->chunks_[c];
+    slot.index = t.chunks[c].index;
+    slot.offset = t.chunks[c].offset;
+    slot.shape = shapes[c];
+    const uint64_t dims[] = {shapes[c].rows, shapes[c].cols};
+    slot.send =
+        absl::MakeSpan(buffers->send_arena_.data() + starts[c], *codec::PayloadSizeFor(spec, dims));
+  }
+  buffers->send_region_ = Register(transport, absl::MakeSpan(buffers->send_arena_));
+  return buffers;
+}
+
+TensorBuffers::~TensorBuffers() { ReleaseRegions(); }
+
+bool TensorBuffers::Fits(const TensorStep& t) const {
+  if (t.rows != rows_ || t.cols != cols_ || t.chunks.size() != chunks_.size() ||
+      t.error_feedback != pipeline_.options().error_feedback) {
+    return false;
+  }
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const ChunkRoute& route = t.chunks[c];
+    const ChunkSlot& slot = chunks_[c];
+    if (route.index != slot.index || route.offset != slot.offset ||
+        route.num_elements != slot.shape.rows * slot.shape.cols) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status TensorBuffers::UseTransform(
+    const std::shared_ptr<const transform::GradientTransform>& t) {
+  const std::shared_ptr<const transform::GradientTransform>& next = t != nullptr ? t : identity_;
+  if (pipeline_.shared_transform() == next) return absl::OkStatus();
+  return pipeline_.SwitchBasis(next);
+}
+
+void TensorBuffers::GrowResult(ChunkSlot& slot, size_t bytes) {
+  slot.result_region.reset();
+  slot.result = std::vector<uint8_t>(bytes);  // fresh: the old capacity was too small
+  slot.result_region = Register(transport_, absl::MakeSpan(slot.result));
+}
+
+void TensorBuffers::ReleaseRegions() {
+  send_region_.reset();
+  for (ChunkSlot& slot : chunks_) slot.result_region.reset();
+}
+
+}  // namespace gift::worker

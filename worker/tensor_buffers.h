@@ -1,0 +1,127 @@
+// The long-lived buffers of one tensor's push-pull steps, sized when the
+// tensor's plan is first seen (or its shape, chunking or push spec changes)
+// and reused every step, so a steady-state step allocates, zeroes and
+// faults in nothing of its size:
+//
+//   - the tensor's EncoderPipeline (transform + optional error feedback),
+//   - `work`: d_out x d_in floats, the transformed gradient (when the
+//     pipeline needs one), then the decoded sum the results land in, chunk
+//     by chunk, and the inverse transform runs on in place,
+//   - one send arena holding every chunk's payload back to back (the encoder
+//     writes straight into it, the transport sends from it),
+//   - one result slot per chunk, grown to the size results arrive in
+//     (capacity kept), that the transport places results into.
+//
+// The arena and the slots are registered with the transport (zero-copy
+// RDMA) when it can; registration failing is not an error.
+//
+// Ownership and thread safety: owned by the push-pull engine and used by its
+// Run thread; the fields of ChunkSlot marked "engine mutex" are read and
+// written by the transport's threads under the engine's mutex. A
+// TensorBuffers must not be destroyed (nor ReleaseRegions called) while a
+// send from it or a placed receive into it is in flight (ChunkSlot::Busy).
+#ifndef GIFT_WORKER_TENSOR_BUFFERS_H_
+#define GIFT_WORKER_TENSOR_BUFFERS_H_
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/codec/codec.h"
+#include "common/codec/codec_spec.h"
+#include "common/dataplane/chunk_shape.h"
+#include "common/transform/encoder_pipeline.h"
+#include "common/transport/transport.h"
+#include "worker/push_pull_engine.h"
+
+namespace gift::worker {
+
+struct ChunkSlot {
+  // The chunk, as planned.
+  uint32_t index = 0;
+  uint64_t offset = 0;  // first element in the tensor
+  dataplane::ChunkShape shape;
+  size_t tensor = 0;  // the tensor's position in the step being run
+
+  absl::Span<uint8_t> send;  // the chunk's payload, in the send arena
+
+  // The result slot: `result.size()` is its capacity. Resized only by the
+  // Run thread while no step is in flight.
+  std::vector<uint8_t> result;
+  std::unique_ptr<transport::MemoryRegion> result_region;
+
+  // Engine mutex:
+  bool send_in_flight = false;         // its payload is being sent
+  bool placed = false;                 // this step's result was placed in `result`
+  bool placement_outstanding = false;  // placed, but not delivered yet
+  bool arrived = false;                // this step's result is in
+  uint64_t result_bytes = 0;           // the arrived result's size
+  std::vector<uint8_t> unplaced;       // the arrived result, when not placed
+
+  bool Busy() const { return send_in_flight || placement_outstanding; }
+  // The arrived result, wherever it landed (engine mutex, or after arrival).
+  absl::Span<const uint8_t> result_bytes_view() const {
+    return placed ? absl::Span<const uint8_t>(result.data(), result_bytes)
+                  : absl::Span<const uint8_t>(unplaced);
+  }
+};
+
+class TensorBuffers {
+ public:
+  // Builds the buffers for `t` (checked by the caller: shapes[i] is the
+  // shape of t.chunks[i]) with `spec` as the push codec. `transport` is used
+  // to register the buffers and must outlive this object. Errors:
+  // InvalidArgument (the spec, the pipeline).
+  static absl::StatusOr<std::unique_ptr<TensorBuffers>> Create(
+      const TensorStep& t, absl::Span<const dataplane::ChunkShape> shapes,
+      const codec::CodecSpec& spec, const transform::EncoderPipelineOptions& pipeline_options,
+      transport::Transport* transport);
+  ~TensorBuffers();
+
+  // Whether these buffers serve `t` as planned: same shape, same chunks in
+  // the same order, error feedback on or off alike.
+  bool Fits(const TensorStep& t) const;
+
+  // Makes the pipeline use `t`'s transform (the identity when it is null),
+  // remapping the error feedback residual (SwitchBasis) when it changes.
+  absl::Status UseTransform(const std::shared_ptr<const transform::GradientTransform>& t);
+
+  // Grows `slot`'s result capacity to `bytes` (a result that size could not
+  // be placed) and registers it again. Only while the slot is not Busy.
+  void GrowResult(ChunkSlot& slot, size_t bytes);
+
+  // Unregisters every buffer (before the transport goes away).
+  void ReleaseRegions();
+
+  transform::EncoderPipeline& pipeline() { return pipeline_; }
+  float* work() { return work_.data(); }
+  std::vector<ChunkSlot>& chunks() { return chunks_; }
+  const std::vector<ChunkSlot>& chunks() const { return chunks_; }
+
+  // Bookkeeping of the engine's Run thread.
+  uint64_t last_run = 0;   // the engine's run counter when last used
+  size_t chunks_left = 0;  // chunks of the current step not decoded yet
+
+ private:
+  TensorBuffers(transform::EncoderPipeline pipeline,
+                std::shared_ptr<const transform::GradientTransform> identity,
+                transport::Transport* transport)
+      : pipeline_(std::move(pipeline)), identity_(std::move(identity)), transport_(transport) {}
+
+  transform::EncoderPipeline pipeline_;
+  // The direct path's transform (kept to switch back to it).
+  std::shared_ptr<const transform::GradientTransform> identity_;
+  transport::Transport* transport_;
+  uint64_t rows_ = 0, cols_ = 0;
+  std::vector<float> work_;
+  std::vector<uint8_t> send_arena_;
+  std::unique_ptr<transport::MemoryRegion> send_region_;
+  std::vector<ChunkSlot> chunks_;
+};
+
+}  // namespace gift::worker
+
+#endif  // GIFT_WORKER_TENSOR_BUFFERS_H_
