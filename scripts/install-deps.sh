@@ -15,6 +15,8 @@ PACKAGES=(
   # RPC, transport, base libraries
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libucx-dev ucx-utils libabsl-dev
+  # the CPU transform's SGEMMs (OpenBLAS through CBLAS, with its pkg-config file)
+  libopenblas-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # command lines, config, maths, state, metrics, service manager

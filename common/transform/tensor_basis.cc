@@ -1,7 +1,9 @@
 #include "common/transform/tensor_basis.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,12 +14,22 @@
 namespace gift::transform {
 namespace {
 
+// The constant of Fp32ErrorBound (tensor_basis.h).
+constexpr double kFp32ErrorConstant = 1.0;
+
 bool HasInput(Sides sides) { return sides == Sides::kInput || sides == Sides::kBoth; }
 bool HasOutput(Sides sides) { return sides == Sides::kOutput || sides == Sides::kBoth; }
 
 absl::Status CheckFinite(const float* x, int64_t size, absl::string_view what) {
   if (const int64_t i = FirstNonFinite(x, size); i >= 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, " element ", i, " is not finite"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckResult(const float* out, int64_t size) {
+  if (auto s = CheckFinite(out, size, "result"); !s.ok()) {
+    return absl::OutOfRangeError(absl::StrCat("transform overflowed FP32: ", s.message()));
   }
   return absl::OkStatus();
 }
@@ -53,24 +65,99 @@ absl::StatusOr<TensorBasis> TensorBasis::Create(const TensorBasisHeader& header,
   return TensorBasis(header, std::move(output_side), std::move(input_side));
 }
 
-absl::Status TensorBasis::Forward(const float* g, int64_t d_out, int64_t d_in, float* out) const {
-  return Apply(g, d_out, d_in, /*inverse=*/false, out);
+TensorBasis::TensorBasis(const TensorBasisHeader& header, std::optional<SideBasis> output_side,
+                         std::optional<SideBasis> input_side)
+    : header_(header),
+      output_side_(std::move(output_side)),
+      input_side_(std::move(input_side)),
+      fp32_(std::make_shared<const TensorBasisFp32>(output_side_, input_side_, header.d_out,
+                                                    header.d_in, header.config.power)) {}
+
+absl::Status TensorBasis::Forward(const float* g, int64_t d_out, int64_t d_in, float* out,
+                                  Precision precision) const {
+  if (precision == Precision::kFp64Reference) {
+    return ApplyReference(g, d_out, d_in, /*inverse=*/false, out);
+  }
+  LowRankTerm term;
+  GIFT_RETURN_IF_ERROR(Prepare(Direction::kForward, g, d_out, d_in, &term));
+  return ApplyRows(term, g, 0, d_out, out);
 }
 
-absl::Status TensorBasis::Inverse(const float* x, int64_t d_out, int64_t d_in, float* out) const {
-  return Apply(x, d_out, d_in, /*inverse=*/true, out);
+absl::Status TensorBasis::Inverse(const float* x, int64_t d_out, int64_t d_in, float* out,
+                                  Precision precision) const {
+  if (precision == Precision::kFp64Reference) {
+    return ApplyReference(x, d_out, d_in, /*inverse=*/true, out);
+  }
+  LowRankTerm term;
+  GIFT_RETURN_IF_ERROR(Prepare(Direction::kInverse, x, d_out, d_in, &term));
+  return ApplyRows(term, x, 0, d_out, out);
 }
 
-absl::Status TensorBasis::Apply(const float* in, int64_t d_out, int64_t d_in, bool inverse,
-                                float* out) const {
+absl::Status TensorBasis::PrepareForward(const float* g, int64_t d_out, int64_t d_in,
+                                         LowRankTerm* term) const {
+  return Prepare(Direction::kForward, g, d_out, d_in, term);
+}
+
+absl::Status TensorBasis::PrepareInverse(const float* x, int64_t d_out, int64_t d_in,
+                                         LowRankTerm* term) const {
+  return Prepare(Direction::kInverse, x, d_out, d_in, term);
+}
+
+absl::Status TensorBasis::CheckInput(const float* in, int64_t d_out, int64_t d_in,
+                                     const float* out) const {
   if (in == nullptr || out == nullptr) return absl::InvalidArgumentError("null buffer");
   if (d_out != header_.d_out || d_in != header_.d_in) {
     return absl::InvalidArgumentError(absl::StrCat("tensor of shape ", d_out, "x", d_in,
                                                    " for a basis of shape ", header_.d_out, "x",
                                                    header_.d_in));
   }
-  const int64_t size = d_out * d_in;
-  GIFT_RETURN_IF_ERROR(CheckFinite(in, size, "input"));
+  return CheckFinite(in, d_out * d_in, "input");
+}
+
+absl::Status TensorBasis::Prepare(Direction direction, const float* in, int64_t d_out, int64_t d_in,
+                                  LowRankTerm* term) const {
+  if (term == nullptr) return absl::InvalidArgumentError("null term");
+  GIFT_RETURN_IF_ERROR(CheckInput(in, d_out, d_in, in));
+  fp32_->Prepare(direction, in, term);
+  return absl::OkStatus();
+}
+
+absl::Status TensorBasis::ApplyRows(const LowRankTerm& term, const float* in, int64_t row0,
+                                    int64_t row1, float* out) const {
+  if (in == nullptr || out == nullptr) return absl::InvalidArgumentError("null buffer");
+  const int64_t k = fp32_->k();
+  if (term.d_out != header_.d_out || term.d_in != header_.d_in || term.k != k ||
+      term.l.size() != static_cast<size_t>(term.d_out * k) ||
+      term.r.size() != static_cast<size_t>(k * term.d_in)) {
+    return absl::InvalidArgumentError("the term was not prepared by a basis of this shape");
+  }
+  if (row0 < 0 || row0 > row1 || row1 > header_.d_out) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows [", row0, ", ", row1, ") of a tensor of ", header_.d_out, " rows"));
+  }
+  fp32_->ApplyRows(term, in, row0, row1, out);
+  const int64_t n = header_.d_in;
+  return CheckResult(out + row0 * n, (row1 - row0) * n);
+}
+
+double TensorBasis::Fp32ErrorBound() const {
+  double kappa = 1.0;
+  const double p = header_.config.power;
+  for (const std::optional<SideBasis>* side : {&output_side_, &input_side_}) {
+    if (!side->has_value()) continue;
+    const SideBasis::Parts& parts = (*side)->parts();
+    const double hi = std::max(1.0, parts.one_plus_sig.maxCoeff());
+    const double lo = std::min(1.0, parts.one_plus_sig.minCoeff());
+    kappa *= std::pow(hi / lo, p) * std::pow(parts.d.maxCoeff() / parts.d.minCoeff(), p);
+  }
+  const double dims =
+      std::sqrt(static_cast<double>(header_.d_out)) + std::sqrt(static_cast<double>(header_.d_in));
+  return kFp32ErrorConstant * std::ldexp(1.0, -24) * dims * std::sqrt(kappa);
+}
+
+absl::Status TensorBasis::ApplyReference(const float* in, int64_t d_out, int64_t d_in, bool inverse,
+                                         float* out) const {
+  GIFT_RETURN_IF_ERROR(CheckInput(in, d_out, d_in, out));
   const double p = header_.config.power;
   const float* src = in;
   if (input_side_.has_value()) {
@@ -82,10 +169,7 @@ absl::Status TensorBasis::Apply(const float* in, int64_t d_out, int64_t d_in, bo
     GIFT_RETURN_IF_ERROR(inverse ? output_side_->InverseLeft(src, d_in, p, out)
                                  : output_side_->ForwardLeft(src, d_in, p, out));
   }
-  if (auto s = CheckFinite(out, size, "result"); !s.ok()) {
-    return absl::OutOfRangeError(absl::StrCat("transform overflowed FP32: ", s.message()));
-  }
-  return absl::OkStatus();
+  return CheckResult(out, d_out * d_in);
 }
 
 }  // namespace gift::transform

@@ -13,22 +13,54 @@
 //                                    std::move(out_side), std::move(in_side));
 //   GIFT_RETURN_IF_ERROR(basis->Forward(grad, m, n, transformed));
 //
-// Precision: each side works in double on blocks of rows (side_basis.h) and
-// rounds to FP32 when it writes; with both sides the input side runs first
-// and its FP32 result feeds the output side.
+// Precision (the `precision` argument of Forward / Inverse):
+//   kFp32Blas (the default; what TensorBasisTransform and so the worker
+//     use): FP32 SGEMMs through CBLAS / OpenBLAS with both sides, the
+//     diagonal scalings and the rank-r updates folded into two skinny
+//     products and one update (tensor_basis_fp32.h). Threads: the process's
+//     BLAS setting (blas_runtime.h). Against the double reference its
+//     result Y satisfies (stated, and checked by tests/transform/
+//     tensor_basis_fp32_test.cc on every shape, rank, residual model, side
+//     set and power of the transform tests, both directions)
+//       ||Y - Y_ref||_F <= Fp32ErrorBound() * ||Y_ref||_F,
+//       Fp32ErrorBound() = 2^-24 * (sqrt(d_out) + sqrt(d_in)) * sqrt(kappa),
+//     kappa = prod over the present sides of a bound on the condition
+//     number of that side's W_p (the same for W_p^{-1}):
+//     (max(1, max(1+Sig)) / min(1, min(1+Sig)))^p * (max D / min D)^p.
+//     The sqrt terms are the random-walk growth of FP32 dot products of that
+//     length; the worst ratio measured to the bound is 0.13 (kappa from 1 to
+//     3e4: the measured error grows like kappa^0.2 at most, since no large
+//     terms cancel: a full-rank side drops its identity term), so the bound
+//     has a margin of about 8x. Forward then inverse returns G within twice
+//     the bound. Against a dense double operator, rather than the reference,
+//     add the reference's own FP32 rounding (about 2^-24).
+//   kFp64Reference: each side in double on blocks of rows (side_basis.h),
+//     rounded to FP32 when it writes; with both sides the input side runs
+//     first and its FP32 result feeds the output side. Single-threaded.
 //
-// Thread safety: immutable after construction; Forward and Inverse may run
-// concurrently on different buffers.
+// Row ranges (FP32 path only), so that a caller can pipeline per chunk of
+// rows: the output side's update needs Z_out^T X over all rows, so
+// PrepareForward / PrepareInverse read the whole input once and fill a
+// LowRankTerm; ApplyRows then writes any rows of the result, in any order,
+// each call reading only its own rows of the input. Forward(kFp32Blas) is
+// Prepare + ApplyRows over all rows; ranges whose ends are multiples of
+// TensorBasisFp32::kRowBlock (128) or d_out give exactly its bits, other
+// ranges differ from it by rounding only (within the bound above).
+//
+// Thread safety: immutable after construction; every const method may run
+// concurrently on different buffers (and different LowRankTerm).
 #ifndef GIFT_COMMON_TRANSFORM_TENSOR_BASIS_H_
 #define GIFT_COMMON_TRANSFORM_TENSOR_BASIS_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/transform/side_basis.h"
+#include "common/transform/tensor_basis_fp32.h"
 
 namespace gift::transform {
 
@@ -37,6 +69,12 @@ enum class Sides : uint8_t {
   kInput = 1,   // G W_in^T   (columns of G, dimension d_in)
   kOutput = 2,  // W_out G    (rows of G, dimension d_out)
   kBoth = 3,
+};
+
+// The arithmetic of Forward / Inverse (see the header comment).
+enum class Precision : uint8_t {
+  kFp32Blas = 0,
+  kFp64Reference = 1,
 };
 
 struct TransformConfig {
@@ -67,10 +105,29 @@ class TensorBasis {
   // shape other than the basis's or a non-finite element of g, leaving out
   // untouched; (OutOfRange) when the result overflows FP32, with out then
   // unspecified.
-  absl::Status Forward(const float* g, int64_t d_out, int64_t d_in, float* out) const;
+  absl::Status Forward(const float* g, int64_t d_out, int64_t d_in, float* out,
+                       Precision precision = Precision::kFp32Blas) const;
 
   // out = T^{-1}(x), with the same contract.
-  absl::Status Inverse(const float* x, int64_t d_out, int64_t d_in, float* out) const;
+  absl::Status Inverse(const float* x, int64_t d_out, int64_t d_in, float* out,
+                       Precision precision = Precision::kFp32Blas) const;
+
+  // The FP32 path in row ranges (see the header comment). Prepare* checks
+  // the shape and that every element of `in` is finite (InvalidArgument),
+  // then fills `term` (caller-owned, reusable). ApplyRows writes rows
+  // [row0, row1) of the result into the same rows of `out`, with `in` and
+  // `out` the whole d_out x d_in buffers given to / meant for Prepare (out
+  // == in allowed; rows of `in` not yet applied must be unchanged since
+  // Prepare). Fails with InvalidArgument on a bad range or a term from
+  // another shape, OutOfRange when a written row overflows FP32.
+  absl::Status PrepareForward(const float* g, int64_t d_out, int64_t d_in, LowRankTerm* term) const;
+  absl::Status PrepareInverse(const float* x, int64_t d_out, int64_t d_in, LowRankTerm* term) const;
+  absl::Status ApplyRows(const LowRankTerm& term, const float* in, int64_t row0, int64_t row1,
+                         float* out) const;
+
+  // The relative Frobenius error bound of the FP32 path against the double
+  // reference (header comment), for this basis; either direction.
+  double Fp32ErrorBound() const;
 
   const TensorBasisHeader& header() const { return header_; }
   const std::optional<SideBasis>& output_side() const { return output_side_; }
@@ -78,14 +135,19 @@ class TensorBasis {
 
  private:
   TensorBasis(const TensorBasisHeader& header, std::optional<SideBasis> output_side,
-              std::optional<SideBasis> input_side)
-      : header_(header), output_side_(std::move(output_side)), input_side_(std::move(input_side)) {}
+              std::optional<SideBasis> input_side);
 
-  absl::Status Apply(const float* in, int64_t d_out, int64_t d_in, bool inverse, float* out) const;
+  absl::Status CheckInput(const float* in, int64_t d_out, int64_t d_in, const float* out) const;
+  absl::Status Prepare(Direction direction, const float* in, int64_t d_out, int64_t d_in,
+                       LowRankTerm* term) const;
+  absl::Status ApplyReference(const float* in, int64_t d_out, int64_t d_in, bool inverse,
+                              float* out) const;
 
   TensorBasisHeader header_;
   std::optional<SideBasis> output_side_;
   std::optional<SideBasis> input_side_;
+  // The FP32 operands, shared by copies (immutable).
+  std::shared_ptr<const TensorBasisFp32> fp32_;
 };
 
 }  // namespace gift::transform

@@ -22,30 +22,8 @@ using RowMajorMatrixXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Ei
 // Forward then inverse must return G within this relative L2 error.
 constexpr double kRoundTripTolerance = 1e-5;
 
-std::string Name(ResidualModel m) { return m == ResidualModel::kIsotropic ? "iso" : "diag"; }
-std::string Name(Sides s) {
-  return s == Sides::kInput ? "in" : (s == Sides::kOutput ? "out" : "both");
-}
-
-TensorBasis MakeBasis(const testing::Factors& f, int64_t rank, ResidualModel residual, Sides sides,
-                      double p) {
-  const int64_t d_out = f.out.rows(), d_in = f.in.rows();
-  std::optional<SideBasis> out_side, in_side;
-  const SideBasisOptions options{.residual = residual};
-  if (sides != Sides::kInput) {
-    out_side.emplace(SideBasis::FromFactor(f.out, std::min(rank, d_out), options).value());
-  }
-  if (sides != Sides::kOutput) {
-    in_side.emplace(SideBasis::FromFactor(f.in, std::min(rank, d_in), options).value());
-  }
-  return TensorBasis::Create({.tensor_id = 1,
-                              .version = 1,
-                              .d_out = d_out,
-                              .d_in = d_in,
-                              .config = {.sides = sides, .power = p}},
-                             std::move(out_side), std::move(in_side))
-      .value();
-}
+using testing::MakeBasis;
+using testing::Name;
 
 // The side's power-p operator W_p as a dense matrix, computed independently
 // of the basis's Z / Sig factorization: from F = U Lam U^T + residual,

@@ -4,12 +4,18 @@
 #define GIFT_TESTS_TRANSFORM_TEST_UTIL_H_
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/transform/second_moment_ema.h"
+#include "common/transform/side_basis.h"
+#include "common/transform/tensor_basis.h"
 #include "gtest/gtest.h"
 
 namespace gift::transform::testing {
@@ -118,6 +124,32 @@ inline Factors SampleFactors(int64_t d_out, int64_t d_in, uint32_t seed, uint32_
     EXPECT_TRUE(out->UpdateOutputSide({g.data()}, d_out, d_in).ok());
   }
   return {in->value(), out->value()};
+}
+
+inline std::string Name(ResidualModel m) { return m == ResidualModel::kIsotropic ? "iso" : "diag"; }
+inline std::string Name(Sides s) {
+  return s == Sides::kInput ? "in" : (s == Sides::kOutput ? "out" : "both");
+}
+
+// A TensorBasis of these factors (each side's rank capped at its dimension).
+inline TensorBasis MakeBasis(const Factors& f, int64_t rank, ResidualModel residual, Sides sides,
+                             double p) {
+  const int64_t d_out = f.out.rows(), d_in = f.in.rows();
+  std::optional<SideBasis> out_side, in_side;
+  const SideBasisOptions options{.residual = residual};
+  if (sides != Sides::kInput) {
+    out_side.emplace(SideBasis::FromFactor(f.out, std::min(rank, d_out), options).value());
+  }
+  if (sides != Sides::kOutput) {
+    in_side.emplace(SideBasis::FromFactor(f.in, std::min(rank, d_in), options).value());
+  }
+  return TensorBasis::Create({.tensor_id = 1,
+                              .version = 1,
+                              .d_out = d_out,
+                              .d_in = d_in,
+                              .config = {.sides = sides, .power = p}},
+                             std::move(out_side), std::move(in_side))
+      .value();
 }
 
 }  // namespace gift::transform::testing
