@@ -8,7 +8,8 @@
 // payloads here are 72-130 KiB, the tensors 1 MiB), and at most
 // kMaxFaultsPerStep minor faults per step for the whole process (four
 // engines, their UCX progress threads, the test's threads), where allocating
-// one tensor's buffers per step would take hundreds.
+// one tensor's buffers per step would take hundreds (the fault bound is not
+// asserted under AddressSanitizer, see kBoundFaults).
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -70,6 +71,14 @@ constexpr uint32_t kWorld = 4;
 constexpr int kWarmupSteps = 5;
 constexpr int kMeasuredSteps = 50;
 constexpr double kMaxFaultsPerStep = 4.0;
+// AddressSanitizer's allocator quarantines freed memory and hands out fresh
+// pages (and faults in their shadow), so small per-step bookkeeping faults
+// there: the fault bound holds for the real allocator only.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kBoundFaults = false;
+#else
+constexpr bool kBoundFaults = true;
+#endif
 
 // x -> 2x, exactly invertible and allocation-free: the transformed path
 // without the costs of a real basis (whose own temporaries are not the
@@ -278,7 +287,7 @@ TEST(PushPullEngineSteadyState, StepsAllocateAndFaultInNothingOfTheirSize) {
             << " engines: allocations >= 64 KiB: " << large << ", minor faults: " << faults << " ("
             << double(faults) / kMeasuredSteps << " per step)\n";
   EXPECT_EQ(large, 0u);
-  EXPECT_LE(double(faults) / kMeasuredSteps, kMaxFaultsPerStep);
+  if (kBoundFaults) EXPECT_LE(double(faults) / kMeasuredSteps, kMaxFaultsPerStep);
 }
 
 }  // namespace
