@@ -44,8 +44,12 @@ absl::StatusOr<std::unique_ptr<AggregatorShard>> AggregatorShard::Create(
 }
 
 AggregatorShard::~AggregatorShard() {
-  // No new reductions; the queued ones finish and send (they need the
-  // progress thread running).
+  // No new jobs; the pushes being handled finish (their jobs queued); the
+  // queued reductions run and send (they need the progress thread running)
+  // and give their slots back to the reducer, where ReleaseMemory finds
+  // every registered buffer.
+  reducer_->StopAccepting();
+  { absl::MutexLock wait_for_handlers(&receiving_mu_); }
   {
     absl::MutexLock lock(&jobs_mu_);
     accepting_jobs_ = false;
@@ -133,6 +137,7 @@ absl::Status AggregatorShard::Apply(const ShardEpoch& epoch) {
 }
 
 void AggregatorShard::OnMessage(transport::Message message) {
+  absl::ReaderMutexLock receiving(&receiving_mu_);
   auto header = dataplane::ParseChunkHeader(message.header);
   const size_t bytes = message.bytes().size();
   if (!header.ok()) {

@@ -137,6 +137,9 @@ class AggregatorShard {
     ReductionJob job;
     Peers peers;
   };
+  // Held shared by every OnMessage; the destructor takes it once, after the
+  // reducer stopped accepting, so every job made before is queued.
+  absl::Mutex receiving_mu_;
   absl::Mutex jobs_mu_;
   bool accepting_jobs_ ABSL_GUARDED_BY(jobs_mu_) = true;
   std::deque<QueuedJob> jobs_ ABSL_GUARDED_BY(jobs_mu_);

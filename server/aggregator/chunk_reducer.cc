@@ -324,6 +324,8 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::AcceptPlaced(
   // they are parsed before taking the lock.
   auto parsed = codec::ParsePayload(placed, options_.payload_limits);
   absl::MutexLock lock(&mu_);
+  // The slot stays placed (and reachable for ReleaseMemory).
+  if (closed_) return absl::UnavailableError("the reducer is shutting down");
   Slot* slot = nullptr;
   ChunkState* chunk = nullptr;
   if (auto c = chunks_.find(ChunkId{header.tensor_id, header.chunk_index}); c != chunks_.end()) {
@@ -496,6 +498,11 @@ absl::StatusOr<std::optional<ReducedChunk>> ChunkReducer::AddPush(const ChunkHea
                                                   .payload = {bytes.begin(), bytes.end()},
                                                   .elements = result->elements,
                                                   .seconds = result->seconds});
+}
+
+void ChunkReducer::StopAccepting() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
 }
 
 void ChunkReducer::ReleaseMemory(bool close) {

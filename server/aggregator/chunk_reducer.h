@@ -198,6 +198,10 @@ class ChunkReducer {
   absl::StatusOr<std::optional<ReducedChunk>> AddPush(const dataplane::ChunkHeader& header,
                                                       std::vector<uint8_t> payload);
 
+  // From now on PlacePush declines and Accept* refuse (Unavailable): no new
+  // job is made. For shutdown, before ReleaseMemory(close).
+  void StopAccepting();
+
   // Frees retired buffers and their registrations (Drain), or, with
   // close = true, unregisters every buffer and stops registering and
   // taking pushes (PlacePush declines, Accept is Unavailable): call before

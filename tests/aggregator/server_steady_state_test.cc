@@ -83,9 +83,18 @@ constexpr uint32_t kWorld = 4, kChunks = 2;
 constexpr uint64_t kTensor = 7;
 constexpr int kWarmupSteps = 5, kSteps = 50;
 // The bound asserted on minor page faults per step (the whole process: the
-// shard, four worker transports, UCX). Steady state measures ~0; fresh
-// buffers would cost ~ (pushes + results) / 4 KiB = 1500 faults per step.
-constexpr double kMaxFaultsPerStep = 1.0;
+// shard, four worker transports, UCX). Steady state measures 0-32 in 50
+// steps (stacks, UCX internals); fresh buffers would cost about
+// (pushes + results + FP32 sums) / 4 KiB = 2000 faults per step.
+constexpr double kMaxFaultsPerStep = 4.0;
+// AddressSanitizer's quarantine hands out fresh memory for every small
+// allocation, so the fault bound means nothing there (the allocation count
+// still does).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kCountFaults = false;
+#else
+constexpr bool kCountFaults = true;
+#endif
 
 codec::CodecSpec Spec(const char* text) { return codec::ParseCodecSpec(text).value(); }
 
@@ -215,7 +224,7 @@ TEST(ServerSteadyStateTest, FiftyStepsWithoutLargeAllocationsOrFreshPages) {
               static_cast<unsigned long long>(g_big_allocations.load()),
               static_cast<unsigned long long>(faults), kSteps);
   EXPECT_EQ(g_big_allocations.load(), 0u);
-  EXPECT_LE(faults_per_step, kMaxFaultsPerStep);
+  if (kCountFaults) EXPECT_LE(faults_per_step, kMaxFaultsPerStep);
 
   // The last step's results: placed at every worker, identical, and bit for
   // bit ReduceEncoded over the ranks in order (with the chunk's result key).
