@@ -117,6 +117,33 @@ INSTANTIATE_TEST_SUITE_P(All, ElementLoopsTest, ::testing::ValuesIn(Cases()), []
          (c.stochastic ? "_sr" : "_rne") + "_first" + std::to_string(c.first % 1000);
 });
 
+// The FP8 decode (through F16C where the CPU has it) on every code, at every
+// offset within a 16-element step, with blocks of 8 (two scales per step)
+// and scales whose products overflow, round to FP32 denormals, or are zero.
+TEST(ElementLoops, Fp8DequantizeEveryCodeMatchesScalar) {
+  if (Avx2Loops() == nullptr) GTEST_SKIP() << "CPU has no AVX2";
+  const size_t n = 256 * 17 + 5;
+  std::vector<uint8_t> codes(n);
+  for (size_t i = 0; i < n; ++i) codes[i] = static_cast<uint8_t>(i % 256 + i / 256);
+  const float scales[] = {1.0f, 0.0f, -2.0f, 0x1p126f, 3.4e38f, 0x1p-126f, 0x1p-149f, 1e-30f,
+                          std::numeric_limits<float>::infinity()};
+  for (Format f : {Format::kE4M3, Format::kE5M2}) {
+    for (size_t block : {size_t{8}, size_t{16}, size_t{128}, n}) {
+      for (float s0 : scales) {
+        std::vector<float> scale((n + block - 1) / block);
+        for (size_t b = 0; b < scale.size(); ++b) scale[b] = b % 3 == 1 ? 0.75f * s0 : s0;
+        for (bool accumulate : {false, true}) {
+          std::vector<float> a(n, -1.5f), v(n, -1.5f);
+          ScalarLoops().dequantize(f, codes.data(), n, block, scale.data(), a.data(), accumulate);
+          Avx2Loops()->dequantize(f, codes.data(), n, block, scale.data(), v.data(), accumulate);
+          ASSERT_EQ(std::memcmp(a.data(), v.data(), n * 4), 0)
+              << FormatName(f) << " block " << block << " scale " << s0 << " acc " << accumulate;
+        }
+      }
+    }
+  }
+}
+
 TEST(ElementLoops, BlockAmaxMatchesScalarAndSeesNonFinite) {
   if (Avx2Loops() == nullptr) GTEST_SKIP() << "CPU has no AVX2";
   std::vector<float> x = NastyValues(4099, 5);
