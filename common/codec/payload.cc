@@ -3,6 +3,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "absl/strings/str_cat.h"
 #include "common/base/crc32c.h"
 #include "common/codec/element_loops.h"
@@ -70,6 +74,88 @@ absl::Status CheckShape(const EncodedView& view, absl::Span<const uint64_t> shap
   return absl::OkStatus();
 }
 
+// ---- finding non-finite codes ------------------------------------------------
+// A code of width W bytes (1, 2 or 4, little-endian) is NaN/Inf exactly when
+// its exponent bits are all ones: (code & mask) == mask, with mask 0x7F
+// (E4M3: exponent and mantissa), 0x7C (E5M2), 0x7F80 (bf16), 0x7F800000
+// (FP32). The scan is one pass over every pushed byte, so it is vectorized;
+// the exact index is found only once a 128-byte stretch has a bad code.
+
+template <int W>
+uint32_t LoadCode(const uint8_t* p) {
+  if constexpr (W == 1) return p[0];
+  if constexpr (W == 2) return Load<uint16_t>(p);
+  if constexpr (W == 4) return Load<uint32_t>(p);
+}
+
+// Index of the first of codes [begin, n) that matches `mask`, or n.
+template <int W>
+uint64_t FirstMatchPortable(const uint8_t* p, uint64_t begin, uint64_t n, uint32_t mask) {
+  for (uint64_t i = begin; i < n; ++i) {
+    if ((LoadCode<W>(p + W * i) & mask) == mask) return i;
+  }
+  return n;
+}
+
+#if defined(__x86_64__)
+template <int W>
+__attribute__((target("avx2"))) inline __m256i MatchVec(const uint8_t* p, __m256i mask) {
+  const __m256i v = _mm256_and_si256(_mm256_loadu_si256((const __m256i*)p), mask);
+  if constexpr (W == 1) return _mm256_cmpeq_epi8(v, mask);
+  if constexpr (W == 2) return _mm256_cmpeq_epi16(v, mask);
+  if constexpr (W == 4) return _mm256_cmpeq_epi32(v, mask);
+}
+
+template <int W>
+__attribute__((target("avx2"))) uint64_t FirstMatchAvx2(const uint8_t* p, uint64_t n,
+                                                        uint32_t mask) {
+  const __m256i m = W == 1   ? _mm256_set1_epi8(static_cast<char>(mask))
+                    : W == 2 ? _mm256_set1_epi16(static_cast<short>(mask))
+                             : _mm256_set1_epi32(static_cast<int>(mask));
+  const uint64_t bytes = n * W;
+  uint64_t b = 0;
+  // 128 bytes per test; on a hit, rescan those 128 bytes for the exact code.
+  for (; b + 128 <= bytes; b += 128) {
+    const __m256i any =
+        _mm256_or_si256(_mm256_or_si256(MatchVec<W>(p + b, m), MatchVec<W>(p + b + 32, m)),
+                        _mm256_or_si256(MatchVec<W>(p + b + 64, m), MatchVec<W>(p + b + 96, m)));
+    if (!_mm256_testz_si256(any, any)) break;
+  }
+  for (; b + 32 <= bytes; b += 32) {
+    const uint32_t bits = static_cast<uint32_t>(_mm256_movemask_epi8(MatchVec<W>(p + b, m)));
+    if (bits != 0) return (b + __builtin_ctz(bits)) / W;
+  }
+  return FirstMatchPortable<W>(p, b / W, n, mask);
+}
+#endif
+
+template <int W>
+uint64_t FirstMatch(const uint8_t* p, uint64_t n, uint32_t mask) {
+#if defined(__x86_64__)
+  static const bool has_avx2 = __builtin_cpu_supports("avx2");
+  if (has_avx2) return FirstMatchAvx2<W>(p, n, mask);
+#endif
+  return FirstMatchPortable<W>(p, 0, n, mask);
+}
+
+// The first NaN/Inf code of a format, or `count` when there is none
+// (E2M1 has no such codes).
+uint64_t FirstNonFiniteCode(Format format, const uint8_t* codes, uint64_t count) {
+  switch (format) {
+    case Format::kE4M3:
+      return FirstMatch<1>(codes, count, 0x7F);
+    case Format::kE5M2:
+      return FirstMatch<1>(codes, count, 0x7C);
+    case Format::kBf16:
+      return FirstMatch<2>(codes, count, 0x7F80);
+    case Format::kF32:
+      return FirstMatch<4>(codes, count, scalar::kInfBits);
+    case Format::kNvfp4:
+      return count;
+  }
+  return count;
+}
+
 // Checks that no scale or code of a well-sized payload is NaN/Inf/negative.
 absl::Status CheckContents(const EncodedView& v, const EncodedLayout& layout) {
   const CodecSpec& spec = v.spec;
@@ -86,10 +172,9 @@ absl::Status CheckContents(const EncodedView& v, const EncodedLayout& layout) {
       }
       break;
     case Scaling::kPerBlockE8M0:
-      for (uint64_t i = 0; i < layout.num_blocks; ++i) {
-        if (v.scales[i] == 0xFF) {
-          return absl::InvalidArgumentError(absl::StrCat("E8M0 scale ", i, " is NaN (0xFF)"));
-        }
+      if (const uint64_t i = FirstMatch<1>(v.scales, layout.num_blocks, 0xFF);
+          i != layout.num_blocks) {
+        return absl::InvalidArgumentError(absl::StrCat("E8M0 scale ", i, " is NaN (0xFF)"));
       }
       break;
     case Scaling::kNvfp4: {
@@ -106,27 +191,11 @@ absl::Status CheckContents(const EncodedView& v, const EncodedLayout& layout) {
       break;
     }
   }
-  const scalar::MiniFloat& f = internal::MiniFloatOf(spec.format);
-  if (spec.format == Format::kF32) {
-    for (uint64_t i = 0; i < layout.num_elements; ++i) {
-      if ((Load<uint32_t>(v.codes + 4 * i) & scalar::kAbsMask) >= scalar::kInfBits) {
-        return absl::InvalidArgumentError(absl::StrCat("code ", i, " is NaN or Inf"));
-      }
-    }
-  } else if (spec.format == Format::kBf16) {
-    for (uint64_t i = 0; i < layout.num_elements; ++i) {
-      if (scalar::IsNonFiniteCode(f, Load<uint16_t>(v.codes + 2 * i))) {
-        return absl::InvalidArgumentError(absl::StrCat("code ", i, " is NaN or Inf"));
-      }
-    }
-  } else if (spec.format != Format::kNvfp4) {
-    bool bad[256];
-    for (uint32_t c = 0; c < 256; ++c) bad[c] = scalar::IsNonFiniteCode(f, c);
-    for (uint64_t i = 0; i < layout.code_bytes; ++i) {
-      if (bad[v.codes[i]]) {
-        return absl::InvalidArgumentError(absl::StrCat("code ", i, " is NaN or Inf"));
-      }
-    }
+  const uint64_t count =
+      spec.format == Format::kF32 || spec.format == Format::kBf16 ? layout.num_elements
+                                                                  : layout.code_bytes;
+  if (const uint64_t i = FirstNonFiniteCode(spec.format, v.codes, count); i != count) {
+    return absl::InvalidArgumentError(absl::StrCat("code ", i, " is NaN or Inf"));
   }
   return absl::OkStatus();
 }
