@@ -153,6 +153,21 @@ inline __m256i QuantizeRneSmall(const VecFormat& vf, __m256 y) {
   return _mm256_or_si256(code, sign);
 }
 
+// Nearest-even bf16 codes of eight scaled values: bf16 has FP32's exponent
+// range, so every lane (denormals included) is the top half of its bits
+// rounded with the add-0x7FFF-plus-lsb trick, then clamped to the largest
+// finite code (which also covers Inf and NaN, as in QuantizeVec: a carry
+// into bit 31 gives a code >= 0x8000, clamped the same way).
+inline __m256i QuantizeRneBf16(const VecFormat& vf, __m256 y) {
+  const __m256i bits = _mm256_castps_si256(y);
+  const __m256i u = _mm256_and_si256(bits, Set1(scalar::kAbsMask));
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), Set1(1));
+  const __m256i code =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, Set1(0x7FFF)), lsb), 16);
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(bits, 16), Set1(0x8000));
+  return _mm256_or_si256(_mm256_min_epu32(code, vf.max_code), sign);
+}
+
 // Codes (one per 32-bit lane) of eight scaled values y. With kStochastic,
 // `random` holds each lane's random word.
 template <bool kStochastic>
@@ -312,7 +327,9 @@ void QuantizeVectors(Format format, const float* x, size_t n, size_t block, cons
     for (int j = 0; j < 4; ++j) {
       const __m256 s = uniform ? vinv0 : _mm256_set1_ps(inv[BlockOf(k + 8 * j, block)]);
       const __m256 y = _mm256_mul_ps(_mm256_loadu_ps(x + k + 8 * j), s);
-      if constexpr (kFast) {
+      if constexpr (!kStochastic && kShift == 16) {
+        c[j] = QuantizeRneBf16(vf, y);
+      } else if constexpr (kFast) {
         c[j] = QuantizeRneSmall<kShift>(vf, y);
       } else {
         c[j] = QuantizeVec<kStochastic>(vf, y, random[j]);

@@ -144,6 +144,32 @@ TEST(ElementLoops, Fp8DequantizeEveryCodeMatchesScalar) {
   }
 }
 
+// bf16 nearest-even encoding (its own AVX2 path) on bit patterns at every
+// rounding boundary: ties, the largest finite values, Inf, NaNs of any
+// payload, zeros and FP32 denormals, with both signs.
+TEST(ElementLoops, Bf16QuantizeSpecialBitsMatchScalar) {
+  if (Avx2Loops() == nullptr) GTEST_SKIP() << "CPU has no AVX2";
+  std::vector<uint32_t> bits;
+  for (uint32_t hi : {0x0000u, 0x0001u, 0x007Fu, 0x0080u, 0x3F80u, 0x3F81u, 0x7F7Eu, 0x7F7Fu,
+                      0x7F80u, 0x7FC0u, 0x7FFFu}) {
+    for (uint32_t lo : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu}) {
+      bits.push_back(hi << 16 | lo);
+      bits.push_back(0x80000000u | hi << 16 | lo);
+    }
+  }
+  std::mt19937 rng(5);
+  while (bits.size() % 32 != 7) bits.push_back(rng());  // vector body and a scalar tail
+  std::vector<float> x(bits.size());
+  std::memcpy(x.data(), bits.data(), 4 * bits.size());
+  const size_t n = x.size();
+  for (float inv : {1.0f, 0.5f, 3.0f}) {
+    std::vector<uint8_t> a(2 * n), v(2 * n);
+    ScalarLoops().quantize(Format::kBf16, x.data(), n, n, &inv, nullptr, 0, a.data());
+    Avx2Loops()->quantize(Format::kBf16, x.data(), n, n, &inv, nullptr, 0, v.data());
+    ASSERT_EQ(a, v) << "inv " << inv;
+  }
+}
+
 TEST(ElementLoops, BlockAmaxMatchesScalarAndSeesNonFinite) {
   if (Avx2Loops() == nullptr) GTEST_SKIP() << "CPU has no AVX2";
   std::vector<float> x = NastyValues(4099, 5);
