@@ -41,57 +41,90 @@ inline __m256i E5m2ToHalf(__m256i x8) {
   return _mm256_or_si256(cleared, _mm256_and_si256(nan, Set1x16(0x7E00)));
 }
 
-template <bool kE4m3, bool kUniform, bool kAccumulate>
-void DecodeLoop(const uint8_t* codes, size_t n, size_t block, const float* scale, float* out,
-                size_t* done) {
-  const __m256 s0 = _mm256_set1_ps(scale[0]);
-  const __m256 two8 = _mm256_set1_ps(256.0f);
-  const int block_shift = __builtin_ctzll(block);  // block is a power of two here
-  size_t k = 0;
-  for (; k + 16 <= n; k += 16) {
-    const __m128i bytes = _mm_loadu_si128((const __m128i*)(codes + k));
-    const __m256i x8 = _mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), 8);
-    const __m256i h = kE4m3 ? E4m3ToHalf(x8) : E5m2ToHalf(x8);
-    __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
-    __m256 hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
-    if (kE4m3) {
-      lo = _mm256_mul_ps(lo, two8);
-      hi = _mm256_mul_ps(hi, two8);
-    }
-    const __m256 slo = kUniform ? s0 : _mm256_set1_ps(scale[k >> block_shift]);
-    const __m256 shi = kUniform ? s0 : _mm256_set1_ps(scale[(k + 8) >> block_shift]);
-    lo = _mm256_mul_ps(lo, slo);
-    hi = _mm256_mul_ps(hi, shi);
-    if (kAccumulate) {
-      lo = _mm256_add_ps(_mm256_loadu_ps(out + k), lo);
-      hi = _mm256_add_ps(_mm256_loadu_ps(out + k + 8), hi);
-    }
-    _mm256_storeu_ps(out + k, lo);
-    _mm256_storeu_ps(out + k + 8, hi);
+// Sixteen decoded values of codes[0, 16) times (slo, shi) into out[0, 16)
+// (or added to it). With kTimes256, the FP16 values are first multiplied by
+// 2^8 (exact); without it the caller has folded 2^8 into the scales.
+template <bool kE4m3, bool kAccumulate, bool kTimes256>
+inline void Step16(const uint8_t* codes, float* out, __m256 slo, __m256 shi) {
+  const __m128i bytes = _mm_loadu_si128((const __m128i*)codes);
+  const __m256i x8 = _mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), 8);
+  const __m256i h = kE4m3 ? E4m3ToHalf(x8) : E5m2ToHalf(x8);
+  __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+  __m256 hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+  if (kTimes256) {
+    lo = _mm256_mul_ps(lo, _mm256_set1_ps(256.0f));
+    hi = _mm256_mul_ps(hi, _mm256_set1_ps(256.0f));
   }
-  *done = k;
+  lo = _mm256_mul_ps(lo, slo);
+  hi = _mm256_mul_ps(hi, shi);
+  if (kAccumulate) {
+    lo = _mm256_add_ps(_mm256_loadu_ps(out), lo);
+    hi = _mm256_add_ps(_mm256_loadu_ps(out + 8), hi);
+  }
+  _mm256_storeu_ps(out, lo);
+  _mm256_storeu_ps(out + 8, hi);
+}
+
+// Decodes [k, end) (end - k a multiple of 16) with one scale s. For E4M3,
+// (v * 2^-8) * (s * 2^8) is the same real product as v * s, so rounding it
+// once gives the same bits, provided s * 2^8 is exact: always, unless |s| >=
+// 2^120 (overflow), or s is Inf/NaN (kept on the two-multiply path, which
+// is the definition).
+template <bool kE4m3, bool kAccumulate>
+inline void RunOneScale(const uint8_t* codes, size_t k, size_t end, float s, float* out) {
+  if (s != s) {
+    // A NaN scale (ParsePayload refuses them): every product is that NaN,
+    // quieted, also for NaN codes, as in the portable loops. Written out
+    // because which NaN a NaN * NaN multiply returns depends on the operand
+    // order the compiler picks.
+    const __m256 q = _mm256_castsi256_ps(_mm256_set1_epi32(
+        static_cast<int>(__builtin_bit_cast(uint32_t, s) | 0x00400000u)));
+    for (; k < end; k += 8) {
+      _mm256_storeu_ps(out + k, kAccumulate ? _mm256_add_ps(_mm256_loadu_ps(out + k), q) : q);
+    }
+    return;
+  }
+  if (!kE4m3) {
+    const __m256 vs = _mm256_set1_ps(s);
+    for (; k < end; k += 16) Step16<false, kAccumulate, false>(codes + k, out + k, vs, vs);
+  } else if (__builtin_fabsf(s) < 0x1p120f) {
+    const __m256 vs = _mm256_set1_ps(s * 256.0f);
+    for (; k < end; k += 16) Step16<true, kAccumulate, false>(codes + k, out + k, vs, vs);
+  } else {
+    const __m256 vs = _mm256_set1_ps(s);
+    for (; k < end; k += 16) Step16<true, kAccumulate, true>(codes + k, out + k, vs, vs);
+  }
+}
+
+// Elements [0, returned) decoded, a multiple of 16, walked block by block
+// (blocks are powers of two of at least 16 here), one scale each.
+template <bool kE4m3, bool kAccumulate>
+size_t DecodeLoop(const uint8_t* codes, size_t n, size_t block, const float* scale, float* out) {
+  const size_t whole = n / 16 * 16;
+  if (block >= n) {
+    RunOneScale<kE4m3, kAccumulate>(codes, 0, whole, scale[0], out);
+    return whole;
+  }
+  for (size_t k = 0, b = 0; k < whole; k += block, ++b) {
+    const size_t end = k + block < whole ? k + block : whole;
+    RunOneScale<kE4m3, kAccumulate>(codes, k, end, scale[b], out);
+  }
+  return whole;
 }
 
 template <bool kE4m3>
 size_t DecodeFormat(const uint8_t* codes, size_t n, size_t block, const float* scale, float* out,
                     bool accumulate) {
-  size_t done = 0;
-  const bool uniform = block >= n;
-  if (uniform) {
-    if (accumulate) DecodeLoop<kE4m3, true, true>(codes, n, 1, scale, out, &done);
-    else DecodeLoop<kE4m3, true, false>(codes, n, 1, scale, out, &done);
-  } else {
-    if (accumulate) DecodeLoop<kE4m3, false, true>(codes, n, block, scale, out, &done);
-    else DecodeLoop<kE4m3, false, false>(codes, n, block, scale, out, &done);
-  }
-  return done;
+  return accumulate ? DecodeLoop<kE4m3, true>(codes, n, block, scale, out)
+                    : DecodeLoop<kE4m3, false>(codes, n, block, scale, out);
 }
 
 }  // namespace
 
 size_t DequantizeFp8F16c(Format format, const uint8_t* codes, size_t n, size_t block,
                          const float* scale, float* out, bool accumulate) {
-  if (block < n && (block % 8 != 0 || (block & (block - 1)) != 0)) return 0;
+  // Blocks of 8 (no spec uses them) and other sizes: the integer decode.
+  if (block < n && (block < 16 || (block & (block - 1)) != 0)) return 0;
   if (format == Format::kE4M3) return DecodeFormat<true>(codes, n, block, scale, out, accumulate);
   if (format == Format::kE5M2) return DecodeFormat<false>(codes, n, block, scale, out, accumulate);
   return 0;

@@ -58,8 +58,8 @@ const ElementLoops* Avx2Loops();
 
 // The F16C decode of E4M3 / E5M2 (element_decode_f16c.cc): out = value *
 // scale (or out + that) for elements [0, returned count), a multiple of 16;
-// 0 for other formats and for block sizes that are not a power-of-two
-// multiple of 8. Only call where the CPU has AVX2 and F16C.
+// 0 for other formats and for block sizes (when not the whole run) that are
+// not a power of two of at least 16. Only call where the CPU has AVX2 and F16C.
 size_t DequantizeFp8F16c(Format format, const uint8_t* codes, size_t n, size_t block,
                          const float* scale, float* out, bool accumulate);
 

@@ -1,6 +1,7 @@
 // The AVX2 inner loops give the same bits as the portable ones.
 #include "common/codec/element_loops.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -125,7 +126,9 @@ TEST(ElementLoops, Fp8DequantizeEveryCodeMatchesScalar) {
   const size_t n = 256 * 17 + 5;
   std::vector<uint8_t> codes(n);
   for (size_t i = 0; i < n; ++i) codes[i] = static_cast<uint8_t>(i % 256 + i / 256);
-  const float scales[] = {1.0f, 0.0f, -2.0f, 0x1p126f, 3.4e38f, 0x1p-126f, 0x1p-149f, 1e-30f,
+  // 0x1p120f and up: where folding 2^8 into an E4M3 scale would overflow.
+  const float scales[] = {1.0f, 0.0f, -2.0f, 0x1p126f, 3.4e38f, 0x1p120f, 0x1.fffffep119f,
+                          -0x1p120f, 0x1p-126f, 0x1p-149f, 1e-30f, std::nanf(""),
                           std::numeric_limits<float>::infinity()};
   for (Format f : {Format::kE4M3, Format::kE5M2}) {
     for (size_t block : {size_t{8}, size_t{16}, size_t{128}, n}) {
