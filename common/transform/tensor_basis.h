@@ -137,7 +137,7 @@ class TensorBasis {
   TensorBasis(const TensorBasisHeader& header, std::optional<SideBasis> output_side,
               std::optional<SideBasis> input_side);
 
-  absl::Status CheckInput(const float* in, int64_t d_out, int64_t d_in, const float* out) const;
+  absl::Status CheckShape(const float* in, int64_t d_out, int64_t d_in, const float* out) const;
   absl::Status Prepare(Direction direction, const float* in, int64_t d_out, int64_t d_in,
                        LowRankTerm* term) const;
   absl::Status ApplyReference(const float* in, int64_t d_out, int64_t d_in, bool inverse,
