@@ -44,7 +44,7 @@
 // LowRankTerm; ApplyRows then writes any rows of the result, in any order,
 // each call reading only its own rows of the input. Forward(kFp32Blas) is
 // Prepare + ApplyRows over all rows; ranges whose ends are multiples of
-// TensorBasisFp32::kRowBlock (128) or d_out give exactly its bits, other
+// TensorBasisFp32::kRowBlock (256) or d_out give exactly its bits, other
 // ranges differ from it by rounding only (within the bound above).
 //
 // Thread safety: immutable after construction; every const method may run

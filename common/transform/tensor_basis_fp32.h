@@ -78,7 +78,7 @@ class TensorBasisFp32 {
   // (cut by the range given): one SGEMM each, whose bits OpenBLAS may make
   // depend on the block's height. Ranges that start and end on block bounds
   // (or at d_out) therefore give exactly the bits of the whole range.
-  static constexpr int64_t kRowBlock = 128;
+  static constexpr int64_t kRowBlock = 256;
 
   // Rows [row0, row1) of out = A X B + L R, with `x` and `out` the whole
   // d_out x d_in buffers (out == x allowed: each row reads only its own row
