@@ -2,8 +2,10 @@
 
 #include <Eigen/Dense>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -131,6 +133,32 @@ double Ratio(const Timing& a, const Timing& b) { return Ratio(a.median_s, b.medi
 
 const char* Verdict(bool pass) { return pass ? "PASS" : "MISS"; }
 
+// One measurement of TimeInterleaved: where its timing goes, and what it runs.
+struct Timed {
+  Timing* timing;
+  std::function<absl::Status()> fn;
+};
+
+// TimeRuns for several functions at once, round-robin (one untimed warm-up
+// round, then `reps` rounds of one call each), so that the ratios between
+// them see the same load on a shared machine.
+absl::Status TimeInterleaved(int reps, const std::vector<Timed>& timed) {
+  for (const Timed& x : timed) {
+    GIFT_RETURN_IF_ERROR(x.fn());
+    x.timing->seconds.clear();
+  }
+  for (int r = 0; r < reps; ++r) {
+    for (const Timed& x : timed) {
+      const auto start = std::chrono::steady_clock::now();
+      GIFT_RETURN_IF_ERROR(x.fn());
+      const auto stop = std::chrono::steady_clock::now();
+      x.timing->seconds.push_back(std::chrono::duration<double>(stop - start).count());
+    }
+  }
+  for (const Timed& x : timed) x.timing->median_s = Median(x.timing->seconds);
+  return absl::OkStatus();
+}
+
 // The CPU rows of one shape, on each thread count (the codec's pool and the
 // process's BLAS threads both set to it): direct and transformed paths, the
 // FP32 transform alone against the plain-BLAS baseline (plain_blas_forward.h)
@@ -163,33 +191,29 @@ absl::Status RunCpuShape(const TransformBenchOptions& options, const codec::Code
     GIFT_RETURN_IF_ERROR(transform::SetBlasThreads(threads));
     const codec::CodecOptions copts{.pool = threads > 1 ? pool : nullptr, .use_simd = true};
     CpuTimes t;
-    GIFT_ASSIGN_OR_RETURN(t.encode, TimeRuns(options.reps, [&] {
-                            return codec::Encode(g.data(), enc.mutable_view(), key, copts);
-                          }));
-    GIFT_ASSIGN_OR_RETURN(
-        t.forward_encode, TimeRuns(options.reps, [&] {
-          GIFT_RETURN_IF_ERROR(basis.Forward(g.data(), s.d_out, s.d_in, work.data()));
-          return codec::Encode(work.data(), enc.mutable_view(), key, copts);
-        }));
-    GIFT_ASSIGN_OR_RETURN(t.decode, TimeRuns(options.reps, [&] {
-                            return codec::Decode(enc.view(), work.data(), copts);
-                          }));
-    GIFT_ASSIGN_OR_RETURN(t.decode_inverse, TimeRuns(options.reps, [&] {
-                            GIFT_RETURN_IF_ERROR(codec::Decode(enc.view(), work.data(), copts));
-                            return basis.Inverse(work.data(), s.d_out, s.d_in, work.data());
-                          }));
-    GIFT_ASSIGN_OR_RETURN(t.forward, TimeRuns(options.reps, [&] {
-                            return basis.Forward(g.data(), s.d_out, s.d_in, work.data());
-                          }));
-    GIFT_ASSIGN_OR_RETURN(t.inverse, TimeRuns(options.reps, [&] {
-                            return basis.Inverse(ours.data(), s.d_out, s.d_in, work.data());
-                          }));
+    std::vector<Timed> timed = {
+        {&t.encode, [&] { return codec::Encode(g.data(), enc.mutable_view(), key, copts); }},
+        {&t.forward_encode,
+         [&] {
+           GIFT_RETURN_IF_ERROR(basis.Forward(g.data(), s.d_out, s.d_in, work.data()));
+           return codec::Encode(work.data(), enc.mutable_view(), key, copts);
+         }},
+        {&t.decode, [&] { return codec::Decode(enc.view(), work.data(), copts); }},
+        {&t.decode_inverse,
+         [&] {
+           GIFT_RETURN_IF_ERROR(codec::Decode(enc.view(), work.data(), copts));
+           return basis.Inverse(work.data(), s.d_out, s.d_in, work.data());
+         }},
+        {&t.forward, [&] { return basis.Forward(g.data(), s.d_out, s.d_in, work.data()); }},
+        {&t.inverse, [&] { return basis.Inverse(ours.data(), s.d_out, s.d_in, work.data()); }},
+    };
     if (plain.ok()) {
-      GIFT_ASSIGN_OR_RETURN(t.plain_forward, TimeRuns(options.reps, [&] {
-                              plain->Forward(g.data(), plain_out.data());
-                              return absl::OkStatus();
-                            }));
+      timed.push_back({&t.plain_forward, [&] {
+                         plain->Forward(g.data(), plain_out.data());
+                         return absl::OkStatus();
+                       }});
     }
+    GIFT_RETURN_IF_ERROR(TimeInterleaved(options.reps, timed));
     const std::string label = absl::StrCat(threads, threads == 1 ? " thread" : " threads");
     auto line = [&](const char* op, const Timing& x, const Timing& base, bool with_gflops) {
       WriteLine(os, absl::StrFormat("%-10s %-30s %11.3f %8.2fx %9s", label, op, x.median_s * 1e3,
@@ -308,7 +332,8 @@ absl::Status Run(const TransformBenchOptions& options) {
 
   os << absl::StrFormat(
       "gift-bench transform: two-sided isotropic TensorBasis, rank %d, p = %g, codec %s; median "
-      "of %d runs after 1 warm-up\nCPU: on 1 and %d threads (%d hardware threads): the codec "
+      "of %d runs after 1 warm-up (the CPU rows of a thread count interleaved round-robin)\nCPU: "
+      "on 1 and %d threads (%d hardware threads): the codec "
       "on its pool, TensorBasis's FP32 SGEMMs on as many BLAS threads; BLAS: %s\n",
       options.rank, options.power, codec::ToString(spec), options.reps, all_threads, hw_threads,
       transform::BlasLibrary());
