@@ -8,17 +8,20 @@
 // isotropic TensorBasis of rank 32 (--rank) at p = 1/4 (--power), codec
 // e4m3/block128 (--spec). The basis is synthetic (random orthonormal
 // eigenvectors, a decaying spectrum): its cost does not depend on its
-// values. CPU: the codec on 1 thread and on all threads (its ThreadPool);
-// TensorBasis itself is single-threaded (common/transform has no pool), so
-// the all-threads rows pool the codec only. GPU (when built with CUDA and a
+// values. CPU: on 1 thread and on all threads (--threads): the codec on its
+// ThreadPool and TensorBasis's FP32 SGEMMs on as many OpenBLAS threads
+// (blas_runtime.h); the FP32 forward alone, with GFLOP/s, beside a plain
+// unfused CBLAS forward of the same operator (bench/plain_blas_forward.h),
+// and the double reference once with the FP32 path's error. GPU (when built with CUDA and a
 // device is present; bench/transform_bench_cuda.h): TensorBasisCuda + the
 // CUDA codec against EncodeCuda / DecodeCuda alone, with a device-copy
 // baseline. The published dense form is reported for reference:
 // DenseWhiteningTransform on the CPU (O(d_out d_in^2): only where d_in <=
 // --dense-max-din) and one dense d_in x d_in SGEMM on the GPU.
 //
-// Target reported (never an exit status): on the GPU, transform + quantize
-// at most 1.5x direct quantize.
+// Targets reported (never an exit status): on the CPU, forward + encode at
+// most 6x direct encode and the FP32 forward at most 1.5x the plain-BLAS
+// one; on the GPU, transform + quantize at most 1.5x direct quantize.
 #ifndef GIFT_BENCH_TRANSFORM_BENCH_H_
 #define GIFT_BENCH_TRANSFORM_BENCH_H_
 

@@ -26,7 +26,9 @@
 //
 // Applying W_p costs a scaling plus two skinny GEMMs (O(rows * cols * r));
 // no n x n matrix is formed. Arithmetic is double on blocks of 64 rows of
-// the FP32 buffer, rounded to FP32 once when written back.
+// the FP32 buffer, rounded to FP32 once when written back: the reference
+// (TensorBasis's Precision::kFp64Reference); TensorBasis's default FP32
+// path applies both sides at once on BLAS (tensor_basis_fp32.h).
 //
 // Thread safety: immutable after construction; all const methods may run
 // concurrently.

@@ -103,7 +103,7 @@ absl::Status TensorBasis::PrepareInverse(const float* x, int64_t d_out, int64_t 
   return Prepare(Direction::kInverse, x, d_out, d_in, term);
 }
 
-absl::Status TensorBasis::CheckInput(const float* in, int64_t d_out, int64_t d_in,
+absl::Status TensorBasis::CheckShape(const float* in, int64_t d_out, int64_t d_in,
                                      const float* out) const {
   if (in == nullptr || out == nullptr) return absl::InvalidArgumentError("null buffer");
   if (d_out != header_.d_out || d_in != header_.d_in) {
@@ -111,14 +111,20 @@ absl::Status TensorBasis::CheckInput(const float* in, int64_t d_out, int64_t d_i
                                                    " for a basis of shape ", header_.d_out, "x",
                                                    header_.d_in));
   }
-  return CheckFinite(in, d_out * d_in, "input");
+  return absl::OkStatus();
 }
 
 absl::Status TensorBasis::Prepare(Direction direction, const float* in, int64_t d_out, int64_t d_in,
                                   LowRankTerm* term) const {
   if (term == nullptr) return absl::InvalidArgumentError("null term");
-  GIFT_RETURN_IF_ERROR(CheckInput(in, d_out, d_in, in));
-  fp32_->Prepare(direction, in, term);
+  GIFT_RETURN_IF_ERROR(CheckShape(in, d_out, d_in, in));
+  // A non-finite element of `in` makes its row of P (or column of Q) non-
+  // finite (NaN and Inf propagate through the products, Inf * 0 is NaN), so
+  // the input is scanned only when the products are not finite: to name the
+  // element, or to go on when the products merely overflowed.
+  if (!fp32_->Prepare(direction, in, term)) {
+    GIFT_RETURN_IF_ERROR(CheckFinite(in, d_out * d_in, "input"));
+  }
   return absl::OkStatus();
 }
 
@@ -135,9 +141,11 @@ absl::Status TensorBasis::ApplyRows(const LowRankTerm& term, const float* in, in
     return absl::InvalidArgumentError(
         absl::StrCat("rows [", row0, ", ", row1, ") of a tensor of ", header_.d_out, " rows"));
   }
-  fp32_->ApplyRows(term, in, row0, row1, out);
-  const int64_t n = header_.d_in;
-  return CheckResult(out + row0 * n, (row1 - row0) * n);
+  if (!fp32_->ApplyRows(term, in, row0, row1, out)) {
+    const int64_t n = header_.d_in;
+    return CheckResult(out + row0 * n, (row1 - row0) * n);
+  }
+  return absl::OkStatus();
 }
 
 double TensorBasis::Fp32ErrorBound() const {
@@ -157,7 +165,8 @@ double TensorBasis::Fp32ErrorBound() const {
 
 absl::Status TensorBasis::ApplyReference(const float* in, int64_t d_out, int64_t d_in, bool inverse,
                                          float* out) const {
-  GIFT_RETURN_IF_ERROR(CheckInput(in, d_out, d_in, out));
+  GIFT_RETURN_IF_ERROR(CheckShape(in, d_out, d_in, out));
+  GIFT_RETURN_IF_ERROR(CheckFinite(in, d_out * d_in, "input"));
   const double p = header_.config.power;
   const float* src = in;
   if (input_side_.has_value()) {

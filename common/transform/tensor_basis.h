@@ -44,7 +44,7 @@
 // LowRankTerm; ApplyRows then writes any rows of the result, in any order,
 // each call reading only its own rows of the input. Forward(kFp32Blas) is
 // Prepare + ApplyRows over all rows; ranges whose ends are multiples of
-// TensorBasisFp32::kRowBlock (128) or d_out give exactly its bits, other
+// TensorBasisFp32::kRowBlock (256) or d_out give exactly its bits, other
 // ranges differ from it by rounding only (within the bound above).
 //
 // Thread safety: immutable after construction; every const method may run
@@ -137,7 +137,7 @@ class TensorBasis {
   TensorBasis(const TensorBasisHeader& header, std::optional<SideBasis> output_side,
               std::optional<SideBasis> input_side);
 
-  absl::Status CheckInput(const float* in, int64_t d_out, int64_t d_in, const float* out) const;
+  absl::Status CheckShape(const float* in, int64_t d_out, int64_t d_in, const float* out) const;
   absl::Status Prepare(Direction direction, const float* in, int64_t d_out, int64_t d_in,
                        LowRankTerm* term) const;
   absl::Status ApplyReference(const float* in, int64_t d_out, int64_t d_in, bool inverse,

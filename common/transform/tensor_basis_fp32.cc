@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 namespace gift::transform {
@@ -13,6 +14,19 @@ constexpr int kForward = static_cast<int>(Direction::kForward);
 constexpr int kInverse = static_cast<int>(Direction::kInverse);
 
 int BlasInt(int64_t v) { return static_cast<int>(v); }
+
+// Whether all `size` floats are finite: an exponent field of all ones is
+// Inf or NaN. Branch-free so that it vectorizes.
+bool AllFinite(const float* x, int64_t size) {
+  constexpr uint32_t kExponent = 0x7f800000u;
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < size; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & kExponent) == kExponent);
+  }
+  return bad == 0;
+}
 
 }  // namespace
 
@@ -69,7 +83,7 @@ TensorBasisFp32::TensorBasisFp32(const std::optional<SideBasis>& output_side,
 // M C_in Z_in^T)] (Q only when S_in has its identity term); for the
 // inverse, A times L's rows and B times R's columns. Q is formed in R's
 // last r_out rows.
-void TensorBasisFp32::Prepare(Direction direction, const float* x, LowRankTerm* term) const {
+bool TensorBasisFp32::Prepare(Direction direction, const float* x, LowRankTerm* term) const {
   const int d = static_cast<int>(direction);
   const bool forward = direction == Direction::kForward;
   const int64_t m = d_out_, n = d_in_, ro = out_.r, ri = in_.r, k = k_;
@@ -89,11 +103,13 @@ void TensorBasisFp32::Prepare(Direction direction, const float* x, LowRankTerm* 
   // The diagonals applied before the products (forward) or after (inverse).
   const float* a = ro > 0 ? out_.scale[d].data() : nullptr;
   const float* b = ri > 0 ? in_.scale[d].data() : nullptr;
+  bool products_finite = true;
 
   if (ri > 0) {  // P = X (B Z_in); forward: then rows times A.
     const float* z_pre = forward ? in_.z_scaled[d].data() : in_.z.data();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BlasInt(m), BlasInt(ri), BlasInt(n),
                 1.0f, x, BlasInt(n), z_pre, BlasInt(ri), 0.0f, pp, BlasInt(ri));
+    products_finite = AllFinite(pp, m * ri);
     if (forward && a != nullptr) {
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t c = 0; c < ri; ++c) pp[i * ri + c] *= a[i];
@@ -105,6 +121,7 @@ void TensorBasisFp32::Prepare(Direction direction, const float* x, LowRankTerm* 
     const float* z_pre = forward ? out_.z_scaled[d].data() : out_.z.data();
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, BlasInt(ro), BlasInt(n), BlasInt(m), 1.0f,
                 z_pre, BlasInt(ro), x, BlasInt(n), 0.0f, r_bottom, BlasInt(n));
+    if (ri == 0) products_finite = AllFinite(r_bottom, ro * n);
     if (forward && b != nullptr) {
       for (int64_t c = 0; c < ro; ++c) {
         for (int64_t j = 0; j < n; ++j) r_bottom[c * n + j] *= b[j];
@@ -152,19 +169,21 @@ void TensorBasisFp32::Prepare(Direction direction, const float* x, LowRankTerm* 
     }
     if (ro > 0) std::memcpy(row + ri_l, z_post + i * ro, sizeof(float) * ro);
   }
+  return products_finite;
 }
 
-void TensorBasisFp32::ApplyRows(const LowRankTerm& term, const float* x, int64_t row0, int64_t row1,
+bool TensorBasisFp32::ApplyRows(const LowRankTerm& term, const float* x, int64_t row0, int64_t row1,
                                 float* out) const {
   // Fixed blocks, so that a row's bits do not depend on the range it came in.
   for (int64_t b0 = row0; b0 < row1;) {
     const int64_t b1 = std::min(row1, (b0 / kRowBlock + 1) * kRowBlock);
-    ApplyBlock(term, x, b0, b1, out);
+    if (!ApplyBlock(term, x, b0, b1, out)) return false;
     b0 = b1;
   }
+  return true;
 }
 
-void TensorBasisFp32::ApplyBlock(const LowRankTerm& term, const float* x, int64_t row0,
+bool TensorBasisFp32::ApplyBlock(const LowRankTerm& term, const float* x, int64_t row0,
                                  int64_t row1, float* out) const {
   const int d = static_cast<int>(term.direction);
   const int64_t n = d_in_, k = term.k, rows = row1 - row0;
@@ -172,7 +191,7 @@ void TensorBasisFp32::ApplyBlock(const LowRankTerm& term, const float* x, int64_
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BlasInt(rows), BlasInt(n), BlasInt(k),
                 1.0f, term.l.data() + row0 * k, BlasInt(k), term.r.data(), BlasInt(n), 0.0f,
                 out + row0 * n, BlasInt(n));
-    return;
+    return AllFinite(out + row0 * n, rows * n);
   }
   const float* a = out_.r > 0 ? out_.scale[d].data() : nullptr;
   const float* b = in_.r > 0 ? in_.scale[d].data() : nullptr;
@@ -194,6 +213,7 @@ void TensorBasisFp32::ApplyBlock(const LowRankTerm& term, const float* x, int64_
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BlasInt(rows), BlasInt(n), BlasInt(k),
               1.0f, term.l.data() + row0 * k, BlasInt(k), term.r.data(), BlasInt(n), 1.0f,
               out + row0 * n, BlasInt(n));
+  return AllFinite(out + row0 * n, rows * n);
 }
 
 }  // namespace gift::transform

@@ -70,18 +70,22 @@ class TensorBasisFp32 {
                   double p);
 
   // Fills `term` for X (d_out x d_in floats, row-major): reads all of X.
-  void Prepare(Direction direction, const float* x, LowRankTerm* term) const;
+  // Returns whether the products over X (P, else Q) are all finite; they
+  // are whenever X is (unless they overflow FP32).
+  bool Prepare(Direction direction, const float* x, LowRankTerm* term) const;
 
   // The update runs on fixed blocks of rows [b kRowBlock, (b + 1) kRowBlock)
   // (cut by the range given): one SGEMM each, whose bits OpenBLAS may make
   // depend on the block's height. Ranges that start and end on block bounds
   // (or at d_out) therefore give exactly the bits of the whole range.
-  static constexpr int64_t kRowBlock = 128;
+  static constexpr int64_t kRowBlock = 256;
 
   // Rows [row0, row1) of out = A X B + L R, with `x` and `out` the whole
   // d_out x d_in buffers (out == x allowed: each row reads only its own row
   // of x). 0 <= row0 <= row1 <= d_out; term from Prepare on this x.
-  void ApplyRows(const LowRankTerm& term, const float* x, int64_t row0, int64_t row1,
+  // Returns whether every element written is finite (checked per block,
+  // while it is in cache).
+  bool ApplyRows(const LowRankTerm& term, const float* x, int64_t row0, int64_t row1,
                  float* out) const;
 
   int64_t d_out() const { return d_out_; }
@@ -100,7 +104,7 @@ class TensorBasisFp32 {
     std::array<std::vector<float>, 2> z_scaled;  // n x r: scale[d] rows of z
     std::array<std::vector<float>, 2> zt_post;   // r x n: Z^T, (D^p Z)^T
   };
-  void ApplyBlock(const LowRankTerm& term, const float* x, int64_t row0, int64_t row1,
+  bool ApplyBlock(const LowRankTerm& term, const float* x, int64_t row0, int64_t row1,
                   float* out) const;
   static Side MakeSide(const std::optional<SideBasis>& basis, int64_t n, double p);
 

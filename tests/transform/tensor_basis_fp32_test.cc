@@ -195,7 +195,21 @@ TEST(TensorBasisFp32, RowRangeArgumentsAreChecked) {
   g[5] = std::numeric_limits<float>::infinity();
   EXPECT_EQ(basis.PrepareInverse(g.data(), 16, 24, &term).code(),
             absl::StatusCode::kInvalidArgument);
+  // Found through Q when there is no input side, -Inf and NaN too.
+  const TensorBasis output_only = MakeBasis(f, 4, ResidualModel::kDiagonal, Sides::kOutput, 0.25);
+  for (float bad :
+       {-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    std::vector<float> h = testing::AnisotropicMatrix(16, 24, 4);
+    h[16 * 24 - 1] = bad;
+    const absl::Status status = output_only.Forward(h.data(), 16, 24, out.data());
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("element 383"), std::string::npos) << status;
+  }
   EXPECT_EQ(out, std::vector<float>(g.size(), 7.0f));  // untouched
+  // A finite input whose result overflows FP32.
+  std::vector<float> huge(g.size(), 3e38f);
+  EXPECT_EQ(input_only.Inverse(huge.data(), 16, 24, out.data()).code(),
+            absl::StatusCode::kOutOfRange);
 }
 
 // The thread count is a process-wide setting; the result does not depend on
