@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -35,6 +36,7 @@
 #include "common/daemon/rpc_metrics.h"
 #include "common/daemon/shutdown.h"
 #include "common/daemon/systemd_notify.h"
+#include "common/transform/blas_runtime.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -92,7 +94,8 @@ int Main(int argc, char** argv) {
   app.add_option("--drain-timeout", drain_timeout_text,
                  "on SIGTERM, how long the step in flight may take to finish")
       ->capture_default_str();
-  app.add_option("--threads", threads, "codec threads (0: all hardware threads)")
+  app.add_option("--threads", threads,
+                 "codec and transform (BLAS) threads (0: all hardware threads)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   app.add_option("--min-workers", min_workers,
@@ -123,6 +126,12 @@ int Main(int argc, char** argv) {
 
   ThreadPool pool(static_cast<size_t>(threads));
   const codec::CodecOptions codec_options{.pool = &pool};
+  // The transform's GEMMs use as many threads as the codec: several workers
+  // share a host's cores, and OpenBLAS would otherwise take one per core.
+  if (auto s = transform::SetBlasThreads(static_cast<int>(std::max<size_t>(1, pool.size())));
+      !s.ok()) {
+    return Fail(absl::StrCat("--threads: ", s.message()));
+  }
   transport::UcxTransportOptions ucx{.tls = ucx_tls};
   auto engine = PushPullEngine::Create(
       [&](transport::TransportHandlers h) {

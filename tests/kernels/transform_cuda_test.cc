@@ -229,8 +229,12 @@ TEST_P(TransformCudaTest, AgreesWithCpuAndRoundTrips) {
   const std::vector<float> g = AnisotropicMatrix(c.d_out, c.d_in, 3);
 
   std::vector<float> cpu_fwd(size), cpu_inv(size);
-  ASSERT_TRUE(basis.Forward(g.data(), c.d_out, c.d_in, cpu_fwd.data()).ok());
-  ASSERT_TRUE(basis.Inverse(g.data(), c.d_out, c.d_in, cpu_inv.data()).ok());
+  ASSERT_TRUE(
+      basis.Forward(g.data(), c.d_out, c.d_in, cpu_fwd.data(), transform::Precision::kFp64Reference)
+          .ok());
+  ASSERT_TRUE(
+      basis.Inverse(g.data(), c.d_out, c.d_in, cpu_inv.data(), transform::Precision::kFp64Reference)
+          .ok());
   const double kappa = Conditioning(basis);
   const double tolerance = std::max(kFp32Tolerance, kFp32PerKappa * kappa);
   SCOPED_TRACE(absl::StrCat("kappa ", kappa, ", tolerance ", tolerance));
@@ -257,8 +261,10 @@ TEST(TransformCudaTf32, AgreesWithCpuWithinTf32Tolerance) {
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     const std::vector<float> g = AnisotropicMatrix(m, n, 5);
     std::vector<float> cpu_fwd(m * n), cpu_inv(m * n);
-    ASSERT_TRUE(basis.Forward(g.data(), m, n, cpu_fwd.data()).ok());
-    ASSERT_TRUE(basis.Inverse(g.data(), m, n, cpu_inv.data()).ok());
+    ASSERT_TRUE(
+        basis.Forward(g.data(), m, n, cpu_fwd.data(), transform::Precision::kFp64Reference).ok());
+    ASSERT_TRUE(
+        basis.Inverse(g.data(), m, n, cpu_inv.data(), transform::Precision::kFp64Reference).ok());
     const std::vector<float> fwd = RunOnGpu(*gpu, g, /*inverse=*/false, /*in_place=*/false);
     const double fwd_err = RelativeL2(fwd, cpu_fwd);
     EXPECT_LE(fwd_err, kTf32Tolerance);
@@ -281,7 +287,8 @@ TEST(TransformCudaApi, MovedObjectKeepsItsBasis) {
   EXPECT_EQ(gpu.stream(), stream.get());
   const std::vector<float> g = AnisotropicMatrix(24, 40, 9);
   std::vector<float> cpu(g.size());
-  ASSERT_TRUE(basis.Forward(g.data(), 24, 40, cpu.data()).ok());
+  ASSERT_TRUE(
+      basis.Forward(g.data(), 24, 40, cpu.data(), transform::Precision::kFp64Reference).ok());
   EXPECT_LE(RelativeL2(RunOnGpu(gpu, g, false, false), cpu), kFp32Tolerance);
 }
 
