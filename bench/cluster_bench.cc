@@ -1009,26 +1009,30 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
     os << "link counters: " << (c0.links_error.empty() ? c1.links_error : c0.links_error) << "\n";
   } else if (!c1.links.empty() && c0.links.size() == c1.links.size()) {
     os << "\nbytes on each host's device per timed step (" << o.steps << " steps)\n";
-    WriteLine(os, absl::StrFormat("%-16s %-12s %-8s %14s %14s %10s %10s", "host", "kind", "device",
-                                  "tx B/step", "rx B/step", "tx pkts", "rx pkts"));
+    WriteLine(os,
+              absl::StrFormat("%-16s %-12s %-8s %14s %14s %10s %10s %10s", "host", "kind", "device",
+                              "tx B/step", "rx B/step", "tx pkts", "rx pkts", "TCP retx"));
     for (size_t i = 0; i < c1.links.size(); ++i) {
       const tools::LinkCounters& a = c0.links[i];
       const tools::LinkCounters& b = c1.links[i];
       auto per_step = [&](uint64_t x, uint64_t y) {
         return static_cast<double>(y - x) / timed_steps;
       };
-      links.push_back({{"host", b.host},
-                       {"kind", b.kind},
-                       {"device", b.device},
-                       {"tx_bytes_per_step", per_step(a.tx_bytes, b.tx_bytes)},
-                       {"rx_bytes_per_step", per_step(a.rx_bytes, b.rx_bytes)},
-                       {"tx_packets_per_step", per_step(a.tx_packets, b.tx_packets)},
-                       {"rx_packets_per_step", per_step(a.rx_packets, b.rx_packets)}});
-      WriteLine(os, absl::StrFormat("%-16s %-12s %-8s %14.0f %14.0f %10.0f %10.0f", b.host, b.kind,
-                                    b.device, per_step(a.tx_bytes, b.tx_bytes),
+      links.push_back(
+          {{"host", b.host},
+           {"kind", b.kind},
+           {"device", b.device},
+           {"tx_bytes_per_step", per_step(a.tx_bytes, b.tx_bytes)},
+           {"rx_bytes_per_step", per_step(a.rx_bytes, b.rx_bytes)},
+           {"tx_packets_per_step", per_step(a.tx_packets, b.tx_packets)},
+           {"rx_packets_per_step", per_step(a.rx_packets, b.rx_packets)},
+           {"tcp_retrans_segs_per_step", per_step(a.tcp_retrans_segs, b.tcp_retrans_segs)}});
+      WriteLine(os, absl::StrFormat("%-16s %-12s %-8s %14.0f %14.0f %10.0f %10.0f %10.0f", b.host,
+                                    b.kind, b.device, per_step(a.tx_bytes, b.tx_bytes),
                                     per_step(a.rx_bytes, b.rx_bytes),
                                     per_step(a.tx_packets, b.tx_packets),
-                                    per_step(a.rx_packets, b.rx_packets)));
+                                    per_step(a.rx_packets, b.rx_packets),
+                                    per_step(a.tcp_retrans_segs, b.tcp_retrans_segs)));
     }
   }
 

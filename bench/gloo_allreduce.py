@@ -88,17 +88,23 @@ def groups(shapes, mode):
 
 
 def net_dev(device):
-    """(rx_bytes, tx_bytes, rx_packets, tx_packets) of `device` in this
-    process's network namespace, or None."""
+    """(rx_bytes, tx_bytes, rx_packets, tx_packets, TCP RetransSegs) of
+    `device` in this process's network namespace, or None."""
     if not device:
         return None
+    counters = None
     with open("/proc/self/net/dev") as f:
         for line in f:
             name, sep, rest = line.partition(":")
             if sep and name.strip() == device:
                 v = [int(x) for x in rest.split()]
-                return v[0], v[8], v[1], v[9]
-    return None
+                counters = [v[0], v[8], v[1], v[9]]
+    if counters is None:
+        return None
+    with open("/proc/self/net/snmp") as f:
+        tcp = [line.split() for line in f if line.startswith("Tcp:")]
+    counters.append(int(dict(zip(tcp[0], tcp[1]))["RetransSegs"]))
+    return counters
 
 
 def run_rank(args, shapes):
@@ -151,6 +157,7 @@ def run_rank(args, shapes):
             "tx_bytes_per_step": d[1],
             "rx_packets_per_step": d[2],
             "tx_packets_per_step": d[3],
+            "tcp_retrans_segs_per_step": d[4],
         }
     print(json.dumps(report))
     return 0

@@ -8,7 +8,8 @@ JSON for direct/fp32/gift, bench/gloo_allreduce.py JSON for gloo-*), writes
 
   OUT/results.json  one row per (mode, rate): median step, bytes per step
                     tx/rx of every host, the busiest host's bytes, the link
-                    ideal (those bytes / rate), the ratio step / ideal, CPU
+                    ideal (those bytes / rate), the ratio step / ideal, TCP
+                    segments retransmitted per step (all hosts), CPU
                     seconds per step per process kind;
   OUT/table.txt     the same as a table (also printed);
   OUT/netlab.png    step time against link rate, one line per method, its
@@ -115,12 +116,14 @@ def main():
                 (max(l["tx_bytes_per_step"], l["rx_bytes_per_step"]) for l in links), default=None
             )
             ideal = busiest * 8 / rate["bits_per_s"] if busiest else None
+            retrans = sum(l.get("tcp_retrans_segs_per_step", 0) for l in links)
             row.update(
                 {
                     "median_step_s": median,
                     "busiest_host_bytes_per_step": busiest,
                     "ideal_step_s": ideal,
                     "ratio_to_ideal": median / ideal if ideal else None,
+                    "tcp_retrans_segs_per_step": retrans,
                     "cpu_s_per_step_per_process": cpu,
                     "links": links,
                 }
@@ -134,7 +137,7 @@ def main():
             rows.append(row)
 
     header = (f"{'method':<10} {'rate':>8} {'median ms':>10} {'busiest B/step':>15} "
-              f"{'ideal ms':>9} {'x ideal':>8}  CPU s/step per process")
+              f"{'ideal ms':>9} {'x ideal':>8} {'TCP retx':>9}  CPU s/step per process")
     lines = [
         f"netlab: {manifest['workers']} worker hosts, {manifest['servers']} server hosts, "
         f"d_model {manifest['d_model']} x {manifest['layers']} layers, {manifest['steps']} timed "
@@ -154,10 +157,10 @@ def main():
             f"{r['mode']:<10} {r['rate']:>8} {1e3 * r['median_step_s']:>10.1f} "
             f"{fmt(r['busiest_host_bytes_per_step'], '>15.0f')} "
             f"{fmt(r['ideal_step_s'] and 1e3 * r['ideal_step_s'], '>9.1f')} "
-            f"{fmt(r['ratio_to_ideal'], '>8.2f')}  {cpu}"
+            f"{fmt(r['ratio_to_ideal'], '>8.2f')} {r['tcp_retrans_segs_per_step']:>9.0f}  {cpu}"
         )
     lines.append("ideal: the busiest host's bytes per step (max of tx and rx on its device) / "
-                 "the link rate")
+                 "the link rate; TCP retx: segments retransmitted per step, all hosts")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     with open(os.path.join(args.out, "table.txt"), "w") as f:

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -109,14 +111,15 @@ absl::StatusOr<ClusterPlacement> ClusterPlacement::FromJsonFile(const std::strin
 }
 
 absl::StatusOr<LinkCounters> ReadNetDevCounters(int pid, absl::string_view device) {
-  const std::string path =
-      absl::StrCat("/proc/", pid == 0 ? std::string("self") : absl::StrCat(pid), "/net/dev");
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  const std::string proc =
+      absl::StrCat("/proc/", pid == 0 ? std::string("self") : absl::StrCat(pid));
+  std::ifstream dev(proc + "/net/dev");
+  if (!dev) return absl::NotFoundError(absl::StrCat("cannot read ", proc, "/net/dev"));
   // "  NAME: rx_bytes rx_packets errs drop fifo frame compressed multicast
   //          tx_bytes tx_packets ..."
+  std::optional<LinkCounters> found;
   std::string line;
-  while (std::getline(in, line)) {
+  while (!found && std::getline(dev, line)) {
     const size_t colon = line.find(':');
     if (colon == std::string::npos) continue;
     absl::string_view name = absl::StripAsciiWhitespace(absl::string_view(line).substr(0, colon));
@@ -124,16 +127,35 @@ absl::StatusOr<LinkCounters> ReadNetDevCounters(int pid, absl::string_view devic
     std::istringstream fields(line.substr(colon + 1));
     uint64_t v[10] = {};
     for (uint64_t& x : v) fields >> x;
-    if (!fields) return absl::InternalError(absl::StrCat(path, ": cannot parse ", line));
-    LinkCounters c;
-    c.device = std::string(device);
-    c.rx_bytes = v[0];
-    c.rx_packets = v[1];
-    c.tx_bytes = v[8];
-    c.tx_packets = v[9];
-    return c;
+    if (!fields) return absl::InternalError(absl::StrCat(proc, "/net/dev: cannot parse ", line));
+    found.emplace();
+    found->device = std::string(device);
+    found->rx_bytes = v[0];
+    found->rx_packets = v[1];
+    found->tx_bytes = v[8];
+    found->tx_packets = v[9];
   }
-  return absl::NotFoundError(absl::StrCat("no device ", device, " in ", path));
+  if (!found)
+    return absl::NotFoundError(absl::StrCat("no device ", device, " in ", proc, "/net/dev"));
+  // "Tcp: RtoAlgorithm ... RetransSegs ..." then "Tcp: 1 200 ...".
+  std::ifstream snmp(proc + "/net/snmp");
+  if (!snmp) return absl::NotFoundError(absl::StrCat("cannot read ", proc, "/net/snmp"));
+  std::vector<std::string> names;
+  while (std::getline(snmp, line)) {
+    if (!absl::StartsWith(line, "Tcp:")) continue;
+    std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    if (names.empty()) {
+      names = std::move(words);
+      continue;
+    }
+    for (size_t i = 1; i < names.size() && i < words.size(); ++i) {
+      if (names[i] == "RetransSegs" && !absl::SimpleAtoi(words[i], &found->tcp_retrans_segs)) {
+        return absl::InternalError(absl::StrCat(proc, "/net/snmp: cannot parse ", line));
+      }
+    }
+    break;
+  }
+  return *std::move(found);
 }
 
 LocalClusterBinaries LocalClusterBinaries::InBuildTree(absl::string_view build_dir) {

@@ -89,16 +89,19 @@ struct ClusterPlacement {
 };
 
 // Byte and packet counters of one host's device (/proc/PID/net/dev of a
-// process on that host, so of its network namespace).
+// process on that host, so of its network namespace), and the TCP segments
+// the host retransmitted (/proc/PID/net/snmp, Tcp RetransSegs).
 struct LinkCounters {
   std::string host;
   std::string device;
   std::string kind;  // "coordinator", "server" or "worker": the first daemon placed there
   uint64_t rx_bytes = 0, tx_bytes = 0, rx_packets = 0, tx_packets = 0;
+  uint64_t tcp_retrans_segs = 0;
 };
 
-// Reads `device`'s counters from /proc/<pid>/net/dev ("self" for pid 0).
-// NOT_FOUND when the file or the device is missing.
+// Reads `device`'s counters from /proc/<pid>/net/dev and the namespace's
+// retransmitted TCP segments from /proc/<pid>/net/snmp ("self" for pid 0).
+// NOT_FOUND when a file or the device is missing.
 absl::StatusOr<LinkCounters> ReadNetDevCounters(int pid, absl::string_view device);
 
 struct LocalClusterOptions {
