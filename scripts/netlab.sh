@@ -174,7 +174,7 @@ for r in "${RATE_LIST[@]}"; do
   ((bits >= 1000000)) || usage_error "--rates: '$r' is below 1mbit"
 done
 IFS=, read -r -a MODE_LIST <<<"$MODES"
-[[ ${#MODE_LIST[@]} -ge 1 ]] || usage_error "--modes: none given"
+[[ ${#MODE_LIST[@]} -ge 1 && ${#MODE_LIST[@]} -le 16 ]] || usage_error "--modes: 1..16 modes"
 for m in "${MODE_LIST[@]}"; do
   case $m in
     direct | fp32 | gift | gloo-fp32 | gloo-fp16 | gloo-bf16) ;;

@@ -8,7 +8,8 @@ JSON for direct/fp32/gift, bench/gloo_allreduce.py JSON for gloo-*), writes
 
   OUT/results.json  one row per (mode, rate): median step, bytes per step
                     tx/rx of every host, the busiest host's bytes, the link
-                    ideal (those bytes / rate), the ratio step / ideal, TCP
+                    ideal (those bytes / rate), the ratio step / ideal, the
+                    ideal if sending and receiving did not overlap, TCP
                     segments retransmitted per step (all hosts), CPU
                     seconds per step per process kind;
   OUT/table.txt     the same as a table (also printed);
@@ -116,6 +117,9 @@ def main():
                 (max(l["tx_bytes_per_step"], l["rx_bytes_per_step"]) for l in links), default=None
             )
             ideal = busiest * 8 / rate["bits_per_s"] if busiest else None
+            # Were pushes and pulls not overlapped: the busiest host's tx + rx.
+            serial = max((l["tx_bytes_per_step"] + l["rx_bytes_per_step"] for l in links),
+                         default=None)
             retrans = sum(l.get("tcp_retrans_segs_per_step", 0) for l in links)
             row.update(
                 {
@@ -123,6 +127,7 @@ def main():
                     "busiest_host_bytes_per_step": busiest,
                     "ideal_step_s": ideal,
                     "ratio_to_ideal": median / ideal if ideal else None,
+                    "serial_ideal_step_s": serial * 8 / rate["bits_per_s"] if serial else None,
                     "tcp_retrans_segs_per_step": retrans,
                     "cpu_s_per_step_per_process": cpu,
                     "links": links,
@@ -137,7 +142,8 @@ def main():
             rows.append(row)
 
     header = (f"{'method':<10} {'rate':>8} {'median ms':>10} {'busiest B/step':>15} "
-              f"{'ideal ms':>9} {'x ideal':>8} {'TCP retx':>9}  CPU s/step per process")
+              f"{'ideal ms':>9} {'x ideal':>8} {'tx+rx ms':>9} {'TCP retx':>9}  "
+              f"CPU s/step per process")
     lines = [
         f"netlab: {manifest['workers']} worker hosts, {manifest['servers']} server hosts, "
         f"d_model {manifest['d_model']} x {manifest['layers']} layers, {manifest['steps']} timed "
@@ -157,10 +163,14 @@ def main():
             f"{r['mode']:<10} {r['rate']:>8} {1e3 * r['median_step_s']:>10.1f} "
             f"{fmt(r['busiest_host_bytes_per_step'], '>15.0f')} "
             f"{fmt(r['ideal_step_s'] and 1e3 * r['ideal_step_s'], '>9.1f')} "
-            f"{fmt(r['ratio_to_ideal'], '>8.2f')} {r['tcp_retrans_segs_per_step']:>9.0f}  {cpu}"
+            f"{fmt(r['ratio_to_ideal'], '>8.2f')} "
+            f"{fmt(r['serial_ideal_step_s'] and 1e3 * r['serial_ideal_step_s'], '>9.1f')} "
+            f"{r['tcp_retrans_segs_per_step']:>9.0f}  {cpu}"
         )
     lines.append("ideal: the busiest host's bytes per step (max of tx and rx on its device) / "
-                 "the link rate; TCP retx: segments retransmitted per step, all hosts")
+                 "the link rate; tx+rx: the same with the host's tx and rx added (what a step "
+                 "takes when sending and receiving do not overlap); TCP retx: segments "
+                 "retransmitted per step, all hosts")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     with open(os.path.join(args.out, "table.txt"), "w") as f:
@@ -176,7 +186,7 @@ def main():
     except ImportError as e:
         print(f"no plot: {e}", file=sys.stderr)
     else:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fig, ax = plt.subplots(figsize=(9, 4.5))
         for mode in manifest["modes"]:
             got = [r for r in rows if r["mode"] == mode and "error" not in r]
             if not got:
@@ -189,11 +199,14 @@ def main():
                         label=f"{mode} link ideal")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.set_xticks([r["bits_per_s"] / 1e9 for r in manifest["rates"]])
+        ax.set_xticklabels([r["name"] for r in manifest["rates"]])
+        ax.minorticks_off()
         ax.set_xlabel("link rate (Gbit/s)")
         ax.set_ylabel("median step (ms)")
         ax.set_title(f"netlab: {manifest['workers']} workers, {manifest['servers']} servers")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
         fig.tight_layout()
         fig.savefig(os.path.join(args.out, "netlab.png"), dpi=120)
     if problems:

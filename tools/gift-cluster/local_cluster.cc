@@ -30,7 +30,13 @@ std::string Tail(const std::string& text, size_t max_chars = 2000) {
   return text.size() <= max_chars ? text : text.substr(text.size() - max_chars);
 }
 
+// The address a daemon binds (and, for the coordinator, the others dial).
 std::string HostOf(const DaemonPlacement& p) { return p.address.empty() ? "127.0.0.1" : p.address; }
+
+// --metrics-listen of a daemon there: a free port of its address, or "" (none).
+std::string MetricsListen(bool metrics, const DaemonPlacement& p) {
+  return metrics ? absl::StrCat(HostOf(p), ":0") : std::string();
+}
 
 // argv under the placement's prefix.
 std::vector<std::string> Placed(const DaemonPlacement& p, std::vector<std::string> argv) {
@@ -135,8 +141,9 @@ absl::StatusOr<LinkCounters> ReadNetDevCounters(int pid, absl::string_view devic
     found->tx_bytes = v[8];
     found->tx_packets = v[9];
   }
-  if (!found)
+  if (!found) {
     return absl::NotFoundError(absl::StrCat("no device ", device, " in ", proc, "/net/dev"));
+  }
   // "Tcp: RtoAlgorithm ... RetransSegs ..." then "Tcp: 1 200 ...".
   std::ifstream snmp(proc + "/net/snmp");
   if (!snmp) return absl::NotFoundError(absl::StrCat("cannot read ", proc, "/net/snmp"));
@@ -256,8 +263,8 @@ absl::StatusOr<std::vector<LinkCounters>> LocalCluster::ReadLinkCounters() const
     return absl::OkStatus();
   };
   if (coordinator_ != nullptr) {
-    if (auto s = add(options_.placement.coordinator, coordinator_->pid(), "coordinator"); !s.ok())
-      return s;
+    const absl::Status s = add(options_.placement.coordinator, coordinator_->pid(), "coordinator");
+    if (!s.ok()) return s;
   }
   for (size_t i = 0; i < servers_.size(); ++i) {
     if (auto s = add(server_placement(i), servers_[i]->pid(), "server"); !s.ok()) return s;
@@ -271,12 +278,9 @@ absl::StatusOr<std::vector<LinkCounters>> LocalCluster::ReadLinkCounters() const
 
 absl::Status LocalCluster::StartAll() {
   const std::string logs = options_.dir + "/logs/";
-  auto metrics_listen = [&](const DaemonPlacement& p) {
-    return options_.metrics ? absl::StrCat(HostOf(p), ":0") : std::string();
-  };
-  if (absl::Status s = StartCoordinator(absl::StrCat(HostOf(options_.placement.coordinator), ":0"));
-      !s.ok())
-    return s;
+  const absl::Status started =
+      StartCoordinator(absl::StrCat(HostOf(options_.placement.coordinator), ":0"));
+  if (!started.ok()) return started;
   const std::string address = coordinator_->address();
 
   auto wait_for = [&](control::Subprocess& p, const std::string& name,
@@ -304,7 +308,7 @@ absl::Status LocalCluster::StartAll() {
                                      "--listen",
                                      absl::StrCat(HostOf(placement), ":0"),
                                      "--metrics-listen",
-                                     metrics_listen(placement)};
+                                     MetricsListen(options_.metrics, placement)};
     if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
     argv.insert(argv.end(), options_.server_args.begin(), options_.server_args.end());
     auto p = control::Subprocess::Start(
@@ -333,7 +337,7 @@ absl::Status LocalCluster::StartAll() {
         "--step-timeout",
         absl::StrCat(absl::ToInt64Milliseconds(options_.step_timeout), "ms"),
         "--metrics-listen",
-        metrics_listen(placement)};
+        MetricsListen(options_.metrics, placement)};
     if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
     argv.insert(argv.end(), options_.worker_args.begin(), options_.worker_args.end());
     auto p = control::Subprocess::Start(
@@ -372,14 +376,13 @@ absl::Status LocalCluster::StartAll() {
 absl::Status LocalCluster::StartCoordinator(const std::string& listen) {
   const std::string logs = options_.dir + "/logs/";
   const DaemonPlacement& placement = options_.placement.coordinator;
-  const std::string metrics_listen = options_.metrics ? absl::StrCat(HostOf(placement), ":0") : "";
   control::CoordinatorProcessOptions c{
       .binary = options_.binaries.coordinator,
       .state_file = options_.dir + "/state.db",
       .listen = listen,
       .extra_args = {"--lease-ttl",
                      absl::StrCat(absl::ToInt64Milliseconds(options_.lease_ttl), "ms"),
-                     "--metrics-listen", metrics_listen},
+                     "--metrics-listen", MetricsListen(options_.metrics, placement)},
       .prefix = placement.prefix,
       .startup_timeout = options_.startup_timeout,
       .subprocess = {.log_path = logs + "coordinator.log", .parent_death_signal = SIGTERM}};
