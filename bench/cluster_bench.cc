@@ -1169,7 +1169,7 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
     if (gloo.value("ran", false)) {
       WriteLine(os, absl::StrFormat("%-52s  %10.3f  %10.1f  %s",
                                     absl::StrCat("gloo all-reduce, ", o.workers, " procs (",
-                                                 gloo.value("mode", ""), ")"),
+                                                 gloo.value("mode", ""), ", ", o.gloo_dtype, ")"),
                                     gloo["gbps_fp32"].get<double>(),
                                     1e3 * gloo["median_step_s"].get<double>(),
                                     RatioText(gloo["push_pull_speedup"])));

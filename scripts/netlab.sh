@@ -354,8 +354,9 @@ write_placement() {
   local file=$1 i
   {
     entry() {
-      printf '{"host":"%s","address":"%s","device":"%s","prefix":["%s","netns","exec","%s","%s","UCX_NET_DEVICES=%s"]}' \
-        "${HOSTS[$1]}" "${HOST_ADDR[$1]}" "$DEV" "$IP" "${HOSTS[$1]}" "$ENV_BIN" "$DEV"
+      printf '{"host":"%s","address":"%s","device":"%s",' "${HOSTS[$1]}" "${HOST_ADDR[$1]}" "$DEV"
+      printf '"prefix":["%s","netns","exec","%s","%s","UCX_NET_DEVICES=%s"]}' \
+        "$IP" "${HOSTS[$1]}" "$ENV_BIN" "$DEV"
     }
     printf '{"coordinator":'
     entry 0
@@ -404,7 +405,8 @@ if [[ $COMMAND == exec ]]; then
 fi
 
 BENCH="$BUILD/bench/gift-bench"
-[[ -x $BENCH ]] || cannot_run "$BENCH is not built (ninja -C $BUILD gift-bench gift-coordinator gift-server gift-worker)"
+[[ -x $BENCH ]] ||
+  cannot_run "$BENCH is not built (ninja -C $BUILD gift-bench gift-coordinator gift-server gift-worker)"
 for m in "${MODE_LIST[@]}"; do
   if [[ $m == gloo-* ]] && ! "$PYTHON" -c 'import torch.distributed' 2>/dev/null; then
     cannot_run "$PYTHON has no torch (Debian: python3-torch) for mode $m"

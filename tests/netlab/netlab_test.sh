@@ -125,7 +125,9 @@ case $MODE in
     wait "$netlab" || rc=$?
     [[ $rc -eq 143 ]] || fail "netlab.sh exited $rc after SIGTERM, expected 143"
     check_gone "$WORK/out" "$links_before"
-    if kill -0 "$(cat "$WORK/sleeper.pid")" 2>/dev/null; then fail "the sleeper is still running"; fi
+    if kill -0 "$(cat "$WORK/sleeper.pid")" 2>/dev/null; then
+      fail "the sleeper is still running"
+    fi
     echo "PASS: SIGTERM tears everything down"
     ;;
   service)
