@@ -72,6 +72,18 @@ trap 'rm -rf "$WORK"' EXIT
 command -v ip >/dev/null || skip "no 'ip' (iproute2)"
 command -v tc >/dev/null || skip "no 'tc' (iproute2)"
 
+# Whether pid $1 runs (a zombie waiting for its reaper does not count),
+# polling up to 3 s for it to end.
+still_running() {
+  local i state
+  for ((i = 0; i < 30; i++)); do
+    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null || true)
+    [[ -n $state && $state != Z ]] || return 1
+    sleep 0.1
+  done
+  return 0
+}
+
 root_links() { ip -o link show | awk -F': ' '{print $2}' | sort; }
 
 # Nothing of the run in OUT is left: no namespace of that name, no process
@@ -102,7 +114,7 @@ case $MODE in
     [[ $rc -eq 0 ]] || fail "netlab.sh exec exited $rc"
     check_gone "$WORK/out" "$links_before"
     sleeper=$(cat "$WORK/sleeper.pid")
-    if kill -0 "$sleeper" 2>/dev/null; then fail "the sleeper $sleeper is still running"; fi
+    if still_running "$sleeper"; then fail "the sleeper $sleeper is still running"; fi
     echo "PASS: up and down, nothing left"
     ;;
   signal)
@@ -125,9 +137,7 @@ case $MODE in
     wait "$netlab" || rc=$?
     [[ $rc -eq 143 ]] || fail "netlab.sh exited $rc after SIGTERM, expected 143"
     check_gone "$WORK/out" "$links_before"
-    if kill -0 "$(cat "$WORK/sleeper.pid")" 2>/dev/null; then
-      fail "the sleeper is still running"
-    fi
+    if still_running "$(cat "$WORK/sleeper.pid")"; then fail "the sleeper is still running"; fi
     echo "PASS: SIGTERM tears everything down"
     ;;
   service)
