@@ -171,6 +171,18 @@ def main():
                  "the link rate; tx+rx: the same with the host's tx and rx added (what a step "
                  "takes when sending and receiving do not overlap); TCP retx: segments "
                  "retransmitted per step, all hosts")
+    lines.append("")
+    lines.append("MB per step on each host's device, tx/rx (hosts: c = coordinator, s = servers, "
+                 "w = workers):")
+    for r in rows:
+        if "error" in r or not r["links"]:
+            continue
+        hosts = ", ".join(
+            f"{l['host'].rsplit('-', 1)[-1]} {l['tx_bytes_per_step'] / 1e6:.2f}/"
+            f"{l['rx_bytes_per_step'] / 1e6:.2f}"
+            for l in r["links"]
+        )
+        lines.append(f"  {r['mode']:<10} {r['rate']:>8}: {hosts}")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     with open(os.path.join(args.out, "table.txt"), "w") as f:
