@@ -278,6 +278,9 @@ struct WorkerState {
 struct CpuSnapshot {
   std::vector<std::optional<ProcessUsage>> workers, servers;
   std::optional<ProcessUsage> coordinator, self;
+  // With a placement: each placed host's device counters.
+  std::vector<tools::LinkCounters> links;
+  std::string links_error;
 };
 
 CpuSnapshot TakeCpu(tools::LocalCluster& cluster, int servers, int workers) {
@@ -290,6 +293,12 @@ CpuSnapshot TakeCpu(tools::LocalCluster& cluster, int servers, int workers) {
   }
   s.coordinator = ReadProcessUsage(absl::StrCat(cluster.coordinator()->pid()));
   s.self = ReadProcessUsage("self");
+  absl::StatusOr<std::vector<tools::LinkCounters>> links = cluster.ReadLinkCounters();
+  if (links.ok()) {
+    s.links = *std::move(links);
+  } else {
+    s.links_error = links.status().ToString();
+  }
   return s;
 }
 
@@ -647,17 +656,24 @@ GlooResult RunGloo(const ClusterBenchOptions& o, const std::vector<ModelTensor>&
     g.skipped = absl::StrCat("no gloo script at ", script, " (pass --gloo-script)");
     return g;
   }
-  absl::StatusOr<int> port = FreePort();
+  // Placed ranks: rank 0's host is a namespace of its own, any port is free.
+  absl::StatusOr<int> port = o.placement_file.empty() ? FreePort() : absl::StatusOr<int>(29500);
   if (!port.ok()) {
     g.skipped = port.status().ToString();
     return g;
   }
   json shapes = json::array();
   for (const ModelTensor& t : tensors) shapes.push_back(t.shape);
-  auto child = control::Subprocess::Start({o.python, script, "--world", absl::StrCat(o.workers),
-                                           "--port", absl::StrCat(*port), "--steps",
-                                           absl::StrCat(steps), "--warmup", absl::StrCat(warmup),
-                                           "--mode", o.gloo_mode, "--shapes", shapes.dump()});
+  std::vector<std::string> argv = {o.python,   script,
+                                   "--world",  absl::StrCat(o.workers),
+                                   "--port",   absl::StrCat(*port),
+                                   "--steps",  absl::StrCat(steps),
+                                   "--warmup", absl::StrCat(warmup),
+                                   "--mode",   o.gloo_mode,
+                                   "--dtype",  o.gloo_dtype,
+                                   "--shapes", shapes.dump()};
+  if (!o.placement_file.empty()) argv.insert(argv.end(), {"--placement", o.placement_file});
+  auto child = control::Subprocess::Start(argv);
   if (!child.ok()) {
     g.skipped = absl::StrCat("starting ", o.python, ": ", child.status().ToString());
     return g;
@@ -805,6 +821,14 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
   if (o.gloo_mode != "buckets" && o.gloo_mode != "flat" && o.gloo_mode != "per-tensor") {
     return absl::InvalidArgumentError("--gloo-mode: buckets, flat or per-tensor");
   }
+  if (o.list_tensors) {
+    json list = json::array();
+    for (const ModelTensor& t : ModelTensors(o.d_model, o.layers)) {
+      list.push_back({{"name", t.name}, {"shape", t.shape}});
+    }
+    std::cout << list.dump() << "\n";
+    return absl::OkStatus();
+  }
   GIFT_ASSIGN_OR_RETURN(OutputSinks sinks, OutputSinks::Open(o.json_path));
   std::ostream& os = sinks.table();
 
@@ -846,6 +870,10 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
   cluster_options.lease_ttl = absl::Seconds(10);  // a loaded machine must not lose members
   cluster_options.step_timeout = absl::Seconds(120);
   cluster_options.coordinator_args = {"--chunk-bytes", absl::StrCat(o.chunk_bytes)};
+  if (!o.placement_file.empty()) {
+    GIFT_ASSIGN_OR_RETURN(cluster_options.placement,
+                          tools::ClusterPlacement::FromJsonFile(o.placement_file));
+  }
 
   os << absl::StrFormat(
       "gift-bench cluster: %d servers, %d workers, mode %s (push %s, pull %s), d_model %d x %d "
@@ -949,6 +977,39 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
       "timed step per process: worker %.0f, server %.0f, coordinator %.0f, gift-bench %.0f\n",
       1e3 * cpu_workers / o.workers / timed_steps, 1e3 * cpu_servers / o.servers / timed_steps,
       faults_worker, faults_server, faults_coord, faults_self);
+
+  // ---- bytes on each placed host's device
+  json links = json::array();
+  if (!c0.links_error.empty() || !c1.links_error.empty()) {
+    os << "link counters: " << (c0.links_error.empty() ? c1.links_error : c0.links_error) << "\n";
+  } else if (!c1.links.empty() && c0.links.size() == c1.links.size()) {
+    os << "\nbytes on each host's device per timed step (" << o.steps << " steps)\n";
+    WriteLine(os,
+              absl::StrFormat("%-16s %-12s %-8s %14s %14s %10s %10s %10s", "host", "kind", "device",
+                              "tx B/step", "rx B/step", "tx pkts", "rx pkts", "TCP retx"));
+    for (size_t i = 0; i < c1.links.size(); ++i) {
+      const tools::LinkCounters& a = c0.links[i];
+      const tools::LinkCounters& b = c1.links[i];
+      auto per_step = [&](uint64_t x, uint64_t y) {
+        return static_cast<double>(y - x) / timed_steps;
+      };
+      links.push_back(
+          {{"host", b.host},
+           {"kind", b.kind},
+           {"device", b.device},
+           {"tx_bytes_per_step", per_step(a.tx_bytes, b.tx_bytes)},
+           {"rx_bytes_per_step", per_step(a.rx_bytes, b.rx_bytes)},
+           {"tx_packets_per_step", per_step(a.tx_packets, b.tx_packets)},
+           {"rx_packets_per_step", per_step(a.rx_packets, b.rx_packets)},
+           {"tcp_retrans_segs_per_step", per_step(a.tcp_retrans_segs, b.tcp_retrans_segs)}});
+      WriteLine(os, absl::StrFormat("%-16s %-12s %-8s %14.0f %14.0f %10.0f %10.0f %10.0f", b.host,
+                                    b.kind, b.device, per_step(a.tx_bytes, b.tx_bytes),
+                                    per_step(a.rx_bytes, b.rx_bytes),
+                                    per_step(a.tx_packets, b.tx_packets),
+                                    per_step(a.rx_packets, b.rx_packets),
+                                    per_step(a.tcp_retrans_segs, b.tcp_retrans_segs)));
+    }
+  }
 
   // ---- correctness
   const double u_push = RelativeBound(run.push_spec), u_pull = RelativeBound(run.pull_spec);
@@ -1083,7 +1144,7 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
     if (gloo.value("ran", false)) {
       WriteLine(os, absl::StrFormat("%-52s  %10.3f  %10.1f  %s",
                                     absl::StrCat("gloo all-reduce, ", o.workers, " procs (",
-                                                 gloo.value("mode", ""), ")"),
+                                                 gloo.value("mode", ""), ", ", o.gloo_dtype, ")"),
                                     gloo["gbps_fp32"].get<double>(),
                                     1e3 * gloo["median_step_s"].get<double>(),
                                     RatioText(gloo["push_pull_speedup"])));
@@ -1154,6 +1215,8 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
                 {"worker_threads", o.worker_threads},
                 {"fp32_bytes_per_worker_step", run.fp32_bytes},
                 {"tensors", tensor_list},
+                {"placement", o.placement_file},
+                {"gloo_dtype", o.gloo_dtype},
                 {"cpus", HardwareThreads()}}},
               {"workers", workers},
               {"push_pull",
@@ -1162,6 +1225,7 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
                 {"slowest_median_step_s", slowest_median},
                 {"bytes_pushed_per_step", bytes_pushed}}},
               {"cpu", cpu},
+              {"links", links},
               {"correctness", correctness},
               {"identical_bits", run.identical_bits},
               {"ucx_perftest", perftest},
@@ -1241,6 +1305,15 @@ Command AddClusterCommand(CLI::App& parent) {
                   "buckets: 25 MiB flat buckets as DDP; flat: one flat tensor; per-tensor")
       ->check(CLI::IsMember({"buckets", "flat", "per-tensor"}))
       ->capture_default_str();
+  app->add_option("--gloo-dtype", o->gloo_dtype,
+                  "element type of the gloo all-reduce (fp32, or bf16/fp16: 2-byte baselines)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  app->add_option("--placement", o->placement_file,
+                  "JSON file: a command prefix, bind address, host and device per daemon (as "
+                  "scripts/netlab.sh writes it); default: all on loopback");
+  app->add_flag("--list-tensors", o->list_tensors,
+                "print the model's tensors (names and shapes) as JSON and exit");
   app->add_flag("!--no-reducer", o->reducer, "skip the server reduction microbenchmark");
   app->add_option("--reducer-reps", o->reducer_reps, "timed chunks in the reducer benchmark")
       ->check(CLI::Range(1, 100000))

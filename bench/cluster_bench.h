@@ -31,6 +31,15 @@
 //     one chunk of the coordinator's chunk size (the last reduces and
 //     re-encodes) against memcpy of the same FP32 bytes.
 // A baseline that cannot run is reported as skipped, with the reason.
+//
+// With --placement FILE (tools/gift-cluster/local_cluster.h ClusterPlacement;
+// scripts/netlab.sh writes one for its network namespaces) the daemons run
+// where it says, the gloo ranks run under the workers' prefixes (rank 0's
+// address as the master), and the bytes that crossed each placed host's
+// device during the timed steps are reported per step ("links"). gift-bench
+// itself then has to run where it can reach the coordinator's address (the
+// coordinator's namespace). --list-tensors prints the model's tensors as
+// JSON ([{"name": N, "shape": [...]}, ...]) and exits.
 // Every number printed is measured in the run that prints it.
 #ifndef GIFT_BENCH_CLUSTER_BENCH_H_
 #define GIFT_BENCH_CLUSTER_BENCH_H_
@@ -68,6 +77,9 @@ struct ClusterBenchOptions {
   std::string python = "/usr/bin/python3";
   std::string gloo_script;            // "": bench/gloo_allreduce.py of the source tree
   std::string gloo_mode = "buckets";  // buckets (25 MiB, as DDP) | flat | per-tensor
+  std::string gloo_dtype = "fp32";    // fp32 | bf16 | fp16: the all-reduced buffers' type
+  std::string placement_file;         // "": every process on loopback
+  bool list_tensors = false;
   bool reducer = true;
   int reducer_reps = 10;
   uint64_t chunk_bytes = uint64_t{4} << 20;  // the coordinator's default chunk size (FP32)

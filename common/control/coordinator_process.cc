@@ -28,6 +28,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorProcess>> CoordinatorProcess::Start(
     argv.push_back(options.state_file);
   }
   argv.insert(argv.end(), options.extra_args.begin(), options.extra_args.end());
+  argv.insert(argv.begin(), options.prefix.begin(), options.prefix.end());
   absl::StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Start(argv, options.subprocess);
   if (!process.ok()) return process.status();
   absl::StatusOr<std::string> line = (*process)->WaitForLine(

@@ -32,6 +32,9 @@ struct CoordinatorProcessOptions {
   std::string state_file;  // --state
   std::string listen = "127.0.0.1:0";
   std::vector<std::string> extra_args;
+  // Prepended to the command line (e.g. {"/usr/sbin/ip", "netns", "exec",
+  // NS}); it must exec the daemon in place. Empty: run `binary` directly.
+  std::vector<std::string> prefix;
   absl::Duration startup_timeout = absl::Seconds(20);
   SubprocessOptions subprocess;  // log file, parent-death signal
 };

@@ -4,11 +4,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 
 namespace gift::tools {
@@ -23,7 +30,140 @@ std::string Tail(const std::string& text, size_t max_chars = 2000) {
   return text.size() <= max_chars ? text : text.substr(text.size() - max_chars);
 }
 
+// The address a daemon binds (and, for the coordinator, the others dial).
+std::string HostOf(const DaemonPlacement& p) { return p.address.empty() ? "127.0.0.1" : p.address; }
+
+// --metrics-listen of a daemon there: a free port of its address, or "" (none).
+std::string MetricsListen(bool metrics, const DaemonPlacement& p) {
+  return metrics ? absl::StrCat(HostOf(p), ":0") : std::string();
+}
+
+// argv under the placement's prefix.
+std::vector<std::string> Placed(const DaemonPlacement& p, std::vector<std::string> argv) {
+  argv.insert(argv.begin(), p.prefix.begin(), p.prefix.end());
+  return argv;
+}
+
+absl::StatusOr<DaemonPlacement> ParseDaemonPlacement(const nlohmann::json& j,
+                                                     const std::string& where) {
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": not an object"));
+  DaemonPlacement p;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "prefix") {
+      if (!value.is_array()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ".prefix: not an array"));
+      }
+      for (const nlohmann::json& arg : value) {
+        if (!arg.is_string()) {
+          return absl::InvalidArgumentError(absl::StrCat(where, ".prefix: not all strings"));
+        }
+        p.prefix.push_back(arg.get<std::string>());
+      }
+    } else if (key == "address" || key == "host" || key == "device") {
+      if (!value.is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ".", key, ": not a string"));
+      }
+      (key == "address" ? p.address : key == "host" ? p.host : p.device) = value.get<std::string>();
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown key '", key, "'"));
+    }
+  }
+  if (!p.prefix.empty() && (p.prefix[0].empty() || p.prefix[0][0] != '/')) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".prefix[0]: not an absolute path"));
+  }
+  return p;
+}
+
 }  // namespace
+
+absl::StatusOr<ClusterPlacement> ClusterPlacement::FromJson(absl::string_view text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("placement: not a JSON object");
+  }
+  ClusterPlacement placement;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "coordinator") {
+      auto p = ParseDaemonPlacement(value, "placement.coordinator");
+      if (!p.ok()) return p.status();
+      placement.coordinator = *std::move(p);
+    } else if (key == "servers" || key == "workers") {
+      if (!value.is_array()) {
+        return absl::InvalidArgumentError(absl::StrCat("placement.", key, ": not an array"));
+      }
+      for (size_t i = 0; i < value.size(); ++i) {
+        auto p = ParseDaemonPlacement(value[i], absl::StrCat("placement.", key, "[", i, "]"));
+        if (!p.ok()) return p.status();
+        (key == "servers" ? placement.servers : placement.workers).push_back(*std::move(p));
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("placement: unknown key '", key, "'"));
+    }
+  }
+  return placement;
+}
+
+absl::StatusOr<ClusterPlacement> ClusterPlacement::FromJsonFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the placement file ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto placement = FromJson(text.str());
+  if (!placement.ok()) {
+    return absl::Status(placement.status().code(),
+                        absl::StrCat(path, ": ", placement.status().message()));
+  }
+  return placement;
+}
+
+absl::StatusOr<LinkCounters> ReadNetDevCounters(int pid, absl::string_view device) {
+  const std::string proc =
+      absl::StrCat("/proc/", pid == 0 ? std::string("self") : absl::StrCat(pid));
+  std::ifstream dev(proc + "/net/dev");
+  if (!dev) return absl::NotFoundError(absl::StrCat("cannot read ", proc, "/net/dev"));
+  // "  NAME: rx_bytes rx_packets errs drop fifo frame compressed multicast
+  //          tx_bytes tx_packets ..."
+  std::optional<LinkCounters> found;
+  std::string line;
+  while (!found && std::getline(dev, line)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    absl::string_view name = absl::StripAsciiWhitespace(absl::string_view(line).substr(0, colon));
+    if (name != device) continue;
+    std::istringstream fields(line.substr(colon + 1));
+    uint64_t v[10] = {};
+    for (uint64_t& x : v) fields >> x;
+    if (!fields) return absl::InternalError(absl::StrCat(proc, "/net/dev: cannot parse ", line));
+    found.emplace();
+    found->device = std::string(device);
+    found->rx_bytes = v[0];
+    found->rx_packets = v[1];
+    found->tx_bytes = v[8];
+    found->tx_packets = v[9];
+  }
+  if (!found) {
+    return absl::NotFoundError(absl::StrCat("no device ", device, " in ", proc, "/net/dev"));
+  }
+  // "Tcp: RtoAlgorithm ... RetransSegs ..." then "Tcp: 1 200 ...".
+  std::ifstream snmp(proc + "/net/snmp");
+  if (!snmp) return absl::NotFoundError(absl::StrCat("cannot read ", proc, "/net/snmp"));
+  std::vector<std::string> names;
+  while (std::getline(snmp, line)) {
+    if (!absl::StartsWith(line, "Tcp:")) continue;
+    std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    if (names.empty()) {
+      names = std::move(words);
+      continue;
+    }
+    for (size_t i = 1; i < names.size() && i < words.size(); ++i) {
+      if (names[i] == "RetransSegs" && !absl::SimpleAtoi(words[i], &found->tcp_retrans_segs)) {
+        return absl::InternalError(absl::StrCat(proc, "/net/snmp: cannot parse ", line));
+      }
+    }
+    break;
+  }
+  return *std::move(found);
+}
 
 LocalClusterBinaries LocalClusterBinaries::InBuildTree(absl::string_view build_dir) {
   const std::string b(build_dir);
@@ -68,6 +208,15 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
       return absl::NotFoundError(absl::StrCat(*bin, " is not an executable"));
     }
   }
+  const ClusterPlacement& placement = options.placement;
+  if ((!placement.servers.empty() &&
+       placement.servers.size() != static_cast<size_t>(options.servers)) ||
+      (!placement.workers.empty() &&
+       placement.workers.size() != static_cast<size_t>(options.workers))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the placement has ", placement.servers.size(), " servers and ", placement.workers.size(),
+        " workers; the cluster ", options.servers, " and ", options.workers));
+  }
   std::error_code ec;
   fs::create_directories(fs::path(options.dir) / "logs", ec);
   if (ec) {
@@ -88,10 +237,50 @@ std::string LocalCluster::worker_socket(int i) const {
   return absl::StrCat(options_.dir, "/", worker_name(i), ".sock");
 }
 
+const DaemonPlacement& LocalCluster::server_placement(int i) const {
+  static const DaemonPlacement kLoopback;
+  return options_.placement.servers.empty() ? kLoopback : options_.placement.servers[i];
+}
+
+const DaemonPlacement& LocalCluster::worker_placement(int i) const {
+  static const DaemonPlacement kLoopback;
+  return options_.placement.workers.empty() ? kLoopback : options_.placement.workers[i];
+}
+
+absl::StatusOr<std::vector<LinkCounters>> LocalCluster::ReadLinkCounters() const {
+  std::vector<LinkCounters> out;
+  std::vector<std::string> seen;
+  auto add = [&](const DaemonPlacement& p, int pid, const char* kind) -> absl::Status {
+    if (p.device.empty()) return absl::OkStatus();
+    const std::string host = p.host.empty() ? HostOf(p) : p.host;
+    if (std::find(seen.begin(), seen.end(), host) != seen.end()) return absl::OkStatus();
+    seen.push_back(host);
+    auto c = ReadNetDevCounters(pid, p.device);
+    if (!c.ok()) return c.status();
+    c->host = host;
+    c->kind = kind;
+    out.push_back(*std::move(c));
+    return absl::OkStatus();
+  };
+  if (coordinator_ != nullptr) {
+    const absl::Status s = add(options_.placement.coordinator, coordinator_->pid(), "coordinator");
+    if (!s.ok()) return s;
+  }
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (auto s = add(server_placement(i), servers_[i]->pid(), "server"); !s.ok()) return s;
+  }
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (killed_[i]) continue;
+    if (auto s = add(worker_placement(i), workers_[i]->pid(), "worker"); !s.ok()) return s;
+  }
+  return out;
+}
+
 absl::Status LocalCluster::StartAll() {
   const std::string logs = options_.dir + "/logs/";
-  const std::string metrics_listen = options_.metrics ? "127.0.0.1:0" : "";
-  if (absl::Status s = StartCoordinator("127.0.0.1:0"); !s.ok()) return s;
+  const absl::Status started =
+      StartCoordinator(absl::StrCat(HostOf(options_.placement.coordinator), ":0"));
+  if (!started.ok()) return started;
   const std::string address = coordinator_->address();
 
   auto wait_for = [&](control::Subprocess& p, const std::string& name,
@@ -108,6 +297,7 @@ absl::Status LocalCluster::StartAll() {
   };
 
   for (int s = 0; s < options_.servers; ++s) {
+    const DaemonPlacement& placement = server_placement(s);
     std::vector<std::string> argv = {options_.binaries.server,
                                      "--coordinator",
                                      address,
@@ -116,13 +306,14 @@ absl::Status LocalCluster::StartAll() {
                                      "--threads",
                                      absl::StrCat(options_.server_threads),
                                      "--listen",
-                                     "127.0.0.1:0",
+                                     absl::StrCat(HostOf(placement), ":0"),
                                      "--metrics-listen",
-                                     metrics_listen};
+                                     MetricsListen(options_.metrics, placement)};
     if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
     argv.insert(argv.end(), options_.server_args.begin(), options_.server_args.end());
     auto p = control::Subprocess::Start(
-        argv, {.log_path = logs + server_name(s) + ".log", .parent_death_signal = SIGTERM});
+        Placed(placement, std::move(argv)),
+        {.log_path = logs + server_name(s) + ".log", .parent_death_signal = SIGTERM});
     if (!p.ok()) return p.status();
     servers_.push_back(*std::move(p));
   }
@@ -130,6 +321,7 @@ absl::Status LocalCluster::StartAll() {
     if (auto st = wait_for(*servers_[s], server_name(s), "joined"); !st.ok()) return st;
   }
   for (int w = 0; w < options_.workers; ++w) {
+    const DaemonPlacement& placement = worker_placement(w);
     std::vector<std::string> argv = {
         options_.binaries.worker,
         "--coordinator",
@@ -145,11 +337,12 @@ absl::Status LocalCluster::StartAll() {
         "--step-timeout",
         absl::StrCat(absl::ToInt64Milliseconds(options_.step_timeout), "ms"),
         "--metrics-listen",
-        metrics_listen};
+        MetricsListen(options_.metrics, placement)};
     if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
     argv.insert(argv.end(), options_.worker_args.begin(), options_.worker_args.end());
     auto p = control::Subprocess::Start(
-        argv, {.log_path = logs + worker_name(w) + ".log", .parent_death_signal = SIGTERM});
+        Placed(placement, std::move(argv)),
+        {.log_path = logs + worker_name(w) + ".log", .parent_death_signal = SIGTERM});
     if (!p.ok()) return p.status();
     workers_.push_back(*std::move(p));
     killed_.push_back(false);
@@ -182,14 +375,15 @@ absl::Status LocalCluster::StartAll() {
 
 absl::Status LocalCluster::StartCoordinator(const std::string& listen) {
   const std::string logs = options_.dir + "/logs/";
-  const std::string metrics_listen = options_.metrics ? "127.0.0.1:0" : "";
+  const DaemonPlacement& placement = options_.placement.coordinator;
   control::CoordinatorProcessOptions c{
       .binary = options_.binaries.coordinator,
       .state_file = options_.dir + "/state.db",
       .listen = listen,
       .extra_args = {"--lease-ttl",
                      absl::StrCat(absl::ToInt64Milliseconds(options_.lease_ttl), "ms"),
-                     "--metrics-listen", metrics_listen},
+                     "--metrics-listen", MetricsListen(options_.metrics, placement)},
+      .prefix = placement.prefix,
       .startup_timeout = options_.startup_timeout,
       .subprocess = {.log_path = logs + "coordinator.log", .parent_death_signal = SIGTERM}};
   c.extra_args.insert(c.extra_args.end(), options_.coordinator_args.begin(),

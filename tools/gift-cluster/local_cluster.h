@@ -11,6 +11,11 @@
 //   ... connect clients to (*cluster)->worker_socket(i) ...
 //   (*cluster)->Stop();
 //
+// With a placement (ClusterPlacement, e.g. written by scripts/netlab.sh),
+// each daemon runs under a command prefix (e.g. `ip netns exec NS`) and
+// binds its own address instead of loopback; the coordinator's address is
+// what the others dial. The Worker API sockets stay filesystem paths.
+//
 // Every daemon logs to DIR/logs/<name>.log (and is kept in memory for
 // WaitForLine). Children get SIGTERM when the thread that started them
 // exits, so a killed launcher leaves no daemons behind.
@@ -47,6 +52,58 @@ struct LocalClusterBinaries {
   static LocalClusterBinaries InBuildTree(absl::string_view build_dir);
 };
 
+// Where one daemon runs.
+struct DaemonPlacement {
+  // Prepended to the daemon's argv (prefix[0] a path, e.g. {"/usr/sbin/ip",
+  // "netns", "exec", "gnl123-w0"}); it must exec the daemon in place, so that
+  // the child's pid is the daemon's. Empty: the daemon is started directly.
+  std::vector<std::string> prefix;
+  // The host address the daemon binds ("198.18.0.11"); "": 127.0.0.1.
+  std::string address;
+  // A label for the host (e.g. its namespace name); daemons with the same
+  // label share a host and are counted once in ReadLinkCounters().
+  std::string host;
+  // The network device of the host whose counters ReadLinkCounters() reads;
+  // "": not counted.
+  std::string device;
+};
+
+// Placements of every daemon; empty vectors and a default coordinator: all
+// on loopback, as without a placement.
+struct ClusterPlacement {
+  DaemonPlacement coordinator;
+  std::vector<DaemonPlacement> servers;  // empty or one per server
+  std::vector<DaemonPlacement> workers;  // empty or one per worker
+
+  bool empty() const {
+    return coordinator.prefix.empty() && coordinator.address.empty() && servers.empty() &&
+           workers.empty();
+  }
+  // Parses
+  //   {"coordinator": D, "servers": [D, ...], "workers": [D, ...]}
+  // with D = {"prefix": [ARG, ...], "address": A, "host": H, "device": V}
+  // (every key optional). INVALID_ARGUMENT naming what is wrong.
+  static absl::StatusOr<ClusterPlacement> FromJson(absl::string_view text);
+  // FromJson of a file's contents; NOT_FOUND when it cannot be read.
+  static absl::StatusOr<ClusterPlacement> FromJsonFile(const std::string& path);
+};
+
+// Byte and packet counters of one host's device (/proc/PID/net/dev of a
+// process on that host, so of its network namespace), and the TCP segments
+// the host retransmitted (/proc/PID/net/snmp, Tcp RetransSegs).
+struct LinkCounters {
+  std::string host;
+  std::string device;
+  std::string kind;  // "coordinator", "server" or "worker": the first daemon placed there
+  uint64_t rx_bytes = 0, tx_bytes = 0, rx_packets = 0, tx_packets = 0;
+  uint64_t tcp_retrans_segs = 0;
+};
+
+// Reads `device`'s counters from /proc/<pid>/net/dev and the namespace's
+// retransmitted TCP segments from /proc/<pid>/net/snmp ("self" for pid 0).
+// NOT_FOUND when a file or the device is missing.
+absl::StatusOr<LinkCounters> ReadNetDevCounters(int pid, absl::string_view device);
+
 struct LocalClusterOptions {
   LocalClusterBinaries binaries;
   std::string dir;      // created if missing; holds state.db, sockets and logs
@@ -63,9 +120,12 @@ struct LocalClusterOptions {
   std::vector<std::string> server_args;
   std::vector<std::string> worker_args;
   absl::Duration startup_timeout = absl::Seconds(60);
-  // Serve each daemon's Prometheus page on a free loopback port (see
-  // metrics_addresses()); off: no metrics endpoints.
+  // Serve each daemon's Prometheus page on a free port of its bind address
+  // (see metrics_addresses()); off: no metrics endpoints.
   bool metrics = false;
+  // Where each daemon runs (empty: all on loopback). Its vectors, when not
+  // empty, must have `servers` and `workers` entries.
+  ClusterPlacement placement;
 };
 
 class LocalCluster {
@@ -86,11 +146,16 @@ class LocalCluster {
   control::Subprocess* server(int i) { return servers_[i].get(); }
   control::CoordinatorProcess* coordinator() { return coordinator_.get(); }
 
-  // With options.metrics: (daemon name, "127.0.0.1:PORT") of every daemon's
+  // With options.metrics: (daemon name, "ADDRESS:PORT") of every daemon's
   // metrics page ("coordinator", "server-0", ..., "worker-0", ...).
   const std::vector<std::pair<std::string, std::string>>& metrics_addresses() const {
     return metrics_addresses_;
   }
+
+  // The counters of every placed host with a device, one entry per host
+  // (in the order coordinator, servers, workers), read from a live daemon
+  // there. Empty without a placement.
+  absl::StatusOr<std::vector<LinkCounters>> ReadLinkCounters() const;
 
   // SIGKILLs the coordinator (a crash) and starts it again on the same
   // address and state file; the servers and workers reconnect on their own.
@@ -108,8 +173,12 @@ class LocalCluster {
   explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
 
   absl::Status StartAll();
-  // Starts the coordinator on `listen` ("127.0.0.1:0" the first time).
+  // Starts the coordinator on `listen` (its placed address, port 0, the
+  // first time).
   absl::Status StartCoordinator(const std::string& listen);
+  // The placement of server/worker i (a default one when none is given).
+  const DaemonPlacement& server_placement(int i) const;
+  const DaemonPlacement& worker_placement(int i) const;
 
   LocalClusterOptions options_;
   std::unique_ptr<control::CoordinatorProcess> coordinator_;

@@ -11,6 +11,9 @@
 //    "metrics":{"coordinator":"127.0.0.1:PORT", ...}}   (with --metrics)
 // and runs until SIGTERM/SIGINT (or, with --stop-on-stdin-eof, until its
 // stdin closes), then stops every daemon. Daemon logs: D/logs/<name>.log.
+// With --placement FILE (JSON, as ClusterPlacement::FromJson takes it;
+// scripts/netlab.sh writes one), every daemon runs under its command prefix
+// (e.g. `ip netns exec NS`) bound to its own address.
 // Exit codes: 0 after a clean stop, 1 when the cluster fails to start or a
 // daemon fails to stop cleanly, 64 for bad flags.
 #include <poll.h>
@@ -48,6 +51,7 @@ int Main(int argc, char** argv) {
   std::string lease_ttl = "3s";
   std::string step_timeout = "120s";
   bool stop_on_eof = false;
+  std::string placement_file;
   app.add_option("--servers", options.servers, "aggregator shards")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
@@ -72,6 +76,9 @@ int Main(int argc, char** argv) {
   app.add_flag("--metrics", options.metrics,
                "serve every daemon's Prometheus page on a free loopback port (listed in the ready "
                "line)");
+  app.add_option("--placement", placement_file,
+                 "JSON file: a command prefix and bind address per daemon (default: all on "
+                 "loopback)");
   app.add_flag("--stop-on-stdin-eof", stop_on_eof,
                "also stop when stdin closes (the parent that started it went away)");
   if (std::optional<int> exit = daemon::ParseDaemonFlags(app, argc, argv, "gift-cluster")) {
@@ -95,6 +102,11 @@ int Main(int argc, char** argv) {
     auto found = LocalClusterBinaries::NextTo(bin_dir + "/gift-cluster");
     if (!found.ok()) return daemon::UsageError("gift-cluster", found.status().message());
     options.binaries = *found;
+  }
+  if (!placement_file.empty()) {
+    auto placement = ClusterPlacement::FromJsonFile(placement_file);
+    if (!placement.ok()) return daemon::UsageError("gift-cluster", placement.status().message());
+    options.placement = *std::move(placement);
   }
   if (options.dir.empty()) {
     const char* tmp = getenv("TMPDIR");
