@@ -1178,7 +1178,8 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
                         static_cast<unsigned long long>(red.rows),
                         static_cast<unsigned long long>(red.cols), codec::ToString(run.push_spec),
                         codec::ToString(run.pull_spec), o.workers));
-      WriteLine(os, absl::StrFormat("  %d AddPush (validate + store; last reduces, re-encodes): "
+      WriteLine(os, absl::StrFormat("  %d placed pushes (checksum + parse in place; the last "
+                                    "reduces and re-encodes into the send buffer): "
                                     "%.3f GB/s FP32 out (%.2f ms)",
                                     o.workers, Gbps(o.chunk_bytes, red.all_pushes_s),
                                     1e3 * red.all_pushes_s));

@@ -269,7 +269,10 @@ absl::StatusOr<bool> PushPullEngine::DrainArrivals(const StepPlan& plan, bool wa
       };
       if (!mu_.AwaitWithDeadline(absl::Condition(&woken), deadline)) return false;
     }
-    if (!inflight_.aborted.ok()) return inflight_.aborted;
+    // Once every result is in, the step completed at every server (a server
+    // sends a chunk's result only when all ranks pushed it), so a late
+    // abort (e.g. this worker saw the next epoch first) no longer fails it.
+    if (!inflight_.aborted.ok() && inflight_.remaining > 0) return inflight_.aborted;
     draining_.clear();
     draining_.swap(inflight_.ready);
   }
@@ -484,9 +487,10 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
   }
   absl::Status aborted;
   {
-    // An abort that raced with the last arrival still fails the step.
+    // An abort that came before the last arrival fails the step; one after
+    // it does not (see DrainArrivals).
     absl::MutexLock lock(&mu_);
-    aborted = inflight_.aborted;
+    if (inflight_.remaining > 0) aborted = inflight_.aborted;
   }
   if (!aborted.ok()) return fail(aborted);
   report.wait_seconds = SecondsSince(start) - (report.decode_seconds - decode_before_wait);

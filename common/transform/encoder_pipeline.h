@@ -15,7 +15,7 @@
 // contributions then telescope: sum_t decode(Q(V_t)) = sum_t T(G_t) - E_last.
 //
 // SwitchBasis(next) changes T between steps and remaps the residual exactly
-// (design note section 2): E_new = T_next(T_prev^{-1}(E_old)), i.e.
+// (docs/design.md section 5.2): E_new = T_next(T_prev^{-1}(E_old)), i.e.
 // E_new = E_old W_old^{-T} W_new^T, so the residual represents the same
 // gradient-space error before and after the switch. Decode always uses the
 // current T: switch only after the last step encoded with the old transform

@@ -12,7 +12,7 @@
 // Both are kept in the form F = D^{1/2} (I + Z Sig Z^T) D^{1/2} (Z: n x r,
 // orthonormal; 1 + Sig > 0 diagonal): for the isotropic model D = (sigma +
 // delta) I, Z = U, 1 + Sig = (Lam + delta) / (sigma + delta); for the diagonal
-// model (design note section 2) V = D^{-1/2} U = Q R (thin QR), R Lam R^T =
+// model (docs/design.md section 2.2) V = D^{-1/2} U = Q R (thin QR), R Lam R^T =
 // P Sig P^T, Z = Q P, computed once when the basis is built.
 //
 // With S(q) = (I + Z Sig Z^T)^q = I + Z ((1 + Sig)^q - I) Z^T (exact for any

@@ -3,7 +3,7 @@
 // the epoch has contributed, sums them in FP32, scales by 1/P and re-encodes
 // the average with the pull codec, once, for all workers.
 //
-// Rules (design note section 3):
+// Rules (docs/design.md section 6.3):
 //   - a push is accepted only for the current epoch, from a rank below its
 //     world size, for a chunk this shard owns, with the chunk's shape;
 //   - each rank counts once per (step, chunk) (a duplicate is refused);

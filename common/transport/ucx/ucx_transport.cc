@@ -68,14 +68,13 @@ class UcxTransport final : public Transport {
   absl::Status Send(PeerId peer, absl::Span<const uint8_t> header,
                     absl::Span<const uint8_t> payload, SendCallback done) override;
   void Disconnect(PeerId peer) override;
-  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(
-      absl::Span<uint8_t> buffer) override;
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(absl::Span<uint8_t> buffer) override;
   std::string name() const override { return "ucx"; }
 
   void Deliver(Message message) { handlers_.on_receive(std::move(message)); }
 
-  // Progress-thread or any thread: unregisters a region (MemoryRegion's
-  // destructor).
+  // Any thread but the progress thread (it waits for that thread): unregisters a region
+  // (MemoryRegion's destructor).
   void Unregister(uintptr_t start);
 
  private:
