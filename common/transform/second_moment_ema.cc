@@ -1,5 +1,7 @@
 #include "common/transform/second_moment_ema.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -8,11 +10,8 @@
 namespace gift::transform {
 namespace {
 
-using RowMajorFloatMap =
-    Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-
-// Rows (or columns) widened to double at a time.
-constexpr int64_t kBlock = 64;
+// Rows (or columns) widened to double at a time (a BLAS-friendly depth).
+constexpr int64_t kBlock = 256;
 
 absl::Status CheckGradients(absl::Span<const float* const> grads, int64_t d_out, int64_t d_in) {
   if (grads.empty()) return absl::InvalidArgumentError("no gradients given");
@@ -47,17 +46,19 @@ absl::Status SecondMomentEma::UpdateInputSide(absl::Span<const float* const> gra
     return absl::InvalidArgumentError(
         absl::StrCat("input side of dimension ", n_, " given a gradient with d_in = ", d_in));
   }
-  Eigen::MatrixXd sample = Eigen::MatrixXd::Zero(n_, n_);
+  const double weight = 1.0 / (static_cast<double>(d_out) * static_cast<double>(grads.size()));
+  bool first = true;
   for (const float* g : grads) {
-    const RowMajorFloatMap map(g, d_out, d_in);
     for (int64_t r = 0; r < d_out; r += kBlock) {
       const int64_t b = std::min(kBlock, d_out - r);
-      const Eigen::MatrixXd block = map.middleRows(r, b).cast<double>();
-      sample.noalias() += block.transpose() * block;
+      // The block's rows widened: a b x n row-major matrix B; M += w B^T B.
+      widened_.resize(static_cast<size_t>(b * n_));
+      std::copy(g + r * d_in, g + (r + b) * d_in, widened_.begin());
+      AccumulateGram(/*rows_are_samples=*/true, b, weight, first);
+      first = false;
     }
   }
-  sample *= 1.0 / (static_cast<double>(d_out) * static_cast<double>(grads.size()));
-  Fold(sample);
+  FinishUpdate();
   return absl::OkStatus();
 }
 
@@ -68,18 +69,52 @@ absl::Status SecondMomentEma::UpdateOutputSide(absl::Span<const float* const> gr
     return absl::InvalidArgumentError(
         absl::StrCat("output side of dimension ", n_, " given a gradient with d_out = ", d_out));
   }
-  Eigen::MatrixXd sample = Eigen::MatrixXd::Zero(n_, n_);
+  const double weight = 1.0 / (static_cast<double>(d_in) * static_cast<double>(grads.size()));
+  bool first = true;
   for (const float* g : grads) {
-    const RowMajorFloatMap map(g, d_out, d_in);
     for (int64_t c = 0; c < d_in; c += kBlock) {
       const int64_t b = std::min(kBlock, d_in - c);
-      const Eigen::MatrixXd block = map.middleCols(c, b).cast<double>();
-      sample.noalias() += block * block.transpose();
+      // The block's columns widened: an n x b row-major matrix B; M += w B B^T.
+      widened_.resize(static_cast<size_t>(n_ * b));
+      for (int64_t i = 0; i < n_; ++i) {
+        std::copy(g + i * d_in + c, g + i * d_in + c + b, widened_.begin() + i * b);
+      }
+      AccumulateGram(/*rows_are_samples=*/false, b, weight, first);
+      first = false;
     }
   }
-  sample *= 1.0 / (static_cast<double>(d_in) * static_cast<double>(grads.size()));
-  Fold(sample);
+  FinishUpdate();
   return absl::OkStatus();
+}
+
+void SecondMomentEma::AccumulateGram(bool rows_are_samples, int64_t b, double weight, bool first) {
+  // value_ (column-major, only its lower triangle written here; Eigen's
+  // column-major lower triangle is CBLAS row-major's upper one) becomes
+  // beta * value_ + (1 - decay) * weight * (sum of the block Grams), where
+  // the first block of an update scales the old average by decay (or drops
+  // it on the first update ever) and later blocks accumulate.
+  const double keep = num_updates_ == 0 ? 0.0 : decay_;
+  const double alpha = (num_updates_ == 0 ? 1.0 : 1.0 - decay_) * weight;
+  const double beta = first ? keep : 1.0;
+  const int n = static_cast<int>(n_);
+  const int k = static_cast<int>(b);
+  if (rows_are_samples) {
+    // widened_: b x n row-major; value += alpha * B^T B.
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, n, k, alpha, widened_.data(), n, beta,
+                value_.data(), n);
+  } else {
+    // widened_: n x b row-major; value += alpha * B B^T.
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasNoTrans, n, k, alpha, widened_.data(), k, beta,
+                value_.data(), n);
+  }
+}
+
+void SecondMomentEma::FinishUpdate() {
+  // Mirror the triangle written by dsyrk (value_'s lower, column-major).
+  for (int64_t j = 1; j < n_; ++j) {
+    for (int64_t i = 0; i < j; ++i) value_(i, j) = value_(j, i);
+  }
+  ++num_updates_;
 }
 
 absl::Status SecondMomentEma::UpdateFromMatrix(const Eigen::Ref<const Eigen::MatrixXd>& x) {

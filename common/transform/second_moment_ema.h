@@ -12,7 +12,9 @@
 // term to a sum of squares whose eigenvalues span many decades, and the basis
 // adds a damping of only 1e-3 of the mean eigenvalue; FP32 would lose the small
 // eigenvalues to rounding. Gradients arrive as row-major FP32 and are widened
-// in blocks of rows or columns, never copied whole.
+// in blocks of rows or columns (a scratch kept across updates), never copied
+// whole; each block's Gram is added straight into the average by a
+// symmetric rank-k update (OpenBLAS dsyrk: half the flops of a product).
 //
 // Thread safety: thread-compatible (const methods may run concurrently;
 // updates need exclusion).
@@ -21,6 +23,7 @@
 
 #include <Eigen/Dense>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -62,11 +65,17 @@ class SecondMomentEma {
 
   // Folds a finite symmetric sample into the average.
   void Fold(const Eigen::MatrixXd& sample);
+  // Adds weight * (the Gram of the widened block, b samples) into the
+  // average's triangle (see the .cc); `first`: the update's first block.
+  void AccumulateGram(bool rows_are_samples, int64_t b, double weight, bool first);
+  // Mirrors the triangle and counts the update.
+  void FinishUpdate();
 
   int64_t n_;
   double decay_;
   int64_t num_updates_ = 0;
   Eigen::MatrixXd value_;
+  std::vector<double> widened_;  // scratch: one block of the gradient
 };
 
 }  // namespace gift::transform
