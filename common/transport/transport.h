@@ -3,7 +3,8 @@
 // folder per implementation (as in Gloo):
 //
 //   ucx/     UCX active messages (ucx_transport.h): RDMA where the host has
-//            it, else shared memory or TCP; rendezvous for large payloads;
+//            it, else TCP (see there: no shared memory with peer-failure
+//            detection on); rendezvous for large payloads;
 //            peer failures reported through error-handling mode PEER.
 //   inproc/  within one process (inproc_transport.h), for unit tests of the
 //            logic above the transport.

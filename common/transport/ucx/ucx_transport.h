@@ -1,12 +1,15 @@
 // The UCX implementation of Transport (transport.h): UCP active messages on
 // one UCP worker driven by a progress thread.
 //
-// UCX chooses the wire: RDMA where the host has it, shared memory between
-// processes of one host, TCP otherwise (the usual UCX_TLS / UCX_NET_DEVICES
-// environment variables narrow the choice). Large payloads go by UCX's
-// rendezvous protocol (zero-copy on RDMA); endpoints use error-handling mode
-// PEER, so a peer that dies is reported through on_peer_failure and sends to
-// it fail instead of hanging.
+// UCX chooses the wire among the transports that can report a peer's failure
+// (the usual UCX_TLS / UCX_NET_DEVICES environment variables narrow the
+// choice): RDMA where the host has it, else TCP. Endpoints use error-handling
+// mode PEER, so a peer that dies is reported through on_peer_failure and sends
+// to it fail instead of hanging; UCX 1.13's shared-memory transports (posix,
+// sysv, cma) have no peer-failure handler and are excluded by that mode, so
+// processes of one host talk over loopback TCP (measured: a "sm,self" UCX_TLS
+// finds no transport). Large payloads go by UCX's rendezvous protocol
+// (zero-copy on RDMA, straight into a placed buffer).
 //
 // Addresses are the UCP worker address wrapped in a checked envelope (magic,
 // length, CRC-32C), so a corrupt or foreign address given to Connect is an
