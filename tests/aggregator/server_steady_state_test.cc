@@ -224,7 +224,9 @@ TEST(ServerSteadyStateTest, FiftyStepsWithoutLargeAllocationsOrFreshPages) {
               static_cast<unsigned long long>(g_big_allocations.load()),
               static_cast<unsigned long long>(faults), kSteps);
   EXPECT_EQ(g_big_allocations.load(), 0u);
-  if (kCountFaults) EXPECT_LE(faults_per_step, kMaxFaultsPerStep);
+  if (kCountFaults) {
+    EXPECT_LE(faults_per_step, kMaxFaultsPerStep);
+  }
 
   // The last step's results: placed at every worker, identical, and bit for
   // bit ReduceEncoded over the ranks in order (with the chunk's result key).

@@ -287,7 +287,9 @@ TEST(PushPullEngineSteadyState, StepsAllocateAndFaultInNothingOfTheirSize) {
             << " engines: allocations >= 64 KiB: " << large << ", minor faults: " << faults << " ("
             << double(faults) / kMeasuredSteps << " per step)\n";
   EXPECT_EQ(large, 0u);
-  if (kBoundFaults) EXPECT_LE(double(faults) / kMeasuredSteps, kMaxFaultsPerStep);
+  if (kBoundFaults) {
+    EXPECT_LE(double(faults) / kMeasuredSteps, kMaxFaultsPerStep);
+  }
 }
 
 }  // namespace
