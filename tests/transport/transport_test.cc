@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/transport/connection_cache.h"
 #include "common/transport/inproc/inproc_transport.h"
@@ -235,6 +236,43 @@ TEST_P(TransportTest, PlacesPayloadsInTheReceiversBuffersAndSendsFromRegisteredM
   }
   slot_regions.clear();
   source_region->reset();
+}
+
+// A region may be registered and dropped from the transport's own callbacks
+// (e.g. a receiver growing a buffer while placing a payload).
+TEST_P(TransportTest, MemoryIsRegisteredAndUnregisteredFromCallbacks) {
+  Inbox inbox_a;
+  std::vector<uint8_t> buffer(1 << 16);
+  std::unique_ptr<Transport> b;
+  absl::Notification done;
+  bool ok = false;
+  TransportHandlers handlers{.on_receive = [&](Message) {
+    auto region = b->RegisterMemory(absl::MakeSpan(buffer));
+    ok = region.ok();
+    if (ok) region->reset();  // unregisters on the progress thread
+    done.Notify();
+  }};
+  switch (GetParam()) {
+    case Kind::kInproc:
+      b = *CreateInprocTransport(&hub_, handlers);
+      break;
+    case Kind::kUcx:
+      b = *CreateUcxTransport(handlers);
+      break;
+    case Kind::kUcxTcp:
+      b = *CreateUcxTransport(handlers, {.tls = "tcp"});
+      break;
+  }
+  auto a = Make(&inbox_a);
+  ASSERT_TRUE(a && b);
+  auto peer = a->Connect(b->address());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  Completions sent;
+  const std::vector<uint8_t> payload = Pattern(100, 3);
+  ASSERT_TRUE(a->Send(*peer, {1}, payload, sent.Callback()).ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_TRUE(ok);
+  ASSERT_TRUE(sent.WaitFor(1));
 }
 
 TEST_P(TransportTest, ManySmallMessagesArriveInOrderFromConcurrentSenders) {

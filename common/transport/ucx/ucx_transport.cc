@@ -73,8 +73,7 @@ class UcxTransport final : public Transport {
 
   void Deliver(Message message) { handlers_.on_receive(std::move(message)); }
 
-  // Any thread but the progress thread (it waits for that thread): unregisters a region
-  // (MemoryRegion's destructor).
+  // Any thread: unregisters a region (MemoryRegion's destructor).
   void Unregister(uintptr_t start);
 
  private:
@@ -116,7 +115,8 @@ class UcxTransport final : public Transport {
   // Where the payload of a message lands: the placer's buffer, else
   // message.payload sized to `length`.
   void Place(Message& message, size_t length);
-  // Runs `command` on the progress thread and waits for it.
+  // Runs `command` on the progress thread and waits for it; on the progress
+  // thread itself (a callback), runs it at once.
   void RunOnProgressThread(const std::function<void()>& command);
 
   static ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data,
@@ -130,6 +130,8 @@ class UcxTransport final : public Transport {
   ucp_worker_h worker_ = nullptr;
   std::string address_;
   std::thread thread_;
+  // The progress thread's id, set when it starts (read by other threads).
+  std::atomic<std::thread::id> progress_thread_{};
 
   absl::Mutex mu_;
   std::deque<std::function<void()>> commands_ ABSL_GUARDED_BY(mu_);
@@ -233,6 +235,7 @@ bool UcxTransport::HasCommands() {
 }
 
 void UcxTransport::Loop() {
+  progress_thread_.store(std::this_thread::get_id());
   for (;;) {
     std::deque<std::function<void()>> commands;
     bool stop;
@@ -506,6 +509,10 @@ ucp_mem_h UcxTransport::MemhFor(const void* data, size_t size) {
 }
 
 void UcxTransport::RunOnProgressThread(const std::function<void()>& command) {
+  if (std::this_thread::get_id() == progress_thread_.load()) {
+    command();
+    return;
+  }
   absl::Notification done;
   Post([&] {
     command();
