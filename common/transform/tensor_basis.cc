@@ -75,22 +75,22 @@ TensorBasis::TensorBasis(const TensorBasisHeader& header, std::optional<SideBasi
 
 absl::Status TensorBasis::Forward(const float* g, int64_t d_out, int64_t d_in, float* out,
                                   Precision precision) const {
-  if (precision == Precision::kFp64Reference) {
-    return ApplyReference(g, d_out, d_in, /*inverse=*/false, out);
-  }
-  LowRankTerm term;
-  GIFT_RETURN_IF_ERROR(Prepare(Direction::kForward, g, d_out, d_in, &term));
-  return ApplyRows(term, g, 0, d_out, out);
+  return Apply(Direction::kForward, g, d_out, d_in, out, precision);
 }
 
 absl::Status TensorBasis::Inverse(const float* x, int64_t d_out, int64_t d_in, float* out,
                                   Precision precision) const {
+  return Apply(Direction::kInverse, x, d_out, d_in, out, precision);
+}
+
+absl::Status TensorBasis::Apply(Direction direction, const float* in, int64_t d_out, int64_t d_in,
+                                float* out, Precision precision) const {
   if (precision == Precision::kFp64Reference) {
-    return ApplyReference(x, d_out, d_in, /*inverse=*/true, out);
+    return ApplyReference(in, d_out, d_in, /*inverse=*/direction == Direction::kInverse, out);
   }
   LowRankTerm term;
-  GIFT_RETURN_IF_ERROR(Prepare(Direction::kInverse, x, d_out, d_in, &term));
-  return ApplyRows(term, x, 0, d_out, out);
+  GIFT_RETURN_IF_ERROR(Prepare(direction, in, d_out, d_in, &term));
+  return ApplyRows(term, in, 0, d_out, out);
 }
 
 absl::Status TensorBasis::PrepareForward(const float* g, int64_t d_out, int64_t d_in,

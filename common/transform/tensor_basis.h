@@ -142,6 +142,9 @@ class TensorBasis {
                        LowRankTerm* term) const;
   absl::Status ApplyReference(const float* in, int64_t d_out, int64_t d_in, bool inverse,
                               float* out) const;
+  // Forward or Inverse over the whole tensor.
+  absl::Status Apply(Direction direction, const float* in, int64_t d_out, int64_t d_in, float* out,
+                     Precision precision) const;
 
   TensorBasisHeader header_;
   std::optional<SideBasis> output_side_;
