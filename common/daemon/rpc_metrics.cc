@@ -92,6 +92,12 @@ std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MakeRpcCo
                      .Name(std::string(metric_name))
                      .Help("Finished RPCs by method and gRPC status code")
                      .Register(registry);
+  // Every method's OK series exists from the start (at 0), so the page lists
+  // the family before the first call and a rate() over it reads 0, not "no
+  // data".
+  for (const std::string& path : methods) {
+    family.Add({{"method", path.substr(path.rfind('/') + 1)}, {"code", "OK"}});
+  }
   return std::make_unique<CountingFactory>(&family, std::move(methods));
 }
 

@@ -35,6 +35,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -91,6 +92,16 @@ void AddShardMetrics(daemon::MetricsServer& metrics, const AggregatorShard* shar
                        .Name("gift_server_rejected_messages_total")
                        .Help("Messages dropped, by reason (the status code name)")
                        .Register(r);
+  // The reasons a shard's checks give (malformed or corrupt chunks, a stale
+  // or unknown epoch or chunk, a rank counted twice, a full receive queue)
+  // are on the page at 0 from the start; any other code appears when seen.
+  for (const absl::StatusCode code :
+       {absl::StatusCode::kInvalidArgument, absl::StatusCode::kDataLoss,
+        absl::StatusCode::kFailedPrecondition, absl::StatusCode::kNotFound,
+        absl::StatusCode::kAlreadyExists, absl::StatusCode::kOutOfRange,
+        absl::StatusCode::kResourceExhausted}) {
+    rejected.Add({{"reason", absl::StatusCodeToString(code)}});
+  }
   prometheus::Gauge& epoch = gauge("gift_server_epoch", "Epoch the shard serves");
   prometheus::Gauge& shard_gauge = gauge("gift_server_shard_id", "This server's shard id");
   prometheus::Gauge& chunk_gauge =
