@@ -35,7 +35,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_util.h"
+#include "common/base/split_mix64.h"
 #include "common/base/status_macros.h"
+#include "common/base/temp_dir.h"
 #include "common/codec/codec.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
@@ -98,17 +100,6 @@ std::vector<ModelTensor> ModelTensors(int64_t d, int layers) {
   return out;
 }
 
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-double Uniform(uint64_t& state) {  // in [0, 1)
-  return static_cast<double>(SplitMix64(state) >> 11) * 0x1.0p-53;
-}
-
 // Gradients: a fixed Gaussian field per tensor, rolled by a (step, worker)
 // dependent number of rows, times a per-tensor column profile spanning three
 // decades (columns in a random order: a property of the "model", the same
@@ -122,14 +113,14 @@ class GradientSource {
       uint64_t s = 0x5EED0000ull + t;
       std::vector<float> field(tensors[t].elements());
       for (size_t i = 0; i + 1 < field.size(); i += 2) {  // Box-Muller
-        const double u1 = 1.0 - Uniform(s), u2 = Uniform(s);
+        const double u1 = 1.0 - SplitMix64Uniform(s), u2 = SplitMix64Uniform(s);
         const double r = std::sqrt(-2.0 * std::log(u1));
         field[i] = static_cast<float>(r * std::cos(2 * M_PI * u2));
         field[i + 1] = static_cast<float>(r * std::sin(2 * M_PI * u2));
       }
-      if (field.size() % 2 == 1) field.back() = static_cast<float>(Uniform(s) - 0.5);
+      if (field.size() % 2 == 1) field.back() = static_cast<float>(SplitMix64Uniform(s) - 0.5);
       std::vector<float> profile(tensors[t].cols);
-      for (float& p : profile) p = static_cast<float>(std::pow(10.0, -3.0 * Uniform(s)));
+      for (float& p : profile) p = static_cast<float>(std::pow(10.0, -3.0 * SplitMix64Uniform(s)));
       fields_.push_back(std::move(field));
       profiles_.push_back(std::move(profile));
     }
@@ -141,7 +132,7 @@ class GradientSource {
     const int64_t shift = static_cast<int64_t>(SplitMix64(s) % static_cast<uint64_t>(m.rows));
     std::vector<float> scale(m.cols);
     for (int64_t c = 0; c < m.cols; ++c) {
-      scale[c] = profiles_[t][c] * static_cast<float>(std::exp2(2.0 * Uniform(s) - 1.0));
+      scale[c] = profiles_[t][c] * static_cast<float>(std::exp2(2.0 * SplitMix64Uniform(s) - 1.0));
     }
     const float* field = fields_[t].data();
     // 1-D tensors: roll within the single row instead.
@@ -211,28 +202,6 @@ std::string SelfPath() {
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   return error ? std::string() : self.string();
 }
-
-class TempDir {
- public:
-  static absl::StatusOr<std::unique_ptr<TempDir>> Create() {
-    const char* tmpdir = std::getenv("TMPDIR");
-    std::string path = absl::StrCat(tmpdir != nullptr && tmpdir[0] != '\0' ? tmpdir : "/tmp",
-                                    "/gift-bench-cluster-XXXXXX");
-    if (mkdtemp(path.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("mkdtemp ", path, ": ", std::strerror(errno)));
-    }
-    return std::unique_ptr<TempDir>(new TempDir(path));
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  explicit TempDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
 
 // ---- codec facts -------------------------------------------------------------------
 
@@ -751,7 +720,8 @@ absl::StatusOr<ReducerResult> RunReducer(const ClusterBenchOptions& o, const cod
     std::vector<float> g(elements);
     uint64_t s = 0xC0FFEEull + rank;
     for (uint64_t i = 0; i < elements; ++i) {
-      g[i] = static_cast<float>((Uniform(s) - 0.5) * std::pow(10.0, -3.0 * (i % r.cols) / r.cols));
+      g[i] = static_cast<float>((SplitMix64Uniform(s) - 0.5) *
+                                std::pow(10.0, -3.0 * (i % r.cols) / r.cols));
     }
     GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor t,
                           codec::EncodedTensor::Create(push, r.rows, r.cols));
@@ -855,9 +825,9 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
     GIFT_ASSIGN_OR_RETURN(cluster_options.binaries,
                           tools::LocalClusterBinaries::NextTo(SelfPath()));
   }
-  std::unique_ptr<TempDir> temp;
+  std::optional<TempDir> temp;
   if (o.dir.empty()) {
-    GIFT_ASSIGN_OR_RETURN(temp, TempDir::Create());
+    GIFT_ASSIGN_OR_RETURN(temp, TempDir::Create("gift-bench-cluster"));
     cluster_options.dir = temp->path();
   } else {
     cluster_options.dir = o.dir;

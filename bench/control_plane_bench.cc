@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "bench/bench_util.h"
 #include "common/base/status_macros.h"
+#include "common/base/temp_dir.h"
 #include "common/control/coordinator_client.h"
 #include "common/control/coordinator_process.h"
 #include "common/transform/basis_serialization.h"
@@ -324,33 +325,6 @@ std::string SummaryRow(const std::string& name, const std::vector<double>& s) {
                          1e3 * Percentile(s, 0.95), 1e3 * *std::max_element(s.begin(), s.end()));
 }
 
-// The temporary directory of the coordinator's state file.
-class TempDir {
- public:
-  // A new directory under `parent` ("": $TMPDIR, else /tmp).
-  static absl::StatusOr<TempDir> Create(std::string parent) {
-    if (parent.empty()) {
-      const char* tmpdir = std::getenv("TMPDIR");
-      parent = tmpdir != nullptr && tmpdir[0] != '\0' ? tmpdir : "/tmp";
-    }
-    std::string path = parent + "/gift-bench-control-XXXXXX";
-    if (mkdtemp(path.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("mkdtemp in ", parent, ": ", std::strerror(errno)));
-    }
-    return TempDir(path);
-  }
-  TempDir(TempDir&& other) noexcept : path_(std::exchange(other.path_, "")) {}
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  explicit TempDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
-
 }  // namespace
 
 absl::Status RunControlPlaneBench(const ControlPlaneBenchOptions& options) {
@@ -360,11 +334,11 @@ absl::Status RunControlPlaneBench(const ControlPlaneBenchOptions& options) {
   GIFT_ASSIGN_OR_RETURN(OutputSinks sinks, OutputSinks::Open(options.json_path));
   std::ostream& os = sinks.table();
   GIFT_ASSIGN_OR_RETURN(const std::string binary, FindCoordinator(options.coordinator_bin));
-  GIFT_ASSIGN_OR_RETURN(TempDir dir, TempDir::Create(options.state_dir));
+  GIFT_ASSIGN_OR_RETURN(TempDir dir, TempDir::Create("gift-bench-control", options.state_dir));
 
   control::CoordinatorProcessOptions process_options;
   process_options.binary = binary;
-  process_options.state_file = dir.path() + "/coordinator.db";
+  process_options.state_file = dir.File("coordinator.db");
   process_options.extra_args = {"--lease-ttl", absl::StrCat(options.lease_ttl_s)};
   GIFT_ASSIGN_OR_RETURN(std::unique_ptr<control::CoordinatorProcess> coordinator,
                         control::CoordinatorProcess::Start(process_options));

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "common/base/relative_error.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "common/codec/codec.h"
@@ -92,17 +93,6 @@ BoundCheck CheckBound(const codec::EncodedTensor& t, const float* x, const float
     }
   }
   return worst;
-}
-
-// ||a - b|| / ||b|| in double.
-double RelativeL2(const float* a, const double* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    num += d * d;
-    den += b[i] * b[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 // Modified Gram-Schmidt on the k columns of the n x k row-major matrix `m`
@@ -190,7 +180,8 @@ absl::StatusOr<SpecResult> MeasureSpec(const codec::CodecSpec& spec, const Shape
   res.bits_per_element = 8.0 *
                          static_cast<double>(enc.layout().code_bytes + enc.layout().scale_bytes) /
                          static_cast<double>(n);
-  res.rel_l2 = RelativeL2(decoded.data(), g_exact.data(), n);
+  res.rel_l2 =
+      RelativeL2(absl::MakeConstSpan(decoded.data(), n), absl::MakeConstSpan(g_exact.data(), n));
   res.bound = CheckBound(enc, g.data(), decoded.data());
 
   // P workers, each encoded with its own rank, reduced to their average.
@@ -213,9 +204,11 @@ absl::StatusOr<SpecResult> MeasureSpec(const codec::CodecSpec& spec, const Shape
   GIFT_RETURN_IF_ERROR(codec::ReduceEncoded(
       views, avg.data(), 1.0f / static_cast<float>(P), reencoded.mutable_view(),
       codec::RngKey{.tensor = tensor_id, .step = 0, .rank = static_cast<uint32_t>(P)}, opts));
-  res.avg_rel_l2 = RelativeL2(avg.data(), exact_avg.data(), n);
+  res.avg_rel_l2 =
+      RelativeL2(absl::MakeConstSpan(avg.data(), n), absl::MakeConstSpan(exact_avg.data(), n));
   GIFT_RETURN_IF_ERROR(codec::Decode(reencoded.view(), decoded.data(), opts));
-  res.avg_reencoded_rel_l2 = RelativeL2(decoded.data(), exact_avg.data(), n);
+  res.avg_reencoded_rel_l2 =
+      RelativeL2(absl::MakeConstSpan(decoded.data(), n), absl::MakeConstSpan(exact_avg.data(), n));
   res.reencoded_bound = CheckBound(reencoded, avg.data(), decoded.data());
   return res;
 }

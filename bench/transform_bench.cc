@@ -24,6 +24,7 @@
 #include "bench/codec_bench_cuda.h"
 #include "bench/plain_blas_forward.h"
 #include "bench/transform_bench_cuda.h"
+#include "common/base/relative_error.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "common/codec/codec.h"
@@ -113,16 +114,6 @@ Eigen::MatrixXd DenseFactor(int64_t n, int64_t r, uint64_t seed) {
 struct CpuTimes {
   Timing encode, forward_encode, decode, decode_inverse, forward, inverse, plain_forward;
 };
-
-double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
-  double err = 0.0, norm = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    err += d * d;
-    norm += static_cast<double>(want[i]) * want[i];
-  }
-  return norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
-}
 
 nlohmann::json TimingJson(const Timing& t) {
   return nlohmann::json{{"median_s", t.median_s}, {"samples_s", t.seconds}};

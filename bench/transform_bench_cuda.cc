@@ -26,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
 #include "bench/cuda_bench_util.h"
+#include "common/base/relative_error.h"
 #include "common/base/status_macros.h"
 #include "common/codec/encoded_tensor.h"
 #include "kernels/codec/codec_cuda.h"
@@ -37,16 +38,6 @@ namespace {
 
 using kernels::CublasHandle;
 using kernels::CublasStatus;
-
-double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    err += d * d;
-    norm += static_cast<double>(want[i]) * want[i];
-  }
-  return norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
-}
 
 }  // namespace
 

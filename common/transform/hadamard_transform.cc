@@ -4,19 +4,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/split_mix64.h"
 #include "common/base/status_macros.h"
 
 namespace gift::transform {
 namespace {
 
 bool IsPowerOfTwo(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
-
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // In-place unnormalized Walsh-Hadamard transform of b = 2^k values.
 void FastWalshHadamard(double* x, int64_t b) {

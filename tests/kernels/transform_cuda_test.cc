@@ -51,7 +51,6 @@ using transform::SideBasisOptions;
 using transform::Sides;
 using transform::TensorBasis;
 using transform::testing::AnisotropicMatrix;
-using transform::testing::RelativeL2;
 using transform::testing::SampleFactors;
 
 constexpr double kFp32Tolerance = 1e-5;

@@ -147,7 +147,7 @@ double TimeAverageError(EncoderPipeline& pipeline, const std::vector<float>& g, 
   }
   std::vector<float> avg(g.size());
   for (size_t i = 0; i < g.size(); ++i) avg[i] = static_cast<float>(acc[i] / steps);
-  return testing::RelativeL2(avg, g);
+  return RelativeL2(avg, g);
 }
 
 // With error feedback the decoded outputs telescope: sum_t out_t =
@@ -199,10 +199,10 @@ TEST(EncoderPipeline, SwitchBasisRemapsTheResidualExactly) {
       EXPECT_EQ(&pipeline->transform(), chain[k].get());
       const std::vector<float> e_new(pipeline->residual().begin(), pipeline->residual().end());
       ASSERT_TRUE(chain[k]->Inverse(e_new.data(), d_out, d_in, after.data()).ok());
-      const double remap_err = testing::RelativeL2(after, before);
+      const double remap_err = RelativeL2(after, before);
       std::cout << "[ remap    ] " << chain[k - 1]->name() << " -> " << chain[k]->name()
                 << ": |Inv_new(E_new) - Inv_old(E_old)| / |Inv_old(E_old)| = " << remap_err
-                << ", E changed by " << testing::RelativeL2(e_new, e_old) << "\n";
+                << ", E changed by " << RelativeL2(e_new, e_old) << "\n";
       EXPECT_LE(remap_err, 1e-5);
     }
     for (int s = 0; s < 25; ++s, ++steps) {
@@ -216,7 +216,7 @@ TEST(EncoderPipeline, SwitchBasisRemapsTheResidualExactly) {
   // rounding of the remaps), so the time average converges as without them.
   std::vector<float> avg(g.size());
   for (size_t i = 0; i < g.size(); ++i) avg[i] = static_cast<float>(acc[i] / steps);
-  const double across = testing::RelativeL2(avg, g);
+  const double across = RelativeL2(avg, g);
   auto plain = EncoderPipeline::Create(chain[0], {.spec = Spec("nvfp4")});
   const double without = TimeAverageError(*plain, g, 1);
   std::cout << "[ remap    ] time average over " << steps << " steps across 3 switches: rel_l2 "
@@ -353,8 +353,8 @@ TEST(EncoderPipeline, EightWorkerAverageThroughReduceEncoded) {
     for (float& v : via_codec) v *= 1.0f / kWorkers;
     EXPECT_TRUE(SameBits(via_pipeline, via_codec)) << name;
 
-    const double direct_err = testing::RelativeL2(direct_avg, exact);
-    const double geometry_err = testing::RelativeL2(PipelineAverage(geometry, spec, grads), exact);
+    const double direct_err = RelativeL2(direct_avg, exact);
+    const double geometry_err = RelativeL2(PipelineAverage(geometry, spec, grads), exact);
     std::cout << "[ 8 workers] " << name << ": rel_l2_avg identity " << direct_err << ", "
               << geometry->name() << " " << geometry_err << " (ratio " << geometry_err / direct_err
               << ")\n";

@@ -98,7 +98,7 @@ TEST(QuantizedAverage, TwoSidedQuarterPowerHalvesTheErrorOfTheFp8Average) {
   };
   for (const std::string spec_name : {"e4m3/block128", "e5m2/tensor"}) {
     const codec::CodecSpec spec = codec::ParseCodecSpec(spec_name).value();
-    const double direct_err = testing::RelativeL2(QuantizedAverage(grads, spec), exact);
+    const double direct_err = RelativeL2(QuantizedAverage(grads, spec), exact);
     std::vector<double> ratios;
     for (const Config& c : configs) {
       const SideBasisOptions options{.residual = c.residual};
@@ -119,7 +119,7 @@ TEST(QuantizedAverage, TwoSidedQuarterPowerHalvesTheErrorOfTheFp8Average) {
       }
       std::vector<float> avg = QuantizedAverage(transformed, spec);
       ASSERT_TRUE(basis->Inverse(avg.data(), kOut, kIn, avg.data()).ok());
-      const double err = testing::RelativeL2(avg, exact);
+      const double err = RelativeL2(avg, exact);
       const double ratio = err / direct_err;
       ratios.push_back(ratio);
       std::cout << "[ fp8 avg  ] " << spec_name << " two-sided p=" << c.power << " " << c.name

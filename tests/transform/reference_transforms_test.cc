@@ -68,9 +68,9 @@ TEST(ReferenceTransforms, ForwardThenInverseReturnsTheGradient) {
     std::vector<float> x(g.size()), back(g.size());
     ASSERT_TRUE(c.t->Forward(g.data(), c.d_out, c.d_in, x.data()).ok()) << c.t->name();
     ASSERT_TRUE(c.t->Inverse(x.data(), c.d_out, c.d_in, back.data()).ok()) << c.t->name();
-    const double err = testing::RelativeL2(back, g);
+    const double err = RelativeL2(back, g);
     std::cout << "[ roundtrip] " << c.t->name() << ": rel_l2=" << err
-              << " |T(G)-G|/|G|=" << testing::RelativeL2(x, g) << "\n";
+              << " |T(G)-G|/|G|=" << RelativeL2(x, g) << "\n";
     EXPECT_LE(err, kRoundTripTolerance) << c.t->name();
     // In place gives the same bits as out of place.
     std::vector<float> in_place = g;
@@ -135,7 +135,7 @@ TEST(DenseWhitening, AgreesWithTensorBasisAtHalfPowerUpToARotation) {
   const Eigen::MatrixXd gram_tb =
       testing::ToMatrix(x_tb, d_out, n) * testing::ToMatrix(x_tb, d_out, n).transpose();
   const double gram_err = (gram_dense - gram_tb).norm() / gram_dense.norm();
-  const double elementwise = testing::RelativeL2(x_tb, x_dense);
+  const double elementwise = RelativeL2(x_tb, x_dense);
   std::cout << "[ dense~tb ] |XX^T_dense - XX^T_tb| / |XX^T_dense| = " << gram_err
             << ", elementwise |X_tb - X_dense| / |X_dense| = " << elementwise << "\n";
   EXPECT_LE(gram_err, 1e-5);
@@ -247,7 +247,7 @@ TEST(Hadamard, NonPowerOfTwoNeedsADividingPowerOfTwoBlock) {
   std::vector<float> x(g.size()), back(g.size());
   ASSERT_TRUE(t->Forward(g.data(), 4, 96, x.data()).ok());
   ASSERT_TRUE(t->Inverse(x.data(), 4, 96, back.data()).ok());
-  EXPECT_LE(testing::RelativeL2(back, g), kRoundTripTolerance);
+  EXPECT_LE(RelativeL2(back, g), kRoundTripTolerance);
   // Block-diagonal: each 32-column block keeps its own norm.
   const Eigen::MatrixXd mg = testing::ToMatrix(g, 4, 96), mx = testing::ToMatrix(x, 4, 96);
   for (int64_t b = 0; b < 3; ++b) {

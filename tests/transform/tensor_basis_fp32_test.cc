@@ -79,7 +79,7 @@ TEST(TensorBasisFp32, MatchesDoubleReferenceWithinStatedBound) {
                 << what;
             for (const auto& [got, want, dir] :
                  {std::tuple{&fwd, &fwd_ref, "forward"}, std::tuple{&inv, &inv_ref, "inverse"}}) {
-              const double err = testing::RelativeL2(*got, *want);
+              const double err = RelativeL2(*got, *want);
               EXPECT_LE(err, bound) << what << " " << dir;
               worst_error = std::max(worst_error, err);
               if (err / bound > worst_ratio) {
@@ -98,7 +98,7 @@ TEST(TensorBasisFp32, MatchesDoubleReferenceWithinStatedBound) {
             EXPECT_TRUE(SameBits(in_place, back)) << what;
 
             // Round trip, FP32 both ways: each direction's bound.
-            const double round_trip = testing::RelativeL2(back, g);
+            const double round_trip = RelativeL2(back, g);
             worst_round_trip = std::max(worst_round_trip, round_trip / (2 * bound));
             EXPECT_LE(round_trip, 2 * bound) << what;
           }
@@ -165,7 +165,7 @@ TEST(TensorBasisFp32, RowRangesGiveTheWholeResult) {
                  ? basis.Inverse(g.data(), s.d_out, s.d_in, ref.data(), Precision::kFp64Reference)
                  : basis.Forward(g.data(), s.d_out, s.d_in, ref.data(), Precision::kFp64Reference))
                 .ok());
-        EXPECT_LE(testing::RelativeL2(odd, ref), basis.Fp32ErrorBound()) << what;
+        EXPECT_LE(RelativeL2(odd, ref), basis.Fp32ErrorBound()) << what;
       }
     }
   }
@@ -233,7 +233,7 @@ TEST(TensorBasisFp32, BlasThreadsSettingAndLibrary) {
     EXPECT_EQ(BlasThreads(), threads);
     std::vector<float> out(g.size());
     ASSERT_TRUE(basis.Forward(g.data(), s.d_out, s.d_in, out.data()).ok());
-    EXPECT_LE(testing::RelativeL2(out, ref), basis.Fp32ErrorBound()) << threads << " threads";
+    EXPECT_LE(RelativeL2(out, ref), basis.Fp32ErrorBound()) << threads << " threads";
   }
   ASSERT_TRUE(SetBlasThreads(before).ok());
 }

@@ -72,7 +72,7 @@ TEST(TensorBasis, ForwardMatchesDenseReferenceAndInverseIsExact) {
             std::vector<float> t(g.size()), back(g.size());
             ASSERT_TRUE(basis.Forward(g.data(), shape.d_out, shape.d_in, t.data()).ok()) << what;
             ASSERT_TRUE(basis.Inverse(t.data(), shape.d_out, shape.d_in, back.data()).ok()) << what;
-            const double round_trip = testing::RelativeL2(back, g);
+            const double round_trip = RelativeL2(back, g);
             worst_round_trip = std::max(worst_round_trip, round_trip);
             EXPECT_LE(round_trip, kRoundTripTolerance) << what;
 
@@ -87,10 +87,10 @@ TEST(TensorBasis, ForwardMatchesDenseReferenceAndInverseIsExact) {
                 want_f[i * shape.d_in + j] = static_cast<float>(want(i, j));
               }
             }
-            const double reference = testing::RelativeL2(t, want_f);
+            const double reference = RelativeL2(t, want_f);
             worst_reference = std::max(worst_reference, reference);
             EXPECT_LE(reference, 1e-5) << what;
-            EXPECT_GE(testing::RelativeL2(t, g), 1e-3) << what;
+            EXPECT_GE(RelativeL2(t, g), 1e-3) << what;
 
             // In place gives the same bits.
             std::vector<float> in_place = g;

@@ -12,7 +12,6 @@
 namespace gift::transform {
 namespace {
 
-using testing::RelativeL2;
 using testing::SharedPlusNoiseGradients;
 
 constexpr int64_t kOut = 64, kIn = 96;

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/base/relative_error.h"
 #include "common/transform/second_moment_ema.h"
 #include "common/transform/side_basis.h"
 #include "common/transform/tensor_basis.h"
@@ -96,16 +97,6 @@ inline Eigen::MatrixXd ToMatrix(const std::vector<float>& x, int64_t rows, int64
     for (int64_t j = 0; j < cols; ++j) m(i, j) = x[i * cols + j];
   }
   return m;
-}
-
-inline double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
-  double err = 0.0, norm = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    err += d * d;
-    norm += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(err / norm);
 }
 
 // The input- and output-side second moments of `samples` anisotropic

@@ -89,7 +89,7 @@ double DirectErrorByHand(const std::vector<std::vector<float>>& grads, const cod
     for (const auto& g : grads) sum += g[i];
     exact[i] = static_cast<float>(sum / grads.size());
   }
-  return testing::RelativeL2(avg, exact);
+  return RelativeL2(avg, exact);
 }
 
 void Print(const std::string& what, const Selection& s) {
