@@ -1,0 +1,32 @@
+// The one definition of the tensor shapes GIFT-PS accepts, used wherever a
+// shape arrives from outside (a worker's RegisterBuffers, the coordinator's
+// RegisterTensors): at least one dimension, every dimension >= 1, at most
+// kMaxTensorElements elements in all (2^40: 4 TiB of FP32, far beyond any one
+// gradient, and small enough that byte counts of several such tensors cannot
+// overflow 64 bits).
+//
+// Thread safety: pure functions.
+#ifndef GIFT_COMMON_BASE_TENSOR_SHAPE_H_
+#define GIFT_COMMON_BASE_TENSOR_SHAPE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace gift {
+
+inline constexpr uint64_t kMaxTensorElements = uint64_t{1} << 40;
+
+// The number of elements of `shape`, or INVALID_ARGUMENT saying what is wrong
+// ("shape [4, 0]: dimension 1 is 0, must be >= 1", "... has 2^41 elements,
+// more than 2^40"). The product is checked without overflow.
+absl::StatusOr<uint64_t> TensorElements(absl::Span<const int64_t> shape);
+
+// "[4, 1024]".
+std::string ShapeString(absl::Span<const int64_t> shape);
+
+}  // namespace gift
+
+#endif  // GIFT_COMMON_BASE_TENSOR_SHAPE_H_
