@@ -5,6 +5,7 @@
 #ifndef GIFT_BENCH_BENCH_UTIL_H_
 #define GIFT_BENCH_BENCH_UTIL_H_
 
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <functional>
@@ -38,7 +39,6 @@ CLI::Validator NonNegativeNumber();
 // Parses spec names that CodecSpecValidator accepted (or fails the same way).
 absl::StatusOr<std::vector<codec::CodecSpec>> ParseSpecs(const std::vector<std::string>& names);
 
-// std::thread::hardware_concurrency(), at least 1.
 // CPU time (utime + stime) and minor page faults of a process so far, from
 // /proc/PID/stat; `pid` is a number or "self". nullopt when it cannot be read
 // (the process is gone).
@@ -48,11 +48,29 @@ struct ProcessUsage {
 };
 std::optional<ProcessUsage> ReadProcessUsage(const std::string& pid);
 
+// std::thread::hardware_concurrency(), at least 1.
 int HardwareThreads();
 
 // Median of the samples (mean of the two middle ones for an even count).
 // Requires a non-empty vector.
 double Median(std::vector<double> samples);
+
+// Nearest-rank percentile (q in [0, 1]) of a non-empty sample.
+double Percentile(std::vector<double> samples, double q);
+
+// Seconds of std::chrono::steady_clock since `start`.
+double SecondsSince(std::chrono::steady_clock::time_point start);
+
+// A loopback TCP port that was free a moment ago (bound to port 0 and
+// closed): for a child that must be told its port before it starts.
+absl::StatusOr<int> FreePort();
+
+// The last `n` characters of a child's output on one line ("..." in front
+// when cut, newlines as spaces): for error messages.
+std::string OutputTail(const std::string& text, size_t n = 600);
+
+// This program's path (/proc/self/exe), "" when unknown.
+std::string SelfPath();
 
 // Wall-clock timing of `fn`: one untimed warm-up call, then `reps` timed
 // calls. Stops at the first error `fn` returns.

@@ -35,6 +35,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_util.h"
+#include "bench/gloo_baseline.h"
+#include "bench/perftest_baseline.h"
+#include "bench/reducer_baseline.h"
+#include "bench/synthetic_model.h"
 #include "common/base/split_mix64.h"
 #include "common/base/status_macros.h"
 #include "common/base/temp_dir.h"
@@ -57,151 +61,6 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Nearest-rank percentile of a non-empty sample.
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
-}
-
-// ---- the synthetic model -------------------------------------------------------
-
-struct ModelTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t rows = 0;  // 1 for a vector
-  int64_t cols = 0;
-  size_t elements() const { return static_cast<size_t>(rows * cols); }
-  bool matrix() const { return shape.size() == 2; }
-};
-
-// One Llama-style block per layer: attention q, k, v, o (d x d), MLP gate and
-// up (2.75d x d), down (d x 2.75d), and the two RMSNorm weights (d).
-std::vector<ModelTensor> ModelTensors(int64_t d, int layers) {
-  const int64_t ff = static_cast<int64_t>(std::llround(2.75 * static_cast<double>(d)));
-  std::vector<ModelTensor> out;
-  auto matrix = [&](std::string name, int64_t rows, int64_t cols) {
-    out.push_back({std::move(name), {rows, cols}, rows, cols});
-  };
-  for (int l = 0; l < layers; ++l) {
-    const std::string p = absl::StrCat("layers.", l, ".");
-    for (const char* m : {"q", "k", "v", "o"}) matrix(absl::StrCat(p, "attn.", m, ".weight"), d, d);
-    matrix(p + "mlp.gate.weight", ff, d);
-    matrix(p + "mlp.up.weight", ff, d);
-    matrix(p + "mlp.down.weight", d, ff);
-    out.push_back({p + "attn_norm.weight", {d}, 1, d});
-    out.push_back({p + "mlp_norm.weight", {d}, 1, d});
-  }
-  return out;
-}
-
-// Gradients: a fixed Gaussian field per tensor, rolled by a (step, worker)
-// dependent number of rows, times a per-tensor column profile spanning three
-// decades (columns in a random order: a property of the "model", the same
-// for every worker and step, so a learned basis has something to find) and a
-// per-(step, worker, column) jitter in [1/2, 2]. Cheap to apply every step
-// (two multiplies per element), deterministic.
-class GradientSource {
- public:
-  explicit GradientSource(const std::vector<ModelTensor>& tensors) : tensors_(tensors) {
-    for (size_t t = 0; t < tensors.size(); ++t) {
-      uint64_t s = 0x5EED0000ull + t;
-      std::vector<float> field(tensors[t].elements());
-      for (size_t i = 0; i + 1 < field.size(); i += 2) {  // Box-Muller
-        const double u1 = 1.0 - SplitMix64Uniform(s), u2 = SplitMix64Uniform(s);
-        const double r = std::sqrt(-2.0 * std::log(u1));
-        field[i] = static_cast<float>(r * std::cos(2 * M_PI * u2));
-        field[i + 1] = static_cast<float>(r * std::sin(2 * M_PI * u2));
-      }
-      if (field.size() % 2 == 1) field.back() = static_cast<float>(SplitMix64Uniform(s) - 0.5);
-      std::vector<float> profile(tensors[t].cols);
-      for (float& p : profile) p = static_cast<float>(std::pow(10.0, -3.0 * SplitMix64Uniform(s)));
-      fields_.push_back(std::move(field));
-      profiles_.push_back(std::move(profile));
-    }
-  }
-
-  void Fill(size_t t, uint64_t step, int worker, float* out) const {
-    const ModelTensor& m = tensors_[t];
-    uint64_t s = (step + 1) * 0x1000193ull + static_cast<uint64_t>(worker) * 0x10001ull + t;
-    const int64_t shift = static_cast<int64_t>(SplitMix64(s) % static_cast<uint64_t>(m.rows));
-    std::vector<float> scale(m.cols);
-    for (int64_t c = 0; c < m.cols; ++c) {
-      scale[c] = profiles_[t][c] * static_cast<float>(std::exp2(2.0 * SplitMix64Uniform(s) - 1.0));
-    }
-    const float* field = fields_[t].data();
-    // 1-D tensors: roll within the single row instead.
-    const int64_t col_shift =
-        m.rows == 1 ? shift + static_cast<int64_t>(SplitMix64(s) % m.cols) : 0;
-    for (int64_t r = 0; r < m.rows; ++r) {
-      const float* src = field + ((r + shift) % m.rows) * m.cols;
-      float* dst = out + r * m.cols;
-      if (col_shift == 0) {
-        for (int64_t c = 0; c < m.cols; ++c) dst[c] = src[c] * scale[c];
-      } else {
-        for (int64_t c = 0; c < m.cols; ++c) dst[c] = src[(c + col_shift) % m.cols] * scale[c];
-      }
-    }
-  }
-
- private:
-  const std::vector<ModelTensor>& tensors_;
-  std::vector<std::vector<float>> fields_;
-  std::vector<std::vector<float>> profiles_;
-};
-
-uint64_t HashFloats(const float* data, size_t n, uint64_t h) {
-  const auto* bytes = reinterpret_cast<const uint8_t*>(data);
-  const size_t len = n * sizeof(float);
-  size_t i = 0;
-  for (; i + 8 <= len; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, bytes + i, 8);
-    h = (h ^ (w * 0x9E3779B97F4A7C15ull)) * 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-  }
-  for (; i < len; ++i) h = (h ^ bytes[i]) * 0x100000001B3ull;
-  return h;
-}
-
-// ---- processes -------------------------------------------------------------------
-
-// utime + stime of a process, in seconds ("self" for this one).
-// A loopback TCP port that was free a moment ago.
-absl::StatusOr<int> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int e = errno;
-    close(fd);
-    return absl::InternalError(absl::StrCat("bind 127.0.0.1:0: ", std::strerror(e)));
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-std::string Tail(const std::string& text, size_t n = 600) {
-  std::string t = text.size() > n ? "..." + text.substr(text.size() - n) : text;
-  std::replace(t.begin(), t.end(), '\n', ' ');
-  return t;
-}
-
-std::string SelfPath() {
-  std::error_code error;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-  return error ? std::string() : self.string();
-}
 
 // ---- codec facts -------------------------------------------------------------------
 
@@ -487,272 +346,6 @@ absl::Status RunCluster(const ClusterBenchOptions& o, tools::LocalCluster& clust
   return absl::OkStatus();
 }
 
-// ---- ucx_perftest ---------------------------------------------------------------------
-
-struct PerftestResult {
-  std::string label;
-  uint64_t message_bytes = 0;
-  int iterations = 0;
-  double bytes_per_s = 0;  // 0: did not run
-  std::string error;
-};
-
-// Whether some process listens on TCP `port` (IPv4 or IPv6), from /proc.
-bool Listening(int port) {
-  const std::string suffix = absl::StrFormat(":%04X", port);
-  for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::ifstream in(file);
-    std::string line;
-    std::getline(in, line);  // header
-    while (std::getline(in, line)) {
-      std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
-      // sl local_address rem_address st ...; st 0A is LISTEN.
-      if (f.size() > 3 && f[3] == "0A" && absl::EndsWith(f[1], suffix)) return true;
-    }
-  }
-  return false;
-}
-
-absl::Status WaitListening(int port, control::Subprocess& process, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!Listening(port)) {
-    if (process.WaitForExit(absl::ZeroDuration()).ok()) {
-      return absl::UnavailableError("it exited");
-    }
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("nothing listens on port ", port, " after ", absl::FormatDuration(timeout)));
-    }
-    absl::SleepFor(absl::Milliseconds(20));  // polling /proc, not a guess at readiness
-  }
-  return absl::OkStatus();
-}
-
-std::vector<std::string> WithTls(const std::string& tls, std::vector<std::string> argv) {
-  if (tls.empty()) return argv;
-  argv.insert(argv.begin(), {"/usr/bin/env", absl::StrCat("UCX_TLS=", tls)});
-  return argv;
-}
-
-PerftestResult RunPerftest(const ClusterBenchOptions& o, const std::string& label, uint64_t bytes) {
-  PerftestResult r{.label = label, .message_bytes = bytes};
-  r.iterations =
-      o.perftest_iters > 0
-          ? o.perftest_iters
-          : static_cast<int>(std::clamp<uint64_t>((uint64_t{256} << 20) / bytes, 20, 2000));
-  absl::StatusOr<int> port = FreePort();
-  if (!port.ok()) {
-    r.error = port.status().ToString();
-    return r;
-  }
-  auto server =
-      control::Subprocess::Start(WithTls(o.ucx_tls, {o.perftest_bin, "-p", absl::StrCat(*port)}));
-  if (!server.ok()) {
-    r.error = absl::StrCat("starting the server: ", server.status().ToString());
-    return r;
-  }
-  // ucx_perftest's stdout is block-buffered into our pipe, so its "Waiting
-  // for connection" line only shows at exit: wait for the listening socket.
-  if (absl::Status listening = WaitListening(*port, **server, absl::Seconds(20)); !listening.ok()) {
-    r.error = absl::StrCat("the server did not listen: ", listening.message(), "; ",
-                           Tail((*server)->stdout_text() + (*server)->stderr_text()));
-    return r;
-  }
-  auto client = control::Subprocess::Start(
-      WithTls(o.ucx_tls, {o.perftest_bin, "127.0.0.1", "-p", absl::StrCat(*port), "-t", "tag_bw",
-                          "-s", absl::StrCat(bytes), "-n", absl::StrCat(r.iterations)}));
-  if (!client.ok()) {
-    r.error = absl::StrCat("starting the client: ", client.status().ToString());
-    return r;
-  }
-  absl::StatusOr<int> code = (*client)->WaitForExit(absl::Seconds(120));
-  (void)(*server)->WaitForExit(absl::Seconds(10));  // it exits after one test
-  const std::string out = (*client)->stdout_text();
-  if (!code.ok() || *code != 0) {
-    r.error = absl::StrCat("client ",
-                           code.ok() ? absl::StrCat("exited ", *code) : code.status().ToString(),
-                           ": ", Tail(out + (*client)->stderr_text()));
-    return r;
-  }
-  // "Final: ITER P50 AVG_OVERHEAD OVERALL_OVERHEAD BW_AVG BW_OVERALL MSGRATE_AVG MSGRATE_OVERALL"
-  // with bandwidth in MB/s, where UCX's MB is 2^20 bytes.
-  for (absl::string_view line : absl::StrSplit(out, '\n')) {
-    const size_t at = line.find("Final:");
-    if (at == absl::string_view::npos) continue;
-    std::vector<double> numbers;
-    for (absl::string_view field :
-         absl::StrSplit(line.substr(at + 6), absl::ByAnyChar(" \t|"), absl::SkipEmpty())) {
-      double v;
-      if (absl::SimpleAtod(field, &v)) numbers.push_back(v);
-    }
-    if (numbers.size() >= 6 && std::isfinite(numbers[5]) && numbers[5] > 0) {
-      r.bytes_per_s = numbers[5] * 1048576.0;
-      return r;
-    }
-  }
-  r.error = absl::StrCat("no bandwidth in its output: ", Tail(out));
-  return r;
-}
-
-// ---- gloo -----------------------------------------------------------------------------
-
-struct GlooResult {
-  bool ran = false;
-  std::string skipped;
-  json report;  // the script's JSON
-  double median_s = 0, p90_s = 0;
-};
-
-std::string DefaultGlooScript() {
-#ifdef GIFT_BENCH_SOURCE_DIR
-  const std::string in_source = GIFT_BENCH_SOURCE_DIR "/gloo_allreduce.py";
-  if (access(in_source.c_str(), R_OK) == 0) return in_source;
-#endif
-  // Installed: share/gift/gloo_allreduce.py next to bin/.
-  const std::filesystem::path self = SelfPath();
-  return (self.parent_path().parent_path() / "share/gift/gloo_allreduce.py").string();
-}
-
-GlooResult RunGloo(const ClusterBenchOptions& o, const std::vector<ModelTensor>& tensors, int steps,
-                   int warmup) {
-  GlooResult g;
-  if (access(o.python.c_str(), X_OK) != 0) {
-    g.skipped = absl::StrCat(o.python, " is not executable");
-    return g;
-  }
-  const std::string script = o.gloo_script.empty() ? DefaultGlooScript() : o.gloo_script;
-  if (access(script.c_str(), R_OK) != 0) {
-    g.skipped = absl::StrCat("no gloo script at ", script, " (pass --gloo-script)");
-    return g;
-  }
-  // Placed ranks: rank 0's host is a namespace of its own, any port is free.
-  absl::StatusOr<int> port = o.placement_file.empty() ? FreePort() : absl::StatusOr<int>(29500);
-  if (!port.ok()) {
-    g.skipped = port.status().ToString();
-    return g;
-  }
-  json shapes = json::array();
-  for (const ModelTensor& t : tensors) shapes.push_back(t.shape);
-  std::vector<std::string> argv = {o.python,   script,
-                                   "--world",  absl::StrCat(o.workers),
-                                   "--port",   absl::StrCat(*port),
-                                   "--steps",  absl::StrCat(steps),
-                                   "--warmup", absl::StrCat(warmup),
-                                   "--mode",   o.gloo_mode,
-                                   "--dtype",  o.gloo_dtype,
-                                   "--shapes", shapes.dump()};
-  if (!o.placement_file.empty()) argv.insert(argv.end(), {"--placement", o.placement_file});
-  auto child = control::Subprocess::Start(argv);
-  if (!child.ok()) {
-    g.skipped = absl::StrCat("starting ", o.python, ": ", child.status().ToString());
-    return g;
-  }
-  absl::StatusOr<int> code = (*child)->WaitForExit(absl::Seconds(600));
-  const std::string out = (*child)->stdout_text();
-  if (!code.ok()) {
-    (void)(*child)->Signal(SIGKILL);
-    g.skipped = absl::StrCat("gloo run did not finish: ", code.status().message());
-    return g;
-  }
-  // The last line of stdout is the JSON report.
-  std::string last;
-  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipWhitespace())) {
-    last = std::string(line);
-  }
-  json report = json::parse(last, nullptr, /*allow_exceptions=*/false);
-  if (report.is_discarded() || !report.is_object()) {
-    g.skipped = absl::StrCat("gloo script exited ", *code,
-                             " without a JSON report: ", Tail(out + (*child)->stderr_text()));
-    return g;
-  }
-  if (report.contains("skipped")) {
-    g.skipped = report["skipped"].get<std::string>();
-    return g;
-  }
-  if (*code != 0 || !report.contains("step_seconds")) {
-    g.skipped = absl::StrCat(
-        "gloo script exited ", *code, ": ",
-        report.contains("error") ? report["error"].dump() : Tail((*child)->stderr_text()));
-    return g;
-  }
-  // The step time of the collective: the slowest rank's, per step.
-  std::vector<double> per_step;
-  for (const json& rank_times : report["step_seconds"]) {
-    const auto times = rank_times.get<std::vector<double>>();
-    if (per_step.empty()) per_step.assign(times.size(), 0.0);
-    for (size_t i = 0; i < times.size() && i < per_step.size(); ++i) {
-      per_step[i] = std::max(per_step[i], times[i]);
-    }
-  }
-  if (per_step.empty()) {
-    g.skipped = "gloo script reported no steps";
-    return g;
-  }
-  g.ran = true;
-  g.median_s = Median(per_step);
-  g.p90_s = Percentile(per_step, 0.9);
-  g.report = std::move(report);
-  return g;
-}
-
-// ---- server reduction -------------------------------------------------------------------
-
-struct ReducerResult {
-  bool ran = false;
-  std::string error;
-  uint64_t rows = 0, cols = 0;
-  uint64_t payload_bytes = 0;
-  double all_pushes_s = 0;  // median: P AddPush calls of one chunk
-  double last_push_s = 0;   // median: the completing push (reduce + re-encode)
-  double memcpy_s = 0;
-};
-
-absl::StatusOr<ReducerResult> RunReducer(const ClusterBenchOptions& o, const codec::CodecSpec& push,
-                                         const codec::CodecSpec& pull) {
-  ReducerResult r;
-  const uint64_t elements = o.chunk_bytes / sizeof(float);
-  r.cols = elements % 1024 == 0 ? 1024 : elements;
-  r.rows = elements / r.cols;
-  const uint32_t P = static_cast<uint32_t>(o.workers);
-  const uint64_t dims[] = {r.rows, r.cols};
-  std::vector<std::vector<uint8_t>> payloads;
-  for (uint32_t rank = 0; rank < P; ++rank) {
-    std::vector<float> g(elements);
-    uint64_t s = 0xC0FFEEull + rank;
-    for (uint64_t i = 0; i < elements; ++i) {
-      g[i] = static_cast<float>((SplitMix64Uniform(s) - 0.5) *
-                                std::pow(10.0, -3.0 * (i % r.cols) / r.cols));
-    }
-    GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor t,
-                          codec::EncodedTensor::Create(push, r.rows, r.cols));
-    GIFT_RETURN_IF_ERROR(codec::Encode(g.data(), t.mutable_view(), {.tensor = 1, .rank = rank}));
-    GIFT_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, codec::SerializePayload(t.view(), dims));
-    payloads.push_back(std::move(bytes));
-  }
-  r.payload_bytes = payloads[0].size();
-  // The shard's path: placed pushes, parsed in place, reduced into a reusable
-  // send buffer (server/aggregator/reduction_timing.h).
-  GIFT_ASSIGN_OR_RETURN(
-      server::ChunkReductionTiming timing,
-      server::TimeChunkReduction(payloads, r.rows, r.cols, pull, std::max(1, o.reducer_reps)));
-  r.all_pushes_s = timing.all_pushes_s;
-  r.last_push_s = timing.last_push_s;
-  const int reps = std::max(1, o.reducer_reps);
-  std::vector<float> src(elements, 1.0f), dst(elements, 0.0f);
-  std::vector<double> copies;
-  for (int rep = 0; rep <= 5 * reps; ++rep) {
-    src[rep % elements] = static_cast<float>(rep);
-    const Clock::time_point start = Clock::now();
-    std::memcpy(dst.data(), src.data(), o.chunk_bytes);
-    const double s = SecondsSince(start);
-    if (dst[rep % elements] != static_cast<float>(rep)) return absl::InternalError("memcpy check");
-    if (rep > 0) copies.push_back(s);
-  }
-  r.memcpy_s = Median(copies);
-  r.ran = true;
-  return r;
-}
-
 // ---- output helpers ----------------------------------------------------------------------
 
 double Gbps(double bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
@@ -861,7 +454,8 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
   if (!status.ok()) {
     std::string logs;
     for (int w = 0; w < o.workers; ++w) {
-      logs += absl::StrCat("\n--- worker ", w, ": ", Tail(cluster->worker(w)->stderr_text(), 1500));
+      logs += absl::StrCat("\n--- worker ", w, ": ",
+                           OutputTail(cluster->worker(w)->stderr_text(), 1500));
     }
     (void)cluster->Stop();
     return absl::Status(status.code(), absl::StrCat(status.message(), logs));
@@ -1025,11 +619,13 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
     if (access(o.perftest_bin.c_str(), X_OK) != 0) {
       perftest["skipped"] = absl::StrCat(o.perftest_bin, " is not executable (Debian: ucx-utils)");
     } else {
+      const PerftestOptions perftest_options{
+          .binary = o.perftest_bin, .ucx_tls = o.ucx_tls, .iterations = o.perftest_iters};
       absl::StatusOr<uint64_t> chunk = ChunkPayloadBytes(run.push_spec, o.chunk_bytes / 4);
-      if (chunk.ok()) perf.push_back(RunPerftest(o, "one pushed chunk", *chunk));
+      if (chunk.ok()) perf.push_back(RunPerftest(perftest_options, "one pushed chunk", *chunk));
       if (bytes_pushed > 0) {
-        perf.push_back(
-            RunPerftest(o, "bytes pushed per step", static_cast<uint64_t>(bytes_pushed)));
+        perf.push_back(RunPerftest(perftest_options, "bytes pushed per step",
+                                   static_cast<uint64_t>(bytes_pushed)));
       }
       json results = json::array();
       for (const PerftestResult& p : perf) {
@@ -1057,7 +653,13 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
   if (o.gloo) {
     os << "\nrunning the gloo all-reduce baseline (" << o.workers << " processes)...\n"
        << std::flush;
-    GlooResult g = RunGloo(o, run.tensors, o.steps, std::max(1, o.warmup));
+    const GlooOptions gloo_options{.python = o.python,
+                                   .script = o.gloo_script,
+                                   .placement_file = o.placement_file,
+                                   .world = o.workers,
+                                   .mode = o.gloo_mode,
+                                   .dtype = o.gloo_dtype};
+    GlooResult g = RunGloo(gloo_options, run.tensors, o.steps, std::max(1, o.warmup));
     if (g.ran) {
       gloo = g.report;
       gloo.erase("step_seconds");
@@ -1076,7 +678,10 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
   json reducer = {{"ran", false}};
   ReducerResult red;
   if (o.reducer) {
-    absl::StatusOr<ReducerResult> rr = RunReducer(o, run.push_spec, run.pull_spec);
+    absl::StatusOr<ReducerResult> rr = RunReducer({.chunk_bytes = o.chunk_bytes,
+                                                   .workers = static_cast<uint32_t>(o.workers),
+                                                   .reps = o.reducer_reps},
+                                                  run.push_spec, run.pull_spec);
     if (rr.ok()) {
       red = *rr;
       reducer = {{"ran", true},
