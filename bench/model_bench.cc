@@ -131,10 +131,12 @@ absl::StatusOr<MethodSetup> Setup(const std::string& name, const std::string& hi
       return absl::InvalidArgumentError(absl::StrCat("unknown method ", name));
     }
     c.ring_cast = c.bytes_per_element < 4;
-    const std::string cast_spec = c.bytes_per_element == 2 ? "bf16" : "e4m3/tensor";
-    m.rates["cast"] = Pick(o.encode_gbps, costs.Encode(cast_spec), cast_estimate(c.bytes_per_element));
-    m.rates["uncast"] =
-        Pick(o.decode_gbps, costs.Decode(cast_spec), cast_estimate(c.bytes_per_element));
+    if (c.ring_cast) {
+      const std::string cast_spec = c.bytes_per_element == 2 ? "bf16" : "e4m3/tensor";
+      const double estimate = cast_estimate(c.bytes_per_element);
+      m.rates["cast"] = Pick(o.encode_gbps, costs.Encode(cast_spec), estimate);
+      m.rates["uncast"] = Pick(o.decode_gbps, costs.Decode(cast_spec), estimate);
+    }
     m.rates["ring reduce"] = Pick(o.ring_reduce_gbps, costs.DecodeAccumulate("fp32"), 0);
     m.ops.encode_bps = m.rates["cast"].bps;
     m.ops.decode_bps = m.rates["uncast"].bps;
@@ -155,8 +157,13 @@ absl::StatusOr<MethodSetup> Setup(const std::string& name, const std::string& hi
     GIFT_ASSIGN_OR_RETURN(c.pull_bytes_per_element, BytesPerElement(pull, tensors));
     m.rates["encode"] = Pick(o.encode_gbps, costs.Encode(push), cast_estimate(c.push_bytes_per_element));
     m.rates["decode"] = Pick(o.decode_gbps, costs.Decode(pull), cast_estimate(c.pull_bytes_per_element));
-    m.rates["server reduce"] = Pick(o.reduce_gbps, costs.DecodeAccumulate(push), 0);
-    m.rates["server encode"] = Pick(o.server_encode_gbps, costs.Encode(pull), 0);
+    if (std::optional<double> r = costs.Reducer(push); r && o.reduce_gbps < 0) {
+      m.rates["server reduce"] = {*r, "measured (cluster reducer, encode included)"};
+      m.rates["server encode"] = {0, "in the reducer's rate"};
+    } else {
+      m.rates["server reduce"] = Pick(o.reduce_gbps, costs.DecodeAccumulate(push), 0);
+      m.rates["server encode"] = Pick(o.server_encode_gbps, costs.Encode(pull), 0);
+    }
     m.ops.encode_bps = m.rates["encode"].bps;
     m.ops.decode_bps = m.rates["decode"].bps;
     m.ops.reduce_bps = m.rates["server reduce"].bps;
@@ -215,7 +222,7 @@ absl::Status Run(const ModelBenchOptions& o) {
   std::ostream& os = out.table();
   GIFT_ASSIGN_OR_RETURN(const std::vector<ModelTensor2D> tensors, LoadTensors(o));
   MeasuredCosts costs;
-  GIFT_RETURN_IF_ERROR(LoadCosts(o.costs, costs));
+  GIFT_RETURN_IF_ERROR(LoadCosts(o.costs, o.costs_threads, costs));
 
   const ModelTotals plain = Totals(tensors, false, o.rank);
   const ModelTotals sub = Totals(TransformedSubset(tensors, o.transform_only), true, o.rank);
@@ -471,6 +478,8 @@ Command AddModelCommand(CLI::App& parent) {
       ->check(CLI::Range(0.0, 1.0));
   app->add_option("--costs", o->costs, "JSON of gift-bench codec/transform/cluster runs")
       ->delimiter(',');
+  app->add_option("--costs-threads", o->costs_threads,
+                  "codec rates at this thread count (0: the largest measured)");
   app->add_option("--encode-gbps", o->encode_gbps, "worker encode / ring cast, GB/s of FP32");
   app->add_option("--decode-gbps", o->decode_gbps, "worker decode, GB/s of FP32");
   app->add_option("--reduce-gbps", o->reduce_gbps, "server decode-accumulate per push");

@@ -34,10 +34,12 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-absl::Status AddCodec(const json& doc, MeasuredCosts& out, std::string& line) {
+absl::Status AddCodec(const json& doc, int threads, MeasuredCosts& out, std::string& line) {
   const json& ops = doc.at("cpu").at("ops");
-  int max_threads = 0;
-  for (const json& op : ops) max_threads = std::max(max_threads, op.at("threads").get<int>());
+  int max_threads = threads;
+  if (threads <= 0) {
+    for (const json& op : ops) max_threads = std::max(max_threads, op.at("threads").get<int>());
+  }
   int n = 0;
   for (const json& op : ops) {
     if (op.at("threads").get<int>() != max_threads) continue;
@@ -49,6 +51,7 @@ absl::Status AddCodec(const json& doc, MeasuredCosts& out, std::string& line) {
     if (name == "decode-acc") out.decode_acc_bps[spec] = bps;
     ++n;
   }
+  if (n == 0) return absl::InvalidArgumentError(absl::StrCat("no ops at ", max_threads, " threads"));
   line = absl::StrFormat("codec: %d op rates at %d threads", n, max_threads);
   return absl::OkStatus();
 }
@@ -85,7 +88,7 @@ absl::Status AddCluster(const json& doc, MeasuredCosts& out, std::string& line) 
   if (!r.value("ran", false)) return absl::InvalidArgumentError("its reducer did not run");
   const double per_push = r.at("gbps_fp32_out").get<double>() * 1e9 * r.at("ranks").get<int>();
   const std::string spec = Canonical(r.at("push_codec").get<std::string>());
-  out.decode_acc_bps[spec] = per_push;
+  out.reducer_bps[spec] = per_push;
   line = absl::StrFormat("cluster reducer: %s decode-accumulate %.2f GB/s per push (%d ranks)",
                          spec, per_push * 1e-9, r.at("ranks").get<int>());
   return absl::OkStatus();
@@ -93,13 +96,13 @@ absl::Status AddCluster(const json& doc, MeasuredCosts& out, std::string& line) 
 
 }  // namespace
 
-absl::Status MeasuredCosts::Add(const json& doc, const std::string& path) {
+absl::Status MeasuredCosts::Add(const json& doc, const std::string& path, int threads) {
   std::string line;
   absl::Status s;
   try {
     const std::string command = doc.value("command", "");
     if (command == "codec") {
-      s = AddCodec(doc, *this, line);
+      s = AddCodec(doc, threads, *this, line);
     } else if (command == "transform") {
       s = AddTransform(doc, *this, line);
     } else if (doc.contains("reducer")) {
@@ -125,13 +128,17 @@ std::optional<double> MeasuredCosts::DecodeAccumulate(const std::string& spec) c
   return Find(decode_acc_bps, spec);
 }
 
-absl::Status LoadCosts(const std::vector<std::string>& paths, MeasuredCosts& out) {
+std::optional<double> MeasuredCosts::Reducer(const std::string& push_spec) const {
+  return Find(reducer_bps, push_spec);
+}
+
+absl::Status LoadCosts(const std::vector<std::string>& paths, int threads, MeasuredCosts& out) {
   for (const std::string& path : paths) {
     std::ifstream in(path);
     if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
     json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (doc.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not JSON"));
-    if (absl::Status s = out.Add(doc, path); !s.ok()) return s;
+    if (absl::Status s = out.Add(doc, path, threads); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
