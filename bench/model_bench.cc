@@ -479,7 +479,7 @@ Command AddModelCommand(CLI::App& parent) {
   app->add_option("--costs", o->costs, "JSON of gift-bench codec/transform/cluster runs")
       ->delimiter(',');
   app->add_option("--costs-threads", o->costs_threads,
-                  "codec rates at this thread count (0: the largest measured)");
+                  "codec and transform rates at this thread count (0: the largest measured)");
   app->add_option("--encode-gbps", o->encode_gbps, "worker encode / ring cast, GB/s of FP32");
   app->add_option("--decode-gbps", o->decode_gbps, "worker decode, GB/s of FP32");
   app->add_option("--reduce-gbps", o->reduce_gbps, "server decode-accumulate per push");

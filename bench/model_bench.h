@@ -62,7 +62,7 @@ struct ModelBenchOptions {
   double ops_overlap = 0;
   // Per-op costs: measured JSON, then flags (GB/s of FP32; < 0 = not set).
   std::vector<std::string> costs;
-  int costs_threads = 0;  // codec rows at this thread count (0: the largest)
+  int costs_threads = 0;  // codec/transform rows at this thread count (0: the largest)
   double encode_gbps = -1, decode_gbps = -1, reduce_gbps = -1, server_encode_gbps = -1;
   double ring_reduce_gbps = -1, transform_gflops = -1;
   double hbm_gbyte = 0;         // > 0: HBM-bound estimates for unset worker op rates

@@ -56,13 +56,15 @@ absl::Status AddCodec(const json& doc, int threads, MeasuredCosts& out, std::str
   return absl::OkStatus();
 }
 
-absl::Status AddTransform(const json& doc, MeasuredCosts& out, std::string& line) {
+absl::Status AddTransform(const json& doc, int threads, MeasuredCosts& out, std::string& line) {
   std::vector<double> fwd, inv;
   int threads_used = 0;
   for (const json& shape : doc.at("shapes")) {
     const json* best = nullptr;
     for (const json& row : shape.at("cpu")) {
-      if (best == nullptr || row.at("threads").get<int>() > best->at("threads").get<int>()) {
+      const int t = row.at("threads").get<int>();
+      if (threads > 0 ? t == threads
+                      : best == nullptr || t > best->at("threads").get<int>()) {
         best = &row;
       }
     }
@@ -71,7 +73,9 @@ absl::Status AddTransform(const json& doc, MeasuredCosts& out, std::string& line
     fwd.push_back(best->at("forward_gflops").get<double>() * 1e9);
     inv.push_back(best->at("inverse_gflops").get<double>() * 1e9);
   }
-  if (fwd.empty()) return absl::InvalidArgumentError("no CPU rows in shapes[]");
+  if (fwd.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("no CPU rows at ", threads, " threads"));
+  }
   out.transform_forward_flops = Median(fwd);
   out.transform_inverse_flops = Median(inv);
   out.transform_rank = doc.at("config").at("rank").get<int>();
@@ -104,7 +108,7 @@ absl::Status MeasuredCosts::Add(const json& doc, const std::string& path, int th
     if (command == "codec") {
       s = AddCodec(doc, threads, *this, line);
     } else if (command == "transform") {
-      s = AddTransform(doc, *this, line);
+      s = AddTransform(doc, threads, *this, line);
     } else if (doc.contains("reducer")) {
       s = AddCluster(doc, *this, line);
     } else {

@@ -4,8 +4,8 @@
 //
 //   codec      cpu.ops[]: input_gbps (FP32 GB/s) of encode, decode and
 //              decode-acc per spec, at a thread count (0: the largest measured)
-//   transform  shapes[].cpu[]: forward_gflops and inverse_gflops at the
-//              largest thread count, the median over shapes; config.rank
+//   transform  shapes[].cpu[]: forward_gflops and inverse_gflops at that
+//              thread count (0: the largest), the median over shapes; config.rank
 //   cluster    reducer: gbps_fp32_out x ranks = the server's rate per push,
 //              its one encode of the pull included, for its push codec
 //
@@ -34,8 +34,8 @@ struct MeasuredCosts {
   std::vector<std::string> sources;  // one line per document read, for the report
 
   // Adds what `doc` (read from `path`) holds; a later document's value for
-  // the same op and spec replaces an earlier one. `threads`: which codec
-  // rows (0: the largest thread count in the document).
+  // the same op and spec replaces an earlier one. `threads`: which codec and
+  // transform rows (0: the largest thread count in the document).
   absl::Status Add(const nlohmann::json& doc, const std::string& path, int threads = 0);
 
   // The rate of an op for a spec name (any spelling ParseCodecSpec accepts).
