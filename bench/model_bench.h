@@ -7,7 +7,8 @@
 // (--hbm-gbyte); every input is echoed in the table's header and the JSON.
 //
 // For each GPU count (--gpus) and server count (--servers; 0 = the fewest
-// whose NICs and reduce keep up with the workers' links) it prints one row
+// whose NICs and reduce keep up with the workers' links, --max-servers when
+// none does) it prints one row
 // per method: bytes per GPU and per server, time per phase, exposed
 // communication, step, and the speedup against each ring; then the server
 // sizing of each service method. Node-local aggregation (--hierarchy node)

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/bench_util.h"
 #include "common/codec/codec_spec.h"
 
 namespace gift::bench {
@@ -26,12 +27,6 @@ std::optional<double> Find(const std::map<std::string, double>& m, const std::st
   auto it = m.find(Canonical(spec));
   if (it == m.end()) return std::nullopt;
   return it->second;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 absl::Status AddCodec(const json& doc, int threads, MeasuredCosts& out, std::string& line) {

@@ -161,7 +161,9 @@ double Combine(double a, double b, double overlap);
 // Server sizing for a service method: the fewest servers (1..max_servers)
 // whose NICs and reduce are never slower than the workers' links (nic_bound),
 // and the fewest whose step is within `tolerance` (e.g. 0.01) of the step
-// with nic_bound servers (for_target). Errors as PredictStep.
+// with nic_bound servers (for_target). When no count up to max_servers keeps
+// up, nic_bound is 0 (step_at_nic_bound_s too) and for_target is relative to
+// max_servers. Errors as PredictStep.
 struct ServerSizing {
   int nic_bound = 0;
   int for_target = 0;
