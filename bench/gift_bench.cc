@@ -6,6 +6,7 @@
 //   gift-bench control-plane  refresh negotiation and watch fan-out of gift-coordinator
 //   gift-bench transform  transform + quantize against direct quantize, CPU and GPU
 //   gift-bench cluster    push-pull of a local cluster against ucx_perftest, gloo, memcpy
+//   gift-bench model      predicted step time: rings against the service (nothing measured)
 //
 // Every subcommand lives in its own file and registers itself through a
 // bench::Command; see command.h.
@@ -20,6 +21,7 @@
 #include "bench/command.h"
 #include "bench/control_plane_bench.h"
 #include "bench/fidelity_report.h"
+#include "bench/model_bench.h"
 #include "bench/transform_bench.h"
 
 namespace {
@@ -38,6 +40,7 @@ int Main(int argc, char** argv) {
       "  gift-bench fidelity --shapes 4096x1024 --json -   JSON on stdout, table on stderr\n"
       "  gift-bench control-plane --members 256 --json cp.json   refresh and watch latency\n"
       "  gift-bench cluster --servers 2 --workers 4 --steps 20   push-pull of a local cluster\n"
+      "  gift-bench model --params 6.7e9 --d-model 4096 --gpus 64   predicted step times\n"
       "Run gift-bench SUBCOMMAND --help for the options of each.");
   app.fallthrough(false);
 
@@ -47,6 +50,7 @@ int Main(int argc, char** argv) {
   commands.push_back(gift::bench::AddControlPlaneCommand(app));
   commands.push_back(gift::bench::AddTransformCommand(app));
   commands.push_back(gift::bench::AddClusterCommand(app));
+  commands.push_back(gift::bench::AddModelCommand(app));
 
   try {
     app.parse(argc, argv);
