@@ -164,7 +164,7 @@ TEST_P(PushPullEngineTest, EveryWorkerGetsTheServersAverage) {
       const auto g = Gradient(kTensors[0], r, step);
       for (size_t k = 0; k < g.size(); ++k) exact[k] += g[k] / kWorld;
     }
-    EXPECT_LT(transform::testing::RelativeL2(buffers[0][0], exact), 0.05);
+    EXPECT_LT(RelativeL2(buffers[0][0], exact), 0.05);
   }
 }
 
@@ -291,7 +291,7 @@ TEST_P(PushPullEngineTest, ErrorFeedbackMakesTheTimeAverageConverge) {
     }
     std::vector<float> mean(sum.size());
     for (size_t k = 0; k < sum.size(); ++k) mean[k] = static_cast<float>(sum[k] / kSteps);
-    error[feedback] = transform::testing::RelativeL2(mean, exact);
+    error[feedback] = RelativeL2(mean, exact);
   }
   std::cout << "[ ef       ] time average over " << kSteps << " steps: rel_l2 without EF "
             << error[0] << ", with EF " << error[1] << "\n";
