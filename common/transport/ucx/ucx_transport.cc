@@ -3,6 +3,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -168,6 +169,14 @@ absl::Status UcxTransport::Init(const UcxTransportOptions& options) {
     if (status != UCS_OK) {
       ucp_config_release(config);
       return UcxError(absl::StrCat("UCX transports '", options.tls, "'"), status);
+    }
+  }
+  if (const std::string rndv = EffectiveRndvThresh(
+          options, [](const char* name) -> const char* { return std::getenv(name); }); !rndv.empty()) {
+    status = ucp_config_modify(config, "RNDV_THRESH", rndv.c_str());
+    if (status != UCS_OK) {
+      ucp_config_release(config);
+      return UcxError(absl::StrCat("UCX rendezvous threshold '", rndv, "'"), status);
     }
   }
   ucp_params_t params{};
@@ -576,6 +585,18 @@ void UcxTransport::Unregister(uintptr_t start) {
 }
 
 }  // namespace
+
+std::string EffectiveRndvThresh(const UcxTransportOptions& options,
+                                const std::function<const char*(const char*)>& getenv) {
+  if (getenv("UCX_RNDV_THRESH") != nullptr) return "";  // UCX reads it itself
+  if (!options.rndv_thresh.empty()) return options.rndv_thresh;
+  std::string tls = options.tls;
+  if (tls.empty()) {
+    const char* env = getenv("UCX_TLS");
+    if (env != nullptr) tls = env;
+  }
+  return tls == "tcp" ? "inf" : "";
+}
 
 absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(TransportHandlers handlers,
                                                               const UcxTransportOptions& options) {
