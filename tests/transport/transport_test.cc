@@ -407,7 +407,10 @@ TEST(UcxTransportTest, PayloadsGoEagerlyOverTcpOnly) {
   };
   EXPECT_EQ(EffectiveRndvThresh({.tls = "tcp"}, getenv), "inf");
   EXPECT_EQ(EffectiveRndvThresh({}, getenv), "");  // UCX's choice (RDMA where there is one)
+  EXPECT_EQ(EffectiveRndvThresh({.tls = "tcp,sm,self"}, getenv), "inf");
   EXPECT_EQ(EffectiveRndvThresh({.tls = "rc,tcp"}, getenv), "");
+  EXPECT_EQ(EffectiveRndvThresh({.tls = "sm,self"}, getenv), "");
+  EXPECT_EQ(EffectiveRndvThresh({.tls = "^ib"}, getenv), "");
   EXPECT_EQ(EffectiveRndvThresh({.tls = "tcp", .rndv_thresh = "64k"}, getenv), "64k");
   env["UCX_TLS"] = "tcp";
   EXPECT_EQ(EffectiveRndvThresh({}, getenv), "inf");

@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/base/crc32c.h"
@@ -595,7 +596,17 @@ std::string EffectiveRndvThresh(const UcxTransportOptions& options,
     const char* env = getenv("UCX_TLS");
     if (env != nullptr) tls = env;
   }
-  return tls == "tcp" ? "inf" : "";
+  // TCP the only network transport: every name is tcp or an intra-host one.
+  bool tcp = false;
+  for (absl::string_view name : absl::StrSplit(tls, ',')) {
+    if (name == "tcp") {
+      tcp = true;
+    } else if (name != "self" && name != "sm" && name != "shm" && name != "posix" &&
+               name != "sysv" && name != "cma" && name != "knem" && name != "xpmem") {
+      return "";  // RDMA, an alias such as "all", or an exclusion ("^ib"): UCX's choice
+    }
+  }
+  return tcp ? "inf" : "";
 }
 
 absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(TransportHandlers handlers,

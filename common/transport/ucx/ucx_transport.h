@@ -37,9 +37,10 @@ struct UcxTransportOptions {
   // empty: UCX's choice (the UCX_TLS environment variable, else all).
   std::string tls;
   // Payloads of at least this size go by UCX's rendezvous protocol (the
-  // UCX_RNDV_THRESH syntax: "inf", "256k", "auto"). Empty: "inf" when the
-  // transports are TCP only (`tls`, else the UCX_TLS environment variable,
-  // is "tcp"), else UCX's choice. A UCX_RNDV_THRESH environment variable
+  // UCX_RNDV_THRESH syntax: "inf", "256k", "auto"). Empty: "inf" when TCP is
+  // the only network transport (`tls`, else the UCX_TLS environment
+  // variable, lists tcp and at most intra-host ones: "tcp", "tcp,sm,self"),
+  // else UCX's choice. A UCX_RNDV_THRESH environment variable
   // wins over both.
   //
   // Why eager over TCP: a rendezvous send waits for the receiver's
