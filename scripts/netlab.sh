@@ -19,6 +19,8 @@
 # (gnl<pid>), so parallel runs cannot collide. On exit, an error, SIGINT or
 # SIGTERM every process started (and any left in the namespaces) is killed
 # by pid and every namespace deleted, which deletes every link.
+# --colocate: no server hosts; server i runs on worker host i mod P (one per
+# worker host by default, as BytePS runs without spare machines).
 #
 # run: for each rate, for each mode:
 #   direct | fp32 | gift  `gift-bench cluster --mode M --placement FILE` in the
@@ -26,6 +28,8 @@
 #                         coordinator stays there; the Worker API is a Unix
 #                         socket), daemons in their namespaces, UCX over TCP
 #                         on lab0 (UCX_TLS=tcp, UCX_NET_DEVICES=lab0);
+#   direct-CODEC          direct with pull codec CODEC (bf16, e4m3, e5m2, fp16;
+#                         block128 scales for the FP8 ones);
 #   gloo-fp32 | gloo-fp16 | gloo-bf16
 #                         bench/gloo_allreduce.py --placement FILE: torch
 #                         gloo all-reduce of the same tensors, one rank per
@@ -51,7 +55,10 @@ usage: $0 [run] [options]
 
 testbed:
   --workers N        worker hosts (default 4, 1..64)
-  --servers N        server hosts (default 2, 1..32)
+  --servers N        server hosts (default 2, 1..32; with --colocate, servers,
+                     default one per worker host)
+  --colocate         servers run on the worker hosts (server i on worker host
+                     i mod P), no server hosts
   --rates LIST       link rates, tc units (kbit, mbit, gbit), comma-separated
                      (default 1gbit; exec uses the first)
   --mtu N            MTU of every veth (default 9000)
@@ -59,8 +66,13 @@ testbed:
   --loss P           netem loss at each host's egress, e.g. 0.1%
   --prefix NAME      namespace prefix (default gnl<pid>; [a-z0-9], <= 10 chars)
 run:
-  --modes LIST       of direct, fp32, gift, gloo-fp32, gloo-fp16, gloo-bf16
+  --modes LIST       of direct, direct-bf16, direct-e4m3, direct-e5m2,
+                     direct-fp16 (direct with that pull codec), fp32, gift,
+                     gloo-fp32, gloo-fp16, gloo-bf16
                      (default direct,fp32,gloo-fp32,gloo-fp16)
+  --chunk-bytes N    the coordinator's chunk size in FP32 bytes (default
+                     1048576: at 200mbit 1 MiB chunks pipeline better than the
+                     coordinator's 4 MiB default, see docs/netlab.md)
   --steps N          timed steps (default 10)
   --warmup N         untimed steps first (default 2)
   --d-model N        model width (default 512)
@@ -94,7 +106,9 @@ cannot_run() {
 
 COMMAND=run
 WORKERS=4
-SERVERS=2
+SERVERS=""
+COLOCATE=0
+CHUNK_BYTES=1048576
 RATES=1gbit
 MTU=9000
 DELAY=""
@@ -120,6 +134,8 @@ while [[ $# -gt 0 ]]; do
     -h | --help) usage; exit 0 ;;
     --workers) WORKERS=${2:?}; shift 2 ;;
     --servers) SERVERS=${2:?}; shift 2 ;;
+    --colocate) COLOCATE=1; shift ;;
+    --chunk-bytes) CHUNK_BYTES=${2:?}; shift 2 ;;
     --rates) RATES=${2:?}; shift 2 ;;
     --mtu) MTU=${2:?}; shift 2 ;;
     --delay) DELAY=${2:?}; shift 2 ;;
@@ -142,12 +158,17 @@ done
 is_int() { [[ $1 =~ ^[0-9]+$ ]]; }
 in_range() { is_int "$1" && ((10#$1 >= $2 && 10#$1 <= $3)); }
 in_range "$WORKERS" 1 64 || usage_error "--workers: 1..64"
+if [[ -z $SERVERS ]]; then
+  if ((COLOCATE)); then SERVERS=$WORKERS; else SERVERS=2; fi
+fi
 in_range "$SERVERS" 1 32 || usage_error "--servers: 1..32"
 in_range "$MTU" 1280 65000 || usage_error "--mtu: 1280..65000"
 in_range "$STEPS" 1 100000 || usage_error "--steps: 1..100000"
 in_range "$WARMUP" 0 1000 || usage_error "--warmup: 0..1000"
 in_range "$D_MODEL" 2 65536 || usage_error "--d-model: 2..65536"
 in_range "$LAYERS" 1 1000 || usage_error "--layers: 1..1000"
+in_range "$CHUNK_BYTES" 4096 1073741824 ||
+  usage_error "--chunk-bytes: 4096..1073741824"
 in_range "$RUN_TIMEOUT" 10 86400 || usage_error "--run-timeout: 10..86400 seconds"
 [[ $PREFIX =~ ^[a-z][a-z0-9]{0,9}$ ]] || usage_error "--prefix: [a-z][a-z0-9]{0,9}"
 [[ -z $DELAY || $DELAY =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] || usage_error "--delay: e.g. 1ms"
@@ -177,7 +198,8 @@ IFS=, read -r -a MODE_LIST <<<"$MODES"
 [[ ${#MODE_LIST[@]} -ge 1 && ${#MODE_LIST[@]} -le 16 ]] || usage_error "--modes: 1..16 modes"
 for m in "${MODE_LIST[@]}"; do
   case $m in
-    direct | fp32 | gift | gloo-fp32 | gloo-fp16 | gloo-bf16) ;;
+    direct | direct-bf16 | direct-e4m3 | direct-e5m2 | direct-fp16 | fp32 | gift) ;;
+    gloo-fp32 | gloo-fp16 | gloo-bf16) ;;
     *) usage_error "--modes: unknown mode '$m'" ;;
   esac
 done
@@ -207,7 +229,9 @@ HOST_PORT=()  # its port's name in the bridge namespace
 HOSTS+=("$PREFIX-c")
 HOST_ADDR+=("198.18.0.1")
 HOST_PORT+=("c")
-for ((i = 0; i < SERVERS; i++)); do
+SERVER_HOSTS=0  # server hosts (none with --colocate)
+((COLOCATE)) || SERVER_HOSTS=$SERVERS
+for ((i = 0; i < SERVER_HOSTS; i++)); do
   HOSTS+=("$PREFIX-s$i")
   HOST_ADDR+=("198.18.0.$((10 + i))")
   HOST_PORT+=("s$i")
@@ -363,12 +387,16 @@ write_placement() {
     printf ',\n"servers":['
     for ((i = 0; i < SERVERS; i++)); do
       ((i == 0)) || printf ','
-      entry $((1 + i))
+      if ((COLOCATE)); then
+        entry $((1 + i % WORKERS))  # on worker host i mod P
+      else
+        entry $((1 + i))
+      fi
     done
     printf '],\n"workers":['
     for ((i = 0; i < WORKERS; i++)); do
       ((i == 0)) || printf ','
-      entry $((1 + SERVERS + i))
+      entry $((1 + SERVER_HOSTS + i))
     done
     printf ']}\n'
   } >"$file"
@@ -385,6 +413,15 @@ run_bounded() {
   return "$rc"
 }
 
+# The pull codec spec of a direct-CODEC mode (FP8 with block scales, as the
+# push codec).
+pull_codec() {
+  case $1 in
+    e4m3 | e5m2) echo "$1/block128" ;;
+    *) echo "$1" ;;
+  esac
+}
+
 # ---- main ---------------------------------------------------------------------------------------
 
 mkdir -p "$OUT"
@@ -392,7 +429,8 @@ OUT=$(cd "$OUT" && pwd)
 PLACEMENT="$OUT/placement.json"
 : >"$OUT/namespaces"
 
-echo "netlab: testbed $PREFIX: coordinator, $SERVERS servers, $WORKERS workers on a bridge;" \
+echo "netlab: testbed $PREFIX: coordinator, $SERVERS servers$( ((COLOCATE)) && echo " (on the worker hosts)")," \
+  "$WORKERS workers on a bridge;" \
   "rates ${RATES}, MTU $MTU${NETEM:+, netem $NETEM}" >&2
 testbed_up
 write_placement "$PLACEMENT"
@@ -435,8 +473,11 @@ for rate in "${RATE_LIST[@]}"; do
       *)
         rm -rf "$OUT/run/$rate-$mode"
         mkdir -p "$OUT/run/$rate-$mode"
+        bench_args=(--mode "${mode%%-*}")
+        [[ $mode != direct-* ]] || bench_args+=(--pull-codec "$(pull_codec "${mode#direct-}")")
+        bench_args+=(--chunk-bytes "$CHUNK_BYTES")
         run_bounded "$IP" netns exec "${HOSTS[0]}" "$BENCH" cluster --placement "$PLACEMENT" \
-          --servers "$SERVERS" --workers "$WORKERS" --mode "$mode" --steps "$STEPS" \
+          --servers "$SERVERS" --workers "$WORKERS" "${bench_args[@]}" --steps "$STEPS" \
           --warmup "$WARMUP" --d-model "$D_MODEL" --layers "$LAYERS" --ucx-tls tcp \
           --no-perftest --no-gloo --no-reducer --dir "$OUT/run/$rate-$mode" \
           --json "$json.tmp" >"$log" 2>&1 || rc=$?
@@ -453,8 +494,10 @@ for rate in "${RATE_LIST[@]}"; do
 done
 
 {
-  printf '{"prefix":"%s","workers":%d,"servers":%d,"mtu":%d,"delay":"%s","loss":"%s",' \
-    "$PREFIX" "$WORKERS" "$SERVERS" "$MTU" "$DELAY" "$LOSS"
+  printf '{"prefix":"%s","workers":%d,"servers":%d,"colocate":%s,"chunk_bytes":%s,' \
+    "$PREFIX" "$WORKERS" "$SERVERS" "$( ((COLOCATE)) && echo true || echo false)" \
+    "$CHUNK_BYTES"
+  printf '"mtu":%d,"delay":"%s","loss":"%s",' "$MTU" "$DELAY" "$LOSS"
   printf '"steps":%d,"warmup":%d,"d_model":%d,"layers":%d,"rates":[' \
     "$STEPS" "$WARMUP" "$D_MODEL" "$LAYERS"
   for ((i = 0; i < ${#RATE_LIST[@]}; i++)); do

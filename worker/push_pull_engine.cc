@@ -404,8 +404,18 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
     EndStep();
     return s;
   };
+  // One push order for every worker, whatever the order of its plan: by
+  // tensor id, then the tensor's chunks as planned (the shard map's order,
+  // by index), so that each server
+  // completes its chunks one after the other and streams their results
+  // while the next ones arrive.
+  push_order_.resize(plan.tensors.size());
+  for (size_t i = 0; i < push_order_.size(); ++i) push_order_[i] = i;
+  std::sort(push_order_.begin(), push_order_.end(), [&plan](size_t a, size_t b) {
+    return plan.tensors[a].tensor_id < plan.tensors[b].tensor_id;
+  });
   auto start = Clock::now();
-  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+  for (const size_t i : push_order_) {
     const TensorStep& t = plan.tensors[i];
     TensorBuffers& buffers = *step_buffers_[i];
     auto x = buffers.pipeline().Prepare(t.data, buffers.work());

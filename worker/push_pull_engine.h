@@ -11,7 +11,9 @@
 //   auto report = engine->Run(plan);   // grad now holds the average
 //
 // Pushes leave as soon as each chunk is encoded, so encoding overlaps the
-// transfer of earlier chunks; each result chunk is decoded on the Run thread
+// transfer of earlier chunks, in one order for every worker (by tensor id,
+// whatever the order of the plan's tensors), so that a server completes chunk
+// k while chunk k+1 arrives and its results stream back meanwhile; each result chunk is decoded on the Run thread
 // as soon as it arrives (between encodes, or while waiting), and a tensor is
 // inverse-transformed as soon as all its chunks are in. Stochastic rounding
 // is keyed dataplane::ChunkRngKey(tensor, chunk, step, rank), so chunks of
@@ -194,6 +196,7 @@ class PushPullEngine {
   std::vector<std::unique_ptr<TensorBuffers>> retired_;  // replaced while busy
   std::vector<TensorBuffers*> step_buffers_;             // by tensor, this step
   std::vector<ChunkSlot*> step_chunks_;                  // every chunk, this step
+  std::vector<size_t> push_order_;                       // tensor indices, this step
   std::vector<ChunkSlot*> draining_;                     // swapped with inflight_.ready
   uint64_t runs_ = 0;
 

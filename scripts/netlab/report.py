@@ -135,18 +135,22 @@ def main():
             )
             if not mode.startswith("gloo-"):
                 row["bytes_pushed_per_worker_step"] = doc["push_pull"]["bytes_pushed_per_step"]
+                # The largest relative L2 error of a tensor's average (gift-bench's check).
+                row["rel_l2_error"] = doc.get("correctness", {}).get("max_rel_l2_error")
                 if args.check_bytes is not None:
                     print(f"bytes check, {mode} at {rate['name']}:")
                     problems += [f"{mode} {rate['name']}: {x}" for x in
                                  check_bytes(doc, args.check_bytes)]
             rows.append(row)
 
-    header = (f"{'method':<10} {'rate':>8} {'median ms':>10} {'busiest B/step':>15} "
-              f"{'ideal ms':>9} {'x ideal':>8} {'tx+rx ms':>9} {'TCP retx':>9}  "
+    header = (f"{'method':<12} {'rate':>8} {'median ms':>10} {'busiest B/step':>15} "
+              f"{'ideal ms':>9} {'x ideal':>8} {'tx+rx ms':>9} {'TCP retx':>9} {'rel err':>7}  "
               f"CPU s/step per process")
     lines = [
-        f"netlab: {manifest['workers']} worker hosts, {manifest['servers']} server hosts, "
-        f"d_model {manifest['d_model']} x {manifest['layers']} layers, {manifest['steps']} timed "
+        f"netlab: {manifest['workers']} worker hosts, {manifest['servers']} "
+        + ("servers on the worker hosts, " if manifest.get("colocate") else "server hosts, ")
+        + (f"chunks of {manifest['chunk_bytes']} B FP32, " if manifest.get("chunk_bytes") else "")
+        + f"d_model {manifest['d_model']} x {manifest['layers']} layers, {manifest['steps']} timed "
         f"steps, MTU {manifest['mtu']}"
         + (f", netem delay {manifest['delay']}" if manifest.get("delay") else "")
         + (f" loss {manifest['loss']}" if manifest.get("loss") else ""),
@@ -155,22 +159,23 @@ def main():
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"{r['mode']:<10} {r['rate']:>8}  {r['error']}")
+            lines.append(f"{r['mode']:<12} {r['rate']:>8}  {r['error']}")
             continue
         cpu = ", ".join(f"{k} {v:.3f}" for k, v in r["cpu_s_per_step_per_process"].items()
                         if v is not None)
         lines.append(
-            f"{r['mode']:<10} {r['rate']:>8} {1e3 * r['median_step_s']:>10.1f} "
+            f"{r['mode']:<12} {r['rate']:>8} {1e3 * r['median_step_s']:>10.1f} "
             f"{fmt(r['busiest_host_bytes_per_step'], '>15.0f')} "
             f"{fmt(r['ideal_step_s'] and 1e3 * r['ideal_step_s'], '>9.1f')} "
             f"{fmt(r['ratio_to_ideal'], '>8.2f')} "
             f"{fmt(r['serial_ideal_step_s'] and 1e3 * r['serial_ideal_step_s'], '>9.1f')} "
-            f"{r['tcp_retrans_segs_per_step']:>9.0f}  {cpu}"
+            f"{r['tcp_retrans_segs_per_step']:>9.0f} {fmt(r.get('rel_l2_error'), '>7.4f')}  {cpu}"
         )
     lines.append("ideal: the busiest host's bytes per step (max of tx and rx on its device) / "
                  "the link rate; tx+rx: the same with the host's tx and rx added (what a step "
                  "takes when sending and receiving do not overlap); TCP retx: segments "
-                 "retransmitted per step, all hosts")
+                 "retransmitted per step, all hosts; rel err: the largest relative L2 error "
+                 "of a tensor's average against the exact FP32 average")
     lines.append("")
     lines.append("MB per step on each host's device, tx/rx (hosts: c = coordinator, s = servers, "
                  "w = workers):")
@@ -182,7 +187,7 @@ def main():
             f"{l['rx_bytes_per_step'] / 1e6:.2f}"
             for l in r["links"]
         )
-        lines.append(f"  {r['mode']:<10} {r['rate']:>8}: {hosts}")
+        lines.append(f"  {r['mode']:<12} {r['rate']:>8}: {hosts}")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     with open(os.path.join(args.out, "table.txt"), "w") as f:

@@ -11,8 +11,16 @@
 //     last piece of each row taking the rest; no chunk crosses a row.
 // Chunks are assigned to servers by greedy byte balance: largest first (ties
 // by tensor id, then index) to the least-loaded server (ties by the lower
-// shard id). The result is deterministic, and the most- and least-loaded
-// servers differ by at most one chunk.
+// shard id). That leaves up to one chunk between the most- and least-loaded
+// server (with few chunks per server, e.g. co-located servers, 10 to 15 % of
+// a server's share), so the tail of a chunk of the most-loaded server is
+// then split off to the least-loaded one, at a row boundary (or a
+// kChunkAlignElements one inside a long row), until no split narrows the
+// gap: the loads end within about a row of each other, and a split chunk's
+// parts are smaller than chunk_bytes, never larger. Every server's link
+// then carries its share (a server moves P times its load each way). The
+// chunks of a tensor are indexed 0, 1, ... in offset order. The result is
+// deterministic.
 //
 // Thread safety: a pure function.
 #ifndef GIFT_SERVER_COORDINATOR_SHARD_MAP_H_
@@ -38,7 +46,8 @@ gift::v1::ShardMap ComputeShardMap(const std::vector<gift::v1::TensorInfo>& tens
                                    uint32_t num_servers, uint64_t chunk_bytes, uint64_t epoch);
 
 // `map` with the chunks of `added` tensors (not yet in it) assigned by the
-// same greedy rule on top of the existing loads, moving no existing chunk.
+// same rule (greedy, then splitting only new chunks) on top of the existing
+// loads, moving or splitting no existing chunk.
 // Used when tensors are registered within an epoch. With no servers the map
 // stays without chunks.
 gift::v1::ShardMap ExtendShardMap(const gift::v1::ShardMap& map,

@@ -189,7 +189,9 @@ def labels_match(selector, labels):
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def check_tree(name, documents, configmaps, failures):
+def check_tree(name, documents, configmaps, failures, colocated=False):
+    """The structure of a tree of manifests; colocated: the servers are a
+    DaemonSet beside the workers' instead of a StatefulSet."""
     by_kind = {}
     for d in documents:
         failures.check("kind" in d and "metadata" in d and "name" in d["metadata"],
@@ -201,6 +203,12 @@ def check_tree(name, documents, configmaps, failures):
                 "DaemonSet": ["gift-worker"], "PersistentVolumeClaim": ["gift-coordinator-state"],
                 "Service": ["gift-coordinator", "gift-server"],
                 "PodDisruptionBudget": ["gift-server"]}
+    if colocated:
+        expected.update({"StatefulSet": [], "DaemonSet": ["gift-worker", "gift-server"],
+                         "PodDisruptionBudget": []})
+        for kind in ("StatefulSet", "PodDisruptionBudget"):
+            failures.check("gift-server" not in by_kind.get(kind, {}),
+                           f"{name}: {kind}/gift-server left beside the server DaemonSet")
     for kind, names in expected.items():
         for n in names:
             failures.check(n in by_kind.get(kind, {}), f"{name}: no {kind}/{n}")
@@ -304,6 +312,8 @@ def check_tree(name, documents, configmaps, failures):
                                    f"gRPC listen port of {config_file}")
                 pods.append((f"{kind}/{wname}", labels, ports))
     failures.check(len(images) == 1, f"{name}: workloads use different images {sorted(images)}")
+    if colocated:
+        check_colocated(name, by_kind, failures)
 
     for sname, s in by_kind.get("Service", {}).items():
         selector = s["spec"].get("selector", {})
@@ -353,6 +363,50 @@ def check_tree(name, documents, configmaps, failures):
     return by_kind
 
 
+def check_colocated(name, by_kind, failures):
+    """A server DaemonSet on exactly the worker DaemonSet's nodes, one shard
+    per node with a member name of its own."""
+    daemonsets = by_kind.get("DaemonSet", {})
+    server, worker = daemonsets.get("gift-server"), daemonsets.get("gift-worker")
+    if not server or not worker:
+        return
+    spod, wpod = server["spec"]["template"]["spec"], worker["spec"]["template"]["spec"]
+    failures.check(spod.get("nodeSelector") == wpod.get("nodeSelector"),
+                   f"{name}: server DaemonSet nodeSelector {spod.get('nodeSelector')} is not "
+                   f"the worker's {wpod.get('nodeSelector')}")
+    failures.check(spod.get("tolerations") == wpod.get("tolerations"),
+                   f"{name}: server DaemonSet tolerations differ from the worker's")
+    args = spod["containers"][0].get("args", [])
+    names = [a for a in args if a.startswith("--name=")]
+    wnames = [a for a in wpod["containers"][0].get("args", []) if a.startswith("--name=")]
+    failures.check(len(names) == 1 and "$(NODE_NAME)" in names[0] and names != wnames,
+                   f"{name}: server shard name {names} is not per node and distinct from the "
+                   f"worker's {wnames}")
+    env = {e["name"]: e for e in spod["containers"][0].get("env", [])}
+    failures.check(env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {})
+                   .get("fieldPath") == "spec.nodeName",
+                   f"{name}: server NODE_NAME is not the node's name")
+    failures.check(server["spec"].get("updateStrategy", {}).get("rollingUpdate", {})
+                   .get("maxUnavailable") == 1,
+                   f"{name}: server DaemonSet may replace more than one shard at a time")
+
+
+def apply_deletes(directory, k, documents, failures):
+    """Drops the documents the overlay's `$patch: delete` patches remove."""
+    kept = list(documents)
+    for patch in k.get("patches", []):
+        path = patch.get("path") if isinstance(patch, dict) else None
+        if not path or not os.path.isfile(os.path.join(directory, path)):
+            continue
+        for doc in load_yaml(os.path.join(directory, path), failures):
+            if isinstance(doc, dict) and doc.get("$patch") == "delete":
+                match = [d for d in kept if d.get("kind") == doc.get("kind") and
+                         d["metadata"].get("name") == doc["metadata"].get("name")]
+                failures.check(bool(match), f"{directory}: {path} deletes nothing")
+                kept = [d for d in kept if not any(d is m for m in match)]
+    return kept
+
+
 def cmd_manifests(args):
     failures = Failures()
     base = os.path.join(args.source, "deploy", "k8s", "base")
@@ -385,6 +439,12 @@ def cmd_manifests(args):
         failures.check(target.get("name") in base_kinds.get(target.get("kind"), {}),
                        f"overlay patch {path} targets missing {target}")
     check_tree("overlay", odocs, ocms, failures)
+    # The co-located overlay: the servers as a DaemonSet on the worker nodes.
+    colocated = os.path.join(args.source, "deploy", "k8s", "overlays", "colocated")
+    cdocs, ccms, ck = resolve(colocated, failures)
+    failures.check(bool(ck.get("namespace")), "colocated overlay sets no namespace")
+    cdocs = apply_deletes(colocated, ck, cdocs, failures)
+    check_tree("colocated", cdocs, ccms, failures, colocated=True)
     return failures.finish("manifests")
 
 

@@ -11,7 +11,11 @@
 #   netlab_test.sh service SOURCE_DIR BUILD_DIR
 #       a short gift-bench cluster run (fp32) and a gloo run on 2 worker
 #       hosts and 1 server host at 5gbit; the bytes counted on every host's
-#       veth match the bytes the workers report pushed within 2 %.
+#       veth match the bytes the workers report pushed within 2 %;
+#   netlab_test.sh colocate SOURCE_DIR BUILD_DIR
+#       a short direct run with the servers on the 2 worker hosts
+#       (--colocate): no server host is created, each host runs a server and
+#       a worker, and the hosts' links carry the same bytes within 5 %.
 #
 # Exit 77 (ctest: skipped) with the reason when it cannot run here: not
 # root, no ip/tc, no network namespaces, the binaries not built, no torch.
@@ -60,7 +64,7 @@ if [[ ${1:-} == inside ]]; then
   exit 0
 fi
 
-MODE=${1:?usage: $0 up-down|signal|service SOURCE_DIR BUILD_DIR}
+MODE=${1:?usage: $0 up-down|signal|service|colocate SOURCE_DIR BUILD_DIR}
 SRC=${2:?}
 BUILD=${3:?}
 NETLAB="$SRC/scripts/netlab.sh"
@@ -163,6 +167,31 @@ case $MODE in
     /usr/bin/python3 "$SRC/scripts/netlab/report.py" "$WORK/out" --check-bytes 0.02 |
       grep -E '^  |^fp32|^gloo'
     echo "PASS: service run, veth bytes match the daemons' within 2 %"
+    ;;
+  colocate)
+    for b in bench/gift-bench server/coordinator/gift-coordinator server/aggregator/gift-server \
+      worker/gift-worker; do
+      [[ -x $BUILD/$b ]] || skip "$BUILD/$b is not built"
+    done
+    rc=0
+    "$NETLAB" --prefix "$PREFIX" --workers 2 --colocate --rates 5gbit --modes direct \
+      --steps 4 --warmup 1 --d-model 128 --layers 1 --build "$BUILD" --run-timeout 120 \
+      --out "$WORK/out" || rc=$?
+    [[ $rc -ne 77 ]] || skip "netlab.sh cannot run here (see above)"
+    [[ $rc -eq 0 ]] || fail "netlab.sh exited $rc"
+    check_gone "$WORK/out" "$links_before"
+    if grep -q -- "-s[0-9]* " "$WORK/out/namespaces"; then fail "a server host was created"; fi
+    /usr/bin/python3 - "$WORK/out/results.json" <<'EOF' || fail "co-located hosts (above)"
+import json, sys
+(row,) = [r for r in json.load(open(sys.argv[1]))["rows"] if r["mode"] == "direct"]
+hosts = [l for l in row["links"] if l["kind"] != "coordinator"]
+print("  " + ", ".join(f"{l['host']} {l['kind']} {l['tx_bytes_per_step']:.0f}/"
+                       f"{l['rx_bytes_per_step']:.0f} B/step" for l in hosts))
+assert len(hosts) == 2 and all(l["kind"] == "server+worker" for l in hosts), "kinds"
+tx = [l["tx_bytes_per_step"] for l in hosts] + [l["rx_bytes_per_step"] for l in hosts]
+assert min(tx) > 0 and max(tx) / min(tx) < 1.05, "links unbalanced"
+EOF
+    echo "PASS: co-located servers, one per worker host, links balanced"
     ;;
   *)
     fail "unknown mode $MODE"

@@ -39,6 +39,28 @@ TEST(ClusterPlacementTest, RejectsWhatItDoesNotKnow) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(ClusterPlacementTest, CoLocatedServersRunOnTheWorkersHosts) {
+  auto p = ClusterPlacement::FromJson(R"({
+    "workers": [{"host": "n-w0", "address": "198.18.0.100"},
+                {"host": "n-w1", "address": "198.18.0.101"}],
+    "colocate_servers": true})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->colocate_servers);
+  EXPECT_EQ(p->server(0).host, "n-w0");
+  EXPECT_EQ(p->server(1).address, "198.18.0.101");
+  EXPECT_EQ(p->server(2).host, "n-w0");  // server i on worker i mod P
+  for (const char* bad : {R"({"colocate_servers": true})", R"({"colocate_servers": 1})",
+                          R"({"servers": [{}], "workers": [{}], "colocate_servers": true})"}) {
+    EXPECT_EQ(ClusterPlacement::FromJson(bad).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  ClusterPlacement separate;
+  separate.servers = {{.host = "n-s0"}};
+  EXPECT_EQ(separate.server(0).host, "n-s0");
+  EXPECT_EQ(ClusterPlacement().server(3).host, "");  // loopback
+}
+
 TEST(ClusterPlacementTest, ClusterChecksTheCounts) {
   LocalClusterOptions options;
   options.binaries = {"/bin/true", "/bin/true", "/bin/true"};
@@ -46,6 +68,9 @@ TEST(ClusterPlacementTest, ClusterChecksTheCounts) {
   options.servers = 2;
   options.workers = 1;
   options.placement.servers.resize(1);
+  EXPECT_EQ(LocalCluster::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.placement = {};
+  options.placement.colocate_servers = true;  // but no workers to put them on
   EXPECT_EQ(LocalCluster::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 

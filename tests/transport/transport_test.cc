@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -91,7 +92,7 @@ std::string KindName(Kind kind) {
       return "inproc";
     case Kind::kUcx:
       return "ucx";
-    case Kind::kUcxTcp:
+    case Kind::kUcxTcp:  // eager: TCP only (EffectiveRndvThresh)
       return "ucx_tcp";
   }
   return "?";
@@ -396,6 +397,32 @@ TEST(UcxTransportTest, UnknownTlsIsAnError) {
   auto b = CreateUcxTransport(inbox_b.Handlers());
   ASSERT_TRUE(b.ok());
   EXPECT_FALSE((*t)->Connect((*b)->address()).ok());
+}
+
+TEST(UcxTransportTest, PayloadsGoEagerlyOverTcpOnly) {
+  std::map<std::string, std::string> env;
+  auto getenv = [&env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  EXPECT_EQ(EffectiveRndvThresh({.tls = "tcp"}, getenv), "inf");
+  EXPECT_EQ(EffectiveRndvThresh({}, getenv), "");  // UCX's choice (RDMA where there is one)
+  EXPECT_EQ(EffectiveRndvThresh({.tls = "tcp,sm,self"}, getenv), "inf");
+  EXPECT_EQ(EffectiveRndvThresh({.tls = "rc,tcp"}, getenv), "");
+  EXPECT_EQ(EffectiveRndvThresh({.tls = "sm,self"}, getenv), "");
+  EXPECT_EQ(EffectiveRndvThresh({.tls = "^ib"}, getenv), "");
+  EXPECT_EQ(EffectiveRndvThresh({.tls = "tcp", .rndv_thresh = "64k"}, getenv), "64k");
+  env["UCX_TLS"] = "tcp";
+  EXPECT_EQ(EffectiveRndvThresh({}, getenv), "inf");
+  EXPECT_EQ(EffectiveRndvThresh({.tls = "rc"}, getenv), "");  // the option wins over UCX_TLS
+  env["UCX_RNDV_THRESH"] = "8k";  // the user's setting, which UCX reads itself
+  EXPECT_EQ(EffectiveRndvThresh({.tls = "tcp", .rndv_thresh = "64k"}, getenv), "");
+}
+
+TEST(UcxTransportTest, BadRendezvousThresholdIsAnError) {
+  Inbox inbox;
+  auto t = CreateUcxTransport(inbox.Handlers(), {.tls = "tcp", .rndv_thresh = "lots"});
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInternal) << t.status();
 }
 
 }  // namespace

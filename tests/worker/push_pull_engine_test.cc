@@ -3,6 +3,7 @@
 // to a local re-computation of what the servers do.
 #include "worker/push_pull_engine.h"
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -165,6 +166,40 @@ TEST_P(PushPullEngineTest, EveryWorkerGetsTheServersAverage) {
       for (size_t k = 0; k < g.size(); ++k) exact[k] += g[k] / kWorld;
     }
     EXPECT_LT(RelativeL2(buffers[0][0], exact), 0.05);
+  }
+}
+
+// Workers whose plans list the tensors (and a tensor's chunks) in different
+// orders push in one shared order and end with the bits of the sequential
+// computation (LocalAverage: chunk by chunk, in order).
+TEST_P(PushPullEngineTest, PlanOrderDoesNotChangeTheBits) {
+  SetEpoch(1, kWorld);
+  const uint64_t step = 4;
+  std::vector<std::vector<std::vector<float>>> buffers(kWorld);
+  std::vector<StepPlan> plans;
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    for (const Tensor& t : kTensors) buffers[r].push_back(Gradient(t, r, step));
+    StepPlan plan = Plan(1, step, r, kWorld, buffers[r]);
+    std::rotate(plan.tensors.begin(), plan.tensors.begin() + r % plan.tensors.size(),
+                plan.tensors.end());
+    if (r % 2 == 1) {
+      for (TensorStep& t : plan.tensors) std::reverse(t.chunks.begin(), t.chunks.end());
+    }
+    plans.push_back(std::move(plan));
+  }
+  std::vector<absl::StatusOr<StepReport>> reports(kWorld, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] { reports[r] = engines_[r]->Run(plans[r]); });
+  }
+  for (auto& th : threads) th.join();
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << "rank " << r << ": " << reports[r].status();
+    for (size_t i = 0; i < kTensors.size(); ++i) {
+      const std::vector<float> want = LocalAverage(kTensors[i], step, server_addresses_,
+                                                   kTensors[i].transformed ? basis_.get() : nullptr);
+      EXPECT_EQ(buffers[r][i], want) << "rank " << r << " tensor " << kTensors[i].id;
+    }
   }
 }
 

@@ -96,11 +96,27 @@ absl::StatusOr<ClusterPlacement> ClusterPlacement::FromJson(absl::string_view te
         if (!p.ok()) return p.status();
         (key == "servers" ? placement.servers : placement.workers).push_back(*std::move(p));
       }
+    } else if (key == "colocate_servers") {
+      if (!value.is_boolean()) {
+        return absl::InvalidArgumentError("placement.colocate_servers: not a boolean");
+      }
+      placement.colocate_servers = value.get<bool>();
     } else {
       return absl::InvalidArgumentError(absl::StrCat("placement: unknown key '", key, "'"));
     }
   }
+  if (placement.colocate_servers && (!placement.servers.empty() || placement.workers.empty())) {
+    return absl::InvalidArgumentError(
+        "placement.colocate_servers: servers run on the workers' hosts, so the placement needs "
+        "workers and no servers");
+  }
   return placement;
+}
+
+const DaemonPlacement& ClusterPlacement::server(int i) const {
+  static const DaemonPlacement kLoopback;
+  if (colocate_servers && !workers.empty()) return workers[i % workers.size()];
+  return servers.empty() ? kLoopback : servers[i];
 }
 
 absl::StatusOr<ClusterPlacement> ClusterPlacement::FromJsonFile(const std::string& path) {
@@ -217,6 +233,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
         "the placement has ", placement.servers.size(), " servers and ", placement.workers.size(),
         " workers; the cluster ", options.servers, " and ", options.workers));
   }
+  if (placement.colocate_servers && (placement.workers.empty() || !placement.servers.empty())) {
+    return absl::InvalidArgumentError(
+        "co-located servers need a placement with workers and no servers");
+  }
   std::error_code ec;
   fs::create_directories(fs::path(options.dir) / "logs", ec);
   if (ec) {
@@ -238,8 +258,7 @@ std::string LocalCluster::worker_socket(int i) const {
 }
 
 const DaemonPlacement& LocalCluster::server_placement(int i) const {
-  static const DaemonPlacement kLoopback;
-  return options_.placement.servers.empty() ? kLoopback : options_.placement.servers[i];
+  return options_.placement.server(i);
 }
 
 const DaemonPlacement& LocalCluster::worker_placement(int i) const {
@@ -253,7 +272,11 @@ absl::StatusOr<std::vector<LinkCounters>> LocalCluster::ReadLinkCounters() const
   auto add = [&](const DaemonPlacement& p, int pid, const char* kind) -> absl::Status {
     if (p.device.empty()) return absl::OkStatus();
     const std::string host = p.host.empty() ? HostOf(p) : p.host;
-    if (std::find(seen.begin(), seen.end(), host) != seen.end()) return absl::OkStatus();
+    if (auto it = std::find(seen.begin(), seen.end(), host); it != seen.end()) {
+      std::string& kinds = out[it - seen.begin()].kind;  // e.g. "server+worker"
+      if (!absl::StrContains(kinds, kind)) absl::StrAppend(&kinds, "+", kind);
+      return absl::OkStatus();
+    }
     seen.push_back(host);
     auto c = ReadNetDevCounters(pid, p.device);
     if (!c.ok()) return c.status();

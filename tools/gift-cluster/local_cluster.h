@@ -70,19 +70,33 @@ struct DaemonPlacement {
 
 // Placements of every daemon; empty vectors and a default coordinator: all
 // on loopback, as without a placement.
+//
+// Co-located servers (colocate_servers): no server hosts; server i runs on
+// the host of worker i mod P, with that worker's placement, as BytePS
+// deploys without spare machines. Each host's link then carries its
+// worker's pushes and pulls to the other hosts' servers plus its server's
+// share of the others' (the shard map balances bytes over servers, so every
+// host carries the same), and a worker's chunks for its own host's server
+// never cross the link.
 struct ClusterPlacement {
   DaemonPlacement coordinator;
   std::vector<DaemonPlacement> servers;  // empty or one per server
   std::vector<DaemonPlacement> workers;  // empty or one per worker
+  bool colocate_servers = false;         // servers empty; needs workers
 
   bool empty() const {
     return coordinator.prefix.empty() && coordinator.address.empty() && servers.empty() &&
            workers.empty();
   }
+  // Where server i of `servers` runs: servers[i], worker i mod P's
+  // placement when co-located, or loopback (a default placement).
+  const DaemonPlacement& server(int i) const;
   // Parses
-  //   {"coordinator": D, "servers": [D, ...], "workers": [D, ...]}
+  //   {"coordinator": D, "servers": [D, ...], "workers": [D, ...],
+  //    "colocate_servers": BOOL}
   // with D = {"prefix": [ARG, ...], "address": A, "host": H, "device": V}
-  // (every key optional). INVALID_ARGUMENT naming what is wrong.
+  // (every key optional; colocate_servers excludes servers and needs
+  // workers). INVALID_ARGUMENT naming what is wrong.
   static absl::StatusOr<ClusterPlacement> FromJson(absl::string_view text);
   // FromJson of a file's contents; NOT_FOUND when it cannot be read.
   static absl::StatusOr<ClusterPlacement> FromJsonFile(const std::string& path);
@@ -154,7 +168,8 @@ class LocalCluster {
 
   // The counters of every placed host with a device, one entry per host
   // (in the order coordinator, servers, workers), read from a live daemon
-  // there. Empty without a placement.
+  // there; kind names every kind placed there ("server+worker" for a
+  // co-located host). Empty without a placement.
   absl::StatusOr<std::vector<LinkCounters>> ReadLinkCounters() const;
 
   // SIGKILLs the coordinator (a crash) and starts it again on the same

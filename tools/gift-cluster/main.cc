@@ -13,7 +13,8 @@
 // stdin closes), then stops every daemon. Daemon logs: D/logs/<name>.log.
 // With --placement FILE (JSON, as ClusterPlacement::FromJson takes it;
 // scripts/netlab.sh writes one), every daemon runs under its command prefix
-// (e.g. `ip netns exec NS`) bound to its own address.
+// (e.g. `ip netns exec NS`) bound to its own address; with --colocate (or
+// "colocate_servers": true in it) server i runs on worker i mod P's host.
 // Exit codes: 0 after a clean stop, 1 when the cluster fails to start or a
 // daemon fails to stop cleanly, 64 for bad flags.
 #include <poll.h>
@@ -79,6 +80,10 @@ int Main(int argc, char** argv) {
   app.add_option("--placement", placement_file,
                  "JSON file: a command prefix and bind address per daemon (default: all on "
                  "loopback)");
+  bool colocate = false;
+  app.add_flag("--colocate", colocate,
+               "run server i on worker i mod P's host (the placement's workers; its servers "
+               "must be absent), as BytePS without spare machines");
   app.add_flag("--stop-on-stdin-eof", stop_on_eof,
                "also stop when stdin closes (the parent that started it went away)");
   if (std::optional<int> exit = daemon::ParseDaemonFlags(app, argc, argv, "gift-cluster")) {
@@ -107,6 +112,13 @@ int Main(int argc, char** argv) {
     auto placement = ClusterPlacement::FromJsonFile(placement_file);
     if (!placement.ok()) return daemon::UsageError("gift-cluster", placement.status().message());
     options.placement = *std::move(placement);
+  }
+  if (colocate) {
+    if (options.placement.workers.empty() || !options.placement.servers.empty()) {
+      return daemon::UsageError("gift-cluster",
+                                "--colocate: needs a --placement with workers and no servers");
+    }
+    options.placement.colocate_servers = true;
   }
   if (options.dir.empty()) {
     const char* tmp = getenv("TMPDIR");

@@ -3,6 +3,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -15,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/base/crc32c.h"
@@ -168,6 +170,14 @@ absl::Status UcxTransport::Init(const UcxTransportOptions& options) {
     if (status != UCS_OK) {
       ucp_config_release(config);
       return UcxError(absl::StrCat("UCX transports '", options.tls, "'"), status);
+    }
+  }
+  if (const std::string rndv = EffectiveRndvThresh(
+          options, [](const char* name) -> const char* { return std::getenv(name); }); !rndv.empty()) {
+    status = ucp_config_modify(config, "RNDV_THRESH", rndv.c_str());
+    if (status != UCS_OK) {
+      ucp_config_release(config);
+      return UcxError(absl::StrCat("UCX rendezvous threshold '", rndv, "'"), status);
     }
   }
   ucp_params_t params{};
@@ -576,6 +586,28 @@ void UcxTransport::Unregister(uintptr_t start) {
 }
 
 }  // namespace
+
+std::string EffectiveRndvThresh(const UcxTransportOptions& options,
+                                const std::function<const char*(const char*)>& getenv) {
+  if (getenv("UCX_RNDV_THRESH") != nullptr) return "";  // UCX reads it itself
+  if (!options.rndv_thresh.empty()) return options.rndv_thresh;
+  std::string tls = options.tls;
+  if (tls.empty()) {
+    const char* env = getenv("UCX_TLS");
+    if (env != nullptr) tls = env;
+  }
+  // TCP the only network transport: every name is tcp or an intra-host one.
+  bool tcp = false;
+  for (absl::string_view name : absl::StrSplit(tls, ',')) {
+    if (name == "tcp") {
+      tcp = true;
+    } else if (name != "self" && name != "sm" && name != "shm" && name != "posix" &&
+               name != "sysv" && name != "cma" && name != "knem" && name != "xpmem") {
+      return "";  // RDMA, an alias such as "all", or an exclusion ("^ib"): UCX's choice
+    }
+  }
+  return tcp ? "inf" : "";
+}
 
 absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(TransportHandlers handlers,
                                                               const UcxTransportOptions& options) {
