@@ -387,7 +387,9 @@ absl::StatusOr<nlohmann::json> MeasureControlPlane(const ControlPlaneBenchOption
                                                    std::ostream& os) {
   GIFT_ASSIGN_OR_RETURN(TempDir dir, TempDir::Create(options.state_dir));
   BenchCertificates certs;
-  if (tls) GIFT_ASSIGN_OR_RETURN(certs, MakeBenchCertificates(dir.path()));
+  if (tls) {
+    GIFT_ASSIGN_OR_RETURN(certs, MakeBenchCertificates(dir.path()));
+  }
 
   control::CoordinatorProcessOptions process_options;
   process_options.binary = binary;

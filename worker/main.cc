@@ -117,29 +117,12 @@ int Main(int argc, char** argv) {
   if (socket_path.empty() && listen.empty()) {
     return daemon::UsageError("gift-worker", "give --socket, --listen or both");
   }
-  if (!listen.empty()) {
-    if (absl::Status s = rpc::CheckPlaintextAllowed("--listen", listen, tls.files, tls.insecure);
-        !s.ok()) {
-      return daemon::UsageError("gift-worker", s.message());
-    }
-  }
-  if (absl::Status s =
-          rpc::CheckPlaintextAllowed("--coordinator", coordinator, tls.files, tls.insecure);
-      !s.ok()) {
-    return daemon::UsageError("gift-worker", s.message());
-  }
   // The TCP Worker API writes this node's shared memory: workers' own
   // certificates (the training process on the node) and operators only.
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tcp_credentials =
-      rpc::MakeServerCredentials(tls.files, {rpc::Role::kWorker, rpc::Role::kOperator});
-  if (!tcp_credentials.ok()) {
-    return daemon::UsageError("gift-worker", tcp_credentials.status().message());
-  }
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials =
-      rpc::MakeChannelCredentials(tls.files);
-  if (!channel_credentials.ok()) {
-    return daemon::UsageError("gift-worker", channel_credentials.status().message());
-  }
+  absl::StatusOr<daemon::DaemonCredentials> credentials =
+      daemon::MakeDaemonCredentials(tls, {{"--listen", listen}, {"--coordinator", coordinator}},
+                                    {rpc::Role::kWorker, rpc::Role::kOperator});
+  if (!credentials.ok()) return daemon::UsageError("gift-worker", credentials.status().message());
 
   logging::SetDaemonName("gift-worker");
   daemon::SignalWaiter signals;
@@ -171,7 +154,7 @@ int Main(int argc, char** argv) {
   session_options.control_address =
       socket_path.empty() ? listen : absl::StrCat("unix:", socket_path);
   auto session = control::MemberSession::Start(
-      control::CoordinatorClient::MakeChannel(coordinator, *channel_credentials), session_options);
+      control::CoordinatorClient::MakeChannel(coordinator, credentials->channel), session_options);
   if (!session.ok()) {
     return Fail(absl::StrCat("joining ", coordinator, ": ", session.status().ToString()));
   }
@@ -286,7 +269,7 @@ int Main(int argc, char** argv) {
   }
   int tcp_port = 0;
   if (!listen.empty()) {
-    builder.AddListeningPort(listen, *tcp_credentials, &tcp_port);
+    builder.AddListeningPort(listen, credentials->server, &tcp_port);
   }
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(16 << 20);

@@ -117,6 +117,29 @@ void AddTlsFlags(CLI::App& app, TlsFlags* flags) {
                "loopback addresses are accepted)");
 }
 
+absl::StatusOr<DaemonCredentials> MakeDaemonCredentials(
+    const TlsFlags& tls,
+    std::initializer_list<std::pair<absl::string_view, absl::string_view>> addresses,
+    std::vector<rpc::Role> server_roles) {
+  for (const auto& [flag, address] : addresses) {
+    if (address.empty()) continue;
+    if (absl::Status s = rpc::CheckPlaintextAllowed(flag, address, tls.files, tls.insecure);
+        !s.ok()) {
+      return s;
+    }
+  }
+  DaemonCredentials credentials;
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server =
+      rpc::MakeServerCredentials(tls.files, std::move(server_roles));
+  if (!server.ok()) return absl::InvalidArgumentError(server.status().message());
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel =
+      rpc::MakeChannelCredentials(tls.files);
+  if (!channel.ok()) return absl::InvalidArgumentError(channel.status().message());
+  credentials.server = *std::move(server);
+  credentials.channel = *std::move(channel);
+  return credentials;
+}
+
 absl::Status CheckHostPort(absl::string_view text) {
   const size_t colon = text.rfind(':');
   uint32_t port = 0;

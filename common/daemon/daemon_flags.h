@@ -19,8 +19,12 @@
 #ifndef GIFT_COMMON_DAEMON_DAEMON_FLAGS_H_
 #define GIFT_COMMON_DAEMON_DAEMON_FLAGS_H_
 
+#include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
@@ -77,6 +81,21 @@ struct TlsFlags {
 // Adds --tls-cert, --tls-key, --tls-ca (PEM paths; config keys tls-cert,
 // tls-key, tls-ca) and --insecure to `app`. `flags` must outlive the parse.
 void AddTlsFlags(CLI::App& app, TlsFlags* flags);
+
+// What a daemon's gRPC endpoints and its channels to other daemons use.
+struct DaemonCredentials {
+  std::shared_ptr<grpc::ServerCredentials> server;
+  std::shared_ptr<grpc::ChannelCredentials> channel;
+};
+
+// The credentials from `tls`, after the plaintext rule
+// (rpc::CheckPlaintextAllowed) for every (flag, address) in `addresses` (empty
+// addresses are skipped). `server_roles` as rpc::MakeServerCredentials's
+// `allowed`. INVALID_ARGUMENT with the message main reports as a usage error.
+absl::StatusOr<DaemonCredentials> MakeDaemonCredentials(
+    const TlsFlags& tls,
+    std::initializer_list<std::pair<absl::string_view, absl::string_view>> addresses,
+    std::vector<rpc::Role> server_roles = {});
 
 // Checks "HOST:PORT" (a non-empty host, a port 0..65535; "[::1]:0" is fine).
 // INVALID_ARGUMENT naming the text otherwise.

@@ -1,6 +1,6 @@
 // gift-server: one aggregator shard of the data plane.
 //
-//   gift-server --coordinator coord:7070 [--name host-1/shard] [--ucx-tls tcp] \
+//   gift-server --coordinator coord:7070 [--name host-1/shard] [--ucx-tls tcp]
 //       --tls-cert server.crt --tls-key server.key --tls-ca ca.crt
 //
 // With the TLS flags (common/daemon/daemon_flags.h) the health endpoint
@@ -38,7 +38,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <utility>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -52,7 +51,6 @@
 #include "common/daemon/metrics_server.h"
 #include "common/daemon/shutdown.h"
 #include "common/daemon/systemd_notify.h"
-#include "common/rpc/credentials.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -181,24 +179,9 @@ int Main(int argc, char** argv) {
   if (absl::Status s = daemon::CheckHostPort(listen); !s.ok()) {
     return daemon::UsageError(kName, absl::StrCat("--listen: ", s.message()));
   }
-  for (const auto& [flag, address] :
-       {std::pair<const char*, const std::string&>{"--listen", listen},
-        {"--coordinator", coordinator}}) {
-    if (absl::Status s = rpc::CheckPlaintextAllowed(flag, address, tls.files, tls.insecure);
-        !s.ok()) {
-      return daemon::UsageError(kName, s.message());
-    }
-  }
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
-      rpc::MakeServerCredentials(tls.files);
-  if (!server_credentials.ok()) {
-    return daemon::UsageError(kName, server_credentials.status().message());
-  }
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials =
-      rpc::MakeChannelCredentials(tls.files);
-  if (!channel_credentials.ok()) {
-    return daemon::UsageError(kName, channel_credentials.status().message());
-  }
+  absl::StatusOr<daemon::DaemonCredentials> credentials =
+      daemon::MakeDaemonCredentials(tls, {{"--listen", listen}, {"--coordinator", coordinator}});
+  if (!credentials.ok()) return daemon::UsageError(kName, credentials.status().message());
   if (!metrics_listen.empty()) {
     if (absl::Status s = daemon::CheckHostPort(metrics_listen); !s.ok()) {
       return daemon::UsageError(kName, absl::StrCat("--metrics-listen: ", s.message()));
@@ -217,7 +200,7 @@ int Main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int health_port = 0;
-  builder.AddListeningPort(listen, *server_credentials, &health_port);
+  builder.AddListeningPort(listen, credentials->server, &health_port);
   // gRPC needs a service with a polled queue to serve the health service: a
   // generic one that answers UNIMPLEMENTED to everything else.
   grpc::CallbackGenericService unimplemented;
@@ -267,7 +250,7 @@ int Main(int argc, char** argv) {
   session_options.role = gift::v1::MEMBER_ROLE_SERVER;
   session_options.data_address = (*shard)->address();
   auto session = control::MemberSession::Start(
-      control::CoordinatorClient::MakeChannel(coordinator, *channel_credentials), session_options);
+      control::CoordinatorClient::MakeChannel(coordinator, credentials->channel), session_options);
   if (!session.ok()) {
     return Fail("startup_failed",
                 absl::StrCat("joining ", coordinator, ": ", session.status().ToString()));

@@ -1,12 +1,12 @@
 // gift-coordinator: the control-plane daemon (one per cluster).
 //
-//   gift-coordinator --listen 0.0.0.0:7070 --state /var/lib/gift/coordinator.db \
+//   gift-coordinator --listen 0.0.0.0:7070 --state /var/lib/gift/coordinator.db
 //       --tls-cert coordinator.crt --tls-key coordinator.key --tls-ca ca.crt
 //
 // With the TLS flags the Coordinator service requires mutual TLS and checks
 // the caller's role (from its certificate, common/rpc/credentials.h) per RPC
-// (server/coordinator/rpc_access.h). Without them it serves plaintext, on
-// loopback addresses only unless --insecure.
+// (common/rpc/role_check.h; the table is in coordinator_service.cc). Without
+// them it serves plaintext, on loopback addresses only unless --insecure.
 // Flags may also come from a TOML file (--config FILE; common/daemon/daemon_flags.h).
 // Logs one JSON object per line on stderr (common/base/logging.h); the
 // `listening` and `metrics_listening` events carry the bound addresses (useful
@@ -38,7 +38,6 @@
 #include "common/daemon/rpc_metrics.h"
 #include "common/daemon/shutdown.h"
 #include "common/daemon/systemd_notify.h"
-#include "common/rpc/credentials.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "server/coordinator/cluster_state.h"
@@ -175,12 +174,8 @@ int Main(int argc, char** argv) {
   if (absl::Status s = daemon::CheckHostPort(listen); !s.ok()) {
     return daemon::UsageError(kName, absl::StrCat("--listen: ", s.message()));
   }
-  if (absl::Status s = rpc::CheckPlaintextAllowed("--listen", listen, tls.files, tls.insecure);
-      !s.ok()) {
-    return daemon::UsageError(kName, s.message());
-  }
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      rpc::MakeServerCredentials(tls.files);
+  absl::StatusOr<daemon::DaemonCredentials> credentials =
+      daemon::MakeDaemonCredentials(tls, {{"--listen", listen}});
   if (!credentials.ok()) return daemon::UsageError(kName, credentials.status().message());
   if (!metrics_listen.empty()) {
     if (absl::Status s = daemon::CheckHostPort(metrics_listen); !s.ok()) {
@@ -209,7 +204,7 @@ int Main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, *credentials, &port);
+  builder.AddListeningPort(listen, credentials->server, &port);
   builder.RegisterService(&service);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(daemon::MakeRpcCounterInterceptor(
