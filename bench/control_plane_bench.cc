@@ -35,6 +35,8 @@
 #include "common/base/temp_dir.h"
 #include "common/control/coordinator_client.h"
 #include "common/control/coordinator_process.h"
+#include "common/rpc/credentials.h"
+#include "common/rpc/test_ca.h"
 #include "common/transform/basis_serialization.h"
 #include "common/transform/side_basis.h"
 #include "common/transform/tensor_basis.h"
@@ -301,12 +303,6 @@ bool HasVersion(const v1::ClusterState& state, uint64_t tensor_id, uint64_t vers
 }
 
 // Nearest-rank percentile of a non-empty sample.
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
-}
-
 nlohmann::json Summary(const std::vector<double>& seconds) {
   if (seconds.empty()) return nullptr;
   return {{"p50_ms", 1e3 * Percentile(seconds, 0.5)},
@@ -325,37 +321,69 @@ std::string SummaryRow(const std::string& name, const std::vector<double>& s) {
                          1e3 * Percentile(s, 0.95), 1e3 * *std::max_element(s.begin(), s.end()));
 }
 
-}  // namespace
+// The certificates of a mutual-TLS run (made with openssl in the run's
+// directory): the coordinator's, one worker certificate the simulated members
+// share, and an operator's for the policy changes.
+struct BenchCertificates {
+  rpc::TlsFiles coordinator, worker, operator_;
+};
 
-absl::Status RunControlPlaneBench(const ControlPlaneBenchOptions& options) {
-  if (options.step_ms * 4 > options.lease_ttl_s * 1e3) {
-    return absl::InvalidArgumentError("--step-ms must be at most a quarter of --lease-ttl");
-  }
-  GIFT_ASSIGN_OR_RETURN(OutputSinks sinks, OutputSinks::Open(options.json_path));
-  std::ostream& os = sinks.table();
-  GIFT_ASSIGN_OR_RETURN(const std::string binary, FindCoordinator(options.coordinator_bin));
+absl::StatusOr<BenchCertificates> MakeBenchCertificates(const std::string& dir) {
+  GIFT_ASSIGN_OR_RETURN(rpc::TestCa ca, rpc::TestCa::Create(dir, "ca"));
+  BenchCertificates certs;
+  GIFT_ASSIGN_OR_RETURN(certs.coordinator, ca.Issue("coordinator", {}));
+  GIFT_ASSIGN_OR_RETURN(certs.worker, ca.Issue("worker", {"spiffe://gift/worker"}));
+  GIFT_ASSIGN_OR_RETURN(certs.operator_, ca.Issue("operator", {"spiffe://gift/operator"}));
+  return certs;
+}
+
+// A client on a connection of its own (a local subchannel pool per channel).
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> OwnConnection(const std::string& address,
+                                                                 const rpc::TlsFiles& tls) {
+  GIFT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                        rpc::MakeChannelCredentials(tls));
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return std::make_unique<CoordinatorClient>(
+      grpc::CreateCustomChannel(address, std::move(credentials), args), kRpcTimeout);
+}
+
+// One measurement against a fresh coordinator, plaintext or mutual TLS; prints
+// its tables to `os` and returns its numbers.
+absl::StatusOr<nlohmann::json> MeasureControlPlane(const ControlPlaneBenchOptions& options,
+                                                   const std::string& binary, bool tls,
+                                                   std::ostream& os) {
   GIFT_ASSIGN_OR_RETURN(TempDir dir, TempDir::Create("gift-bench-control", options.state_dir));
+  BenchCertificates certs;
+  if (tls) {
+    GIFT_ASSIGN_OR_RETURN(certs, MakeBenchCertificates(dir.path()));
+  }
 
   control::CoordinatorProcessOptions process_options;
   process_options.binary = binary;
   process_options.state_file = dir.File("coordinator.db");
   process_options.extra_args = {"--lease-ttl", absl::StrCat(options.lease_ttl_s)};
+  if (tls) {
+    process_options.extra_args.insert(process_options.extra_args.end(),
+                                      {"--tls-cert", certs.coordinator.cert, "--tls-key",
+                                       certs.coordinator.key, "--tls-ca", certs.coordinator.ca});
+  }
   GIFT_ASSIGN_OR_RETURN(std::unique_ptr<control::CoordinatorProcess> coordinator,
                         control::CoordinatorProcess::Start(process_options));
   const pid_t pid = coordinator->pid();
-  os << "control plane: " << options.members << " members, " << options.tensors
-     << " tensors, coordinator " << binary << " (pid " << pid << ", " << coordinator->address()
-     << ", state in " << dir.path() << ")\n";
+  os << "control plane (" << (tls ? "mutual TLS" : "plaintext") << "): " << options.members
+     << " members, " << options.tensors << " tensors, coordinator " << binary << " (pid " << pid
+     << ", " << coordinator->address() << ", state in " << dir.path() << ")\n";
 
-  // Separate connections: a local subchannel pool per channel.
   std::vector<std::unique_ptr<CoordinatorClient>> clients;
   for (int c = 0; c < options.channels; ++c) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    clients.push_back(std::make_unique<CoordinatorClient>(
-        grpc::CreateCustomChannel(coordinator->address(), grpc::InsecureChannelCredentials(), args),
-        kRpcTimeout));
+    GIFT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
+                          OwnConnection(coordinator->address(), certs.worker));
+    clients.push_back(std::move(client));
   }
+  // Policy changes are the operator's (the worker certificate may not).
+  GIFT_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> operator_client,
+                        OwnConnection(coordinator->address(), certs.operator_));
 
   // Setup: join, watch, register.
   const absl::Time setup_start = absl::Now();
@@ -497,12 +525,12 @@ absl::Status RunControlPlaneBench(const ControlPlaneBenchOptions& options) {
   // Policy fan-out.
   std::vector<double> policy_s;
   for (int i = 0; i < options.policy_changes; ++i) {
-    GIFT_ASSIGN_OR_RETURN(v1::Policy policy, clients[0]->GetPolicy());
+    GIFT_ASSIGN_OR_RETURN(v1::Policy policy, operator_client->GetPolicy());
     const uint64_t version = policy.version();
     policy.mutable_refresh()->set_period_steps(100 + i);
     tracker.Arm([version](const v1::ClusterState& s) { return s.policy().version() > version; });
     const absl::Time t0 = absl::Now();
-    GIFT_RETURN_IF_ERROR(clients[0]->SetPolicy(policy, version).status());
+    GIFT_RETURN_IF_ERROR(operator_client->SetPolicy(policy, version).status());
     GIFT_ASSIGN_OR_RETURN(const absl::Time all_seen, tracker.WaitAll(kFanoutTimeout));
     policy_s.push_back(absl::ToDoubleSeconds(all_seen - t0));
   }
@@ -533,8 +561,8 @@ absl::Status RunControlPlaneBench(const ControlPlaneBenchOptions& options) {
             1e6 * measured_cpu / measured_wall / n);
   if (heartbeat_failures > 0) os << "heartbeat failures: " << heartbeat_failures << "\n";
 
-  nlohmann::json doc = {
-      {"benchmark", "control-plane"},
+  return nlohmann::json{
+      {"tls", tls},
       {"members", options.members},
       {"tensors", options.tensors},
       {"channels", options.channels},
@@ -554,7 +582,54 @@ absl::Status RunControlPlaneBench(const ControlPlaneBenchOptions& options) {
         {"measured_cpu_s", measured_cpu},
         {"measured_us_per_member_per_s", 1e6 * measured_cpu / measured_wall / n}}},
       {"heartbeat_failures", heartbeat_failures}};
-  return sinks.WriteJson(doc);
+}
+
+}  // namespace
+
+absl::Status RunControlPlaneBench(const ControlPlaneBenchOptions& options) {
+  if (options.step_ms * 4 > options.lease_ttl_s * 1e3) {
+    return absl::InvalidArgumentError("--step-ms must be at most a quarter of --lease-ttl");
+  }
+  GIFT_ASSIGN_OR_RETURN(OutputSinks sinks, OutputSinks::Open(options.json_path));
+  std::ostream& os = sinks.table();
+  GIFT_ASSIGN_OR_RETURN(const std::string binary, FindCoordinator(options.coordinator_bin));
+  GIFT_ASSIGN_OR_RETURN(nlohmann::json plaintext,
+                        MeasureControlPlane(options, binary, /*tls=*/false, os));
+  plaintext["benchmark"] = "control-plane";
+  if (!options.tls) return sinks.WriteJson(plaintext);
+
+  // The same run again with mutual TLS, against the plaintext baseline above.
+  os << "\n";
+  GIFT_ASSIGN_OR_RETURN(nlohmann::json secure, MeasureControlPlane(options, binary, true, os));
+  const std::vector<std::pair<std::string, nlohmann::json::json_pointer>> figures = {
+      {"joins (s)", nlohmann::json::json_pointer("/setup/join_s")},
+      {"watches streaming (s)", nlohmann::json::json_pointer("/setup/watch_s")},
+      {"refresh publish->commit p50 (ms)",
+       nlohmann::json::json_pointer("/refresh_publish_to_commit/p50_ms")},
+      {"refresh publish->watched p50 (ms)",
+       nlohmann::json::json_pointer("/refresh_publish_to_all_watched/p50_ms")},
+      {"policy fan-out p50 (ms)", nlohmann::json::json_pointer("/policy_fanout/p50_ms")},
+      {"coordinator CPU steady (us/member/s)",
+       nlohmann::json::json_pointer("/coordinator_cpu/steady_us_per_member_per_s")},
+      {"coordinator CPU measured (us/member/s)",
+       nlohmann::json::json_pointer("/coordinator_cpu/measured_us_per_member_per_s")}};
+  os << "\n"
+     << absl::StrFormat("%-40s  %10s  %10s  %9s", "TLS vs plaintext", "plaintext", "TLS",
+                        "TLS/plain")
+     << "\n";
+  nlohmann::json ratios = nlohmann::json::object();
+  for (const auto& [name, pointer] : figures) {
+    if (!plaintext.contains(pointer) || !secure.contains(pointer)) continue;
+    const double base = plaintext.at(pointer).get<double>();
+    const double with_tls = secure.at(pointer).get<double>();
+    const double ratio = base > 0 ? with_tls / base : 0;
+    os << absl::StrFormat("%-40s  %10.2f  %10.2f  %8.2fx", name, base, with_tls, ratio) << "\n";
+    ratios[pointer.to_string()] = ratio;
+  }
+  return sinks.WriteJson({{"benchmark", "control-plane"},
+                          {"plaintext", plaintext},
+                          {"tls", secure},
+                          {"tls_over_plaintext", ratios}});
 }
 
 Command AddControlPlaneCommand(CLI::App& parent) {
@@ -595,6 +670,9 @@ Command AddControlPlaneCommand(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--json", options->json_path,
                   "write the numbers as JSON to this file ('-': stdout, table on stderr)");
+  app->add_flag("--tls", options->tls,
+                "after the plaintext run, run again with mutual TLS (certificates made with "
+                "openssl) and print the TLS/plaintext ratios");
   return Command{app, [options] { return RunControlPlaneBench(*options); }};
 }
 

@@ -14,6 +14,8 @@
 //     every member's Watch shows the new policy version;
 //   - the coordinator's CPU time (utime + stime from /proc/PID/stat) over the
 //     measured interval, per member per second.
+// With --tls the whole measurement runs twice, plaintext then mutual TLS
+// (common/rpc/credentials.h), and a table of TLS/plaintext ratios follows.
 // Every number printed is measured in the run that prints it.
 #ifndef GIFT_BENCH_CONTROL_PLANE_BENCH_H_
 #define GIFT_BENCH_CONTROL_PLANE_BENCH_H_
@@ -41,6 +43,9 @@ struct ControlPlaneBenchOptions {
   double lease_ttl_s = 10;
   int fetch_threads = 8;  // threads that fetch and acknowledge bases for the members
   std::string json_path;  // "" none, "-" stdout
+  // Then the same measurement with mutual TLS (openssl-made certificates),
+  // printed with the TLS/plaintext ratios.
+  bool tls = false;
 };
 
 // Registers `control-plane` on `parent`.

@@ -29,6 +29,8 @@ PACKAGES=(
   # deployment checks (tests/deploy): python3-yaml for the manifests,
   # systemd for systemd-analyze (installs fine where systemd is not PID 1)
   python3-yaml systemd
+  # mutual-TLS tests and benchmarks: certificates made with the openssl command
+  openssl
 )
 
 missing=()

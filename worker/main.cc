@@ -3,7 +3,8 @@
 //   gift-worker --coordinator coord:7070 --socket /run/gift/worker-0.sock
 //
 // Serves the local Worker API (worker.proto) to the training process on a
-// Unix domain socket (and on TCP with --listen): the training process
+// Unix domain socket, mode 0660 (its group, e.g. `gift`, decides who may
+// connect), and on TCP only with --listen (off by default): the training process
 // registers its gradient buffers once as shared memory, then calls
 // PushPull(step) after every backward pass; the daemon transforms,
 // quantizes, pushes the chunks to the aggregator servers over UCX, and
@@ -12,6 +13,10 @@
 // listen, member_id, rank} says it serves. Exit codes: 0 after
 // SIGTERM/SIGINT (after the step in flight), 64 for bad flags or config, 1
 // when UCX, the socket or the coordinator cannot be used at startup.
+// With --tls-cert/--tls-key/--tls-ca the TCP listener requires mutual TLS from
+// a `worker` or `operator` certificate (common/rpc/credentials.h) and the
+// coordinator channel presents the worker's certificate; without them both
+// are plaintext, on loopback addresses only unless --insecure.
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
@@ -36,6 +41,7 @@
 #include "common/daemon/rpc_metrics.h"
 #include "common/daemon/shutdown.h"
 #include "common/daemon/systemd_notify.h"
+#include "common/rpc/credentials.h"
 #include "common/transform/blas_runtime.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "prometheus/counter.h"
@@ -72,8 +78,9 @@ int Main(int argc, char** argv) {
   std::string name = DefaultName();
   std::string ucx_tls;
   std::string metrics_listen = "127.0.0.1:9472";
-  std::string step_timeout_text = "120s";
-  std::string drain_timeout_text = "30s";
+  absl::Duration step_timeout = absl::Seconds(120);
+  absl::Duration drain_timeout = absl::Seconds(30);
+  daemon::TlsFlags tls;
   int threads = 0;
   uint32_t min_workers = 1;
   app.add_option("--coordinator", coordinator, "the coordinator's HOST:PORT")
@@ -81,19 +88,21 @@ int Main(int argc, char** argv) {
   app.add_option("--socket", socket_path,
                  "Unix domain socket of the Worker API for the training process (\"\" disables)")
       ->capture_default_str();
-  app.add_option("--listen", listen, "optional TCP HOST:PORT for the Worker API and health");
+  app.add_option("--listen", listen,
+                 "optional TCP HOST:PORT for the Worker API and health (off by default; mutual "
+                 "TLS with the --tls-* flags)");
   app.add_option("--name", name, "member name, unique among live members")->capture_default_str();
   app.add_option("--ucx-tls", ucx_tls,
                  "UCX transports, as UCX_TLS takes them (default: UCX's choice)");
   app.add_option("--metrics-listen", metrics_listen,
                  "HOST:PORT of the Prometheus /metrics page (\"\" disables)")
       ->capture_default_str();
-  app.add_option("--step-timeout", step_timeout_text,
-                 "longest PushPull, retries under new epochs included (e.g. 120s)")
-      ->capture_default_str();
-  app.add_option("--drain-timeout", drain_timeout_text,
-                 "on SIGTERM, how long the step in flight may take to finish")
-      ->capture_default_str();
+  daemon::AddDurationOption(app, "--step-timeout", &step_timeout,
+                            "longest PushPull, retries under new epochs included (e.g. 120s, 2m)");
+  daemon::AddDurationOption(app, "--drain-timeout", &drain_timeout,
+                            "on SIGTERM, how long the step in flight may take to finish",
+                            daemon::DurationRange::kNonNegative);
+  daemon::AddTlsFlags(app, &tls);
   app.add_option("--threads", threads,
                  "codec and transform (BLAS) threads (0: all hardware threads)")
       ->capture_default_str()
@@ -105,17 +114,15 @@ int Main(int argc, char** argv) {
   if (std::optional<int> exit = daemon::ParseDaemonFlags(app, argc, argv, "gift-worker")) {
     return *exit;
   }
-  auto step_timeout = daemon::ParseDurationFlag(step_timeout_text);
-  if (!step_timeout.ok() || *step_timeout <= absl::ZeroDuration()) {
-    return daemon::UsageError("gift-worker", "--step-timeout: expected a positive duration");
-  }
-  auto drain_timeout = daemon::ParseDurationFlag(drain_timeout_text);
-  if (!drain_timeout.ok() || *drain_timeout < absl::ZeroDuration()) {
-    return daemon::UsageError("gift-worker", "--drain-timeout: expected a duration");
-  }
   if (socket_path.empty() && listen.empty()) {
     return daemon::UsageError("gift-worker", "give --socket, --listen or both");
   }
+  // The TCP Worker API writes this node's shared memory: workers' own
+  // certificates (the training process on the node) and operators only.
+  absl::StatusOr<daemon::DaemonCredentials> credentials =
+      daemon::MakeDaemonCredentials(tls, {{"--listen", listen}, {"--coordinator", coordinator}},
+                                    {rpc::Role::kWorker, rpc::Role::kOperator});
+  if (!credentials.ok()) return daemon::UsageError("gift-worker", credentials.status().message());
 
   logging::SetDaemonName("gift-worker");
   daemon::SignalWaiter signals;
@@ -137,7 +144,7 @@ int Main(int argc, char** argv) {
       [&](transport::TransportHandlers h) {
         return transport::CreateUcxTransport(std::move(h), ucx);
       },
-      {.codec_options = codec_options, .timeout = *step_timeout});
+      {.codec_options = codec_options, .timeout = step_timeout});
   if (!engine.ok()) return Fail(absl::StrCat("UCX: ", engine.status().ToString()));
 
   control::MemberSessionOptions session_options;
@@ -146,8 +153,8 @@ int Main(int argc, char** argv) {
   session_options.data_address = (*engine)->address();
   session_options.control_address =
       socket_path.empty() ? listen : absl::StrCat("unix:", socket_path);
-  auto session = control::MemberSession::Start(control::CoordinatorClient::MakeChannel(coordinator),
-                                               session_options);
+  auto session = control::MemberSession::Start(
+      control::CoordinatorClient::MakeChannel(coordinator, credentials->channel), session_options);
   if (!session.ok()) {
     return Fail(absl::StrCat("joining ", coordinator, ": ", session.status().ToString()));
   }
@@ -191,7 +198,7 @@ int Main(int argc, char** argv) {
 
   auto worker =
       std::make_unique<WorkerDaemon>(*std::move(engine), session->get(),
-                                     WorkerDaemonOptions{.step_timeout = *step_timeout,
+                                     WorkerDaemonOptions{.step_timeout = step_timeout,
                                                          .min_workers = min_workers,
                                                          .codec_options = codec_options,
                                                          .on_step = [&](const StepStats& s) {
@@ -262,7 +269,7 @@ int Main(int argc, char** argv) {
   }
   int tcp_port = 0;
   if (!listen.empty()) {
-    builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &tcp_port);
+    builder.AddListeningPort(listen, credentials->server, &tcp_port);
   }
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(16 << 20);
@@ -303,8 +310,8 @@ int Main(int argc, char** argv) {
       {{"reason", signal != 0 ? std::string(daemon::SignalName(signal)) : "drain requested"}});
   daemon::NotifyStopping("draining");
   health->SetServingStatus(false);
-  if (!worker->Drain(*drain_timeout)) {
-    Log(Level::kWarning, "drain_timeout", {{"timeout", absl::FormatDuration(*drain_timeout)}});
+  if (!worker->Drain(drain_timeout)) {
+    Log(Level::kWarning, "drain_timeout", {{"timeout", absl::FormatDuration(drain_timeout)}});
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   const absl::Status left = (*session)->Close();

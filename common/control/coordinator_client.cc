@@ -16,10 +16,15 @@ namespace gift::control {
 namespace v1 = ::gift::v1;
 
 std::shared_ptr<grpc::Channel> CoordinatorClient::MakeChannel(const std::string& address) {
+  return MakeChannel(address, grpc::InsecureChannelCredentials());
+}
+
+std::shared_ptr<grpc::Channel> CoordinatorClient::MakeChannel(
+    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, std::move(credentials), args);
 }
 
 CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout)

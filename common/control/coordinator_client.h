@@ -15,6 +15,7 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
+#include <grpcpp/security/credentials.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -41,12 +42,17 @@ struct FetchedBasis {
 
 class CoordinatorClient {
  public:
-  // An insecure (loopback / cluster-internal) channel to `address`
+  // A plaintext (loopback development) channel to `address`
   // ("host:port", or any gRPC target such as "unix:/path"). Failed connection
   // attempts are retried after 0.1 s, backing off to at most 5 s (gRPC's
   // defaults, 1 s to 120 s, would leave members cut off for minutes after a
   // long coordinator outage).
   static std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+
+  // The same channel with `credentials` (rpc::MakeChannelCredentials: mutual
+  // TLS from the member's certificate files, or plaintext).
+  static std::shared_ptr<grpc::Channel> MakeChannel(
+      const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials);
 
   // Every call gets `timeout` as its deadline; `timeout` > 0.
   CoordinatorClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout);

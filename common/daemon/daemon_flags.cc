@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,7 @@ namespace gift::daemon {
 namespace {
 
 constexpr absl::string_view kUnknownKeyPrefix = "INI was not able to parse ";
+constexpr absl::Duration kMaxDuration = absl::Hours(100000);
 
 }  // namespace
 
@@ -28,7 +30,7 @@ std::optional<int> ParseDaemonFlags(CLI::App& app, int argc, char** argv,
   CLI::Option* config =
       app.set_config("--config", "",
                      "TOML config file: one `key = value` per flag, keyed by the flag's long "
-                     "name (e.g. listen = \"0.0.0.0:7070\"); flags on the command line win",
+                     "name (e.g. listen = \"127.0.0.1:7070\"); flags on the command line win",
                      /*config_required=*/false);
   config->type_name("FILE");
   app.allow_config_extras(false);
@@ -58,18 +60,84 @@ std::optional<int> ParseDaemonFlags(CLI::App& app, int argc, char** argv,
 }
 
 absl::StatusOr<absl::Duration> ParseDurationFlag(absl::string_view text) {
+  const absl::string_view trimmed = absl::StripAsciiWhitespace(text);
+  absl::Duration d;
+  bool parsed = false;
   double seconds = 0;
-  if (absl::SimpleAtod(text, &seconds)) {
-    if (std::isfinite(seconds)) return absl::Seconds(seconds);
-  } else {
-    absl::Duration d;
-    if (!text.empty() && absl::ParseDuration(text, &d) && d != absl::InfiniteDuration() &&
-        d != -absl::InfiniteDuration()) {
-      return d;
+  if (absl::SimpleAtod(trimmed, &seconds)) {
+    if (std::isfinite(seconds)) {
+      d = std::abs(seconds) < absl::ToDoubleSeconds(kMaxDuration) ? absl::Seconds(seconds)
+                                                                  : kMaxDuration;
+      parsed = true;
     }
+  } else {
+    parsed = !trimmed.empty() && absl::ParseDuration(trimmed, &d);
+  }
+  if (parsed && absl::AbsDuration(d) < kMaxDuration) return d;
+  if (parsed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "' is too long a duration (at most 99999h)"));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("'", text, "' is not a duration (e.g. 10s, 500ms, 1m, or seconds)"));
+      absl::StrCat("'", text, "' is not a duration (e.g. 2s, 500ms, 1m30s)"));
+}
+
+CLI::Option* AddDurationOption(CLI::App& app, const std::string& name, absl::Duration* value,
+                               const std::string& help, DurationRange range) {
+  CLI::Option* option = app.add_option_function<std::string>(
+      name,
+      [name, value, range](const std::string& text) {
+        absl::StatusOr<absl::Duration> d = ParseDurationFlag(text);
+        if (!d.ok()) throw CLI::ValidationError(name, std::string(d.status().message()));
+        if (range == DurationRange::kPositive && *d <= absl::ZeroDuration()) {
+          throw CLI::ValidationError(name, absl::StrCat("must be positive, got '", text, "'"));
+        }
+        if (*d < absl::ZeroDuration()) {
+          throw CLI::ValidationError(name, absl::StrCat("must not be negative, got '", text, "'"));
+        }
+        *value = *d;
+      },
+      help);
+  option->type_name("DURATION");
+  option->default_str(absl::FormatDuration(*value));
+  return option;
+}
+
+void AddTlsFlags(CLI::App& app, TlsFlags* flags) {
+  app.add_option("--tls-cert", flags->files.cert,
+                 "PEM certificate (chain) of this daemon; with --tls-key and --tls-ca every "
+                 "gRPC endpoint and channel uses mutual TLS")
+      ->type_name("FILE");
+  app.add_option("--tls-key", flags->files.key, "PEM private key of --tls-cert")->type_name("FILE");
+  app.add_option("--tls-ca", flags->files.ca,
+                 "PEM CA bundle that peers' certificates must chain to")
+      ->type_name("FILE");
+  app.add_flag("--insecure", flags->insecure,
+               "allow plaintext gRPC on non-loopback addresses (without TLS flags, only "
+               "loopback addresses are accepted)");
+}
+
+absl::StatusOr<DaemonCredentials> MakeDaemonCredentials(
+    const TlsFlags& tls,
+    std::initializer_list<std::pair<absl::string_view, absl::string_view>> addresses,
+    std::vector<rpc::Role> server_roles) {
+  for (const auto& [flag, address] : addresses) {
+    if (address.empty()) continue;
+    if (absl::Status s = rpc::CheckPlaintextAllowed(flag, address, tls.files, tls.insecure);
+        !s.ok()) {
+      return s;
+    }
+  }
+  DaemonCredentials credentials;
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server =
+      rpc::MakeServerCredentials(tls.files, std::move(server_roles));
+  if (!server.ok()) return absl::InvalidArgumentError(server.status().message());
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel =
+      rpc::MakeChannelCredentials(tls.files);
+  if (!channel.ok()) return absl::InvalidArgumentError(channel.status().message());
+  credentials.server = *std::move(server);
+  credentials.channel = *std::move(channel);
+  return credentials;
 }
 
 absl::Status CheckHostPort(absl::string_view text) {

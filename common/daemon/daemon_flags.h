@@ -1,6 +1,7 @@
 // Command lines of the GIFT-PS daemons: the flags every daemon shares
-// (`--config FILE`), the exit codes of the daemon contract, and the duration
-// syntax of flags such as --lease-ttl and --drain-timeout.
+// (`--config FILE`, the TLS flags), the exit codes of the daemon contract, and
+// the one duration syntax of every duration flag (--lease-ttl, --drain-timeout,
+// giftctl's --timeout, ...).
 //
 //   CLI::App app("gift-server: ...");
 //   app.add_option("--listen", listen, "...")->capture_default_str();
@@ -10,7 +11,7 @@
 //
 // The config file is TOML (CLI11's dialect): one `key = value` line per flag,
 // the key being the flag's long name without the dashes (`listen =
-// "0.0.0.0:7071"`, `drain-timeout = "30s"`, `threads = 4`). Unknown keys are
+// "127.0.0.1:7071"`, `drain-timeout = "30s"`, `threads = 4`). Unknown keys are
 // errors. Flags given on the command line override the file.
 //
 // Thread safety: plain functions; ParseDaemonFlags mutates `app` (call it once,
@@ -18,12 +19,18 @@
 #ifndef GIFT_COMMON_DAEMON_DAEMON_FLAGS_H_
 #define GIFT_COMMON_DAEMON_DAEMON_FLAGS_H_
 
+#include <initializer_list>
+#include <memory>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/rpc/credentials.h"
 
 namespace gift::daemon {
 
@@ -45,10 +52,50 @@ std::optional<int> ParseDaemonFlags(CLI::App& app, int argc, char** argv,
 // flag that must be HOST:PORT) and returns kExitUsage.
 int UsageError(absl::string_view daemon_name, absl::string_view message);
 
-// "10s", "500ms", "1m30s", or a plain number of seconds ("2.5"). Negative
-// durations are accepted here; callers check their own range.
-// INVALID_ARGUMENT for anything else.
+// "10s", "500ms", "1m30s", "1h", or a plain number of seconds ("2.5").
+// Negative durations are accepted here; callers check their own range (or use
+// AddDurationOption). INVALID_ARGUMENT, quoting `text` (never a converted
+// number), for anything else and for magnitudes of 100000 hours or more.
 absl::StatusOr<absl::Duration> ParseDurationFlag(absl::string_view text);
+
+enum class DurationRange { kPositive, kNonNegative };
+
+// Adds a duration option `name` (e.g. "--lease-ttl") that stores into
+// `*value` (whose current value is the shown default) and, as a config key,
+// takes the same text. A bad value is a CLI11 ValidationError, so
+// ParseDaemonFlags reports it as a usage error (exit 64):
+//   "--lease-ttl: 'soon' is not a duration (e.g. 2s, 500ms, 1m30s)"
+//   "--lease-ttl: must be positive, got '0s'"
+// `value` must outlive the parse.
+CLI::Option* AddDurationOption(CLI::App& app, const std::string& name, absl::Duration* value,
+                               const std::string& help,
+                               DurationRange range = DurationRange::kPositive);
+
+// Transport security of a daemon's gRPC endpoints and of its channels to other
+// daemons (common/rpc/credentials.h).
+struct TlsFlags {
+  rpc::TlsFiles files;
+  bool insecure = false;  // plaintext allowed on non-loopback addresses
+};
+
+// Adds --tls-cert, --tls-key, --tls-ca (PEM paths; config keys tls-cert,
+// tls-key, tls-ca) and --insecure to `app`. `flags` must outlive the parse.
+void AddTlsFlags(CLI::App& app, TlsFlags* flags);
+
+// What a daemon's gRPC endpoints and its channels to other daemons use.
+struct DaemonCredentials {
+  std::shared_ptr<grpc::ServerCredentials> server;
+  std::shared_ptr<grpc::ChannelCredentials> channel;
+};
+
+// The credentials from `tls`, after the plaintext rule
+// (rpc::CheckPlaintextAllowed) for every (flag, address) in `addresses` (empty
+// addresses are skipped). `server_roles` as rpc::MakeServerCredentials's
+// `allowed`. INVALID_ARGUMENT with the message main reports as a usage error.
+absl::StatusOr<DaemonCredentials> MakeDaemonCredentials(
+    const TlsFlags& tls,
+    std::initializer_list<std::pair<absl::string_view, absl::string_view>> addresses,
+    std::vector<rpc::Role> server_roles = {});
 
 // Checks "HOST:PORT" (a non-empty host, a port 0..65535; "[::1]:0" is fine).
 // INVALID_ARGUMENT naming the text otherwise.

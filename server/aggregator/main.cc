@@ -1,7 +1,12 @@
 // gift-server: one aggregator shard of the data plane.
 //
 //   gift-server --coordinator coord:7070 [--name host-1/shard] [--ucx-tls tcp]
+//       --tls-cert server.crt --tls-key server.key --tls-ca ca.crt
 //
+// With the TLS flags (common/daemon/daemon_flags.h) the health endpoint
+// requires mutual TLS and the coordinator channel presents the server's
+// certificate (role `server`, common/rpc/credentials.h). Without them both
+// are plaintext, on loopback addresses only unless --insecure.
 // Joins the coordinator as a server (its shard id is its rank), follows the
 // cluster state (epochs, workers, shard map) through the member session
 // (aggregator_daemon.h), and reduces the workers' chunk pushes over UCX
@@ -156,9 +161,10 @@ int Main(int argc, char** argv) {
   std::string name = DefaultName();
   std::string ucx_tls;
   int threads = 2;
-  std::string listen = "0.0.0.0:7071";
-  std::string metrics_listen = "0.0.0.0:9471";
-  std::string drain_timeout_text = "30s";
+  std::string listen = "127.0.0.1:7071";
+  std::string metrics_listen = "127.0.0.1:9471";
+  absl::Duration drain_timeout = absl::Seconds(30);
+  daemon::TlsFlags tls;
   app.add_option("--coordinator", coordinator, "the coordinator's HOST:PORT")
       ->capture_default_str();
   app.add_option("--name", name, "member name, unique among live members")->capture_default_str();
@@ -175,18 +181,18 @@ int Main(int argc, char** argv) {
   app.add_option("--metrics-listen", metrics_listen,
                  "HOST:PORT for Prometheus metrics at /metrics (\"\" disables; port 0 picks one)")
       ->capture_default_str();
-  app.add_option("--drain-timeout", drain_timeout_text,
-                 "on SIGTERM, longest wait for in-flight chunks before leaving (e.g. 30s)")
-      ->capture_default_str();
+  daemon::AddDurationOption(
+      app, "--drain-timeout", &drain_timeout,
+      "on SIGTERM, longest wait for in-flight chunks before leaving (e.g. 30s, 1m30s)",
+      daemon::DurationRange::kNonNegative);
+  daemon::AddTlsFlags(app, &tls);
   if (std::optional<int> exit = daemon::ParseDaemonFlags(app, argc, argv, kName)) return *exit;
-  absl::StatusOr<absl::Duration> drain_timeout = daemon::ParseDurationFlag(drain_timeout_text);
-  if (!drain_timeout.ok() || *drain_timeout < absl::ZeroDuration()) {
-    return daemon::UsageError(
-        kName, absl::StrCat("--drain-timeout '", drain_timeout_text, "' is not a duration"));
-  }
   if (absl::Status s = daemon::CheckHostPort(listen); !s.ok()) {
     return daemon::UsageError(kName, absl::StrCat("--listen: ", s.message()));
   }
+  absl::StatusOr<daemon::DaemonCredentials> credentials =
+      daemon::MakeDaemonCredentials(tls, {{"--listen", listen}, {"--coordinator", coordinator}});
+  if (!credentials.ok()) return daemon::UsageError(kName, credentials.status().message());
   if (!metrics_listen.empty()) {
     if (absl::Status s = daemon::CheckHostPort(metrics_listen); !s.ok()) {
       return daemon::UsageError(kName, absl::StrCat("--metrics-listen: ", s.message()));
@@ -205,7 +211,7 @@ int Main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int health_port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &health_port);
+  builder.AddListeningPort(listen, credentials->server, &health_port);
   // gRPC needs a service with a polled queue to serve the health service: a
   // generic one that answers UNIMPLEMENTED to everything else.
   grpc::CallbackGenericService unimplemented;
@@ -254,8 +260,8 @@ int Main(int argc, char** argv) {
   session_options.name = name;
   session_options.role = gift::v1::MEMBER_ROLE_SERVER;
   session_options.data_address = (*shard)->address();
-  auto session = control::MemberSession::Start(control::CoordinatorClient::MakeChannel(coordinator),
-                                               session_options);
+  auto session = control::MemberSession::Start(
+      control::CoordinatorClient::MakeChannel(coordinator, credentials->channel), session_options);
   if (!session.ok()) {
     return Fail("startup_failed",
                 absl::StrCat("joining ", coordinator, ": ", session.status().ToString()));
@@ -280,7 +286,7 @@ int Main(int argc, char** argv) {
   Log(Level::kInfo, "shutting_down", {{"signal", daemon::SignalName(signal)}});
   daemon::NotifyStopping("draining");
   set_serving(false);
-  aggregator.Drain(*drain_timeout, &signals);
+  aggregator.Drain(drain_timeout, &signals);
   aggregator.Stop();
   watchdog.reset();
   const absl::Status left = (*session)->Close();

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/role_check.h"
 
 namespace gift::coordinator {
 namespace {
@@ -19,6 +20,35 @@ using gift::logging::Log;
 
 grpc::Status ShuttingDown() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+}
+
+// Who may call what, by certificate role (common/rpc/role_check.h; plaintext
+// development listeners check nothing): members (workers and servers) run the
+// membership and basis RPCs; only operators change the policy, ranks and
+// refreshes; servers may also Drain (the SIGTERM drain of their own shard);
+// reads (Watch, GetPolicy, GetStatus) are open to every role.
+using rpc::CheckRole;
+using rpc::Role;
+
+grpc::Status CheckMember(const grpc::CallbackServerContext& context, absl::string_view rpc) {
+  return CheckRole(context, rpc, {Role::kWorker, Role::kServer});
+}
+
+grpc::Status CheckAnyRole(const grpc::CallbackServerContext& context, absl::string_view rpc) {
+  return CheckRole(context, rpc, {Role::kWorker, Role::kServer, Role::kOperator});
+}
+
+// A worker certificate joins as a worker, a server certificate as a server.
+grpc::Status CheckJoinRole(const grpc::CallbackServerContext& context,
+                           const gift::v1::JoinRequest& request) {
+  switch (request.role()) {
+    case gift::v1::MEMBER_ROLE_WORKER:
+      return CheckRole(context, "Join as a worker", {Role::kWorker});
+    case gift::v1::MEMBER_ROLE_SERVER:
+      return CheckRole(context, "Join as a server", {Role::kServer});
+    default:
+      return CheckRole(context, "Join without a member role", {});
+  }
 }
 
 }  // namespace
@@ -165,7 +195,10 @@ void CoordinatorService::NotifyWatchers() {
 }
 
 grpc::ServerWriteReactor<gift::v1::ClusterState>* CoordinatorService::Watch(
-    grpc::CallbackServerContext* /*context*/, const gift::v1::WatchRequest* request) {
+    grpc::CallbackServerContext* context, const gift::v1::WatchRequest* request) {
+  if (grpc::Status denied = CheckAnyRole(*context, "Watch"); !denied.ok()) {
+    return new rpc::RefusedWriter<gift::v1::ClusterState>(denied);
+  }
   return new WatchReactor(this, request->after_revision());
 }
 
@@ -241,7 +274,10 @@ class CoordinatorService::PublishReactor final
 };
 
 grpc::ServerReadReactor<gift::v1::PublishBasisRequest>* CoordinatorService::PublishBasis(
-    grpc::CallbackServerContext* /*context*/, gift::v1::PublishBasisResponse* response) {
+    grpc::CallbackServerContext* context, gift::v1::PublishBasisResponse* response) {
+  if (grpc::Status denied = CheckMember(*context, "PublishBasis"); !denied.ok()) {
+    return new rpc::RefusedReader<gift::v1::PublishBasisRequest>(denied);
+  }
   if (shutting_down_.load()) {
     class Refused final : public grpc::ServerReadReactor<gift::v1::PublishBasisRequest> {
      public:
@@ -299,7 +335,10 @@ class CoordinatorService::FetchReactor final
 };
 
 grpc::ServerWriteReactor<gift::v1::BasisChunk>* CoordinatorService::FetchBasis(
-    grpc::CallbackServerContext* /*context*/, const gift::v1::FetchBasisRequest* request) {
+    grpc::CallbackServerContext* context, const gift::v1::FetchBasisRequest* request) {
+  if (grpc::Status denied = CheckMember(*context, "FetchBasis"); !denied.ok()) {
+    return new rpc::RefusedWriter<gift::v1::BasisChunk>(denied);
+  }
   if (shutting_down_.load())
     return new FetchReactor(absl::UnavailableError("the coordinator is shutting down"));
   return new FetchReactor(state_->FetchBasis(*request));
@@ -345,36 +384,54 @@ grpc::ServerUnaryReactor* CoordinatorService::Unary(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* context,
                                                    const gift::v1::JoinRequest* request,
                                                    gift::v1::JoinResponse* response) {
+  if (grpc::Status denied = CheckJoinRole(*context, *request); !denied.ok()) {
+    return rpc::FinishUnary(context, denied);
+  }
   return Unary(context, response, [&] { return state_->Join(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,
                                                     const gift::v1::LeaveRequest* request,
                                                     gift::v1::LeaveResponse* response) {
+  if (grpc::Status denied = CheckMember(*context, "Leave"); !denied.ok()) {
+    return rpc::FinishUnary(context, denied);
+  }
   return Unary(context, response, [&] { return state_->Leave(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
                                                         const gift::v1::HeartbeatRequest* request,
                                                         gift::v1::HeartbeatResponse* response) {
+  if (grpc::Status denied = CheckMember(*context, "Heartbeat"); !denied.ok()) {
+    return rpc::FinishUnary(context, denied);
+  }
   return Unary(context, response, [&] { return state_->Heartbeat(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RegisterTensors(
     grpc::CallbackServerContext* context, const gift::v1::RegisterTensorsRequest* request,
     gift::v1::RegisterTensorsResponse* response) {
+  if (grpc::Status denied = CheckMember(*context, "RegisterTensors"); !denied.ok()) {
+    return rpc::FinishUnary(context, denied);
+  }
   return Unary(context, response, [&] { return state_->RegisterTensors(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::AckBasis(grpc::CallbackServerContext* context,
                                                        const gift::v1::AckBasisRequest* request,
                                                        gift::v1::AckBasisResponse* response) {
+  if (grpc::Status denied = CheckMember(*context, "AckBasis"); !denied.ok()) {
+    return rpc::FinishUnary(context, denied);
+  }
   return Unary(context, response, [&] { return state_->AckBasis(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetPolicy(
     grpc::CallbackServerContext* context, const gift::v1::GetPolicyRequest* /*request*/,
     gift::v1::Policy* response) {
+  if (grpc::Status denied = CheckAnyRole(*context, "GetPolicy"); !denied.ok()) {
+    return rpc::FinishUnary(context, denied);
+  }
   return Unary(context, response,
                [&]() -> absl::StatusOr<gift::v1::Policy> { return state_->GetPolicy(); });
 }
@@ -382,24 +439,37 @@ grpc::ServerUnaryReactor* CoordinatorService::GetPolicy(
 grpc::ServerUnaryReactor* CoordinatorService::SetPolicy(grpc::CallbackServerContext* context,
                                                         const gift::v1::SetPolicyRequest* request,
                                                         gift::v1::Policy* response) {
+  if (grpc::Status denied = CheckRole(*context, "SetPolicy", {Role::kOperator}); !denied.ok()) {
+    return rpc::FinishUnary(context, denied);
+  }
   return Unary(context, response, [&] { return state_->SetPolicy(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RequestRefresh(
     grpc::CallbackServerContext* context, const gift::v1::RequestRefreshRequest* request,
     gift::v1::RequestRefreshResponse* response) {
+  if (grpc::Status denied = CheckRole(*context, "RequestRefresh", {Role::kOperator});
+      !denied.ok()) {
+    return rpc::FinishUnary(context, denied);
+  }
   return Unary(context, response, [&] { return state_->RequestRefresh(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::SetRank(grpc::CallbackServerContext* context,
                                                       const gift::v1::SetRankRequest* request,
                                                       gift::v1::SetRankResponse* response) {
+  if (grpc::Status denied = CheckRole(*context, "SetRank", {Role::kOperator}); !denied.ok()) {
+    return rpc::FinishUnary(context, denied);
+  }
   return Unary(context, response, [&] { return state_->SetRank(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
     grpc::CallbackServerContext* context, const gift::v1::GetStatusRequest* /*request*/,
     gift::v1::StatusResponse* response) {
+  if (grpc::Status denied = CheckAnyRole(*context, "GetStatus"); !denied.ok()) {
+    return rpc::FinishUnary(context, denied);
+  }
   return Unary(context, response, [&]() -> absl::StatusOr<gift::v1::StatusResponse> {
     absl::StatusOr<gift::v1::StatusResponse> status = state_->GetStatus();
     if (status.ok()) status->set_version(version_);
@@ -410,6 +480,10 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
 grpc::ServerUnaryReactor* CoordinatorService::Drain(grpc::CallbackServerContext* context,
                                                     const gift::v1::DrainRequest* request,
                                                     gift::v1::DrainResponse* response) {
+  if (grpc::Status denied = CheckRole(*context, "Drain", {Role::kOperator, Role::kServer});
+      !denied.ok()) {
+    return rpc::FinishUnary(context, denied);
+  }
   return Unary(context, response, [&] { return state_->Drain(*request); });
 }
 

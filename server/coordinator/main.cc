@@ -1,7 +1,12 @@
 // gift-coordinator: the control-plane daemon (one per cluster).
 //
 //   gift-coordinator --listen 0.0.0.0:7070 --state /var/lib/gift/coordinator.db
+//       --tls-cert coordinator.crt --tls-key coordinator.key --tls-ca ca.crt
 //
+// With the TLS flags the Coordinator service requires mutual TLS and checks
+// the caller's role (from its certificate, common/rpc/credentials.h) per RPC
+// (common/rpc/role_check.h; the table is in coordinator_service.cc). Without
+// them it serves plaintext, on loopback addresses only unless --insecure.
 // Flags may also come from a TOML file (--config FILE; common/daemon/daemon_flags.h).
 // Logs one JSON object per line on stderr (common/base/logging.h); the
 // `listening` and `metrics_listening` events carry the bound addresses (useful
@@ -132,20 +137,20 @@ int Main(int argc, char** argv) {
   CLI::App app(
       "gift-coordinator: the GIFT-PS control plane (membership, shard map, basis "
       "refresh negotiation, refresh policy).");
-  std::string listen = "0.0.0.0:7070";
+  std::string listen = "127.0.0.1:7070";
   std::string state_file = "./gift-coordinator.db";
-  std::string lease_ttl_text = "10s";
+  absl::Duration lease_ttl = absl::Seconds(10);
   uint64_t step_window = 8;
   uint64_t chunk_bytes = uint64_t{4} << 20;
   uint64_t max_basis_bytes = uint64_t{256} << 20;
-  std::string metrics_listen = "0.0.0.0:9470";
+  std::string metrics_listen = "127.0.0.1:9470";
+  daemon::TlsFlags tls;
   app.add_option("--listen", listen, "HOST:PORT to serve on; port 0 picks a free port")
       ->capture_default_str();
   app.add_option("--state", state_file, "SQLite state file (created when missing)")
       ->capture_default_str();
-  app.add_option("--lease-ttl", lease_ttl_text,
-                 "member lease TTL, e.g. 10s or 500ms (a plain number is seconds)")
-      ->capture_default_str();
+  daemon::AddDurationOption(app, "--lease-ttl", &lease_ttl,
+                            "member lease TTL, e.g. 10s, 500ms or 1m30s");
   app.add_option("--step-window", step_window,
                  "steps the fastest worker may run ahead of the frozen schedule")
       ->capture_default_str()
@@ -159,21 +164,19 @@ int Main(int argc, char** argv) {
   app.add_option("--metrics-listen", metrics_listen,
                  "HOST:PORT for Prometheus metrics at /metrics (\"\" disables; port 0 picks one)")
       ->capture_default_str();
+  daemon::AddTlsFlags(app, &tls);
   if (std::optional<int> exit = daemon::ParseDaemonFlags(app, argc, argv, kName)) return *exit;
   ClusterOptions options;
   options.step_window = step_window;
   options.chunk_bytes = chunk_bytes;
   options.max_basis_bytes = max_basis_bytes;
-  absl::StatusOr<absl::Duration> ttl = daemon::ParseDurationFlag(lease_ttl_text);
-  if (!ttl.ok() || *ttl <= absl::ZeroDuration()) {
-    return daemon::UsageError(kName,
-                              absl::StrCat("--lease-ttl '", lease_ttl_text,
-                                           "' is not a positive duration (e.g. 10s or 500ms)"));
-  }
-  options.lease_ttl = *ttl;
+  options.lease_ttl = lease_ttl;
   if (absl::Status s = daemon::CheckHostPort(listen); !s.ok()) {
     return daemon::UsageError(kName, absl::StrCat("--listen: ", s.message()));
   }
+  absl::StatusOr<daemon::DaemonCredentials> credentials =
+      daemon::MakeDaemonCredentials(tls, {{"--listen", listen}});
+  if (!credentials.ok()) return daemon::UsageError(kName, credentials.status().message());
   if (!metrics_listen.empty()) {
     if (absl::Status s = daemon::CheckHostPort(metrics_listen); !s.ok()) {
       return daemon::UsageError(kName, absl::StrCat("--metrics-listen: ", s.message()));
@@ -201,7 +204,7 @@ int Main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, credentials->server, &port);
   builder.RegisterService(&service);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(daemon::MakeRpcCounterInterceptor(
@@ -217,6 +220,7 @@ int Main(int argc, char** argv) {
   Log(Level::kInfo, "listening",
       {{"address", address},
        {"state", state_file},
+       {"tls", tls.files.enabled()},
        {"lease_ttl_ms", absl::ToInt64Milliseconds(options.lease_ttl)}});
 
   // The lease thread doubles as the main loop's heartbeat for the watchdog.

@@ -143,6 +143,44 @@ TEST(GiftctlTest, UnreachableCoordinatorExits69) {
   EXPECT_NE(r.err.find("127.0.0.1:1"), std::string::npos) << r.err;
 }
 
+TEST(GiftctlTest, TimeoutTakesTheDaemonsDurationSyntax) {
+  for (const char* timeout : {"2s", "500ms", "1m30s", "1.5"}) {
+    Result r = RunArgs({"--timeout", timeout, "status"});
+    EXPECT_EQ(r.code, kExitUnavailable) << timeout << ": " << r.err;
+  }
+  Result r = RunArgs({"--timeout", "2x", "status"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--timeout: '2x' is not a duration (e.g. 2s, 500ms, 1m30s)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(r.err.size(), 200u) << r.err;  // no 300-digit range
+  r = RunArgs({"--timeout", "0s", "status"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--timeout: must be positive, got '0s'"), std::string::npos) << r.err;
+  r = RunArgs({"--timeout", "1e300", "status"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("'1e300' is too long a duration"), std::string::npos) << r.err;
+}
+
+TEST(GiftctlTest, PlaintextOnlyToLoopbackUnlessInsecure) {
+  Result r = RunArgs({"--coordinator", "10.255.255.1:7070", "status"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("10.255.255.1:7070 is not loopback: give --cert, --key and --ca"),
+            std::string::npos)
+      << r.err;
+  r = RunArgs({"--cert", "/nonexistent/op.crt", "--key", "/nonexistent/op.key", "--ca",
+               "/nonexistent/ca.crt", "status"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--cert /nonexistent/op.crt"), std::string::npos) << r.err;
+}
+
+TEST(GiftctlTest, HealthOfAnUnreachableEndpointExits69) {
+  Result r = RunArgs({"--timeout", "1s", "health", "127.0.0.1:1"});
+  EXPECT_EQ(r.code, kExitUnavailable) << r.err;
+  r = RunArgs({"--timeout", "1s", "health", "unix:/nonexistent/worker.sock"});
+  EXPECT_EQ(r.code, kExitUnavailable) << r.err;
+}
+
 TEST(GiftctlTest, ExitCodesFollowTheStatus) {
   EXPECT_EQ(ExitCodeFor(absl::OkStatus()), kExitOk);
   EXPECT_EQ(ExitCodeFor(absl::UnavailableError("")), kExitUnavailable);

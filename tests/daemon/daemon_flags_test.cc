@@ -123,6 +123,91 @@ TEST(DaemonFlagsTest, ParsesDurations) {
   EXPECT_FALSE(ParseDurationFlag("inf").ok());
 }
 
+TEST(DaemonFlagsTest, RejectsAbsurdDurationsQuotingTheText) {
+  for (const char* text : {"1e300", "100000h", "-1e20", "200000h"}) {
+    absl::StatusOr<absl::Duration> d = ParseDurationFlag(text);
+    ASSERT_FALSE(d.ok()) << text;
+    EXPECT_EQ(d.status().message(),
+              absl::StrCat("'", text, "' is too long a duration (at most 99999h)"));
+  }
+  EXPECT_EQ(ParseDurationFlag("2x").status().message(),
+            "'2x' is not a duration (e.g. 2s, 500ms, 1m30s)");
+  EXPECT_EQ(*ParseDurationFlag(" 2s "), absl::Seconds(2));
+  EXPECT_EQ(*ParseDurationFlag("1h"), absl::Hours(1));
+}
+
+// AddDurationOption: the one duration flag of every daemon, giftctl and
+// gift-cluster.
+struct DurationResult {
+  std::optional<int> exit;
+  absl::Duration value;
+  std::string err;
+};
+
+DurationResult ParseDuration(std::vector<std::string> args, DurationRange range) {
+  CLI::App app("test daemon");
+  DurationResult r{.value = absl::Seconds(10)};
+  AddDurationOption(app, "--drain-timeout", &r.value, "how long", range);
+  args.insert(args.begin(), "gift-test");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  testing::internal::CaptureStderr();
+  testing::internal::CaptureStdout();
+  r.exit = ParseDaemonFlags(app, static_cast<int>(argv.size()), argv.data(), "gift-test");
+  testing::internal::GetCapturedStdout();
+  r.err = testing::internal::GetCapturedStderr();
+  return r;
+}
+
+TEST(DaemonFlagsTest, DurationOptionTakesTheOneSyntax) {
+  const DurationRange positive = DurationRange::kPositive;
+  EXPECT_EQ(ParseDuration({}, positive).value, absl::Seconds(10));
+  EXPECT_EQ(ParseDuration({"--drain-timeout", "2s"}, positive).value, absl::Seconds(2));
+  EXPECT_EQ(ParseDuration({"--drain-timeout", "500ms"}, positive).value, absl::Milliseconds(500));
+  EXPECT_EQ(ParseDuration({"--drain-timeout=1m30s"}, positive).value, absl::Seconds(90));
+  EXPECT_EQ(ParseDuration({"--drain-timeout", "2.5"}, positive).value, absl::Milliseconds(2500));
+  const std::string path = WriteConfig("duration", "drain-timeout = \"1m30s\"\n");
+  EXPECT_EQ(ParseDuration({"--config", path}, positive).value, absl::Seconds(90));
+  EXPECT_EQ(ParseDuration({"--drain-timeout", "0s"}, DurationRange::kNonNegative).value,
+            absl::ZeroDuration());
+}
+
+TEST(DaemonFlagsTest, BadDurationIsAUsageErrorQuotingTheText) {
+  DurationResult r = ParseDuration({"--drain-timeout", "2x"}, DurationRange::kPositive);
+  EXPECT_EQ(r.exit, kExitUsage);
+  EXPECT_EQ(r.err,
+            "gift-test: --drain-timeout: '2x' is not a duration (e.g. 2s, 500ms, 1m30s)\n"
+            "Run with --help for usage.\n");
+  r = ParseDuration({"--drain-timeout", "0s"}, DurationRange::kPositive);
+  EXPECT_EQ(r.exit, kExitUsage);
+  EXPECT_NE(r.err.find("--drain-timeout: must be positive, got '0s'"), std::string::npos) << r.err;
+  r = ParseDuration({"--drain-timeout", "-1s"}, DurationRange::kNonNegative);
+  EXPECT_EQ(r.exit, kExitUsage);
+  EXPECT_NE(r.err.find("must not be negative, got '-1s'"), std::string::npos) << r.err;
+  r = ParseDuration({"--drain-timeout", "1e300"}, DurationRange::kPositive);
+  EXPECT_EQ(r.exit, kExitUsage);
+  EXPECT_NE(r.err.find("'1e300' is too long a duration"), std::string::npos) << r.err;
+  EXPECT_LT(r.err.size(), 120u) << r.err;
+}
+
+TEST(DaemonFlagsTest, TlsFlagsFromCommandLineAndConfig) {
+  CLI::App app("test daemon");
+  TlsFlags tls;
+  AddTlsFlags(app, &tls);
+  const std::string path =
+      WriteConfig("tls",
+                  "tls-cert = \"/etc/gift/tls/tls.crt\"\ntls-key = \"/etc/gift/tls/tls.key\"\n"
+                  "tls-ca = \"/etc/gift/tls/ca.crt\"\n");
+  std::vector<std::string> args = {"gift-test", "--config", path, "--insecure"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  EXPECT_FALSE(ParseDaemonFlags(app, static_cast<int>(argv.size()), argv.data(), "gift-test"));
+  EXPECT_EQ(tls.files.cert, "/etc/gift/tls/tls.crt");
+  EXPECT_EQ(tls.files.key, "/etc/gift/tls/tls.key");
+  EXPECT_EQ(tls.files.ca, "/etc/gift/tls/ca.crt");
+  EXPECT_TRUE(tls.insecure);
+}
+
 TEST(DaemonFlagsTest, ChecksHostPort) {
   EXPECT_TRUE(CheckHostPort("0.0.0.0:9470").ok());
   EXPECT_TRUE(CheckHostPort("[::1]:0").ok());

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -17,11 +18,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/control/coordinator_client.h"
 #include "common/control/member_session.h"
 #include "common/control/subprocess.h"
+#include "common/rpc/credentials.h"
+#include "common/rpc/test_ca.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -281,6 +285,130 @@ TEST(DaemonProcessTest, ConfigFileErrorsExit64) {
     ASSERT_TRUE(code.ok());
     EXPECT_EQ(*code, 64) << bin;
     EXPECT_TRUE(absl::StrContains((*p)->stderr_text(), "no-such-flag")) << (*p)->stderr_text();
+  }
+}
+
+// Every duration flag takes "2s", "500ms", "1m30s"; a bad one is a usage
+// error quoting the text. A valid duration next to a bad --listen shows the
+// duration was accepted (the daemon gets as far as checking --listen).
+TEST(DaemonProcessTest, DurationFlagsTakeOneSyntax) {
+  const std::string dir = TempDir();
+  struct Case {
+    std::vector<std::string> argv;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {{GIFT_COORDINATOR_BIN, "--state", dir + "/s.db", "--lease-ttl", "1m30s", "--listen", "x"},
+       "--listen: 'x' is not HOST:PORT"},
+      {{GIFT_COORDINATOR_BIN, "--state", dir + "/s.db", "--lease-ttl", "500ms", "--listen", "x"},
+       "--listen: 'x' is not HOST:PORT"},
+      {{GIFT_COORDINATOR_BIN, "--lease-ttl", "soon"},
+       "--lease-ttl: 'soon' is not a duration (e.g. 2s, 500ms, 1m30s)"},
+      {{GIFT_COORDINATOR_BIN, "--lease-ttl", "0s"}, "--lease-ttl: must be positive, got '0s'"},
+      {{GIFT_SERVER_BIN, "--drain-timeout", "1m30s", "--listen", "x"},
+       "--listen: 'x' is not HOST:PORT"},
+      {{GIFT_SERVER_BIN, "--drain-timeout", "2x"},
+       "--drain-timeout: '2x' is not a duration (e.g. 2s, 500ms, 1m30s)"},
+      {{GIFT_WORKER_BIN, "--step-timeout", "1m30s", "--drain-timeout", "500ms", "--socket", ""},
+       "give --socket, --listen or both"},
+      {{GIFT_WORKER_BIN, "--step-timeout", "1e300"}, "--step-timeout: '1e300' is too long"},
+      {{GIFT_WORKER_BIN, "--drain-timeout", "-1s"}, "--drain-timeout: must not be negative"},
+      {{GIFT_CLUSTER_BIN, "--lease-ttl", "1m30s", "--step-timeout", "2s", "--servers", "0"},
+       "--servers"},
+      {{GIFT_CLUSTER_BIN, "--step-timeout", "2x"},
+       "--step-timeout: '2x' is not a duration (e.g. 2s, 500ms, 1m30s)"},
+  };
+  for (const Case& c : cases) {
+    auto p = Subprocess::Start(c.argv);
+    ASSERT_TRUE(p.ok());
+    auto code = (*p)->WaitForExit(absl::Seconds(30));
+    ASSERT_TRUE(code.ok());
+    const std::string err = (*p)->stderr_text();
+    EXPECT_EQ(*code, 64) << absl::StrJoin(c.argv, " ") << "\n" << err;
+    EXPECT_TRUE(absl::StrContains(err, c.error)) << absl::StrJoin(c.argv, " ") << "\n" << err;
+    EXPECT_LT(err.size(), 300u) << err;  // one clear line, no 300-digit numbers
+  }
+}
+
+// A cluster with mutual TLS: a coordinator, a server and a worker, each with
+// its role's certificate (made by openssl, common/rpc/test_ca.h), the
+// worker's TCP Worker API admitting workers only, and a server certificate
+// refused as a worker.
+TEST(DaemonProcessTest, MembersJoinWithTheirRoleCertificates) {
+  const std::string dir = TempDir();
+  auto ca = rpc::TestCa::Create(dir, "ca");
+  if (absl::IsUnavailable(ca.status())) GTEST_SKIP() << ca.status();
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  auto coordinator_tls = ca->Issue("coordinator", {});
+  auto server_tls = ca->Issue("server", {"spiffe://gift/server"});
+  auto worker_tls = ca->Issue("worker", {"spiffe://gift/worker/host-0"});
+  ASSERT_TRUE(coordinator_tls.ok() && server_tls.ok() && worker_tls.ok());
+  auto tls_args = [](const rpc::TlsFiles& f) {
+    return std::vector<std::string>{"--tls-cert", f.cert, "--tls-key", f.key, "--tls-ca", f.ca};
+  };
+  auto with = [](std::vector<std::string> argv, const std::vector<std::string>& more) {
+    argv.insert(argv.end(), more.begin(), more.end());
+    return argv;
+  };
+  auto coordinator = Subprocess::Start(with({GIFT_COORDINATOR_BIN, "--listen", "127.0.0.1:0",
+                                             "--metrics-listen", "", "--state", dir + "/state.db"},
+                                            tls_args(*coordinator_tls)));
+  ASSERT_TRUE(coordinator.ok());
+  const std::string address = EventField(**coordinator, "listening", "address");
+  ASSERT_FALSE(address.empty()) << (*coordinator)->stderr_text();
+
+  auto server = Subprocess::Start(with({GIFT_SERVER_BIN, "--coordinator", address, "--name", "s0",
+                                        "--listen", "127.0.0.1:0", "--metrics-listen", ""},
+                                       tls_args(*server_tls)));
+  ASSERT_TRUE(server.ok());
+  EXPECT_FALSE(EventField(**server, "joined", "member_id").empty()) << (*server)->stderr_text();
+  const std::string socket = dir + "/worker.sock";
+  auto worker = Subprocess::Start(
+      with({GIFT_WORKER_BIN, "--coordinator", address, "--name", "w0", "--socket", socket,
+            "--listen", "127.0.0.1:0", "--metrics-listen", "", "--threads", "1"},
+           tls_args(*worker_tls)));
+  ASSERT_TRUE(worker.ok());
+  const std::string tcp = EventField(**worker, "ready", "listen");
+  ASSERT_FALSE(tcp.empty()) << (*worker)->stderr_text();
+
+  // The worker's TCP endpoint: mutual TLS, workers only; the socket stays
+  // plaintext (file mode 0660).
+  auto health = [&](const rpc::TlsFiles& files) {
+    auto credentials = rpc::MakeChannelCredentials(files);
+    EXPECT_TRUE(credentials.ok());
+    auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(tcp, *credentials));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::health::v1::HealthCheckResponse response;
+    return stub->Check(&context, grpc::health::v1::HealthCheckRequest(), &response).error_code();
+  };
+  EXPECT_EQ(health(*worker_tls), grpc::StatusCode::OK);
+  EXPECT_EQ(health(*server_tls), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(health(rpc::TlsFiles{}), grpc::StatusCode::UNAVAILABLE);  // plaintext
+  EXPECT_EQ(Health(absl::StrCat("unix:", socket)), grpc::health::v1::HealthCheckResponse::SERVING);
+  struct stat st {};
+  ASSERT_EQ(stat(socket.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+
+  // A server certificate cannot join as a worker: the worker exits 1 naming
+  // the refusal.
+  auto impostor =
+      Subprocess::Start(with({GIFT_WORKER_BIN, "--coordinator", address, "--name", "w1", "--socket",
+                              dir + "/w1.sock", "--metrics-listen", "", "--threads", "1"},
+                             tls_args(*server_tls)));
+  ASSERT_TRUE(impostor.ok());
+  auto impostor_exit = (*impostor)->WaitForExit(absl::Seconds(60));
+  ASSERT_TRUE(impostor_exit.ok());
+  EXPECT_EQ(*impostor_exit, 1);
+  EXPECT_TRUE(
+      absl::StrContains((*impostor)->stderr_text(), "role server may not call Join as a worker"))
+      << (*impostor)->stderr_text();
+
+  for (auto* p : {&*worker, &*server, &*coordinator}) {
+    ASSERT_TRUE((*p)->Signal(SIGTERM).ok());
+    auto code = (*p)->WaitForExit(absl::Seconds(60));
+    ASSERT_TRUE(code.ok());
+    EXPECT_EQ(*code, 0) << (*p)->stderr_text();
   }
 }
 

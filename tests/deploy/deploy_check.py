@@ -109,8 +109,11 @@ def cmd_units(args):
                         "ProtectSystem=strict", "PrivateTmp=yes", "ProtectHome=yes",
                         "CapabilityBoundingSet=\n", "SystemCallFilter=@system-service",
                         "SystemCallArchitectures=native", "RestrictAddressFamilies=",
-                        "--config /etc/gift/"]:
+                        "--config /etc/gift/", "LoadCredential=tls.crt:/etc/gift/tls/",
+                        "LoadCredential=tls.key:/etc/gift/tls/", "LoadCredential=ca.crt:/etc/gift/tls/",
+                        "--tls-cert %d/tls.crt --tls-key %d/tls.key --tls-ca %d/ca.crt"]:
                 failures.check(key in text, f"{unit}: no {key.strip()}")
+                failures.check("--insecure" not in text, f"{unit}: runs with --insecure")
     return failures.finish("units")
 
 
@@ -187,6 +190,53 @@ WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet")
 
 def labels_match(selector, labels):
     return all(labels.get(k) == v for k, v in selector.items())
+
+
+TLS_KEYS = ("tls-cert", "tls-key", "tls-ca")
+
+
+def check_tls(what, settings, secret_mounts, failures):
+    """Every shipped daemon config turns mutual TLS on, never --insecure, and
+    (Kubernetes) reads its files from a mounted Secret."""
+    for k in TLS_KEYS:
+        value = settings.get(k, "")
+        if failures.check(bool(value), f"{what}: no {k} (mutual TLS off)"):
+            failures.check(secret_mounts is None or os.path.dirname(value) in secret_mounts,
+                           f"{what}: {k}={value} is not on a mounted Secret {sorted(secret_mounts or [])}")
+    failures.check(settings.get("insecure") is not True, f"{what}: insecure = true")
+
+
+def check_probe(what, probe, settings, ports, secret_mounts, failures):
+    """A probe of the daemon's gRPC health: the kubelet's own (plaintext, so
+    only for a plaintext endpoint) or `giftctl health TARGET` with the pod's
+    certificate (TLS endpoints) or through the worker's Unix socket."""
+    listen_port = int(settings.get("listen", ":0").rsplit(":", 1)[1] or 0) \
+        if settings.get("listen") else None
+    grpc = probe.get("grpc")
+    if grpc is not None:
+        failures.check(not settings.get("tls-cert"),
+                       f"{what}: a kubelet gRPC probe cannot speak TLS to a mutual-TLS endpoint")
+        failures.check(grpc["port"] in ports.values(), f"{what}: port {grpc['port']} not a container port")
+        failures.check(grpc["port"] == listen_port,
+                       f"{what}: port {grpc['port']} is not the gRPC listen port {listen_port}")
+        return
+    command = probe.get("exec", {}).get("command", [])
+    if not failures.check(command[:1] == ["giftctl"] and "health" in command,
+                          f"{what}: neither a gRPC probe nor `giftctl health`: {command}"):
+        return
+    rest = command[command.index("health") + 1:]
+    target = rest[0] if rest else ""
+    if target.startswith("unix:"):
+        failures.check(target == "unix:" + settings.get("socket", ""),
+                       f"{what}: probes {target}, not the socket {settings.get('socket')}")
+        return
+    failures.check(target.rsplit(":", 1)[-1].isdigit() and int(target.rsplit(":", 1)[1]) == listen_port,
+                   f"{what}: probes {target}, not the gRPC listen port {listen_port}")
+    for flag in ("--cert=", "--key=", "--ca="):
+        given = [a for a in command if a.startswith(flag)]
+        if failures.check(given, f"{what}: giftctl health without {flag.rstrip('=')}"):
+            failures.check(os.path.dirname(given[0].split("=", 1)[1]) in secret_mounts,
+                           f"{what}: {given[0]} is not on a mounted Secret")
 
 
 def check_tree(name, documents, configmaps, failures, colocated=False):
@@ -295,21 +345,22 @@ def check_tree(name, documents, configmaps, failures, colocated=False):
                 for port in ports.values():
                     failures.check(port in served, f"{name}: {wname} declares port {port} that "
                                    f"its config ({config_file}) does not serve ({sorted(served)})")
+                settings = tomls.get(key, {}) if config_file else {}
+                secret_mounts = {p for v, p in mounts.items()
+                                 if v in volumes and "secret" in volumes[v]}
+                check_tls(f"{name}: {wname} ({key if config_file else '?'})", settings,
+                          secret_mounts, failures)
+                if c["name"] == "worker":
+                    failures.check(not settings.get("listen"),
+                                   f"{name}: {wname} serves the Worker API on TCP "
+                                   f"(listen={settings.get('listen')})")
                 for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
                     if probe not in c:
                         failures.check(probe == "startupProbe",
                                        f"{name}: {wname}/{c['name']} has no {probe}")
                         continue
-                    grpc = c[probe].get("grpc")
-                    if not failures.check(grpc is not None,
-                                          f"{name}: {wname} {probe} is not a gRPC probe"):
-                        continue
-                    failures.check(grpc["port"] in ports.values(),
-                                   f"{name}: {wname} {probe} port {grpc['port']} not a container port")
-                    failures.check(grpc["port"] == (int(tomls.get(key, {}).get("listen", ":0")
-                                                        .rsplit(":", 1)[1]) if config_file else -1),
-                                   f"{name}: {wname} {probe} port {grpc['port']} is not the "
-                                   f"gRPC listen port of {config_file}")
+                    check_probe(f"{name}: {wname} {probe}", c[probe], settings, ports,
+                                secret_mounts, failures)
                 pods.append((f"{kind}/{wname}", labels, ports))
     failures.check(len(images) == 1, f"{name}: workloads use different images {sorted(images)}")
     if colocated:
@@ -475,6 +526,14 @@ def cmd_config_keys(args):
         for path in paths:
             with open(path, "rb") as f:
                 settings = tomllib.load(f)
+            if "/deploy/config/" in path:  # host (systemd) configs; Kubernetes: manifests
+                check_tls(path, settings, None, failures)
+                for k in TLS_KEYS:
+                    failures.check(settings.get(k, "").startswith("/etc/gift/tls/"),
+                                   f"{path}: {k} is not under /etc/gift/tls/")
+                if daemon == "gift-worker":
+                    failures.check(not settings.get("listen"),
+                                   f"{path}: the worker's TCP API is on by default")
             for key, value in settings.items():
                 checked += 1
                 failures.check(not isinstance(value, dict), f"{path}: section [{key}] unexpected")

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -32,6 +33,14 @@ std::string Tail(const std::string& text, size_t max_chars = 2000) {
 
 // The address a daemon binds (and, for the coordinator, the others dial).
 std::string HostOf(const DaemonPlacement& p) { return p.address.empty() ? "127.0.0.1" : p.address; }
+
+// Placed on testbed addresses (not loopback), the daemons serve plaintext
+// gRPC only when told --insecure (common/rpc/credentials.h); a local cluster
+// has no certificates.
+std::vector<std::string> PlaintextFlags(const ClusterPlacement& placement) {
+  if (placement.empty()) return {};
+  return {"--insecure"};
+}
 
 // --metrics-listen of a daemon there: a free port of its address, or "" (none).
 std::string MetricsListen(bool metrics, const DaemonPlacement& p) {
@@ -333,6 +342,7 @@ absl::Status LocalCluster::StartAll() {
                                      "--metrics-listen",
                                      MetricsListen(options_.metrics, placement)};
     if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
+    for (std::string& flag : PlaintextFlags(options_.placement)) argv.push_back(std::move(flag));
     argv.insert(argv.end(), options_.server_args.begin(), options_.server_args.end());
     auto p = control::Subprocess::Start(
         Placed(placement, std::move(argv)),
@@ -362,6 +372,7 @@ absl::Status LocalCluster::StartAll() {
         "--metrics-listen",
         MetricsListen(options_.metrics, placement)};
     if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
+    for (std::string& flag : PlaintextFlags(options_.placement)) argv.push_back(std::move(flag));
     argv.insert(argv.end(), options_.worker_args.begin(), options_.worker_args.end());
     auto p = control::Subprocess::Start(
         Placed(placement, std::move(argv)),
@@ -409,6 +420,7 @@ absl::Status LocalCluster::StartCoordinator(const std::string& listen) {
       .prefix = placement.prefix,
       .startup_timeout = options_.startup_timeout,
       .subprocess = {.log_path = logs + "coordinator.log", .parent_death_signal = SIGTERM}};
+  for (std::string& flag : PlaintextFlags(options_.placement)) c.extra_args.push_back(flag);
   c.extra_args.insert(c.extra_args.end(), options_.coordinator_args.begin(),
                       options_.coordinator_args.end());
   auto coordinator = control::CoordinatorProcess::Start(c);

@@ -49,8 +49,7 @@ int Main(int argc, char** argv) {
       "as processes on loopback and stops it on SIGTERM/SIGINT.");
   LocalClusterOptions options;
   std::string bin_dir;
-  std::string lease_ttl = "3s";
-  std::string step_timeout = "120s";
+  options.lease_ttl = absl::Seconds(3);
   bool stop_on_eof = false;
   std::string placement_file;
   app.add_option("--servers", options.servers, "aggregator shards")
@@ -66,10 +65,10 @@ int Main(int argc, char** argv) {
   app.add_option("--bin-dir", bin_dir,
                  "directory of gift-coordinator, gift-server and gift-worker, or a build tree "
                  "(default: next to this program, or its build tree)");
-  app.add_option("--lease-ttl", lease_ttl, "member lease TTL (how soon a dead daemon is noticed)")
-      ->capture_default_str();
-  app.add_option("--step-timeout", step_timeout, "the workers' --step-timeout")
-      ->capture_default_str();
+  daemon::AddDurationOption(app, "--lease-ttl", &options.lease_ttl,
+                            "member lease TTL (how soon a dead daemon is noticed), e.g. 3s");
+  daemon::AddDurationOption(app, "--step-timeout", &options.step_timeout,
+                            "the workers' --step-timeout, e.g. 120s or 2m");
   app.add_option("--server-threads", options.server_threads, "reduction threads per server")
       ->capture_default_str();
   app.add_option("--worker-threads", options.worker_threads, "codec threads per worker")
@@ -89,16 +88,6 @@ int Main(int argc, char** argv) {
   if (std::optional<int> exit = daemon::ParseDaemonFlags(app, argc, argv, "gift-cluster")) {
     return *exit;
   }
-  auto ttl = daemon::ParseDurationFlag(lease_ttl);
-  if (!ttl.ok() || *ttl <= absl::ZeroDuration()) {
-    return daemon::UsageError("gift-cluster", "--lease-ttl: expected a positive duration");
-  }
-  options.lease_ttl = *ttl;
-  auto timeout = daemon::ParseDurationFlag(step_timeout);
-  if (!timeout.ok() || *timeout <= absl::ZeroDuration()) {
-    return daemon::UsageError("gift-cluster", "--step-timeout: expected a positive duration");
-  }
-  options.step_timeout = *timeout;
   if (bin_dir.empty()) {
     auto found = LocalClusterBinaries::NextTo(argv[0]);
     if (!found.ok()) return daemon::UsageError("gift-cluster", found.status().message());

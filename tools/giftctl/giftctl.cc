@@ -20,6 +20,8 @@
 #include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
 #include "nlohmann/json.hpp"
+#include "tools/giftctl/connection_flags.h"
+#include "tools/giftctl/health_check.h"
 #include "tools/giftctl/policy_edit.h"
 
 namespace gift::giftctl {
@@ -543,18 +545,13 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
   app.fallthrough();
   app.footer(
       "Exit codes: 0 ok, 1 the coordinator refused the request (its code and message are "
-      "printed), 64 usage error, 69 coordinator unavailable, 75 deadline exceeded or retryable "
-      "failure.\nRun giftctl COMMAND --help for the options of each command.");
-  std::string address = default_coordinator;
-  double timeout_s = 10;
+      "printed), 64 usage error, 69 coordinator (or health TARGET) unavailable or not serving, "
+      "75 deadline exceeded or retryable failure.\nRun giftctl COMMAND --help for the options of "
+      "each command.");
+  ConnectionFlags connection = DefaultConnectionFlags(default_coordinator);
+  const std::string& address = connection.address;
   bool as_json = false;
-  app.add_option("--coordinator", address,
-                 "coordinator address HOST:PORT (default: $GIFT_COORDINATOR, else "
-                 "localhost:7070)")
-      ->capture_default_str();
-  app.add_option("--timeout", timeout_s, "deadline of each call, in seconds")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  AddConnectionFlags(app, &connection);
   app.add_flag("--json", as_json, "print JSON instead of tables");
 
   CLI::App* status = app.add_subcommand("status", "cluster summary: epoch, members, tensors");
@@ -584,6 +581,10 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
   CLI::App* drain = app.add_subcommand("drain", "drain a worker: it leaves after its step");
   std::string drain_target;
   drain->add_option("WORKER", drain_target, "the member's name or id")->required();
+  CLI::App* health = app.add_subcommand(
+      "health", "grpc.health.v1 status of a daemon's endpoint (exec probes under mutual TLS)");
+  std::string health_target;
+  health->add_option("TARGET", health_target, "HOST:PORT or unix:/path (default: the coordinator)");
 
   std::vector<const char*> argv;
   for (const std::string& a : args) argv.push_back(a.c_str());
@@ -604,7 +605,18 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
     edit = *std::move(parsed);
   }
 
-  const CoordinatorClient client(CoordinatorClient::MakeChannel(address), absl::Seconds(timeout_s));
+  const std::string target = health->parsed() && !health_target.empty() ? health_target : address;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = OpenChannel(connection, target);
+  if (!channel.ok()) {
+    err << "giftctl: " << channel.status().message() << '\n';
+    return kExitUsage;
+  }
+  if (health->parsed()) {
+    const absl::Status serving = CheckHealth(*channel, connection.timeout, out);
+    if (!serving.ok()) err << "giftctl health " << target << ": " << serving << '\n';
+    return ExitCodeFor(serving);
+  }
+  const CoordinatorClient client(*std::move(channel), connection.timeout);
   const Context ctx{client, as_json, out};
   absl::Status result;
   if (status->parsed()) {

@@ -2,9 +2,13 @@
 // tests can run it in-process; main.cc only supplies argv, the environment
 // and the standard streams.
 //
-//   giftctl [--coordinator ADDR] [--timeout S] [--json] COMMAND ...
+//   giftctl [--coordinator ADDR] [--timeout DURATION] [--cert F --key F --ca F]
+//           [--insecure] [--json] COMMAND ...
 //     status | members | tensors | policy get | policy set FLAGS |
-//     refresh [--tensor GLOB] | rank set R [--tensor GLOB] | drain WORKER
+//     refresh [--tensor GLOB] | rank set R [--tensor GLOB] | drain WORKER |
+//     health [TARGET]
+//
+// Connection flags: tools/giftctl/connection_flags.h.
 //
 // Thread safety: Run may be called concurrently (no shared state).
 #ifndef GIFT_TOOLS_GIFTCTL_GIFTCTL_H_

@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/rpc/credentials.h"
 #include "common/rpc/grpc_status.h"
 
 namespace gift::client {
@@ -126,8 +127,12 @@ absl::StatusOr<std::unique_ptr<WorkerClient>> WorkerClient::Connect(
   // Reconnect quickly after a worker restart (gRPC's default backs off to 120 s).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  const bool unix_socket = target.rfind("unix:", 0) == 0 || target.rfind("unix-abstract:", 0) == 0;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      rpc::MakeChannelCredentials(unix_socket ? rpc::TlsFiles{} : options.tls);
+  if (!credentials.ok()) return credentials.status();
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+      grpc::CreateCustomChannel(target, *std::move(credentials), args);
   if (options.connect_timeout > absl::ZeroDuration() &&
       !channel->WaitForConnected(Deadline(options.connect_timeout))) {
     return absl::UnavailableError(absl::StrCat("worker at ", target, " is not reachable within ",

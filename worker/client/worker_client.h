@@ -59,6 +59,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/rpc/credentials.h"
 #include "gift/v1/worker.grpc.pb.h"
 
 namespace gift::client {
@@ -147,6 +148,10 @@ struct WorkerClientOptions {
   // Deadline of PushPull; infinite: none (the worker's --step-timeout bounds
   // the step).
   absl::Duration push_pull_timeout = absl::InfiniteDuration();
+  // For a TCP address: mutual TLS with these PEM files (a `worker` or
+  // `operator` certificate, common/rpc/credentials.h) when set, else
+  // plaintext. A Unix socket is always plaintext (its file mode guards it).
+  rpc::TlsFiles tls;
 };
 
 class WorkerClient {
