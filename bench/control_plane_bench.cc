@@ -302,7 +302,6 @@ bool HasVersion(const v1::ClusterState& state, uint64_t tensor_id, uint64_t vers
   return false;
 }
 
-// Nearest-rank percentile of a non-empty sample.
 nlohmann::json Summary(const std::vector<double>& seconds) {
   if (seconds.empty()) return nullptr;
   return {{"p50_ms", 1e3 * Percentile(seconds, 0.5)},

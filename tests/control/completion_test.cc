@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tools/giftctl/giftctl.h"
 
 namespace gift::giftctl {
 namespace {
@@ -47,14 +49,20 @@ class CompletionTest : public ::testing::Test {
   // What the completion offers for the command line `words` with the cursor
   // on the last word (an empty last word: after a space).
   std::vector<std::string> Complete(const std::vector<std::string>& words) {
+    return CompleteWith(script_, "_prog", words);
+  }
+
+  static std::vector<std::string> CompleteWith(const std::string& script,
+                                               const std::string& function,
+                                               const std::vector<std::string>& words) {
     std::vector<std::string> quoted;
     for (const std::string& w : words) quoted.push_back(ShellQuote(w));
     const std::string command = absl::StrCat(
-        "/bin/bash -c ", ShellQuote(absl::StrCat(
-                             "cd ", ShellQuote(testing::TempDir()), " && source ",
-                             ShellQuote(script_), " && COMP_WORDS=(", absl::StrJoin(quoted, " "),
-                             ") && COMP_CWORD=", words.size() - 1,
-                             " && _prog && printf '%s\\n' \"${COMPREPLY[@]}\"")));
+        "/bin/bash -c ",
+        ShellQuote(absl::StrCat("cd ", ShellQuote(testing::TempDir()), " && source ",
+                                ShellQuote(script), " && COMP_WORDS=(", absl::StrJoin(quoted, " "),
+                                ") && COMP_CWORD=", words.size() - 1, " && ", function,
+                                " && printf '%s\\n' \"${COMPREPLY[@]}\"")));
     FILE* pipe = popen(command.c_str(), "r");
     EXPECT_NE(pipe, nullptr);
     std::string out;
@@ -97,8 +105,7 @@ TEST_F(CompletionTest, SkipsOptionValuesWhenFindingThePath) {
   // "policy" after --coordinator is its value, not the subcommand.
   EXPECT_EQ(Complete({"prog", "--coordinator", "policy", "st"}),
             std::vector<std::string>{"status"});
-  EXPECT_EQ(Complete({"prog", "--timeout", "2s", "policy", "g"}),
-            std::vector<std::string>{"get"});
+  EXPECT_EQ(Complete({"prog", "--timeout", "2s", "policy", "g"}), std::vector<std::string>{"get"});
 }
 
 TEST_F(CompletionTest, OffersFilesForFileOptionsAndNothingForOtherValues) {
@@ -106,6 +113,21 @@ TEST_F(CompletionTest, OffersFilesForFileOptionsAndNothingForOtherValues) {
   EXPECT_EQ(Complete({"prog", "--config", "completion-config-pro"}),
             std::vector<std::string>{"completion-config-probe.toml"});
   EXPECT_TRUE(Complete({"prog", "--timeout", ""}).empty());
+}
+
+TEST_F(CompletionTest, GiftctlPrintsAWorkingScriptOfItsOwnCommands) {
+  std::ostringstream out, err;
+  ASSERT_EQ(Run({"giftctl", "completion", "bash"}, "127.0.0.1:1", out, err), 0) << err.str();
+  const std::string script = testing::TempDir() + "/giftctl.bash";
+  std::ofstream(script) << out.str();
+  EXPECT_EQ(CompleteWith(script, "_giftctl", {"giftctl", "pol"}),
+            std::vector<std::string>{"policy"});
+  EXPECT_EQ(CompleteWith(script, "_giftctl", {"giftctl", "policy", "set", "--ra"}),
+            std::vector<std::string>{"--rank"});
+  EXPECT_EQ(CompleteWith(script, "_giftctl", {"giftctl", "--timeout", "2s", "dr"}),
+            std::vector<std::string>{"drain"});
+  std::ostringstream out2, err2;
+  EXPECT_EQ(Run({"giftctl", "completion", "zsh"}, "127.0.0.1:1", out2, err2), 64);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
 #include "nlohmann/json.hpp"
+#include "tools/giftctl/completion.h"
 #include "tools/giftctl/connection_flags.h"
 #include "tools/giftctl/health_check.h"
 #include "tools/giftctl/policy_edit.h"
@@ -585,6 +586,12 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
       "health", "grpc.health.v1 status of a daemon's endpoint (exec probes under mutual TLS)");
   std::string health_target;
   health->add_option("TARGET", health_target, "HOST:PORT or unix:/path (default: the coordinator)");
+  CLI::App* completion = app.add_subcommand(
+      "completion", "print a shell completion script: source <(giftctl completion bash)");
+  std::string shell;
+  completion->add_option("SHELL", shell, "the shell (bash)")
+      ->required()
+      ->check(CLI::IsMember({"bash"}));
 
   std::vector<const char*> argv;
   for (const std::string& a : args) argv.push_back(a.c_str());
@@ -603,6 +610,11 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
       return kExitUsage;
     }
     edit = *std::move(parsed);
+  }
+
+  if (completion->parsed()) {
+    out << BashCompletionScript(app);
+    return kExitOk;
   }
 
   const std::string target = health->parsed() && !health_target.empty() ? health_target : address;

@@ -6,7 +6,7 @@
 //           [--insecure] [--json] COMMAND ...
 //     status | members | tensors | policy get | policy set FLAGS |
 //     refresh [--tensor GLOB] | rank set R [--tensor GLOB] | drain WORKER |
-//     health [TARGET]
+//     health [TARGET] | completion bash
 //
 // Connection flags: tools/giftctl/connection_flags.h.
 //
