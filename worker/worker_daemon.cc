@@ -10,12 +10,26 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/codec/codec_spec.h"
+#include "worker/dtype_conversion.h"
 
 namespace gift::worker {
 namespace {
 
 using logging::Level;
 using logging::Log;
+
+// Bytes per element of a buffer dtype; 0 for one the worker does not take.
+uint64_t ElementBytes(gift::v1::DType dtype) {
+  switch (dtype) {
+    case gift::v1::DTYPE_FLOAT32:
+      return 4;
+    case gift::v1::DTYPE_BFLOAT16:
+    case gift::v1::DTYPE_FLOAT16:
+      return 2;
+    default:
+      return 0;
+  }
+}
 
 bool Retryable(const absl::Status& s) {
   return s.code() == absl::StatusCode::kAborted || s.code() == absl::StatusCode::kUnavailable;
@@ -74,6 +88,95 @@ WorkerDaemon::~WorkerDaemon() {
   engine_.reset();
 }
 
+absl::Status WorkerDaemon::ServeBuffers(const std::string& path) {
+  if (buffer_socket_ != nullptr) return absl::FailedPreconditionError("already serving buffers");
+  auto socket = BufferSocket::Start(path);
+  if (!socket.ok()) return socket.status();
+  buffer_socket_ = *std::move(socket);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkerDaemon::Registered> WorkerDaemon::MapTensor(
+    const gift::v1::BufferSpec& b, absl::string_view what) const {
+  auto error = [&](absl::StatusCode code, absl::string_view message) {
+    return absl::Status(code, absl::StrCat(what, ": ", message));
+  };
+  if (b.name().empty()) return error(absl::StatusCode::kInvalidArgument, "empty name");
+  const uint64_t element_bytes = ElementBytes(b.dtype());
+  if (element_bytes == 0) {
+    return error(absl::StatusCode::kInvalidArgument,
+                 absl::StrCat("dtype ", gift::v1::DType_Name(b.dtype()),
+                              "; DTYPE_FLOAT32, DTYPE_BFLOAT16 and DTYPE_FLOAT16 are supported"));
+  }
+  if (b.shape_size() == 0) return error(absl::StatusCode::kInvalidArgument, "no shape");
+  uint64_t elements = 1;
+  for (int64_t d : b.shape()) {
+    if (d <= 0 || d > (int64_t{1} << 40) || elements > (uint64_t{1} << 40) / uint64_t(d)) {
+      return error(absl::StatusCode::kInvalidArgument, absl::StrCat("bad dimension ", d));
+    }
+    elements *= static_cast<uint64_t>(d);
+  }
+  switch (b.buffer().location_case()) {
+    case gift::v1::SharedBuffer::kHandle:
+      break;
+    case gift::v1::SharedBuffer::kCudaIpcHandle:
+      return error(absl::StatusCode::kUnimplemented,
+                   "CUDA IPC buffers need a gift-worker built with CUDA device support; "
+                   "register host buffers");
+    case gift::v1::SharedBuffer::kShmName:
+      return error(absl::StatusCode::kInvalidArgument,
+                   "named shared-memory buffers (shm_name) are refused: their writer can shrink "
+                   "them at any time and make the worker fault; hand a sealed memfd to the "
+                   "buffer socket (WorkerInfo.buffer_socket) and register its handle");
+    default:
+      return error(absl::StatusCode::kInvalidArgument, "no shared buffer");
+  }
+  if (b.buffer().size_bytes() != elements * element_bytes) {
+    return error(absl::StatusCode::kInvalidArgument,
+                 absl::StrCat("buffer of ", b.buffer().size_bytes(), " bytes for ", elements, " ",
+                              gift::v1::DType_Name(b.dtype()), " elements"));
+  }
+  if (buffer_socket_ == nullptr) {
+    return error(absl::StatusCode::kFailedPrecondition,
+                 "this worker has no buffer socket (start it with --socket)");
+  }
+  auto mapping = buffer_socket_->Find(b.buffer().handle());
+  if (!mapping.ok()) return error(mapping.status().code(), mapping.status().message());
+  auto bytes = (*mapping)->Range(b.buffer().offset_bytes(), b.buffer().size_bytes(),
+                                 element_bytes);
+  if (!bytes.ok()) return error(bytes.status().code(), bytes.status().message());
+  const uint64_t cols = static_cast<uint64_t>(b.shape(b.shape_size() - 1));
+  Registered r;
+  r.local.name = b.name();
+  r.local.rows = elements / cols;
+  r.local.cols = cols;
+  r.shape.assign(b.shape().begin(), b.shape().end());
+  r.dtype = b.dtype();
+  r.mapping = *std::move(mapping);
+  r.bytes = *bytes;
+  if (b.dtype() == gift::v1::DTYPE_FLOAT32) {
+    r.local.data = reinterpret_cast<float*>(r.bytes);
+  } else {
+    r.staging.resize(elements);
+    r.local.data = r.staging.data();  // a moved vector keeps its storage
+  }
+  return r;
+}
+
+void WorkerDaemon::Widen(const Registered& r) {
+  const size_t n = r.local.rows * r.local.cols;
+  const auto* src = reinterpret_cast<const uint16_t*>(r.bytes);
+  if (r.dtype == gift::v1::DTYPE_BFLOAT16) Bf16ToF32(src, r.local.data, n);
+  if (r.dtype == gift::v1::DTYPE_FLOAT16) F16ToF32(src, r.local.data, n);
+}
+
+void WorkerDaemon::Narrow(const Registered& r) {
+  const size_t n = r.local.rows * r.local.cols;
+  auto* dst = reinterpret_cast<uint16_t*>(r.bytes);
+  if (r.dtype == gift::v1::DTYPE_BFLOAT16) F32ToBf16(r.local.data, dst, n);
+  if (r.dtype == gift::v1::DTYPE_FLOAT16) F32ToF16(r.local.data, dst, n);
+}
+
 absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
     const gift::v1::RegisterBuffersRequest& request) {
   if (request.buffers_size() == 0) return absl::InvalidArgumentError("no buffers");
@@ -81,55 +184,15 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
   std::vector<gift::v1::TensorSpec> specs;
   for (int i = 0; i < request.buffers_size(); ++i) {
     const gift::v1::BufferSpec& b = request.buffers(i);
-    const std::string what = absl::StrCat("buffers[", i, "] '", b.name(), "'");
-    if (b.name().empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": empty name"));
-    if (b.dtype() != gift::v1::DTYPE_FLOAT32) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": dtype ", gift::v1::DType_Name(b.dtype()), "; only DTYPE_FLOAT32 is supported"));
-    }
-    if (b.shape_size() == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": no shape"));
-    uint64_t elements = 1;
-    for (int64_t d : b.shape()) {
-      if (d <= 0 || d > (int64_t{1} << 40) || elements > (uint64_t{1} << 40) / uint64_t(d)) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ": bad dimension ", d));
-      }
-      elements *= static_cast<uint64_t>(d);
-    }
-    if (b.buffer().location_case() == gift::v1::SharedBuffer::kCudaIpcHandle) {
-      return absl::UnimplementedError(absl::StrCat(
-          what,
-          ": CUDA IPC buffers need a gift-worker built with CUDA device support; register "
-          "host (shared-memory) buffers"));
-    }
-    if (b.buffer().location_case() != gift::v1::SharedBuffer::kShmName) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": no shared buffer"));
-    }
-    if (b.buffer().size_bytes() != elements * sizeof(float)) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": buffer of ", b.buffer().size_bytes(),
-                                                     " bytes for ", elements, " FP32 elements"));
-    }
-    auto buffer = SharedBuffer::Open(b.buffer().shm_name(), b.buffer().offset_bytes(),
-                                     b.buffer().size_bytes());
-    if (!buffer.ok()) {
-      return absl::Status(buffer.status().code(),
-                          absl::StrCat(what, ": ", buffer.status().message()));
-    }
-    if (reinterpret_cast<uintptr_t>(buffer->data()) % alignof(float) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": offset not 4-byte aligned"));
-    }
-    const uint64_t cols = static_cast<uint64_t>(b.shape(b.shape_size() - 1));
-    SharedBuffer shared = *std::move(buffer);
-    LocalTensor local{.name = b.name(),
-                      .rows = elements / cols,
-                      .cols = cols,
-                      .data = static_cast<float*>(shared.data())};
-    mapped.push_back(Registered{.local = std::move(local),
-                                .shape = std::vector<int64_t>(b.shape().begin(), b.shape().end()),
-                                .buffer = std::move(shared)});
+    auto r = MapTensor(b, absl::StrCat("buffers[", i, "] '", b.name(), "'"));
+    if (!r.ok()) return r.status();
+    mapped.push_back(*std::move(r));
     gift::v1::TensorSpec spec;
     spec.set_name(b.name());
     *spec.mutable_shape() = b.shape();
-    spec.set_dtype(b.dtype());
+    // The exchange is FP32 whatever the buffer holds, so workers whose
+    // buffers differ in dtype still agree on the tensor.
+    spec.set_dtype(gift::v1::DTYPE_FLOAT32);
     specs.push_back(std::move(spec));
   }
   absl::MutexLock step_lock(&step_mu_);
@@ -270,7 +333,10 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
     }
   }
   std::vector<LocalTensor> tensors;
-  for (const Registered* r : selected) tensors.push_back(r->local);
+  for (const Registered* r : selected) {
+    Widen(*r);  // 16-bit buffers: into the FP32 staging, once per step
+    tensors.push_back(r->local);
+  }
 
   bool first;
   {
@@ -336,6 +402,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
   auto report =
       Exchange(request.step(), tensors, /*exact=*/false, deadline, &epoch, &world_size, &versions);
   if (!report.ok()) return report.status();
+  for (const Registered* r : selected) Narrow(*r);  // the average, in the buffer's dtype
   uint32_t attempts;
   {
     absl::MutexLock lock(&mu_);
@@ -424,21 +491,27 @@ absl::Status WorkerDaemon::SubmitActivationStats(
         absl::StrCat("tensor id ", request.tensor_id(), " is not registered"));
   }
   if (request.num_samples() == 0) return absl::InvalidArgumentError("num_samples is 0");
-  if (request.gram().location_case() != gift::v1::SharedBuffer::kShmName) {
-    return absl::InvalidArgumentError("the Gram matrix must be in a shared-memory buffer");
+  if (request.gram().location_case() != gift::v1::SharedBuffer::kHandle) {
+    return absl::InvalidArgumentError(
+        "the Gram matrix must be in a buffer handed over on the buffer socket (a handle)");
   }
   const uint64_t bytes = d_in * d_in * sizeof(float);
   if (request.gram().size_bytes() != bytes) {
     return absl::InvalidArgumentError(absl::StrCat("Gram buffer of ", request.gram().size_bytes(),
                                                    " bytes; d_in ", d_in, " needs ", bytes));
   }
-  auto buffer = SharedBuffer::Open(request.gram().shm_name(), request.gram().offset_bytes(), bytes);
-  if (!buffer.ok()) return buffer.status();
+  if (buffer_socket_ == nullptr) {
+    return absl::FailedPreconditionError("this worker has no buffer socket");
+  }
+  auto mapping = buffer_socket_->Find(request.gram().handle());
+  if (!mapping.ok()) return mapping.status();
+  auto gram = (*mapping)->Range(request.gram().offset_bytes(), bytes, sizeof(float));
+  if (!gram.ok()) return gram.status();
   OwnerJob job{.state = session_->state(),
                .tensor_id = request.tensor_id(),
                .num_samples = request.num_samples()};
   job.gram.resize(d_in * d_in);
-  std::memcpy(job.gram.data(), buffer->data(), bytes);
+  std::memcpy(job.gram.data(), *gram, bytes);
   EnqueueOwnerJob(std::move(job));
   return absl::OkStatus();
 }
@@ -456,6 +529,7 @@ gift::v1::WorkerInfo WorkerDaemon::Info() const {
     info.set_last_step(last_step_.value_or(0));
   }
   *info.mutable_bases() = state->bases();
+  if (buffer_socket_ != nullptr) info.set_buffer_socket(buffer_socket_->path());
   return info;
 }
 
