@@ -1,11 +1,12 @@
 """A tiny data-parallel training run, shared by the PyTorch integration test
 (the worker processes) and its local reference.
 
-    /usr/bin/python3 train_tiny.py SOCKET RANK FIRST_STEP STEPS OUT.pt
+    /usr/bin/python3 train_tiny.py SOCKET RANK FIRST_STEP STEPS OUT.pt [DTYPE]
 
-trains TinyModel for STEPS SGD steps through GradientSync on the worker at
-SOCKET (steps FIRST_STEP, FIRST_STEP + 1, ...) and saves the final
-parameters (and the per-step reports) to OUT.pt.
+trains TinyModel (in DTYPE: float32, the default, bfloat16 or float16) for
+STEPS SGD steps through GradientSync on the worker at SOCKET (steps
+FIRST_STEP, FIRST_STEP + 1, ...) and saves the final parameters (and the
+per-step reports) to OUT.pt.
 """
 
 import sys
@@ -27,27 +28,29 @@ class TinyModel(nn.Module):
         return self.fc2(torch.tanh(self.fc1(x)))
 
 
-def make_model() -> TinyModel:
+def make_model(dtype: torch.dtype = torch.float32) -> TinyModel:
     torch.manual_seed(1234)
-    return TinyModel()
+    return TinyModel().to(dtype)
 
 
-def batch(rank: int, step: int):
+def batch(rank: int, step: int, dtype: torch.dtype = torch.float32):
     g = torch.Generator().manual_seed(1000 * step + rank)
     x = torch.randn(16, 8, generator=g)
     y = torch.randn(16, 4, generator=g)
-    return x, y
+    return x.to(dtype), y.to(dtype)
 
 
 def loss_of(model, rank, step):
-    x, y = batch(rank, step)
+    x, y = batch(rank, step, next(model.parameters()).dtype)
     return nn.functional.mse_loss(model(x), y)
 
 
-def reference(steps: int):
-    """Parameters after `steps` SGD steps on the FP32 average (g0+g1)*0.5."""
+def reference(steps: int, dtype: torch.dtype = torch.float32):
+    """Parameters after `steps` SGD steps on the FP32 average (g0+g1)*0.5 of
+    the two ranks' gradients, rounded to `dtype` (what the worker does with
+    16-bit buffers: widen, average in FP32, round to nearest even)."""
     torch.set_num_threads(1)
-    model = make_model()
+    model = make_model(dtype)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     for i in range(steps):
         grads = []
@@ -56,7 +59,7 @@ def reference(steps: int):
             loss_of(model, rank, i).backward()
             grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
         for n, p in model.named_parameters():
-            p.grad = (grads[0][n] + grads[1][n]) * 0.5
+            p.grad = ((grads[0][n].float() + grads[1][n].float()) * 0.5).to(dtype)
         opt.step()
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
@@ -67,11 +70,12 @@ def initial():
 
 def main(argv):
     socket, rank, first_step, steps, out = argv[1], int(argv[2]), int(argv[3]), int(argv[4]), argv[5]
+    dtype = getattr(torch, argv[6]) if len(argv) > 6 else torch.float32
     torch.set_num_threads(1)
     from gift_ps import GradientSync, WorkerClient
 
     client = WorkerClient(socket, connect_timeout=30)
-    model = make_model()
+    model = make_model(dtype)
     # Activation statistics every 2 steps exercise the real submission path
     # (they feed only bases; the tensors here go direct).
     sync = GradientSync(model, client, collect_activations_every=2)
