@@ -74,6 +74,7 @@ class WorkerInfo:
     epoch: int
     last_step: int
     bases: list  # gift.v1.TensorBasisState messages
+    buffer_socket: str = ""  # where buffers are handed over ("" : none)
 
 
 def worker_target(address: str) -> str:
@@ -352,7 +353,8 @@ class WorkerClient:
                               self._pb.worker_pb2.GetWorkerInfoRequest(), self._timeout)
         return WorkerInfo(member_id=response.member_id, rank=response.rank,
                           world_size=response.world_size, epoch=response.epoch,
-                          last_step=response.last_step, bases=list(response.bases))
+                          last_step=response.last_step, bases=list(response.bases),
+                          buffer_socket=response.buffer_socket)
 
     def close(self) -> None:
         """Waits for queued push_pulls, closes the channels and this

@@ -94,15 +94,15 @@ class HostileClientTest(unittest.TestCase):
         self.assert_worker_serves()
 
     def test_sealed_memfd_cannot_be_shrunk_after_registering(self):
-        t = self.client.register({"g": (1000,)})
-        t["g"].fill_(2.0)
+        t = self.client.register({"g1000": (1000,)})
+        t["g1000"].fill_(2.0)
         fd = self.client._buffer.fileno()
         with self.assertRaises(PermissionError):
             os.ftruncate(fd, 0)
         with self.assertRaises(PermissionError):
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)  # F_SEAL_SEAL holds
         self.client.push_pull(self.next_step())
-        self.assertTrue(torch.equal(t["g"], torch.full((1000,), 2.0)))
+        self.assertTrue(torch.equal(t["g1000"], torch.full((1000,), 2.0)))
         self.assert_worker_serves()
 
     def test_unsealed_memfd_is_refused_at_the_handoff(self):
