@@ -25,7 +25,12 @@ class TinyModel(nn.Module):
         self.fc2 = nn.Linear(32, 4)
 
     def forward(self, x):
-        return self.fc2(torch.tanh(self.fc1(x)))
+        # Computes in x's dtype: torch 1.13 has no FP16 matmul on the CPU, so
+        # an FP16 model computes in FP32 (its parameters and gradients stay
+        # FP16); .to() of the same dtype is the parameter itself.
+        def linear(layer, h):
+            return nn.functional.linear(h, layer.weight.to(h.dtype), layer.bias.to(h.dtype))
+        return linear(self.fc2, torch.tanh(linear(self.fc1, x)))
 
 
 def make_model(dtype: torch.dtype = torch.float32) -> TinyModel:
@@ -41,8 +46,10 @@ def batch(rank: int, step: int, dtype: torch.dtype = torch.float32):
 
 
 def loss_of(model, rank, step):
-    x, y = batch(rank, step, next(model.parameters()).dtype)
-    return nn.functional.mse_loss(model(x), y)
+    dtype = next(model.parameters()).dtype
+    x, y = batch(rank, step, torch.float32 if dtype == torch.float16 else dtype)
+    # The loss in FP32 (no BF16 mse_loss on the CPU in torch 1.13).
+    return nn.functional.mse_loss(model(x).float(), y.float())
 
 
 def reference(steps: int, dtype: torch.dtype = torch.float32):
