@@ -85,6 +85,10 @@ absl::StatusOr<std::unique_ptr<BufferChannel>> BufferChannel::Connect(const std:
     return absl::UnavailableError(
         absl::StrCat("cannot connect to the worker's buffer socket ", path, ": ", error));
   }
+  // A worker that stops answering fails the handoff instead of hanging it.
+  const timeval timeout{.tv_sec = 60, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
   return std::unique_ptr<BufferChannel>(new BufferChannel(fd));
 }
 
@@ -108,7 +112,10 @@ absl::StatusOr<std::string> BufferChannel::Hand(int fd) {
   }
   char reply[512];
   const ssize_t n = recv(fd_, reply, sizeof(reply), 0);
-  if (n <= 0) return absl::UnavailableError("buffer socket: the worker closed the connection");
+  if (n <= 0) {
+    return absl::UnavailableError(n == 0 ? "buffer socket: the worker closed the connection"
+                                         : absl::StrCat("buffer socket: recv: ", std::strerror(errno)));
+  }
   const absl::string_view text(reply, static_cast<size_t>(n));
   if (text.substr(0, 3) == "OK ") return std::string(text.substr(3));
   if (text.substr(0, 4) == "ERR ") {

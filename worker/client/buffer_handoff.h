@@ -49,6 +49,7 @@ class SealedRegion {
 class BufferChannel {
  public:
   // Connects to the buffer socket at `path`. UNAVAILABLE when it cannot.
+  // A handoff waits at most 60 s for the worker's answer.
   static absl::StatusOr<std::unique_ptr<BufferChannel>> Connect(const std::string& path);
   ~BufferChannel();
   BufferChannel(const BufferChannel&) = delete;
