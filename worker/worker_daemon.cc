@@ -10,26 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/codec/codec_spec.h"
-#include "worker/dtype_conversion.h"
 
 namespace gift::worker {
 namespace {
 
 using logging::Level;
 using logging::Log;
-
-// Bytes per element of a buffer dtype; 0 for one the worker does not take.
-uint64_t ElementBytes(gift::v1::DType dtype) {
-  switch (dtype) {
-    case gift::v1::DTYPE_FLOAT32:
-      return 4;
-    case gift::v1::DTYPE_BFLOAT16:
-    case gift::v1::DTYPE_FLOAT16:
-      return 2;
-    default:
-      return 0;
-  }
-}
 
 bool Retryable(const absl::Status& s) {
   return s.code() == absl::StatusCode::kAborted || s.code() == absl::StatusCode::kUnavailable;
@@ -96,95 +82,15 @@ absl::Status WorkerDaemon::ServeBuffers(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<WorkerDaemon::Registered> WorkerDaemon::MapTensor(
-    const gift::v1::BufferSpec& b, absl::string_view what) const {
-  auto error = [&](absl::StatusCode code, absl::string_view message) {
-    return absl::Status(code, absl::StrCat(what, ": ", message));
-  };
-  if (b.name().empty()) return error(absl::StatusCode::kInvalidArgument, "empty name");
-  const uint64_t element_bytes = ElementBytes(b.dtype());
-  if (element_bytes == 0) {
-    return error(absl::StatusCode::kInvalidArgument,
-                 absl::StrCat("dtype ", gift::v1::DType_Name(b.dtype()),
-                              "; DTYPE_FLOAT32, DTYPE_BFLOAT16 and DTYPE_FLOAT16 are supported"));
-  }
-  if (b.shape_size() == 0) return error(absl::StatusCode::kInvalidArgument, "no shape");
-  uint64_t elements = 1;
-  for (int64_t d : b.shape()) {
-    if (d <= 0 || d > (int64_t{1} << 40) || elements > (uint64_t{1} << 40) / uint64_t(d)) {
-      return error(absl::StatusCode::kInvalidArgument, absl::StrCat("bad dimension ", d));
-    }
-    elements *= static_cast<uint64_t>(d);
-  }
-  switch (b.buffer().location_case()) {
-    case gift::v1::SharedBuffer::kHandle:
-      break;
-    case gift::v1::SharedBuffer::kCudaIpcHandle:
-      return error(absl::StatusCode::kUnimplemented,
-                   "CUDA IPC buffers need a gift-worker built with CUDA device support; "
-                   "register host buffers");
-    case gift::v1::SharedBuffer::kShmName:
-      return error(absl::StatusCode::kInvalidArgument,
-                   "named shared-memory buffers (shm_name) are refused: their writer can shrink "
-                   "them at any time and make the worker fault; hand a sealed memfd to the "
-                   "buffer socket (WorkerInfo.buffer_socket) and register its handle");
-    default:
-      return error(absl::StatusCode::kInvalidArgument, "no shared buffer");
-  }
-  if (b.buffer().size_bytes() != elements * element_bytes) {
-    return error(absl::StatusCode::kInvalidArgument,
-                 absl::StrCat("buffer of ", b.buffer().size_bytes(), " bytes for ", elements, " ",
-                              gift::v1::DType_Name(b.dtype()), " elements"));
-  }
-  if (buffer_socket_ == nullptr) {
-    return error(absl::StatusCode::kFailedPrecondition,
-                 "this worker has no buffer socket (start it with --socket)");
-  }
-  auto mapping = buffer_socket_->Find(b.buffer().handle());
-  if (!mapping.ok()) return error(mapping.status().code(), mapping.status().message());
-  auto bytes = (*mapping)->Range(b.buffer().offset_bytes(), b.buffer().size_bytes(),
-                                 element_bytes);
-  if (!bytes.ok()) return error(bytes.status().code(), bytes.status().message());
-  const uint64_t cols = static_cast<uint64_t>(b.shape(b.shape_size() - 1));
-  Registered r;
-  r.local.name = b.name();
-  r.local.rows = elements / cols;
-  r.local.cols = cols;
-  r.shape.assign(b.shape().begin(), b.shape().end());
-  r.dtype = b.dtype();
-  r.mapping = *std::move(mapping);
-  r.bytes = *bytes;
-  if (b.dtype() == gift::v1::DTYPE_FLOAT32) {
-    r.local.data = reinterpret_cast<float*>(r.bytes);
-  } else {
-    r.staging.resize(elements);
-    r.local.data = r.staging.data();  // a moved vector keeps its storage
-  }
-  return r;
-}
-
-void WorkerDaemon::Widen(const Registered& r) {
-  const size_t n = r.local.rows * r.local.cols;
-  const auto* src = reinterpret_cast<const uint16_t*>(r.bytes);
-  if (r.dtype == gift::v1::DTYPE_BFLOAT16) Bf16ToF32(src, r.local.data, n);
-  if (r.dtype == gift::v1::DTYPE_FLOAT16) F16ToF32(src, r.local.data, n);
-}
-
-void WorkerDaemon::Narrow(const Registered& r) {
-  const size_t n = r.local.rows * r.local.cols;
-  auto* dst = reinterpret_cast<uint16_t*>(r.bytes);
-  if (r.dtype == gift::v1::DTYPE_BFLOAT16) F32ToBf16(r.local.data, dst, n);
-  if (r.dtype == gift::v1::DTYPE_FLOAT16) F32ToF16(r.local.data, dst, n);
-}
-
 absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
     const gift::v1::RegisterBuffersRequest& request) {
   if (request.buffers_size() == 0) return absl::InvalidArgumentError("no buffers");
-  std::vector<Registered> mapped;
+  std::vector<RegisteredTensor> mapped;
   std::vector<gift::v1::TensorSpec> specs;
   for (int i = 0; i < request.buffers_size(); ++i) {
     const gift::v1::BufferSpec& b = request.buffers(i);
-    auto r = MapTensor(b, absl::StrCat("buffers[", i, "] '", b.name(), "'"));
+    auto r = RegisteredTensor::View(b, buffer_socket_.get(),
+                                    absl::StrCat("buffers[", i, "] '", b.name(), "'"));
     if (!r.ok()) return r.status();
     mapped.push_back(*std::move(r));
     gift::v1::TensorSpec spec;
@@ -212,7 +118,7 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
   {
     absl::MutexLock lock(&mu_);
     d_in_by_tensor_.clear();
-    for (const Registered& r : registered_) d_in_by_tensor_[r.local.tensor_id] = r.local.cols;
+    for (const RegisteredTensor& r : registered_) d_in_by_tensor_[r.local.tensor_id] = r.local.cols;
   }
   response.set_rank(session_->rank());
   response.set_world_size(static_cast<uint32_t>(session_->state()->workers_size()));
@@ -318,12 +224,12 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
   if (registered_.empty()) {
     return absl::FailedPreconditionError("no buffers registered: call RegisterBuffers first");
   }
-  std::vector<const Registered*> selected;
+  std::vector<const RegisteredTensor*> selected;
   if (request.tensor_ids_size() == 0) {
-    for (const Registered& r : registered_) selected.push_back(&r);
+    for (const RegisteredTensor& r : registered_) selected.push_back(&r);
   } else {
-    absl::flat_hash_map<uint64_t, const Registered*> by_id;
-    for (const Registered& r : registered_) by_id[r.local.tensor_id] = &r;
+    absl::flat_hash_map<uint64_t, const RegisteredTensor*> by_id;
+    for (const RegisteredTensor& r : registered_) by_id[r.local.tensor_id] = &r;
     for (uint64_t id : request.tensor_ids()) {
       auto it = by_id.find(id);
       if (it == by_id.end()) {
@@ -333,8 +239,8 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
     }
   }
   std::vector<LocalTensor> tensors;
-  for (const Registered* r : selected) {
-    Widen(*r);  // 16-bit buffers: into the FP32 staging, once per step
+  for (const RegisteredTensor* r : selected) {
+    r->Widen();  // 16-bit buffers: into the FP32 staging, once per step
     tensors.push_back(r->local);
   }
 
@@ -402,7 +308,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
   auto report =
       Exchange(request.step(), tensors, /*exact=*/false, deadline, &epoch, &world_size, &versions);
   if (!report.ok()) return report.status();
-  for (const Registered* r : selected) Narrow(*r);  // the average, in the buffer's dtype
+  for (const RegisteredTensor* r : selected) r->Narrow();  // the average, in the buffer's dtype
   uint32_t attempts;
   {
     absl::MutexLock lock(&mu_);

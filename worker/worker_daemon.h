@@ -21,10 +21,10 @@
 // start barrier for a cluster that is still starting); later steps run with
 // whatever world the epoch has.
 //
-// Buffer dtypes: an FP32 buffer is the engine's span itself (zero copy); a
-// BF16 / FP16 buffer gets an FP32 staging span owned by the daemon, filled
-// from the buffer in one pass before the step and rounded back into it
-// (nearest even) after the step succeeded (dtype_conversion.h).
+// Buffer dtypes (registered_tensor.h): an FP32 buffer is the engine's span
+// itself (zero copy); a BF16 / FP16 buffer gets an FP32 staging span owned
+// by the daemon, filled from the buffer in one pass before the step and
+// rounded back into it (nearest even) after the step succeeded.
 //
 // Ownership: owns the engine and its threads; shares the session, which
 // must outlive the daemon. Thread safety: every public method may be called
@@ -53,6 +53,7 @@
 #include "worker/basis_store.h"
 #include "worker/buffer_socket.h"
 #include "worker/push_pull_engine.h"
+#include "worker/registered_tensor.h"
 #include "worker/shared_buffer.h"
 #include "worker/step_planner.h"
 
@@ -142,21 +143,6 @@ class WorkerDaemon {
   bool drain_requested() const { return drain_requested_.HasBeenNotified(); }
 
  private:
-  struct Registered {
-    LocalTensor local;  // data: the buffer (FP32) or `staging`
-    std::vector<int64_t> shape;
-    gift::v1::DType dtype = gift::v1::DTYPE_FLOAT32;
-    std::shared_ptr<const SharedBuffer> mapping;  // keeps `bytes` mapped
-    char* bytes = nullptr;                        // the tensor in the buffer
-    std::vector<float> staging;                   // 16-bit buffers only
-  };
-  // The tensor's FP32 view of `r`'s buffer: converts 16-bit buffers into
-  // staging (Widen) or back (Narrow); no-ops for FP32.
-  static void Widen(const Registered& r);
-  static void Narrow(const Registered& r);
-  // Checks one spec and views its range of the handed buffer.
-  absl::StatusOr<Registered> MapTensor(const gift::v1::BufferSpec& spec,
-                                       absl::string_view what) const;
   struct OwnerJob {
     std::shared_ptr<const gift::v1::ClusterState> state;
     std::optional<OwnedTensorStep> step;
@@ -184,7 +170,7 @@ class WorkerDaemon {
 
   // Serializes RegisterBuffers and PushPull.
   absl::Mutex step_mu_;
-  std::vector<Registered> registered_ ABSL_GUARDED_BY(step_mu_);
+  std::vector<RegisteredTensor> registered_ ABSL_GUARDED_BY(step_mu_);
 
   mutable absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
