@@ -4,10 +4,13 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <string>
@@ -122,6 +125,65 @@ TEST(BufferSocketTest, HandsOverSealedRegionsAndForgetsThemWithTheConnection) {
   // The handle ends with the connection (polled by the server thread).
   for (int i = 0; i < 200 && (*socket)->Find(handle).ok(); ++i) usleep(10000);
   EXPECT_EQ((*socket)->Find(handle).status().code(), absl::StatusCode::kNotFound);
+}
+
+size_t OpenFds() {
+  size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)entry;
+    ++n;
+  }
+  return n;
+}
+
+// Sends `payload` with `fds` on a fresh connection; returns the answer.
+std::string RawHandoff(const std::string& path, absl::string_view payload,
+                       const std::vector<int>& fds) {
+  const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  EXPECT_EQ(connect(s, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  iovec iov{.iov_base = const_cast<char*>(payload.data()), .iov_len = payload.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  EXPECT_GE(sendmsg(s, &msg, MSG_NOSIGNAL), 0);
+  char reply[512];
+  const ssize_t n = recv(s, reply, sizeof(reply), 0);
+  close(s);
+  return n > 0 ? std::string(reply, static_cast<size_t>(n)) : "";
+}
+
+TEST(BufferSocketTest, MalformedHandoffsAreRefusedAndLeakNoDescriptor) {
+  const std::string path = absl::StrCat(testing::TempDir(), "/gift-bs-raw-", getpid());
+  auto socket = BufferSocket::Start(path);
+  ASSERT_TRUE(socket.ok()) << socket.status();
+  const int a = Memfd(4096, F_SEAL_SHRINK);
+  const int b = Memfd(4096, F_SEAL_SHRINK);
+  const size_t before = OpenFds();
+  EXPECT_EQ(RawHandoff(path, "HELLO", {a}).rfind("ERR INVALID_ARGUMENT", 0), 0u);
+  EXPECT_EQ(RawHandoff(path, kBufferHandoffMagic, {}).rfind("ERR INVALID_ARGUMENT", 0), 0u);
+  EXPECT_EQ(RawHandoff(path, kBufferHandoffMagic, {a, b}).rfind("ERR INVALID_ARGUMENT", 0), 0u);
+  std::vector<int> many(12, a);  // more than the worker takes in one message
+  EXPECT_EQ(RawHandoff(path, kBufferHandoffMagic, many).rfind("ERR INVALID_ARGUMENT", 0), 0u);
+  EXPECT_EQ(RawHandoff(path, kBufferHandoffMagic, {a}).rfind("OK ", 0), 0u);
+  // Every descriptor that reached the worker was closed again (the accepted
+  // one is mapped, not kept open), and the connections are gone.
+  for (int i = 0; i < 200 && OpenFds() != before; ++i) usleep(10000);
+  EXPECT_EQ(OpenFds(), before);
+  close(a);
+  close(b);
 }
 
 // ---- 16-bit conversions -----------------------------------------------------
