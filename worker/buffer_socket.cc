@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 
@@ -176,8 +177,14 @@ bool BufferSocket::Receive(int fd) {
     Reply(fd, absl::StrCat("ERR ", absl::StatusCodeToString(code), " ", message));
     return true;
   };
-  if (absl::string_view(payload, static_cast<size_t>(n)) != kBufferHandoffMagic ||
-      (msg.msg_flags & MSG_TRUNC)) {
+  const absl::string_view text(payload, static_cast<size_t>(n));
+  if (absl::StartsWith(text, kBufferReleasePrefix) && received.empty() &&
+      !(msg.msg_flags & MSG_TRUNC)) {
+    Release(fd, text.substr(kBufferReleasePrefix.size()));
+    Reply(fd, "OK");
+    return true;
+  }
+  if (text != kBufferHandoffMagic || (msg.msg_flags & MSG_TRUNC)) {
     return fail(absl::StatusCode::kInvalidArgument,
                 absl::StrCat("a handoff is the payload ", kBufferHandoffMagic, " and one memfd"));
   }
@@ -204,6 +211,14 @@ bool BufferSocket::Receive(int fd) {
   }
   Reply(fd, absl::StrCat("OK ", handle));
   return true;
+}
+
+void BufferSocket::Release(int fd, absl::string_view handle) {
+  absl::MutexLock lock(&mu_);
+  auto it = handed_.find(handle);
+  if (it == handed_.end() || it->second.connection != fd) return;  // not this client's
+  handed_.erase(it);
+  --per_connection_[fd];
 }
 
 void BufferSocket::Drop(int fd) {

@@ -7,7 +7,12 @@
 //                     SCM_RIGHTS, exactly one memfd sealed with F_SEAL_SHRINK
 //                     (shared_buffer.h says why);
 //   worker -> client  "OK <handle>" (32 hex digits, random) or
-//                     "ERR <CODE> <message>" (an absl status code name).
+//                     "ERR <CODE> <message>" (an absl status code name);
+//   client -> worker  "GIFT-RELEASE-1 <handle>" (no descriptor): the client
+//                     no longer names that handle (a replaced set); the
+//                     worker forgets it (registered tensors keep their
+//                     mapping) and answers "OK". Only the connection that
+//                     handed a buffer over can release its handle.
 // The client then registers tensors at offsets of the buffer by naming the
 // handle (worker.proto SharedBuffer.handle). A handle is valid while the
 // connection it was handed over on stays open; the worker drops it (not the
@@ -35,6 +40,7 @@
 namespace gift::worker {
 
 inline constexpr absl::string_view kBufferHandoffMagic = "GIFT-BUFFER-1";
+inline constexpr absl::string_view kBufferReleasePrefix = "GIFT-RELEASE-1 ";
 
 class BufferSocket {
  public:
@@ -55,6 +61,7 @@ class BufferSocket {
   void Serve();
   // Answers one message of connection `fd`; false when it closed.
   bool Receive(int fd);
+  void Release(int fd, absl::string_view handle);
   void Drop(int fd);
 
   const std::string path_;

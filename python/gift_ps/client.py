@@ -119,6 +119,7 @@ class WorkerClient:
         self._push_pull_timeout = push_pull_timeout
         self._lock = threading.Lock()
         self._buffer: Optional[SealedBuffer] = None
+        self._handle = ""  # the worker's handle of _buffer
         self._channel_lock = threading.Lock()
         self._buffer_channel: Optional[BufferChannel] = None
         self._tensors: Dict[str, torch.Tensor] = {}
@@ -185,6 +186,7 @@ class WorkerClient:
         if dtypes:
             raise ValueError(f"register: dtypes for tensors not registered: {sorted(dtypes)}")
         buffer = SealedBuffer(offset)
+        handle = None
         try:
             handle = self._hand(buffer, "RegisterBuffers")
             request = pb.worker_pb2.RegisterBuffersRequest()
@@ -200,12 +202,14 @@ class WorkerClient:
                                 f"tensors for {len(specs)}", "RegisterBuffers")
         except BaseException:
             buffer.close()
+            if handle is not None:
+                self._release(handle)
             raise
         views = {name: buffer.tensor(dims, dtype, off, size // _ITEMSIZE[dtype])
                  for name, dims, _, dtype, off, size in specs}
         with self._lock:
-            old = self._buffer
-            self._buffer = buffer
+            old, old_handle = self._buffer, self._handle
+            self._buffer, self._handle = buffer, handle
             self._tensors = views
             self._ids = {s[0]: reg.tensor_id for s, reg in zip(specs, response.buffers)}
             self._names = {i: n for n, i in self._ids.items()}
@@ -213,7 +217,13 @@ class WorkerClient:
             self.world_size = response.world_size
         if old is not None:
             old.close()
+            self._release(old_handle)
         return dict(views)
+
+    def _release(self, handle: str) -> None:
+        with self._channel_lock:
+            if self._buffer_channel is not None:
+                self._buffer_channel.release(handle)
 
     def _hand(self, buffer: SealedBuffer, method: str) -> str:
         """Hands `buffer` to the worker (connecting to its buffer socket on
@@ -307,6 +317,7 @@ class WorkerClient:
         if entry is None or entry[0].size_bytes != 4 * d_in * d_in:
             if entry is not None:
                 entry[0].close()
+                self._release(entry[1])
                 del self._stats[name]
             buffer = SealedBuffer(4 * d_in * d_in, "gift-stats")
             try:

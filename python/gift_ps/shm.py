@@ -27,6 +27,7 @@ from typing import Optional, Sequence
 import torch
 
 HANDOFF_MAGIC = b"GIFT-BUFFER-1"  # worker/buffer_socket.h
+RELEASE_PREFIX = b"GIFT-RELEASE-1 "
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 
@@ -133,6 +134,17 @@ class BufferChannel:
             code, _, message = text[4:].partition(" ")
             raise HandoffError(code, message)
         raise HandoffError("INTERNAL", f"unexpected reply {text!r} from {self.path}")
+
+    def release(self, handle: str) -> None:
+        """Tells the worker this client no longer names `handle` (a replaced
+        set; registered tensors keep their memory). Best effort: a broken
+        connection forgets every handle anyway."""
+        with self._lock:
+            try:
+                self._sock.send(RELEASE_PREFIX + handle.encode())
+                self._sock.recv(64)
+            except OSError:
+                pass
 
     def close(self) -> None:
         with self._lock:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from gift_ps import _protos
-from gift_ps.shm import HANDOFF_MAGIC
+from gift_ps.shm import HANDOFF_MAGIC, RELEASE_PREFIX
 
 
 class FakeWorker:
@@ -93,6 +93,11 @@ class FakeWorker:
                 if not msg:
                     return
                 try:
+                    if msg.startswith(RELEASE_PREFIX) and not fds:
+                        with self.lock:
+                            self.handed.pop(msg[len(RELEASE_PREFIX):].decode(), None)
+                        conn.send(b"OK")
+                        continue
                     if msg != HANDOFF_MAGIC or len(fds) != 1:
                         conn.send(b"ERR INVALID_ARGUMENT one memfd per handoff")
                         continue

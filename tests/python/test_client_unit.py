@@ -166,9 +166,12 @@ class FakeWorkerTest(unittest.TestCase):
 
     def test_reregister_replaces_and_closes_previous(self):
         self.client.register({"a": (4,)})
-        old = self.client._buffer
+        old, old_handle = self.client._buffer, self.client._handle
+        self.assertIn(old_handle, self.fake.handed)
         self.client.register({"a": (4,), "c": (2,)})
         self.assertTrue(old.closed)
+        self.assertNotIn(old_handle, self.fake.handed)  # released
+        self.assertEqual(list(self.fake.handed), [self.client._handle])
         self.assertFalse(self.client._buffer.closed)
         self.assertEqual(set(self.client.tensors), {"a", "c"})
 

@@ -105,6 +105,15 @@ class HostileClientTest(unittest.TestCase):
         self.assertTrue(torch.equal(t["g1000"], torch.full((1000,), 2.0)))
         self.assert_worker_serves()
 
+    def test_a_replaced_set_is_released(self):
+        self.client.register({"first": (16,)})
+        old = self.client._handle
+        self.client.register({"second": (16,)})
+        with self.assertRaises(GiftError) as ctx:  # the worker forgot the old handle
+            self.register_raw({"handle": old})
+        self.assertEqual(ctx.exception.code, "NOT_FOUND")
+        self.assert_worker_serves()
+
     def test_unsealed_memfd_is_refused_at_the_handoff(self):
         self.client.register({"g": (4,)})  # connects the buffer channel
         channel = self.client._buffer_channel

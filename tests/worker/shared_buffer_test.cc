@@ -121,6 +121,16 @@ TEST(BufferSocketTest, HandsOverSealedRegionsAndForgetsThemWithTheConnection) {
     close(unsealed);
     EXPECT_EQ((*socket)->Find("00000000000000000000000000000000").status().code(),
               absl::StatusCode::kNotFound);
+    // Another connection cannot release it; its own can.
+    auto other = client::BufferChannel::Connect(path);
+    ASSERT_TRUE(other.ok());
+    ASSERT_TRUE((*other)->Release(handle).ok());
+    EXPECT_TRUE((*socket)->Find(handle).ok());
+    auto second = (*channel)->Hand(region->fd());
+    ASSERT_TRUE(second.ok()) << second.status();
+    ASSERT_TRUE((*channel)->Release(*second).ok());
+    EXPECT_EQ((*socket)->Find(*second).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_TRUE((*socket)->Find(handle).ok());
   }
   // The handle ends with the connection (polled by the server thread).
   for (int i = 0; i < 200 && (*socket)->Find(handle).ok(); ++i) usleep(10000);

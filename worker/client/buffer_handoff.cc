@@ -17,6 +17,7 @@ namespace gift::client {
 namespace {
 
 constexpr absl::string_view kMagic = "GIFT-BUFFER-1";  // worker/buffer_socket.h
+constexpr absl::string_view kRelease = "GIFT-RELEASE-1 ";
 
 absl::Status Errno(absl::string_view what) {
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
@@ -126,6 +127,18 @@ absl::StatusOr<std::string> BufferChannel::Hand(int fd) {
                                      space == absl::string_view::npos ? "" : rest.substr(space + 1)));
   }
   return absl::InternalError(absl::StrCat("buffer socket: unexpected reply '", text, "'"));
+}
+
+absl::Status BufferChannel::Release(const std::string& handle) {
+  const std::string message = absl::StrCat(kRelease, handle);
+  if (send(fd_, message.data(), message.size(), MSG_NOSIGNAL) < 0) {
+    return absl::UnavailableError(absl::StrCat("buffer socket: send: ", std::strerror(errno)));
+  }
+  char reply[64];
+  if (recv(fd_, reply, sizeof(reply), 0) <= 0) {
+    return absl::UnavailableError("buffer socket: no answer to a release");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace gift::client

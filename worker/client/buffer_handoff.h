@@ -59,6 +59,9 @@ class BufferChannel {
   // the worker's error (its status code and message), UNAVAILABLE when the
   // connection failed.
   absl::StatusOr<std::string> Hand(int fd);
+  // Tells the worker this client no longer names `handle` (its registered
+  // tensors keep their memory); UNAVAILABLE when the connection failed.
+  absl::Status Release(const std::string& handle);
 
  private:
   explicit BufferChannel(int fd) : fd_(fd) {}

@@ -134,11 +134,27 @@ absl::StatusOr<std::vector<SharedTensor>> WorkerClient::Register(
   context.set_deadline(Deadline(options_.rpc_timeout));
   gift::v1::RegisterBuffersResponse response;
   grpc::Status status = stub_->RegisterBuffers(&context, request, &response);
-  if (!status.ok()) return rpc::FromGrpcStatus(status, "RegisterBuffers");
+  if (!status.ok()) {
+    Release(*handle);
+    return rpc::FromGrpcStatus(status, "RegisterBuffers");
+  }
   if (response.buffers_size() != static_cast<int>(specs.size())) {
+    Release(*handle);
     return absl::InternalError(absl::StrCat("RegisterBuffers: the worker replied with ",
                                             response.buffers_size(), " tensors for ",
                                             specs.size()));
+  }
+  {
+    // The worker's registration of the new set holds its own mapping; the
+    // previous set's handle is no longer named.
+    absl::MutexLock lock(&hand_mu_);
+    std::swap(registered_handle_, *handle);
+  }
+  if (!handle->empty()) Release(*handle);
+  std::string registered_handle_copy;
+  {
+    absl::MutexLock lock(&hand_mu_);
+    registered_handle_copy = registered_handle_;
   }
   std::vector<SharedTensor> tensors;
   tensors.reserve(specs.size());
@@ -146,7 +162,7 @@ absl::StatusOr<std::vector<SharedTensor>> WorkerClient::Register(
   for (size_t i = 0; i < specs.size(); ++i) {
     uint64_t id = response.buffers(static_cast<int>(i)).tensor_id();
     names[id] = specs[i].name;
-    tensors.emplace_back(specs[i], id, region, offsets[i], *handle);
+    tensors.emplace_back(specs[i], id, region, offsets[i], registered_handle_copy);
   }
   absl::MutexLock lock(&mu_);
   names_ = std::move(names);
@@ -238,7 +254,10 @@ absl::Status WorkerClient::SubmitActivationStats(uint64_t tensor_id, uint64_t st
   auto it = stats_buffers_.find(tensor_id);
   if (it == stats_buffers_.end() ||
       it->second.region.size_bytes() != gram.size() * sizeof(float)) {
-    if (it != stats_buffers_.end()) stats_buffers_.erase(it);
+    if (it != stats_buffers_.end()) {
+      Release(it->second.handle);
+      stats_buffers_.erase(it);
+    }
     absl::StatusOr<SealedRegion> region = SealedRegion::Create(gram.size() * sizeof(float));
     if (!region.ok()) return region.status();
     absl::StatusOr<std::string> handle = Hand(*region);
@@ -257,6 +276,12 @@ absl::Status WorkerClient::SubmitActivationStats(uint64_t tensor_id, uint64_t st
   gift::v1::SubmitActivationStatsResponse response;
   return rpc::FromGrpcStatus(stub_->SubmitActivationStats(&context, request, &response),
                              "SubmitActivationStats");
+}
+
+void WorkerClient::Release(const std::string& handle) {
+  absl::MutexLock lock(&hand_mu_);
+  // Best effort: a failed release only keeps memory until the connection ends.
+  if (buffers_ != nullptr && !buffers_->Release(handle).ok()) buffers_.reset();
 }
 
 absl::StatusOr<std::string> WorkerClient::Hand(const SealedRegion& region) {

@@ -203,6 +203,8 @@ class WorkerClient {
   absl::StatusOr<PushPullResult> DoPushPull(const gift::v1::PushPullRequest& request);
   // Hands `region` to the worker (connecting to its buffer socket first).
   absl::StatusOr<std::string> Hand(const SealedRegion& region);
+  // Tells the worker `handle` is no longer named (best effort).
+  void Release(const std::string& handle);
 
   const WorkerClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -217,6 +219,7 @@ class WorkerClient {
 
   absl::Mutex hand_mu_;
   std::unique_ptr<BufferChannel> buffers_ ABSL_GUARDED_BY(hand_mu_);
+  std::string registered_handle_ ABSL_GUARDED_BY(hand_mu_);  // of the registered set
 
   struct StatsBuffer {
     SealedRegion region;
