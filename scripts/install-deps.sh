@@ -26,6 +26,9 @@ PACKAGES=(
   # King James Bible (bible-kjv-text; its reader `bible` is in bible-kjv)
   python3-torch libopenblas0-pthread python3-grpcio python3-protobuf python3-numpy
   python3-matplotlib bible-kjv-text bible-kjv
+  # the pip-installable gift_ps package (python/pyproject.toml) and its test
+  # in a fresh venv: venv, pip and setuptools
+  python3-venv python3-pip python3-setuptools
   # deployment checks (tests/deploy): python3-yaml for the manifests,
   # systemd for systemd-analyze (installs fine where systemd is not PID 1)
   python3-yaml systemd

@@ -260,6 +260,10 @@ int Main(int argc, char** argv) {
     epoch_gauge.Set(static_cast<double>((*session)->epoch()));
   });
 
+  if (!socket_path.empty()) {  // where clients hand over their buffers
+    absl::Status s = worker->ServeBuffers(absl::StrCat(socket_path, ".buffers"));
+    if (!s.ok()) return Fail(absl::StrCat("buffer socket: ", s.ToString()));
+  }
   WorkerGrpcService service(worker.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;

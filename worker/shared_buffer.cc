@@ -12,66 +12,54 @@
 #include "absl/strings/str_cat.h"
 
 namespace gift::worker {
-namespace {
 
-// POSIX allows names up to NAME_MAX (255) after the leading slash.
-constexpr size_t kMaxNameBytes = 255;
-
-absl::Status Errno(absl::string_view what, absl::string_view name, int err) {
-  const std::string message = absl::StrCat(what, " '", name, "': ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
-
-}  // namespace
-
-absl::StatusOr<SharedBuffer> SharedBuffer::Open(absl::string_view name, uint64_t offset,
-                                                uint64_t size) {
-  if (name.size() < 2 || name.size() > kMaxNameBytes + 1 || name[0] != '/' ||
-      name.find('/', 1) != absl::string_view::npos || name.find('\0') != absl::string_view::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shared-memory name '", name, "' is not of the form /name"));
-  }
-  if (size == 0) return absl::InvalidArgumentError("shared buffer of size 0");
-  if (offset > UINT64_MAX - size) {
-    return absl::InvalidArgumentError("shared buffer offset + size overflows");
-  }
-  const std::string path(name);
-  const int fd = shm_open(path.c_str(), O_RDWR, 0);
-  if (fd < 0) return Errno("shm_open", name, errno);
+absl::StatusOr<SharedBuffer> SharedBuffer::MapSealed(int fd) {
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    close(fd);
-    return Errno("fstat", name, err);
+    return absl::FailedPreconditionError(absl::StrCat("fstat: ", std::strerror(errno)));
   }
-  if (static_cast<uint64_t>(st.st_size) < offset + size) {
-    close(fd);
-    return absl::OutOfRangeError(absl::StrCat("shared-memory object '", name, "' has ", st.st_size,
-                                              " bytes, the buffer needs ", offset + size));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError("the buffer descriptor is not a memfd (not a regular file)");
   }
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const uint64_t aligned = offset - offset % page;
-  const size_t length = static_cast<size_t>(offset + size - aligned);
-  void* mapping =
-      mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(aligned));
-  const int err = errno;
-  close(fd);  // the mapping keeps the object alive
-  if (mapping == MAP_FAILED) return Errno("mmap", name, err);
+  if (st.st_size <= 0) return absl::FailedPreconditionError("the buffer memfd is empty");
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || (flags & O_ACCMODE) != O_RDWR) {
+    return absl::FailedPreconditionError("the buffer descriptor is not open read-write");
+  }
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    return absl::FailedPreconditionError(
+        "the buffer is not sealed against shrinking: hand over a memfd "
+        "(MFD_ALLOW_SEALING) carrying F_SEAL_SHRINK, so that no later ftruncate can make the "
+        "worker fault");
+  }
+  if ((seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0) {
+    return absl::FailedPreconditionError("the buffer memfd is sealed against writing");
+  }
+  const size_t length = static_cast<size_t>(st.st_size);
+  void* mapping = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (mapping == MAP_FAILED) {
+    return absl::InternalError(absl::StrCat("mmap of the buffer memfd: ", std::strerror(errno)));
+  }
   SharedBuffer buffer;
-  buffer.name_ = path;
-  buffer.mapping_ = mapping;
-  buffer.mapping_size_ = length;
-  buffer.data_ = static_cast<char*>(mapping) + (offset - aligned);
-  buffer.size_ = size;
+  buffer.data_ = static_cast<char*>(mapping);
+  buffer.size_ = length;
   return buffer;
+}
+
+absl::StatusOr<char*> SharedBuffer::Range(uint64_t offset, uint64_t size,
+                                          uint64_t alignment) const {
+  if (size == 0) return absl::InvalidArgumentError("buffer range of size 0");
+  if (offset > UINT64_MAX - size) return absl::InvalidArgumentError("offset + size overflows");
+  if (offset + size > size_) {
+    return absl::OutOfRangeError(absl::StrCat("the range [", offset, ", ", offset + size,
+                                              ") ends past the buffer of ", size_, " bytes"));
+  }
+  if (offset % alignment != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("offset ", offset, " is not ", alignment, "-byte aligned"));
+  }
+  return data_ + offset;
 }
 
 SharedBuffer::SharedBuffer(SharedBuffer&& other) noexcept { *this = std::move(other); }
@@ -79,9 +67,6 @@ SharedBuffer::SharedBuffer(SharedBuffer&& other) noexcept { *this = std::move(ot
 SharedBuffer& SharedBuffer::operator=(SharedBuffer&& other) noexcept {
   if (this != &other) {
     Reset();
-    name_ = std::move(other.name_);
-    mapping_ = std::exchange(other.mapping_, nullptr);
-    mapping_size_ = std::exchange(other.mapping_size_, 0);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }
@@ -91,10 +76,8 @@ SharedBuffer& SharedBuffer::operator=(SharedBuffer&& other) noexcept {
 SharedBuffer::~SharedBuffer() { Reset(); }
 
 void SharedBuffer::Reset() {
-  if (mapping_ != nullptr) munmap(mapping_, mapping_size_);
-  mapping_ = nullptr;
+  if (data_ != nullptr) munmap(data_, static_cast<size_t>(size_));
   data_ = nullptr;
-  mapping_size_ = 0;
   size_ = 0;
 }
 

@@ -74,62 +74,31 @@ WorkerDaemon::~WorkerDaemon() {
   engine_.reset();
 }
 
+absl::Status WorkerDaemon::ServeBuffers(const std::string& path) {
+  if (buffer_socket_ != nullptr) return absl::FailedPreconditionError("already serving buffers");
+  auto socket = BufferSocket::Start(path);
+  if (!socket.ok()) return socket.status();
+  buffer_socket_ = *std::move(socket);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
     const gift::v1::RegisterBuffersRequest& request) {
   if (request.buffers_size() == 0) return absl::InvalidArgumentError("no buffers");
-  std::vector<Registered> mapped;
+  std::vector<RegisteredTensor> mapped;
   std::vector<gift::v1::TensorSpec> specs;
   for (int i = 0; i < request.buffers_size(); ++i) {
     const gift::v1::BufferSpec& b = request.buffers(i);
-    const std::string what = absl::StrCat("buffers[", i, "] '", b.name(), "'");
-    if (b.name().empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": empty name"));
-    if (b.dtype() != gift::v1::DTYPE_FLOAT32) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": dtype ", gift::v1::DType_Name(b.dtype()), "; only DTYPE_FLOAT32 is supported"));
-    }
-    if (b.shape_size() == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": no shape"));
-    uint64_t elements = 1;
-    for (int64_t d : b.shape()) {
-      if (d <= 0 || d > (int64_t{1} << 40) || elements > (uint64_t{1} << 40) / uint64_t(d)) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ": bad dimension ", d));
-      }
-      elements *= static_cast<uint64_t>(d);
-    }
-    if (b.buffer().location_case() == gift::v1::SharedBuffer::kCudaIpcHandle) {
-      return absl::UnimplementedError(absl::StrCat(
-          what,
-          ": CUDA IPC buffers need a gift-worker built with CUDA device support; register "
-          "host (shared-memory) buffers"));
-    }
-    if (b.buffer().location_case() != gift::v1::SharedBuffer::kShmName) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": no shared buffer"));
-    }
-    if (b.buffer().size_bytes() != elements * sizeof(float)) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": buffer of ", b.buffer().size_bytes(),
-                                                     " bytes for ", elements, " FP32 elements"));
-    }
-    auto buffer = SharedBuffer::Open(b.buffer().shm_name(), b.buffer().offset_bytes(),
-                                     b.buffer().size_bytes());
-    if (!buffer.ok()) {
-      return absl::Status(buffer.status().code(),
-                          absl::StrCat(what, ": ", buffer.status().message()));
-    }
-    if (reinterpret_cast<uintptr_t>(buffer->data()) % alignof(float) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": offset not 4-byte aligned"));
-    }
-    const uint64_t cols = static_cast<uint64_t>(b.shape(b.shape_size() - 1));
-    SharedBuffer shared = *std::move(buffer);
-    LocalTensor local{.name = b.name(),
-                      .rows = elements / cols,
-                      .cols = cols,
-                      .data = static_cast<float*>(shared.data())};
-    mapped.push_back(Registered{.local = std::move(local),
-                                .shape = std::vector<int64_t>(b.shape().begin(), b.shape().end()),
-                                .buffer = std::move(shared)});
+    auto r = RegisteredTensor::View(b, buffer_socket_.get(),
+                                    absl::StrCat("buffers[", i, "] '", b.name(), "'"));
+    if (!r.ok()) return r.status();
+    mapped.push_back(*std::move(r));
     gift::v1::TensorSpec spec;
     spec.set_name(b.name());
     *spec.mutable_shape() = b.shape();
-    spec.set_dtype(b.dtype());
+    // The exchange is FP32 whatever the buffer holds, so workers whose
+    // buffers differ in dtype still agree on the tensor.
+    spec.set_dtype(gift::v1::DTYPE_FLOAT32);
     specs.push_back(std::move(spec));
   }
   absl::MutexLock step_lock(&step_mu_);
@@ -149,7 +118,7 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
   {
     absl::MutexLock lock(&mu_);
     d_in_by_tensor_.clear();
-    for (const Registered& r : registered_) d_in_by_tensor_[r.local.tensor_id] = r.local.cols;
+    for (const RegisteredTensor& r : registered_) d_in_by_tensor_[r.local.tensor_id] = r.local.cols;
   }
   response.set_rank(session_->rank());
   response.set_world_size(static_cast<uint32_t>(session_->state()->workers_size()));
@@ -255,12 +224,12 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
   if (registered_.empty()) {
     return absl::FailedPreconditionError("no buffers registered: call RegisterBuffers first");
   }
-  std::vector<const Registered*> selected;
+  std::vector<const RegisteredTensor*> selected;
   if (request.tensor_ids_size() == 0) {
-    for (const Registered& r : registered_) selected.push_back(&r);
+    for (const RegisteredTensor& r : registered_) selected.push_back(&r);
   } else {
-    absl::flat_hash_map<uint64_t, const Registered*> by_id;
-    for (const Registered& r : registered_) by_id[r.local.tensor_id] = &r;
+    absl::flat_hash_map<uint64_t, const RegisteredTensor*> by_id;
+    for (const RegisteredTensor& r : registered_) by_id[r.local.tensor_id] = &r;
     for (uint64_t id : request.tensor_ids()) {
       auto it = by_id.find(id);
       if (it == by_id.end()) {
@@ -270,7 +239,10 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
     }
   }
   std::vector<LocalTensor> tensors;
-  for (const Registered* r : selected) tensors.push_back(r->local);
+  for (const RegisteredTensor* r : selected) {
+    r->Widen();  // 16-bit buffers: into the FP32 staging, once per step
+    tensors.push_back(r->local);
+  }
 
   bool first;
   {
@@ -336,6 +308,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
   auto report =
       Exchange(request.step(), tensors, /*exact=*/false, deadline, &epoch, &world_size, &versions);
   if (!report.ok()) return report.status();
+  for (const RegisteredTensor* r : selected) r->Narrow();  // the average, in the buffer's dtype
   uint32_t attempts;
   {
     absl::MutexLock lock(&mu_);
@@ -424,21 +397,27 @@ absl::Status WorkerDaemon::SubmitActivationStats(
         absl::StrCat("tensor id ", request.tensor_id(), " is not registered"));
   }
   if (request.num_samples() == 0) return absl::InvalidArgumentError("num_samples is 0");
-  if (request.gram().location_case() != gift::v1::SharedBuffer::kShmName) {
-    return absl::InvalidArgumentError("the Gram matrix must be in a shared-memory buffer");
+  if (request.gram().location_case() != gift::v1::SharedBuffer::kHandle) {
+    return absl::InvalidArgumentError(
+        "the Gram matrix must be in a buffer handed over on the buffer socket (a handle)");
   }
   const uint64_t bytes = d_in * d_in * sizeof(float);
   if (request.gram().size_bytes() != bytes) {
     return absl::InvalidArgumentError(absl::StrCat("Gram buffer of ", request.gram().size_bytes(),
                                                    " bytes; d_in ", d_in, " needs ", bytes));
   }
-  auto buffer = SharedBuffer::Open(request.gram().shm_name(), request.gram().offset_bytes(), bytes);
-  if (!buffer.ok()) return buffer.status();
+  if (buffer_socket_ == nullptr) {
+    return absl::FailedPreconditionError("this worker has no buffer socket");
+  }
+  auto mapping = buffer_socket_->Find(request.gram().handle());
+  if (!mapping.ok()) return mapping.status();
+  auto gram = (*mapping)->Range(request.gram().offset_bytes(), bytes, sizeof(float));
+  if (!gram.ok()) return gram.status();
   OwnerJob job{.state = session_->state(),
                .tensor_id = request.tensor_id(),
                .num_samples = request.num_samples()};
   job.gram.resize(d_in * d_in);
-  std::memcpy(job.gram.data(), buffer->data(), bytes);
+  std::memcpy(job.gram.data(), *gram, bytes);
   EnqueueOwnerJob(std::move(job));
   return absl::OkStatus();
 }
@@ -456,6 +435,7 @@ gift::v1::WorkerInfo WorkerDaemon::Info() const {
     info.set_last_step(last_step_.value_or(0));
   }
   *info.mutable_bases() = state->bases();
+  if (buffer_socket_ != nullptr) info.set_buffer_socket(buffer_socket_->path());
   return info;
 }
 

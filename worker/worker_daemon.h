@@ -2,7 +2,9 @@
 // data path of one GPU's worker, independent of gRPC (worker_grpc_service.h
 // adapts it).
 //
-//   RegisterBuffers  maps the training process's shared-memory buffers and
+//   RegisterBuffers  views the buffers the training process handed over on
+//                    the buffer socket (buffer_socket.h: sealed memfds, so
+//                    no client action can make the worker fault on them) and
 //                    registers the tensors with the coordinator;
 //   PushPull(step)   plans the step from the cluster state (step_planner.h),
 //                    runs it through the push-pull engine, and on an aborted
@@ -18,6 +20,11 @@
 // The first step waits until at least `min_workers` workers have joined (a
 // start barrier for a cluster that is still starting); later steps run with
 // whatever world the epoch has.
+//
+// Buffer dtypes (registered_tensor.h): an FP32 buffer is the engine's span
+// itself (zero copy); a BF16 / FP16 buffer gets an FP32 staging span owned
+// by the daemon, filled from the buffer in one pass before the step and
+// rounded back into it (nearest even) after the step succeeded.
 //
 // Ownership: owns the engine and its threads; shares the session, which
 // must outlive the daemon. Thread safety: every public method may be called
@@ -44,7 +51,9 @@
 #include "gift/v1/worker.pb.h"
 #include "worker/basis_owner.h"
 #include "worker/basis_store.h"
+#include "worker/buffer_socket.h"
 #include "worker/push_pull_engine.h"
+#include "worker/registered_tensor.h"
 #include "worker/shared_buffer.h"
 #include "worker/step_planner.h"
 
@@ -101,10 +110,15 @@ class WorkerDaemon {
   WorkerDaemon(const WorkerDaemon&) = delete;
   WorkerDaemon& operator=(const WorkerDaemon&) = delete;
 
-  // Errors: InvalidArgument (a bad spec: name, shape, dtype, sizes),
-  // Unimplemented (CUDA IPC buffers in a build without CUDA), NotFound /
-  // PermissionDenied / OutOfRange (shm_open, see shared_buffer.h), and the
-  // coordinator's errors. Nothing changes on error.
+  // Starts the buffer socket at `path` (see buffer_socket.h); call once,
+  // before serving the Worker API. Until then RegisterBuffers fails.
+  absl::Status ServeBuffers(const std::string& path);
+
+  // Errors: InvalidArgument (a bad spec: name, shape, dtype, sizes,
+  // alignment; a shm_name buffer, which is refused), Unimplemented (CUDA IPC
+  // buffers in a build without CUDA), FailedPrecondition (no buffer socket),
+  // NotFound (unknown handle), OutOfRange (a range past the handed buffer),
+  // and the coordinator's errors. Nothing changes on error.
   absl::StatusOr<gift::v1::RegisterBuffersResponse> RegisterBuffers(
       const gift::v1::RegisterBuffersRequest& request);
 
@@ -114,8 +128,9 @@ class WorkerDaemon {
   // errors (push_pull_engine.h). The buffers change only on success.
   absl::StatusOr<gift::v1::PushPullResponse> PushPull(const gift::v1::PushPullRequest& request);
 
-  // Copies X^T X from the shared buffer and hands it to the owner thread.
-  // InvalidArgument for an unknown tensor or a buffer of the wrong size.
+  // Copies X^T X from the handed buffer and hands it to the owner thread.
+  // InvalidArgument for an unknown tensor or a buffer of the wrong size or
+  // kind; NotFound / OutOfRange as RegisterBuffers.
   absl::Status SubmitActivationStats(const gift::v1::SubmitActivationStatsRequest& request);
 
   gift::v1::WorkerInfo Info() const;
@@ -128,11 +143,6 @@ class WorkerDaemon {
   bool drain_requested() const { return drain_requested_.HasBeenNotified(); }
 
  private:
-  struct Registered {
-    LocalTensor local;
-    std::vector<int64_t> shape;
-    SharedBuffer buffer;
-  };
   struct OwnerJob {
     std::shared_ptr<const gift::v1::ClusterState> state;
     std::optional<OwnedTensorStep> step;
@@ -156,10 +166,11 @@ class WorkerDaemon {
   control::MemberSession* const session_;
   std::unique_ptr<PushPullEngine> engine_;
   BasisStore store_;
+  std::unique_ptr<BufferSocket> buffer_socket_;  // set once by ServeBuffers
 
   // Serializes RegisterBuffers and PushPull.
   absl::Mutex step_mu_;
-  std::vector<Registered> registered_ ABSL_GUARDED_BY(step_mu_);
+  std::vector<RegisteredTensor> registered_ ABSL_GUARDED_BY(step_mu_);
 
   mutable absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,9 +1,11 @@
 """WorkerClient: the training process's client of its local gift-worker.
 
-Gradients never travel through gRPC: register() creates one POSIX
-shared-memory object per tensor and registers it with the worker; the caller
-writes gradients into the returned torch tensors, calls push_pull(step), and
-finds the average in the same tensors when it returns.
+Gradients never travel through gRPC: register() creates one sealed memfd
+for the set (shm.SealedBuffer), hands it to the worker over its buffer
+socket (shm.BufferChannel) and registers the tensors at offsets in it; the
+caller writes gradients into the returned torch tensors (FP32, BF16 or FP16),
+calls push_pull(step), and finds the average in the same tensors when it
+returns.
 
     client = WorkerClient("/run/gift/worker.sock")   # or "unix:/p", "host:port"
     grads = client.register({"w": (1024, 512), "b": (1024,)})
@@ -31,7 +33,11 @@ import torch
 
 from . import _protos
 from .errors import GiftError
-from .shm import ShmBuffer, next_name_prefix
+from .shm import BufferChannel, HandoffError, SealedBuffer
+
+_ITEMSIZE = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}
+# Each tensor of a registered set starts at a multiple of this (a cache line).
+TENSOR_ALIGNMENT = 64
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,7 @@ class WorkerInfo:
     epoch: int
     last_step: int
     bases: list  # gift.v1.TensorBasisState messages
+    buffer_socket: str = ""  # where buffers are handed over ("" : none)
 
 
 def worker_target(address: str) -> str:
@@ -111,11 +118,14 @@ class WorkerClient:
         self._timeout = timeout
         self._push_pull_timeout = push_pull_timeout
         self._lock = threading.Lock()
-        self._buffers: Dict[str, ShmBuffer] = {}
+        self._buffer: Optional[SealedBuffer] = None
+        self._handle = ""  # the worker's handle of _buffer
+        self._channel_lock = threading.Lock()
+        self._buffer_channel: Optional[BufferChannel] = None
         self._tensors: Dict[str, torch.Tensor] = {}
         self._ids: Dict[str, int] = {}
         self._names: Dict[int, str] = {}
-        self._stats: Dict[str, ShmBuffer] = {}
+        self._stats: Dict[str, Tuple[SealedBuffer, str]] = {}  # name -> (buffer, handle)
         self._stats_lock = threading.Lock()
         self.rank: Optional[int] = None
         self.world_size: Optional[int] = None
@@ -137,60 +147,106 @@ class WorkerClient:
 
     # ---- registration -----------------------------------------------------
 
-    def register(self, tensors: Mapping[str, Sequence[int]]) -> Dict[str, torch.Tensor]:
-        """Creates a zero-filled FP32 shared-memory tensor per name and
-        registers the set with the worker (replacing any set registered
-        before; the previous tensors stay readable but are no longer averaged).
-        Every worker must register the same names and shapes. A shape () is
-        registered as [1] and returned as a 0-dim tensor.
+    def register(self, tensors: Mapping[str, Sequence[int]],
+                 dtypes: Optional[Mapping[str, torch.dtype]] = None) -> Dict[str, torch.Tensor]:
+        """Creates a zero-filled shared-memory tensor per name and registers
+        the set with the worker (replacing any set registered before; the
+        previous tensors stay readable but are no longer averaged). Every
+        worker must register the same names and shapes. A shape () is
+        registered as [1] and returned as a 0-dim tensor. dtypes: name ->
+        torch.float32 (the default), torch.bfloat16 or torch.float16; the
+        worker averages in FP32 and rounds the average back to the dtype.
 
-        Returns name -> torch.float32 tensor (zero copy into shared memory), in
-        the mapping's order. ValueError for bad names or shapes; GiftError
-        with the worker's reason otherwise.
+        Returns name -> tensor (zero copy into shared memory), in the
+        mapping's order. ValueError / TypeError for bad names, shapes or
+        dtypes; GiftError with the worker's reason otherwise.
         """
         self._check_open()
         if not tensors:
             raise ValueError("register: no tensors")
+        dtypes = dict(dtypes or {})
+        pb = self._pb
+        wire = {torch.float32: pb.cluster_pb2.DTYPE_FLOAT32,
+                torch.bfloat16: pb.cluster_pb2.DTYPE_BFLOAT16,
+                torch.float16: pb.cluster_pb2.DTYPE_FLOAT16}
         specs = []
+        offset = 0
         for name, shape in tensors.items():
             if not isinstance(name, str) or not name or "\0" in name:
                 raise ValueError(f"tensor name {name!r} must be a non-empty string")
             dims = _check_shape(name, shape)
-            specs.append((name, dims, dims if dims else (1,)))
-        pb = self._pb
-        prefix = next_name_prefix()
-        buffers: Dict[str, ShmBuffer] = {}
+            dtype = dtypes.pop(name, torch.float32)
+            if dtype not in wire:
+                raise TypeError(f"tensor {name!r}: dtype {dtype} is not one of "
+                                "torch.float32, torch.bfloat16, torch.float16")
+            reg_shape = dims if dims else (1,)
+            size = math.prod(reg_shape) * _ITEMSIZE[dtype]
+            specs.append((name, dims, reg_shape, dtype, offset, size))
+            offset += -(-size // TENSOR_ALIGNMENT) * TENSOR_ALIGNMENT
+        if dtypes:
+            raise ValueError(f"register: dtypes for tensors not registered: {sorted(dtypes)}")
+        buffer = SealedBuffer(offset)
+        handle = None
         try:
+            handle = self._hand(buffer, "RegisterBuffers")
             request = pb.worker_pb2.RegisterBuffersRequest()
-            for i, (name, _, reg_shape) in enumerate(specs):
-                buffer = ShmBuffer(f"{prefix}-{i}", 4 * math.prod(reg_shape))
-                buffers[name] = buffer
-                spec = request.buffers.add(name=name, shape=reg_shape,
-                                           dtype=pb.cluster_pb2.DTYPE_FLOAT32)
-                spec.buffer.shm_name = buffer.name
-                spec.buffer.offset_bytes = 0
-                spec.buffer.size_bytes = buffer.size_bytes
+            for name, _, reg_shape, dtype, off, size in specs:
+                spec = request.buffers.add(name=name, shape=reg_shape, dtype=wire[dtype])
+                spec.buffer.handle = handle
+                spec.buffer.offset_bytes = off
+                spec.buffer.size_bytes = size
             response = self._call("RegisterBuffers", self._stub.RegisterBuffers, request,
                                   self._timeout)
             if len(response.buffers) != len(specs):
                 raise GiftError("INTERNAL", f"the worker replied with {len(response.buffers)} "
                                 f"tensors for {len(specs)}", "RegisterBuffers")
         except BaseException:
-            for buffer in buffers.values():
-                buffer.close()
+            buffer.close()
+            if handle is not None:
+                self._release(handle)
             raise
-        views = {name: buffers[name].tensor(dims) for name, dims, _ in specs}
+        views = {name: buffer.tensor(dims, dtype, off, size // _ITEMSIZE[dtype])
+                 for name, dims, _, dtype, off, size in specs}
         with self._lock:
-            old = self._buffers
-            self._buffers = buffers
+            old, old_handle = self._buffer, self._handle
+            self._buffer, self._handle = buffer, handle
             self._tensors = views
-            self._ids = {name: reg.tensor_id for (name, _, _), reg in zip(specs, response.buffers)}
+            self._ids = {s[0]: reg.tensor_id for s, reg in zip(specs, response.buffers)}
             self._names = {i: n for n, i in self._ids.items()}
             self.rank = response.rank
             self.world_size = response.world_size
-        for buffer in old.values():
-            buffer.close()
+        if old is not None:
+            old.close()
+            self._release(old_handle)
         return dict(views)
+
+    def _release(self, handle: str) -> None:
+        with self._channel_lock:
+            if self._buffer_channel is not None:
+                self._buffer_channel.release(handle)
+
+    def _hand(self, buffer: SealedBuffer, method: str) -> str:
+        """Hands `buffer` to the worker (connecting to its buffer socket on
+        first use, and again after a broken connection); returns the handle."""
+        with self._channel_lock:
+            if self._buffer_channel is None:
+                path = self._call("GetWorkerInfo", self._stub.GetWorkerInfo,
+                                  self._pb.worker_pb2.GetWorkerInfoRequest(),
+                                  self._timeout).buffer_socket
+                if not path:
+                    raise GiftError("FAILED_PRECONDITION", "the worker has no buffer socket (it "
+                                    "serves no Unix socket), so it cannot take buffers", method)
+                try:
+                    self._buffer_channel = BufferChannel(path, timeout=self._timeout)
+                except HandoffError as e:
+                    raise GiftError(e.code, e.message, method) from None
+            try:
+                return self._buffer_channel.hand(buffer.fileno())
+            except HandoffError as e:
+                if e.code == "UNAVAILABLE":
+                    self._buffer_channel.close()
+                    self._buffer_channel = None
+                raise GiftError(e.code, e.message, method) from None
 
     @property
     def tensors(self) -> Dict[str, torch.Tensor]:
@@ -246,7 +302,7 @@ class WorkerClient:
     # ---- activation statistics ---------------------------------------------
 
     def activation_buffer(self, name: str, d_in: int) -> torch.Tensor:
-        """The (d_in, d_in) FP32 shared-memory scratch buffer that
+        """The (d_in, d_in) FP32 sealed shared-memory scratch buffer that
         submit_activation_stats(name, ...) sends from; accumulating X^T X
         directly into it makes the submission zero-copy. Zero-filled when new."""
         self._check_open()
@@ -254,16 +310,23 @@ class WorkerClient:
         if d_in < 1:
             raise ValueError(f"d_in {d_in} < 1")
         with self._stats_lock:
-            return self._stats_buffer_locked(name, d_in).tensor((d_in, d_in))
+            return self._stats_buffer_locked(name, d_in)[0].tensor((d_in, d_in))
 
-    def _stats_buffer_locked(self, name: str, d_in: int) -> ShmBuffer:
-        buffer = self._stats.get(name)
-        if buffer is None or buffer.size_bytes != 4 * d_in * d_in:
-            if buffer is not None:
+    def _stats_buffer_locked(self, name: str, d_in: int) -> Tuple[SealedBuffer, str]:
+        entry = self._stats.get(name)
+        if entry is None or entry[0].size_bytes != 4 * d_in * d_in:
+            if entry is not None:
+                entry[0].close()
+                self._release(entry[1])
+                del self._stats[name]
+            buffer = SealedBuffer(4 * d_in * d_in, "gift-stats")
+            try:
+                handle = self._hand(buffer, "SubmitActivationStats")
+            except BaseException:
                 buffer.close()
-            buffer = ShmBuffer(f"{next_name_prefix()}-stats", 4 * d_in * d_in)
-            self._stats[name] = buffer
-        return buffer
+                raise
+            entry = self._stats[name] = (buffer, handle)
+        return entry
 
     def submit_activation_stats(self, name: str, step: int, gram: torch.Tensor,
                                 num_samples: int) -> None:
@@ -281,14 +344,14 @@ class WorkerClient:
         tensor_id = self.tensor_id(name)
         d_in = int(gram.shape[0])
         with self._stats_lock:
-            buffer = self._stats_buffer_locked(name, d_in)
+            buffer, handle = self._stats_buffer_locked(name, d_in)
             scratch = buffer.tensor((d_in, d_in))
             if scratch.data_ptr() != gram.data_ptr():
                 scratch.copy_(gram.detach())
             del scratch
             request = self._pb.worker_pb2.SubmitActivationStatsRequest(
                 tensor_id=tensor_id, step=step, num_samples=int(num_samples))
-            request.gram.shm_name = buffer.name
+            request.gram.handle = handle
             request.gram.offset_bytes = 0
             request.gram.size_bytes = buffer.size_bytes
             self._call("SubmitActivationStats", self._stub.SubmitActivationStats, request,
@@ -301,12 +364,13 @@ class WorkerClient:
                               self._pb.worker_pb2.GetWorkerInfoRequest(), self._timeout)
         return WorkerInfo(member_id=response.member_id, rank=response.rank,
                           world_size=response.world_size, epoch=response.epoch,
-                          last_step=response.last_step, bases=list(response.bases))
+                          last_step=response.last_step, bases=list(response.bases),
+                          buffer_socket=response.buffer_socket)
 
     def close(self) -> None:
-        """Waits for queued push_pulls, closes the channel and unlinks every
-        shared-memory object this client created (tensor views stay readable
-        until dropped). Idempotent."""
+        """Waits for queued push_pulls, closes the channels and this
+        client's shared buffers (tensor views stay readable until dropped).
+        Idempotent."""
         with self._lock:
             if self._closed:
                 return
@@ -314,11 +378,15 @@ class WorkerClient:
         self._executor.shutdown(wait=True)
         self._channel.close()
         with self._lock:
-            buffers = list(self._buffers.values())
-            self._buffers = {}
+            buffers = [self._buffer] if self._buffer is not None else []
+            self._buffer = None
         with self._stats_lock:
-            buffers += list(self._stats.values())
+            buffers += [b for b, _ in self._stats.values()]
             self._stats = {}
+        with self._channel_lock:
+            if self._buffer_channel is not None:
+                self._buffer_channel.close()
+                self._buffer_channel = None
         for buffer in buffers:
             buffer.close()
 

@@ -1,113 +1,84 @@
-"""POSIX shared-memory buffers created by this process, viewed as torch tensors.
+"""Shared memory with the worker: sealed memfds handed over its buffer socket.
 
-A ShmBuffer creates "/dev/shm/<name>" (what shm_open("/<name>") creates on
-Linux) with O_CREAT | O_EXCL, sizes it, maps it read-write and hands out
-zero-copy torch.float32 views (torch.frombuffer). It unlinks only objects it
-created itself, in the process that created them (a forked child never
-unlinks its parent's objects): at close(), when garbage collected, or at
-interpreter exit (atexit) for buffers still open.
+A SealedBuffer is anonymous shared memory (os.memfd_create) sized once and
+sealed against shrinking and growing (F_SEAL_SHRINK | F_SEAL_GROW |
+F_SEAL_SEAL), mapped read-write here, with zero-copy torch views
+(torch.frombuffer). A BufferChannel connects to the worker's buffer socket
+(WorkerInfo.buffer_socket, SOCK_SEQPACKET) and hands a SealedBuffer's
+descriptor over (SCM_RIGHTS); the worker maps it and answers a handle that
+RegisterBuffers and SubmitActivationStats name. Why sealed memfds rather
+than named /dev/shm objects: whoever can write a named object can shrink it
+later and make the worker fault on its pages; a seal cannot be undone, and a
+handed descriptor never names another user's object (worker/shared_buffer.h).
 
-The mapping lives as long as any tensor view of it: close() unlinks the name
-at once and drops the buffer's own reference; the memory is unmapped when the
-last view is garbage collected (never under a live view).
+Lifetime: nothing has a name, so nothing needs unlinking. The memory lives
+while this process holds a view or the buffer, or the worker maps it. The
+worker forgets a channel's handles when the channel closes (its
+registrations stay).
 """
 
-import atexit
-import itertools
+import fcntl
 import mmap
 import os
-import re
+import socket
 import threading
-import weakref
 from typing import Optional, Sequence
 
 import torch
 
-SHM_DIR = "/dev/shm"
-_NAME_RE = re.compile(r"^/[A-Za-z0-9._-]{1,250}$")
-
-_counter = itertools.count()
-_counter_lock = threading.Lock()
-_live: "weakref.WeakSet[ShmBuffer]" = weakref.WeakSet()
+HANDOFF_MAGIC = b"GIFT-BUFFER-1"  # worker/buffer_socket.h
+RELEASE_PREFIX = b"GIFT-RELEASE-1 "
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 
-def validate_shm_name(name: str) -> None:
-    """Raises ValueError unless `name` is one "/name" component of safe characters."""
-    if not isinstance(name, str) or not _NAME_RE.match(name) or name in ("/.", "/.."):
-        raise ValueError(
-            f"shared-memory name {name!r} must be '/' followed by 1-250 of [A-Za-z0-9._-]")
+class SealedBuffer:
+    """A zero-filled memfd of `size_bytes`, sealed and mapped read-write."""
 
-
-def next_name_prefix() -> str:
-    """A process-unique prefix "/gift-<pid>-p<counter>" for a set of buffers."""
-    with _counter_lock:
-        counter = next(_counter)
-    return f"/gift-{os.getpid()}-p{counter}"
-
-
-def shm_path(name: str) -> str:
-    validate_shm_name(name)
-    return os.path.join(SHM_DIR, name[1:])
-
-
-class ShmBuffer:
-    """A shared-memory object this process created, mapped read-write."""
-
-    def __init__(self, name: str, size_bytes: int):
-        # Until the object is created, there is nothing of ours to unlink
-        # (a failed __init__ still runs __del__).
-        self._unlinked = True
+    def __init__(self, size_bytes: int, label: str = "gift-buffer"):
         self._mmap: Optional[mmap.mmap] = None
-        validate_shm_name(name)
+        self._fd = -1
         if size_bytes <= 0:
-            raise ValueError(f"shared-memory object {name} of {size_bytes} bytes")
-        self.name = name
+            raise ValueError(f"sealed buffer of {size_bytes} bytes")
         self.size_bytes = int(size_bytes)
-        self._pid = os.getpid()
-        path = shm_path(name)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        self._unlinked = False
+        self._fd = os.memfd_create(label, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
-            try:
-                os.ftruncate(fd, self.size_bytes)
-                self._mmap = mmap.mmap(fd, self.size_bytes, mmap.MAP_SHARED,
-                                       mmap.PROT_READ | mmap.PROT_WRITE)
-            except BaseException:
-                os.unlink(path)
-                self._unlinked = True
-                raise
-        finally:
-            os.close(fd)
-        _live.add(self)
+            os.ftruncate(self._fd, self.size_bytes)
+            fcntl.fcntl(self._fd, fcntl.F_ADD_SEALS, SEALS)
+            self._mmap = mmap.mmap(self._fd, self.size_bytes, mmap.MAP_SHARED,
+                                   mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            self.close()
+            raise
+
+    def fileno(self) -> int:
+        if self._fd < 0:
+            raise ValueError("sealed buffer is closed")
+        return self._fd
 
     @property
     def closed(self) -> bool:
         return self._mmap is None
 
-    def tensor(self, shape: Optional[Sequence[int]] = None,
-               dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """A zero-copy view of the whole buffer, 1-D or with `shape`."""
+    def tensor(self, shape: Optional[Sequence[int]] = None, dtype: torch.dtype = torch.float32,
+               offset: int = 0, count: int = -1) -> torch.Tensor:
+        """A zero-copy view of `count` elements (-1: to the end) at byte
+        `offset`, 1-D or with `shape`."""
         if self._mmap is None:
-            raise ValueError(f"shared-memory buffer {self.name} is closed")
-        flat = torch.frombuffer(self._mmap, dtype=dtype)
+            raise ValueError("sealed buffer is closed")
+        if count < 0 and shape is not None:
+            count = 1
+            for d in shape:
+                count *= int(d)
+        flat = torch.frombuffer(self._mmap, dtype=dtype, count=count, offset=offset)
         return flat if shape is None else flat.view(tuple(shape))
 
-    def unlink(self) -> None:
-        """Removes the name (only in the creating process; idempotent)."""
-        if self._unlinked or os.getpid() != self._pid:
-            return
-        self._unlinked = True
-        try:
-            os.unlink(shm_path(self.name))
-        except FileNotFoundError:
-            pass
-
     def close(self) -> None:
-        """Unlinks the name and drops this object's reference to the mapping.
-        The memory is unmapped when the last tensor view of it is gone
-        (torch.frombuffer views reference the mmap object; closing the mmap
-        explicitly would unmap memory they still point to)."""
-        self.unlink()
+        """Closes the descriptor and drops this object's reference to the
+        mapping; memory stays mapped under live tensor views (they reference
+        the mmap object). Idempotent."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
         self._mmap = None
 
     def __del__(self):
@@ -117,13 +88,64 @@ class ShmBuffer:
             pass
 
     def __repr__(self) -> str:
-        return f"ShmBuffer({self.name!r}, {self.size_bytes} bytes)"
+        return f"SealedBuffer({self.size_bytes} bytes)"
 
 
-@atexit.register
-def _close_all() -> None:
-    for buffer in list(_live):
+class HandoffError(Exception):
+    """The worker refused a handoff: code is a gRPC status code name."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class BufferChannel:
+    """A connection to the worker's buffer socket. Thread-safe (hand() calls
+    are serialized)."""
+
+    def __init__(self, path: str, timeout: float = 30.0):
+        self.path = path
+        self._lock = threading.Lock()
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock.settimeout(timeout)
         try:
-            buffer.close()
-        except Exception:
-            pass
+            self._sock.connect(path)
+        except OSError as e:
+            self._sock.close()
+            raise HandoffError("UNAVAILABLE",
+                               f"cannot connect to the worker's buffer socket {path}: {e}") from None
+
+    def hand(self, fd: int) -> str:
+        """Hands descriptor `fd` to the worker; returns its handle.
+        HandoffError with the worker's code when refused."""
+        with self._lock:
+            try:
+                socket.send_fds(self._sock, [HANDOFF_MAGIC], [fd])
+                reply = self._sock.recv(512)
+            except OSError as e:
+                raise HandoffError("UNAVAILABLE", f"buffer socket {self.path}: {e}") from None
+        if not reply:
+            raise HandoffError("UNAVAILABLE", f"the worker closed buffer socket {self.path}")
+        text = reply.decode("utf-8", "replace")
+        if text.startswith("OK "):
+            return text[3:]
+        if text.startswith("ERR "):
+            code, _, message = text[4:].partition(" ")
+            raise HandoffError(code, message)
+        raise HandoffError("INTERNAL", f"unexpected reply {text!r} from {self.path}")
+
+    def release(self, handle: str) -> None:
+        """Tells the worker this client no longer names `handle` (a replaced
+        set; registered tensors keep their memory). Best effort: a broken
+        connection forgets every handle anyway."""
+        with self._lock:
+            try:
+                self._sock.send(RELEASE_PREFIX + handle.encode())
+                self._sock.recv(64)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._sock.close()

@@ -10,7 +10,11 @@ to the model or the optimizer.
         optimizer.step()
 
 Every parameter that requires grad is registered under its
-model.named_parameters() name (FP32 only). sync() puts each gradient into
+model.named_parameters() name, in the parameter's dtype: FP32, BF16 or FP16
+(the worker averages in FP32 and rounds back to the dtype). With
+main_grads=True (Megatron style: BF16/FP16 parameters whose gradients
+accumulate into an FP32 `p.main_grad`), the FP32 main_grad is what is
+registered and averaged instead of p.grad. sync() puts each gradient into
 its shared-memory buffer and rebinds p.grad to that buffer (CPU parameters),
 so that later backward passes accumulate straight into shared memory while
 the optimizer's zero_grad keeps the tensor (set_to_none=False); with
@@ -44,7 +48,7 @@ class GradientSync:
     def __init__(self, model: nn.Module, client: WorkerClient, *,
                  collect_activations_every: int = 0,
                  activation_layers: Optional[Iterable[str]] = None,
-                 start_step: int = 0):
+                 start_step: int = 0, main_grads: bool = False):
         """Registers the gradients of `model` with `client`'s worker.
 
         collect_activations_every: K > 0 collects input statistics of the
@@ -52,6 +56,8 @@ class GradientSync:
         activation_layers: module names (or fnmatch globs) of the nn.Linear
           layers to collect; None: every nn.Linear whose weight is trained.
         start_step: the step of the first forward pass (for collection).
+        main_grads: average each parameter's FP32 `main_grad` (created
+          zero-filled when missing) rather than its `grad`.
         """
         if collect_activations_every < 0:
             raise ValueError("collect_activations_every must be >= 0")
@@ -60,14 +66,17 @@ class GradientSync:
         self.params: List = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("GradientSync: the model has no parameter that requires grad")
+        self._attr = "main_grad" if main_grads else "grad"
+        supported = (torch.float32, torch.bfloat16, torch.float16)
         for name, p in self.params:
-            if p.dtype != torch.float32:
-                raise TypeError(f"GradientSync supports FP32 parameters only: '{name}' is "
-                                f"{p.dtype} (keep FP32 master weights, or cast the model)")
+            if p.dtype not in supported:
+                raise TypeError(f"GradientSync supports FP32, BF16 and FP16 parameters: "
+                                f"'{name}' is {p.dtype}")
             if p.is_sparse:
                 raise TypeError(f"GradientSync: parameter '{name}' is sparse")
         self.buffers: Dict[str, torch.Tensor] = client.register(
-            {n: tuple(p.shape) for n, p in self.params})
+            {n: tuple(p.shape) for n, p in self.params},
+            dtypes={n: torch.float32 if main_grads else p.dtype for n, p in self.params})
         self._every = collect_activations_every
         self._hooks = []
         self._stats: Dict[str, dict] = {}  # weight name -> {module, gram, count}
@@ -84,7 +93,7 @@ class GradientSync:
         with torch.no_grad():
             for name, p in self.params:
                 buffer = self.buffers[name]
-                grad = p.grad
+                grad = getattr(p, self._attr, None)
                 if grad is None:
                     buffer.zero_()
                 elif grad.data_ptr() != buffer.data_ptr() or grad.shape != buffer.shape:
@@ -96,13 +105,14 @@ class GradientSync:
         with torch.no_grad():
             for name, p in self.params:
                 buffer = self.buffers[name]
+                grad = getattr(p, self._attr, None)
                 if p.device == buffer.device:
-                    if p.grad is None or p.grad.data_ptr() != buffer.data_ptr():
-                        p.grad = buffer
-                elif p.grad is None:
-                    p.grad = buffer.to(p.device)
+                    if grad is None or grad.data_ptr() != buffer.data_ptr():
+                        setattr(p, self._attr, buffer)
+                elif grad is None:
+                    setattr(p, self._attr, buffer.to(p.device))
                 else:
-                    p.grad.copy_(buffer)
+                    grad.copy_(buffer)
         self._next_step = step + 1
         return result
 

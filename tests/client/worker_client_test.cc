@@ -1,4 +1,4 @@
-// gift_worker_client: shared-memory regions, argument checks and addresses
+// gift_worker_client: sealed shared regions, argument checks and addresses
 // without a cluster; then two clients against a real local cluster
 // (gift-coordinator + 2 gift-server shards + 2 gift-worker daemons started
 // as child processes): the same tensors on both, different gradients in,
@@ -35,33 +35,21 @@
 namespace gift::client {
 namespace {
 
-bool ShmExists(const std::string& name) {
-  int fd = shm_open(name.c_str(), O_RDONLY, 0);
-  if (fd < 0) return false;
-  close(fd);
-  return true;
-}
-
-TEST(ShmRegionTest, CreatesMapsAndUnlinks) {
-  const std::string name = absl::StrCat("/gift-test-", getpid(), "-region");
-  {
-    absl::StatusOr<ShmRegion> region = ShmRegion::Create(name, 64);
-    ASSERT_TRUE(region.ok()) << region.status();
-    EXPECT_TRUE(ShmExists(name));
-    EXPECT_EQ(region->size_bytes(), 64u);
-    static_cast<float*>(region->data())[15] = 2.5f;
-    // Exclusive: a second object of the same name is refused, and the
-    // refusal does not unlink the first.
-    EXPECT_EQ(ShmRegion::Create(name, 64).status().code(), absl::StatusCode::kAlreadyExists);
-    EXPECT_TRUE(ShmExists(name));
-    ShmRegion moved = *std::move(region);
-    EXPECT_EQ(static_cast<float*>(moved.data())[15], 2.5f);
-    EXPECT_TRUE(ShmExists(name));
-  }
-  EXPECT_FALSE(ShmExists(name));
-  EXPECT_EQ(ShmRegion::Create("no-slash", 4).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ShmRegion::Create("/a/b", 4).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ShmRegion::Create(name, 0).status().code(), absl::StatusCode::kInvalidArgument);
+TEST(SealedRegionTest, CreatesMapsAndSeals) {
+  absl::StatusOr<SealedRegion> region = SealedRegion::Create(64);
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_EQ(region->size_bytes(), 64u);
+  static_cast<float*>(region->data())[15] = 2.5f;
+  // Sealed: neither the client nor anyone it hands the memfd to can resize it.
+  EXPECT_NE(ftruncate(region->fd(), 8), 0);
+  EXPECT_NE(ftruncate(region->fd(), 128), 0);
+  EXPECT_EQ(fcntl(region->fd(), F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+            F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  SealedRegion moved = *std::move(region);
+  EXPECT_EQ(static_cast<float*>(moved.data())[15], 2.5f);
+  EXPECT_EQ(SealedRegion::Create(0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BufferChannel::Connect("/nonexistent/x.buffers").status().code(),
+            absl::StatusCode::kUnavailable);
 }
 
 TEST(WorkerClientTest, Targets) {
@@ -234,8 +222,8 @@ TEST(WorkerClientClusterTest, TwoClientsAverageExactlyAndReportCodes) {
   for (size_t i = 0; i < specs.size(); ++i) {
     EXPECT_EQ(tensors[0][i].tensor_id(), tensors[1][i].tensor_id());
     EXPECT_EQ(tensors[0][i].name(), specs[i].name);
-    EXPECT_NE(tensors[0][i].shm_name(), tensors[1][i].shm_name());
-    EXPECT_TRUE(ShmExists(tensors[0][i].shm_name()));
+    EXPECT_NE(tensors[0][i].handle(), tensors[1][i].handle());
+    EXPECT_EQ(tensors[0][i].offset_bytes() % 64, 0u);
   }
 
   std::mt19937 rng(7);
@@ -304,10 +292,6 @@ TEST(WorkerClientClusterTest, TwoClientsAverageExactlyAndReportCodes) {
   EXPECT_EQ(info->last_step(), step);
   EXPECT_FALSE(info->member_id().empty());
 
-  // The client's objects are unlinked when the tensors go.
-  const std::string name = tensors[0][0].shm_name();
-  tensors[0].clear();
-  EXPECT_FALSE(ShmExists(name));
 }
 
 #endif  // GIFT_WORKER_BIN

@@ -1,22 +1,29 @@
 """An in-process fake gift.v1.Worker service for client unit tests.
 
-It maps the registered shared-memory buffers like the real daemon and, on
-PushPull, replaces each buffer's values v by v * scale + offset (a stand-in
+It serves a buffer socket like the real daemon (sealed memfds handed over
+with SCM_RIGHTS, answered with handles; unsealed ones refused), maps the
+registered ranges and, on PushPull, replaces each buffer's values v by
+v * scale + offset, computed in FP32 and rounded to the buffer's dtype (a stand-in
 for "the average of all workers"), so tests see that the daemon's writes
 land in the client's tensors without a copy. It enforces the documented
 codes: FAILED_PRECONDITION before registration, INVALID_ARGUMENT for a step
 not above the last one or an unknown tensor id.
 """
 
+import fcntl
 import mmap
 import os
+import secrets
+import socket
 import threading
 from concurrent import futures
 
 import grpc
 import numpy as np
+import torch
 
 from gift_ps import _protos
+from gift_ps.shm import HANDOFF_MAGIC, RELEASE_PREFIX
 
 
 class FakeWorker:
@@ -28,7 +35,9 @@ class FakeWorker:
         self.offset = np.float32(offset)
         self.world_size = world_size
         self.lock = threading.Lock()
-        self.buffers = {}  # tensor id -> (name, np array view, mmap)
+        self.buffers = {}  # tensor id -> (name, torch view, dtype)
+        self.handed = {}  # handle -> mmap of the whole memfd
+        self.buffer_socket = socket_path + ".buffers"
         self.ids = {}  # name -> id
         self.next_id = 100
         self.last_step = None
@@ -53,62 +62,106 @@ class FakeWorker:
                 with fake.lock:
                     return pb.worker_pb2.WorkerInfo(
                         member_id="fake-member", rank=0, world_size=fake.world_size, epoch=7,
-                        last_step=fake.last_step or 0)
+                        last_step=fake.last_step or 0, buffer_socket=fake.buffer_socket)
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         pb.worker_pb2_grpc.add_WorkerServicer_to_server(Servicer(), self.server)
         self.address = "unix:" + socket_path
         self.server.add_insecure_port(self.address)
         self.server.start()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.listener.bind(self.buffer_socket)
+        self.listener.listen(8)
+        self.handoffs = threading.Thread(target=self._serve_buffers, daemon=True)
+        self.handoffs.start()
+
+    def _serve_buffers(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve_connection, args=(conn,), daemon=True).start()
+
+    def _serve_connection(self, conn):
+        with conn:
+            while True:
+                try:
+                    msg, fds, _, _ = socket.recv_fds(conn, 64, 4)
+                except OSError:
+                    return
+                if not msg:
+                    return
+                try:
+                    if msg.startswith(RELEASE_PREFIX) and not fds:
+                        with self.lock:
+                            self.handed.pop(msg[len(RELEASE_PREFIX):].decode(), None)
+                        conn.send(b"OK")
+                        continue
+                    if msg != HANDOFF_MAGIC or len(fds) != 1:
+                        conn.send(b"ERR INVALID_ARGUMENT one memfd per handoff")
+                        continue
+                    if not fcntl.fcntl(fds[0], fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK:
+                        conn.send(b"ERR FAILED_PRECONDITION not sealed against shrinking")
+                        continue
+                    m = mmap.mmap(fds[0], os.fstat(fds[0]).st_size)
+                    handle = secrets.token_hex(16)
+                    with self.lock:
+                        self.handed[handle] = m
+                    conn.send(b"OK " + handle.encode())
+                except OSError as e:
+                    conn.send(f"ERR FAILED_PRECONDITION {e}".encode())
+                finally:
+                    for fd in fds:
+                        os.close(fd)
 
     def stop(self):
         self.gate.set()
         self.server.stop(grace=None).wait()
-        with self.lock:
-            for _, array, m in self.buffers.values():
-                del array
-                try:
-                    m.close()
-                except BufferError:
-                    pass
-            self.buffers = {}
-
-    @staticmethod
-    def _map(shm):
-        path = "/dev/shm/" + shm.shm_name.lstrip("/")
-        fd = os.open(path, os.O_RDWR)
+        self.listener.close()
         try:
-            size = shm.offset_bytes + shm.size_bytes
-            if os.fstat(fd).st_size < size:
-                raise ValueError(f"{shm.shm_name} is smaller than {size} bytes")
-            m = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        array = np.frombuffer(m, dtype=np.float32, count=shm.size_bytes // 4,
-                              offset=shm.offset_bytes)
-        return array, m
+            os.unlink(self.buffer_socket)
+        except FileNotFoundError:
+            pass
+        with self.lock:
+            self.buffers = {}
+            self.handed = {}
+
+    def _view(self, buffer, dtype, context):
+        with self.lock:
+            m = self.handed.get(buffer.handle)
+        if m is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown buffer handle {buffer.handle!r}")
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if buffer.offset_bytes + buffer.size_bytes > len(m):
+            context.abort(grpc.StatusCode.OUT_OF_RANGE, "range past the buffer")
+        return torch.frombuffer(m, dtype=dtype, count=buffer.size_bytes // itemsize,
+                                offset=buffer.offset_bytes)
 
     def _register(self, request, context):
+        dtypes = {self.pb.cluster_pb2.DTYPE_FLOAT32: (torch.float32, 4),
+                  self.pb.cluster_pb2.DTYPE_BFLOAT16: (torch.bfloat16, 2),
+                  self.pb.cluster_pb2.DTYPE_FLOAT16: (torch.float16, 2)}
         buffers = {}
         ids = []
-        try:
-            for spec in request.buffers:
-                if spec.dtype != self.pb.cluster_pb2.DTYPE_FLOAT32:
-                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{spec.name}: not FP32")
-                n = int(np.prod(spec.shape))
-                if spec.buffer.size_bytes != 4 * n:
-                    context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                  f"{spec.name}: size_bytes {spec.buffer.size_bytes} != {4 * n}")
-                array, m = self._map(spec.buffer)
-                with self.lock:
-                    if spec.name not in self.ids:
-                        self.ids[spec.name] = self.next_id
-                        self.next_id += 1
-                    tid = self.ids[spec.name]
-                buffers[tid] = (spec.name, array, m)
-                ids.append((spec.name, tid))
-        except FileNotFoundError as e:
-            context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+        for spec in request.buffers:
+            if spec.dtype not in dtypes:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{spec.name}: bad dtype")
+            if spec.buffer.WhichOneof("location") != "handle":
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{spec.name}: not a handle")
+            dtype, size = dtypes[spec.dtype]
+            n = int(np.prod(spec.shape))
+            if spec.buffer.size_bytes != size * n:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"{spec.name}: size_bytes {spec.buffer.size_bytes} != {size * n}")
+            view = self._view(spec.buffer, dtype, context)
+            with self.lock:
+                if spec.name not in self.ids:
+                    self.ids[spec.name] = self.next_id
+                    self.next_id += 1
+                tid = self.ids[spec.name]
+            buffers[tid] = (spec.name, view, dtype)
+            ids.append((spec.name, tid))
         with self.lock:
             self.buffers = buffers
         return self.pb.worker_pb2.RegisterBuffersResponse(
@@ -131,12 +184,11 @@ class FakeWorker:
             self.last_step = request.step
             results = []
             for tid in ids:
-                _, array, _ = self.buffers[tid]
-                array *= self.scale
-                array += self.offset
+                _, view, _ = self.buffers[tid]
+                view.copy_(view.float() * float(self.scale) + float(self.offset))
                 results.append(self.pb.worker_pb2.TensorResult(
                     tensor_id=tid, basis_version=0, transformed=False,
-                    bytes_sent=array.size, rel_l2_error=0.25 if request.measure_error else 0.0))
+                    bytes_sent=view.numel(), rel_l2_error=0.25 if request.measure_error else 0.0))
         return self.pb.worker_pb2.PushPullResponse(step=request.step, epoch=7,
                                                    world_size=self.world_size,
                                                    tensors=results, seconds=0.001)
@@ -146,10 +198,7 @@ class FakeWorker:
             if request.tensor_id not in self.buffers:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                               f"unknown tensor id {request.tensor_id}")
-        array, m = self._map(request.gram)
-        gram = array.copy()
-        del array
-        m.close()
+        gram = self._view(request.gram, torch.float32, context).numpy().copy()
         with self.lock:
             self.stats.append((request.tensor_id, request.step, request.num_samples, gram))
         return self.pb.worker_pb2.SubmitActivationStatsResponse()

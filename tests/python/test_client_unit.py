@@ -2,6 +2,7 @@
 cleanup, name validation, GiftError mapping, and the client and GradientSync
 against an in-process fake Worker service."""
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -19,70 +20,42 @@ from gift_ps import shm as gshm
 from fake_worker import FakeWorker
 
 
-def shm_exists(name: str) -> bool:
-    return os.path.exists("/dev/shm/" + name.lstrip("/"))
+def fd_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
 
 
-class ShmBufferTest(unittest.TestCase):
-    def test_create_view_close_unlinks(self):
-        name = gshm.next_name_prefix() + "-t"
-        buffer = gshm.ShmBuffer(name, 64)
-        self.assertTrue(shm_exists(name))
+class SealedBufferTest(unittest.TestCase):
+    def test_views_share_the_memfd_and_seals_hold(self):
+        buffer = gshm.SealedBuffer(64)
         view = buffer.tensor((4, 4))
         self.assertEqual(view.dtype, torch.float32)
         self.assertTrue(torch.equal(view, torch.zeros(4, 4)))
         view.fill_(3.0)
-        # The bytes are in the shared object, seen through another mapping.
-        with open("/dev/shm/" + name[1:], "rb") as f:
+        # The bytes are in the memfd, seen through another mapping of it.
+        with open(f"/proc/self/fd/{buffer.fileno()}", "rb") as f:
             data = torch.frombuffer(bytearray(f.read()), dtype=torch.float32)
         self.assertTrue(torch.equal(data, torch.full((16,), 3.0)))
+        # Neither shrinking nor growing nor removing the seals is possible.
+        with self.assertRaises(PermissionError):
+            os.ftruncate(buffer.fileno(), 16)
+        with self.assertRaises(PermissionError):
+            os.ftruncate(buffer.fileno(), 128)
+        with self.assertRaises(PermissionError):
+            fcntl.fcntl(buffer.fileno(), fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)
+        half = buffer.tensor((2,), torch.bfloat16, offset=8)  # a 16-bit view at an offset
+        self.assertEqual(half.tolist(), [0.0, 3.0])  # the high half of 3.0f is bf16 3.0
+        before = fd_count()
         buffer.close()
-        self.assertFalse(shm_exists(name))
-        # The view keeps the (now nameless) memory alive.
-        self.assertEqual(float(view.sum()), 48.0)
+        self.assertEqual(fd_count(), before - 1)
+        self.assertEqual(float(view.sum()), 48.0)  # still mapped
         buffer.close()  # idempotent
-
-    def test_exclusive_create(self):
-        name = gshm.next_name_prefix() + "-x"
-        buffer = gshm.ShmBuffer(name, 4)
-        with self.assertRaises(FileExistsError):
-            gshm.ShmBuffer(name, 4)
-        self.assertTrue(shm_exists(name))  # the failed create did not unlink it
-        buffer.close()
-
-    def test_garbage_collection_unlinks(self):
-        name = gshm.next_name_prefix() + "-gc"
-        buffer = gshm.ShmBuffer(name, 8)
-        del buffer
-        self.assertFalse(shm_exists(name))
-
-    def test_name_validation(self):
-        for bad in ["", "noslash", "/a/b", "/", "/" + "x" * 300, "/a b", "/..", 7]:
-            with self.assertRaises(ValueError, msg=repr(bad)):
-                gshm.validate_shm_name(bad)
-        gshm.validate_shm_name("/gift-1-p2-3")
         with self.assertRaises(ValueError):
-            gshm.ShmBuffer("/gift-size-zero", 0)
+            gshm.SealedBuffer(0)
 
-    def test_atexit_cleans_up_and_child_does_not_unlink_parent(self):
-        # A process that creates a buffer and exits without closing it; its
-        # forked child exits first and must not unlink the parent's object.
-        script = textwrap.dedent("""
-            import os, sys
-            from gift_ps import shm
-            b = shm.ShmBuffer(sys.argv[1], 16)
-            pid = os.fork()
-            if pid == 0:
-                import atexit; atexit._run_exitfuncs(); os._exit(0)
-            os.waitpid(pid, 0)
-            print("exists_after_child", os.path.exists("/dev/shm/" + sys.argv[1][1:]))
-            v = b.tensor()  # keep a view alive through exit
-        """)
-        name = f"/gift-test-{os.getpid()}-atexit"
-        out = subprocess.run([sys.executable, "-c", script, name], capture_output=True, text=True,
-                             env=dict(os.environ), check=True).stdout
-        self.assertIn("exists_after_child True", out)
-        self.assertFalse(shm_exists(name))
+    def test_channel_refusal(self):
+        with self.assertRaises(gshm.HandoffError) as ctx:
+            gshm.BufferChannel("/nonexistent/buffers")
+        self.assertEqual(ctx.exception.code, "UNAVAILABLE")
 
 
 class ErrorTest(unittest.TestCase):
@@ -138,8 +111,10 @@ class FakeWorkerTest(unittest.TestCase):
         self.assertEqual(t["w"].shape, (2, 3))
         self.assertEqual(t["s"].shape, ())
         self.assertEqual(self.client.world_size, 1)
-        names = [b.name for b in self.client._buffers.values()]
-        self.assertTrue(all(n.startswith(f"/gift-{os.getpid()}-") for n in names))
+        # One sealed memfd holds the set, each tensor cache-line aligned.
+        base = t["w"].data_ptr()
+        self.assertEqual(t["b"].data_ptr() - base, 64)
+        self.assertEqual(t["s"].data_ptr() - base, 128)
         t["w"].copy_(torch.arange(6, dtype=torch.float32).view(2, 3))
         t["b"].fill_(2.0)
         result = self.client.push_pull(1, measure_error=True)
@@ -166,8 +141,6 @@ class FakeWorkerTest(unittest.TestCase):
         self.assertTrue(torch.equal(t["b"], before))
 
         self.client.close()
-        for n in names:
-            self.assertFalse(shm_exists(n), n)
         self.assertEqual(float(t["b"][0]), 2.0)  # views still readable
 
     def test_register_validation(self):
@@ -175,12 +148,31 @@ class FakeWorkerTest(unittest.TestCase):
             with self.assertRaises(ValueError, msg=repr(bad)):
                 self.client.register(bad)
 
-    def test_reregister_replaces_and_unlinks_previous(self):
+    def test_register_validation_of_dtypes(self):
+        with self.assertRaises(TypeError):
+            self.client.register({"x": (2,)}, dtypes={"x": torch.float64})
+        with self.assertRaises(ValueError):
+            self.client.register({"x": (2,)}, dtypes={"y": torch.float16})
+
+    def test_16_bit_buffers(self):
+        t = self.client.register({"h": (3,), "b": (5,)},
+                                 dtypes={"h": torch.float16, "b": torch.bfloat16})
+        self.assertEqual((t["h"].dtype, t["b"].dtype), (torch.float16, torch.bfloat16))
+        t["h"].copy_(torch.tensor([1.0, 2.0, 3.0]))
+        t["b"].copy_(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]))
+        self.client.push_pull(1)
+        self.assertEqual(t["h"].tolist(), [1.5, 2.0, 2.5])
+        self.assertEqual(t["b"].tolist(), [1.5, 2.0, 2.5, 3.0, 3.5])
+
+    def test_reregister_replaces_and_closes_previous(self):
         self.client.register({"a": (4,)})
-        old = [b.name for b in self.client._buffers.values()]
+        old, old_handle = self.client._buffer, self.client._handle
+        self.assertIn(old_handle, self.fake.handed)
         self.client.register({"a": (4,), "c": (2,)})
-        for n in old:
-            self.assertFalse(shm_exists(n))
+        self.assertTrue(old.closed)
+        self.assertNotIn(old_handle, self.fake.handed)  # released
+        self.assertEqual(list(self.fake.handed), [self.client._handle])
+        self.assertFalse(self.client._buffer.closed)
         self.assertEqual(set(self.client.tensors), {"a", "c"})
 
     def test_async_calls_in_order(self):
@@ -265,11 +257,35 @@ class GradientSyncFakeTest(unittest.TestCase):
     def test_zero_grad_set_to_none(self):
         self.run_steps(set_to_none=True)
 
-    def test_rejects_non_fp32(self):
+    def test_rejects_fp64(self):
         model = TinyNet().to(torch.float64)
         with self.assertRaises(TypeError) as ctx:
             GradientSync(model, self.client)
-        self.assertIn("FP32", str(ctx.exception))
+        self.assertIn("FP32, BF16 and FP16", str(ctx.exception))
+
+    def test_bf16_model_and_fp32_main_grads(self):
+        torch.manual_seed(2)
+        model = TinyNet().to(torch.bfloat16)
+        sync = GradientSync(model, self.client)
+        self.assertTrue(all(b.dtype == torch.bfloat16 for b in sync.buffers.values()))
+        model(torch.randn(5, 4, dtype=torch.bfloat16)).sum().backward()
+        expected = {n: (p.grad.float() * 0.5).to(torch.bfloat16)
+                    for n, p in model.named_parameters() if p.grad is not None}
+        sync.sync(0)
+        for n, want in expected.items():
+            p = dict(model.named_parameters())[n]
+            self.assertEqual(p.grad.dtype, torch.bfloat16)
+            self.assertTrue(torch.equal(p.grad, want), n)
+
+        main = TinyNet().to(torch.bfloat16)
+        for p in main.parameters():
+            p.main_grad = torch.full(p.shape, 3.0)
+        msync = GradientSync(main, self.client, main_grads=True)
+        self.assertTrue(all(b.dtype == torch.float32 for b in msync.buffers.values()))
+        msync.sync(1)
+        for n, p in main.named_parameters():
+            self.assertEqual(p.main_grad.data_ptr(), msync.buffers[n].data_ptr(), n)
+            self.assertTrue(torch.equal(p.main_grad, torch.full(p.shape, 1.5)), n)
 
     def test_activation_stats(self):
         torch.manual_seed(1)

@@ -4,7 +4,10 @@ through a real local cluster (coordinator + 2 servers + 2 workers).
 
 - FP32 communication (push and pull codec fp32): the parameters after the 5
   steps equal, bit for bit, those of a local reference that averages the two
-  gradients in FP32 as (g0 + g1) * 0.5.
+  gradients in FP32 as (g0 + g1) * 0.5; likewise for a BF16 and an FP16
+  model, whose reference rounds that FP32 average to the model's dtype (the
+  worker widens 16-bit gradients, averages in FP32 and rounds to nearest
+  even).
 - e4m3/block128 push, bf16 pull (the default codecs): both processes end
   with identical parameters; every tensor's measured relative L2 error of the
   averaged gradient, and the L2 distance of the final parameters from the
@@ -32,7 +35,7 @@ STEPS = 5
 BOUND = 0.0625
 
 
-def train(cluster, first_step: int):
+def train(cluster, first_step: int, dtype: str = "float32"):
     """Runs the two training processes; returns their saved results."""
     with tempfile.TemporaryDirectory() as d:
         procs, outs = [], []
@@ -41,7 +44,7 @@ def train(cluster, first_step: int):
             outs.append(out)
             procs.append(subprocess.Popen(
                 [sys.executable, os.path.join(HERE, "train_tiny.py"), socket, str(rank),
-                 str(first_step), str(STEPS), out],
+                 str(first_step), str(STEPS), out, dtype],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         logs = []
         for p in procs:
@@ -89,6 +92,27 @@ class Fp32BitIdenticalTest(_TorchClusterBase, unittest.TestCase):
                                 f"{name}: max |diff| {float((got - expected).abs().max())}")
             for report in r["reports"]:
                 self.assertEqual(set(report.values()), {0.0})
+
+    def check_16_bit(self, dtype: str, first_step: int):
+        results = train(self.cluster, first_step=first_step, dtype=dtype)
+        ref = train_tiny.reference(STEPS, getattr(torch, dtype))
+        init = train_tiny.initial()
+        for r in results:
+            for name, expected in ref.items():
+                got = r["params"][name]
+                self.assertEqual(got.dtype, getattr(torch, dtype))
+                self.assertTrue(torch.equal(got, expected),
+                                f"{dtype} {name}: max |diff| "
+                                f"{float((got.float() - expected.float()).abs().max())}")
+        # The run trained: the parameters moved.
+        moved = sum(float((ref[n].float() - init[n]).abs().sum()) for n in ref)
+        self.assertGreater(moved, 0)
+
+    def test_with_bf16_model_equal_local_average_in_bf16(self):
+        self.check_16_bit("bfloat16", first_step=11)
+
+    def test_with_fp16_model_equal_local_average_in_fp16(self):
+        self.check_16_bit("float16", first_step=21)
 
 
 @unittest.skipIf(SKIP is not None, SKIP or "")

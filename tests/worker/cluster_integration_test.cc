@@ -1,7 +1,7 @@
 // The whole service as real processes on loopback: gift-coordinator, two
 // gift-server shards and four gift-worker daemons (tools/gift-cluster
 // LocalCluster). This test plays the four training processes: it registers
-// shared-memory gradient buffers with each worker over its Unix socket and
+// sealed shared gradient buffers with each worker over its Unix sockets and
 // calls PushPull for every step, as a training loop would.
 #include <fcntl.h>
 #include <grpcpp/create_channel.h>
@@ -23,6 +23,7 @@
 #include "gift/v1/worker.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tools/gift-cluster/local_cluster.h"
+#include "worker/client/buffer_handoff.h"
 
 namespace gift::worker {
 namespace {
@@ -30,28 +31,30 @@ namespace {
 constexpr int kWorkers = 4;
 constexpr int kServers = 2;
 
-// One POSIX shared-memory buffer of floats, created and unlinked here.
-class ShmBuffer {
+// One sealed shared buffer of floats, handed to the worker at
+// `worker_socket` (over its buffer socket, "<socket>.buffers").
+class HandedBuffer {
  public:
-  ShmBuffer(std::string name, size_t floats) : name_(std::move(name)), size_(floats * 4) {
-    const int fd = shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    EXPECT_GE(fd, 0) << name_;
-    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(size_)), 0);
-    data_ = static_cast<float*>(mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    close(fd);
+  HandedBuffer(const std::string& worker_socket, size_t floats) : size_(floats * 4) {
+    auto region = client::SealedRegion::Create(size_);
+    EXPECT_TRUE(region.ok()) << region.status();
+    region_ = *std::move(region);
+    auto channel = client::BufferChannel::Connect(absl::StrCat(worker_socket, ".buffers"));
+    EXPECT_TRUE(channel.ok()) << channel.status();
+    channel_ = *std::move(channel);
+    auto handle = channel_->Hand(region_.fd());
+    EXPECT_TRUE(handle.ok()) << handle.status();
+    handle_ = handle.value_or("");
   }
-  ~ShmBuffer() {
-    munmap(data_, size_);
-    shm_unlink(name_.c_str());
-  }
-  float* data() { return data_; }
-  const std::string& name() const { return name_; }
+  float* data() { return static_cast<float*>(region_.data()); }
+  const std::string& handle() const { return handle_; }
   size_t bytes() const { return size_; }
 
  private:
-  std::string name_;
   size_t size_;
-  float* data_;
+  client::SealedRegion region_;
+  std::unique_ptr<client::BufferChannel> channel_;  // the handle lives with it
+  std::string handle_;
 };
 
 struct TensorShape {
@@ -75,7 +78,7 @@ const std::vector<TensorShape>& Shapes() {
 // A training process's side of one worker: buffers + the Worker stub.
 struct Trainer {
   std::unique_ptr<gift::v1::Worker::Stub> stub;
-  std::vector<std::unique_ptr<ShmBuffer>> buffers;
+  std::vector<std::unique_ptr<HandedBuffer>> buffers;
   std::vector<uint64_t> ids;
   uint32_t rank = 0;
 };
@@ -128,13 +131,13 @@ class ClusterIntegrationTest : public ::testing::Test {
       gift::v1::RegisterBuffersRequest request;
       for (size_t i = 0; i < Shapes().size(); ++i) {
         const TensorShape& s = Shapes()[i];
-        t.buffers.push_back(std::make_unique<ShmBuffer>(
-            absl::StrCat("/gift-it-", getpid(), "-", w, "-", i), s.elements()));
+        t.buffers.push_back(
+            std::make_unique<HandedBuffer>(cluster_->worker_socket(w), s.elements()));
         gift::v1::BufferSpec* b = request.add_buffers();
         b->set_name(s.name);
         for (int64_t d : s.shape) b->add_shape(d);
         b->set_dtype(gift::v1::DTYPE_FLOAT32);
-        b->mutable_buffer()->set_shm_name(t.buffers.back()->name());
+        b->mutable_buffer()->set_handle(t.buffers.back()->handle());
         b->mutable_buffer()->set_size_bytes(t.buffers.back()->bytes());
       }
       grpc::ClientContext context;
@@ -333,14 +336,13 @@ TEST_F(ClusterIntegrationTest, TrainingGoesOnThroughACoordinatorCrash) {
     t.stub = gift::v1::Worker::NewStub(grpc::CreateChannel(
         absl::StrCat("unix:", cluster_->worker_socket(w)), grpc::InsecureChannelCredentials()));
     const TensorShape& s = Shapes()[0];
-    t.buffers.push_back(std::make_unique<ShmBuffer>(
-        absl::StrCat("/gift-it-crash-", getpid(), "-", w), s.elements()));
+    t.buffers.push_back(std::make_unique<HandedBuffer>(cluster_->worker_socket(w), s.elements()));
     gift::v1::RegisterBuffersRequest request;
     gift::v1::BufferSpec* b = request.add_buffers();
     b->set_name(s.name);
     for (int64_t d : s.shape) b->add_shape(d);
     b->set_dtype(gift::v1::DTYPE_FLOAT32);
-    b->mutable_buffer()->set_shm_name(t.buffers[0]->name());
+    b->mutable_buffer()->set_handle(t.buffers[0]->handle());
     b->mutable_buffer()->set_size_bytes(t.buffers[0]->bytes());
     grpc::ClientContext context;
     gift::v1::RegisterBuffersResponse response;
@@ -387,7 +389,7 @@ TEST_F(ClusterIntegrationTest, TheWorkerApiRejectsBadCallsAndKeepsServing) {
   };
   EXPECT_EQ(push_pull(0).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 
-  ShmBuffer buffer(absl::StrCat("/gift-it-bad-", getpid()), 64 * 32);
+  HandedBuffer buffer(cluster_->worker_socket(0), 64 * 32);
   auto spec = [&] {
     gift::v1::RegisterBuffersRequest request;
     gift::v1::BufferSpec* b = request.add_buffers();
@@ -395,7 +397,7 @@ TEST_F(ClusterIntegrationTest, TheWorkerApiRejectsBadCallsAndKeepsServing) {
     b->add_shape(64);
     b->add_shape(32);
     b->set_dtype(gift::v1::DTYPE_FLOAT32);
-    b->mutable_buffer()->set_shm_name(buffer.name());
+    b->mutable_buffer()->set_handle(buffer.handle());
     b->mutable_buffer()->set_size_bytes(buffer.bytes());
     return request;
   };
@@ -417,11 +419,14 @@ TEST_F(ClusterIntegrationTest, TheWorkerApiRejectsBadCallsAndKeepsServing) {
   bad.mutable_buffers(0)->set_shape(0, -3);
   EXPECT_EQ(code(bad), grpc::StatusCode::INVALID_ARGUMENT);
   bad = spec();
-  bad.mutable_buffers(0)->mutable_buffer()->set_shm_name("/gift-it-no-such-object");
+  bad.mutable_buffers(0)->mutable_buffer()->set_handle("no-such-handle");
   EXPECT_EQ(code(bad), grpc::StatusCode::NOT_FOUND);
   bad = spec();
   bad.mutable_buffers(0)->mutable_buffer()->set_shm_name("../etc/passwd");
-  EXPECT_EQ(code(bad), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code(bad), grpc::StatusCode::INVALID_ARGUMENT);  // named objects are refused
+  bad = spec();
+  bad.mutable_buffers(0)->mutable_buffer()->set_offset_bytes(4);
+  EXPECT_EQ(code(bad), grpc::StatusCode::OUT_OF_RANGE);
   bad = spec();
   bad.mutable_buffers(0)->mutable_buffer()->set_cuda_ipc_handle(std::string(64, 'x'));
   EXPECT_EQ(code(bad), grpc::StatusCode::UNIMPLEMENTED);

@@ -22,12 +22,8 @@
 namespace gift::client {
 namespace {
 
-// Makes every shared-memory name of the process unique (with the pid).
-std::atomic<uint64_t> g_shm_counter{0};
-
-std::string ShmName(uint64_t counter, absl::string_view suffix) {
-  return absl::StrCat("/gift-", getpid(), "-", counter, "-", suffix);
-}
+// Each tensor of a region starts at a multiple of this (a cache line).
+constexpr size_t kTensorAlignment = 64;
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
@@ -37,75 +33,14 @@ std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
   return absl::ToChronoTime(absl::Now() + timeout);
 }
 
-void FillBuffer(const ShmRegion& region, gift::v1::SharedBuffer* buffer) {
-  buffer->set_shm_name(region.name());
-  buffer->set_offset_bytes(0);
-  buffer->set_size_bytes(region.size_bytes());
+void FillBuffer(const std::string& handle, size_t offset, size_t size,
+                gift::v1::SharedBuffer* buffer) {
+  buffer->set_handle(handle);
+  buffer->set_offset_bytes(offset);
+  buffer->set_size_bytes(size);
 }
 
 }  // namespace
-
-// ---- ShmRegion ---------------------------------------------------------------
-
-absl::StatusOr<ShmRegion> ShmRegion::Create(const std::string& name, size_t size_bytes) {
-  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos ||
-      name.size() > 255) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shared-memory name '", name, "' is not one '/name' component"));
-  }
-  if (size_bytes == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("shared-memory object ", name, " of 0 bytes"));
-  }
-  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) {
-    int err = errno;
-    std::string message = absl::StrCat("shm_open(", name, "): ", std::strerror(err));
-    if (err == EEXIST) return absl::AlreadyExistsError(message);
-    return absl::InternalError(message);
-  }
-  ShmRegion region;
-  region.name_ = name;  // from here on, Reset (via the destructor) unlinks it
-  if (ftruncate(fd, static_cast<off_t>(size_bytes)) != 0) {
-    int err = errno;
-    close(fd);
-    return absl::InternalError(
-        absl::StrCat("ftruncate(", name, ", ", size_bytes, "): ", std::strerror(err)));
-  }
-  void* data = mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int err = errno;
-  close(fd);
-  if (data == MAP_FAILED) {
-    return absl::InternalError(absl::StrCat("mmap(", name, "): ", std::strerror(err)));
-  }
-  region.data_ = data;
-  region.size_bytes_ = size_bytes;
-  return region;
-}
-
-ShmRegion::ShmRegion(ShmRegion&& other) noexcept
-    : name_(std::exchange(other.name_, {})),
-      data_(std::exchange(other.data_, nullptr)),
-      size_bytes_(std::exchange(other.size_bytes_, 0)) {}
-
-ShmRegion& ShmRegion::operator=(ShmRegion&& other) noexcept {
-  if (this != &other) {
-    Reset();
-    name_ = std::exchange(other.name_, {});
-    data_ = std::exchange(other.data_, nullptr);
-    size_bytes_ = std::exchange(other.size_bytes_, 0);
-  }
-  return *this;
-}
-
-ShmRegion::~ShmRegion() { Reset(); }
-
-void ShmRegion::Reset() {
-  if (data_ != nullptr) munmap(data_, size_bytes_);
-  if (!name_.empty()) shm_unlink(name_.c_str());
-  name_.clear();
-  data_ = nullptr;
-  size_bytes_ = 0;
-}
 
 // ---- WorkerClient --------------------------------------------------------------
 
@@ -180,30 +115,51 @@ absl::StatusOr<std::vector<SharedTensor>> WorkerClient::Register(
       elements[i] *= static_cast<size_t>(d);
     }
   }
-  const uint64_t counter = g_shm_counter.fetch_add(1);
-  std::vector<ShmRegion> regions;
-  regions.reserve(specs.size());
+  std::vector<size_t> offsets(specs.size());
+  size_t total = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    offsets[i] = total;
+    total += (elements[i] * sizeof(float) + kTensorAlignment - 1) / kTensorAlignment *
+             kTensorAlignment;
+  }
+  absl::StatusOr<SealedRegion> created = SealedRegion::Create(total);
+  if (!created.ok()) return created.status();
+  auto region = std::make_shared<const SealedRegion>(*std::move(created));
+  absl::StatusOr<std::string> handle = Hand(*region);
+  if (!handle.ok()) return handle.status();
   gift::v1::RegisterBuffersRequest request;
   for (size_t i = 0; i < specs.size(); ++i) {
-    absl::StatusOr<ShmRegion> region =
-        ShmRegion::Create(ShmName(counter, absl::StrCat(i)), elements[i] * sizeof(float));
-    if (!region.ok()) return region.status();
     gift::v1::BufferSpec* buffer = request.add_buffers();
     buffer->set_name(specs[i].name);
     for (int64_t d : specs[i].shape) buffer->add_shape(d);
     buffer->set_dtype(gift::v1::DTYPE_FLOAT32);
-    FillBuffer(*region, buffer->mutable_buffer());
-    regions.push_back(*std::move(region));
+    FillBuffer(*handle, offsets[i], elements[i] * sizeof(float), buffer->mutable_buffer());
   }
   grpc::ClientContext context;
   context.set_deadline(Deadline(options_.rpc_timeout));
   gift::v1::RegisterBuffersResponse response;
   grpc::Status status = stub_->RegisterBuffers(&context, request, &response);
-  if (!status.ok()) return rpc::FromGrpcStatus(status, "RegisterBuffers");
+  if (!status.ok()) {
+    Release(*handle);
+    return rpc::FromGrpcStatus(status, "RegisterBuffers");
+  }
   if (response.buffers_size() != static_cast<int>(specs.size())) {
+    Release(*handle);
     return absl::InternalError(absl::StrCat("RegisterBuffers: the worker replied with ",
                                             response.buffers_size(), " tensors for ",
                                             specs.size()));
+  }
+  {
+    // The worker's registration of the new set holds its own mapping; the
+    // previous set's handle is no longer named.
+    absl::MutexLock lock(&hand_mu_);
+    std::swap(registered_handle_, *handle);
+  }
+  if (!handle->empty()) Release(*handle);
+  std::string registered_handle_copy;
+  {
+    absl::MutexLock lock(&hand_mu_);
+    registered_handle_copy = registered_handle_;
   }
   std::vector<SharedTensor> tensors;
   tensors.reserve(specs.size());
@@ -211,7 +167,7 @@ absl::StatusOr<std::vector<SharedTensor>> WorkerClient::Register(
   for (size_t i = 0; i < specs.size(); ++i) {
     uint64_t id = response.buffers(static_cast<int>(i)).tensor_id();
     names[id] = specs[i].name;
-    tensors.emplace_back(specs[i], id, std::move(regions[i]));
+    tensors.emplace_back(specs[i], id, region, offsets[i], registered_handle_copy);
   }
   absl::MutexLock lock(&mu_);
   names_ = std::move(names);
@@ -301,25 +257,57 @@ absl::Status WorkerClient::SubmitActivationStats(uint64_t tensor_id, uint64_t st
   }
   absl::MutexLock lock(&stats_mu_);
   auto it = stats_buffers_.find(tensor_id);
-  if (it == stats_buffers_.end() || it->second.size_bytes() != gram.size() * sizeof(float)) {
-    if (it != stats_buffers_.end()) stats_buffers_.erase(it);
-    absl::StatusOr<ShmRegion> region =
-        ShmRegion::Create(ShmName(g_shm_counter.fetch_add(1), absl::StrCat("stats-", tensor_id)),
-                          gram.size() * sizeof(float));
+  if (it == stats_buffers_.end() ||
+      it->second.region.size_bytes() != gram.size() * sizeof(float)) {
+    if (it != stats_buffers_.end()) {
+      Release(it->second.handle);
+      stats_buffers_.erase(it);
+    }
+    absl::StatusOr<SealedRegion> region = SealedRegion::Create(gram.size() * sizeof(float));
     if (!region.ok()) return region.status();
-    it = stats_buffers_.emplace(tensor_id, *std::move(region)).first;
+    absl::StatusOr<std::string> handle = Hand(*region);
+    if (!handle.ok()) return handle.status();
+    it = stats_buffers_.emplace(tensor_id, StatsBuffer{*std::move(region), *std::move(handle)})
+             .first;
   }
-  std::memcpy(it->second.data(), gram.data(), gram.size() * sizeof(float));
+  std::memcpy(it->second.region.data(), gram.data(), gram.size() * sizeof(float));
   gift::v1::SubmitActivationStatsRequest request;
   request.set_tensor_id(tensor_id);
   request.set_step(step);
   request.set_num_samples(num_samples);
-  FillBuffer(it->second, request.mutable_gram());
+  FillBuffer(it->second.handle, 0, it->second.region.size_bytes(), request.mutable_gram());
   grpc::ClientContext context;
   context.set_deadline(Deadline(options_.rpc_timeout));
   gift::v1::SubmitActivationStatsResponse response;
   return rpc::FromGrpcStatus(stub_->SubmitActivationStats(&context, request, &response),
                              "SubmitActivationStats");
+}
+
+void WorkerClient::Release(const std::string& handle) {
+  absl::MutexLock lock(&hand_mu_);
+  // Best effort: a failed release only keeps memory until the connection ends.
+  if (buffers_ != nullptr && !buffers_->Release(handle).ok()) buffers_.reset();
+}
+
+absl::StatusOr<std::string> WorkerClient::Hand(const SealedRegion& region) {
+  absl::MutexLock lock(&hand_mu_);
+  if (buffers_ == nullptr) {
+    absl::StatusOr<gift::v1::WorkerInfo> info = Info();
+    if (!info.ok()) return info.status();
+    if (info->buffer_socket().empty()) {
+      return absl::FailedPreconditionError(
+          "the worker has no buffer socket (it serves no Unix socket), so it cannot take "
+          "buffers");
+    }
+    absl::StatusOr<std::unique_ptr<BufferChannel>> channel =
+        BufferChannel::Connect(info->buffer_socket());
+    if (!channel.ok()) return channel.status();
+    buffers_ = *std::move(channel);
+  }
+  absl::StatusOr<std::string> handle = buffers_->Hand(region.fd());
+  // A broken connection (a restarted worker): connect afresh next time.
+  if (handle.status().code() == absl::StatusCode::kUnavailable) buffers_.reset();
+  return handle;
 }
 
 absl::StatusOr<gift::v1::WorkerInfo> WorkerClient::Info() {

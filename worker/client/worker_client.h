@@ -1,9 +1,10 @@
 // The training loop's client of the local gift-worker daemon (service
 // gift.v1.Worker, proto/gift/v1/worker.proto).
 //
-// Gradients never travel through gRPC: Register creates one POSIX
-// shared-memory object per tensor ("/gift-<pid>-<counter>-<i>"), maps it and
-// registers it with the worker; the training loop writes its gradient into
+// Gradients never travel through gRPC: Register creates one sealed memfd
+// for the set (buffer_handoff.h), maps it, hands it to the worker over its
+// buffer socket (WorkerInfo.buffer_socket) and registers the tensors at
+// offsets in it; the training loop writes its gradient into
 // SharedTensor::data(), calls PushPull(step), and reads the average from the
 // same memory when the call returns.
 //
@@ -24,12 +25,14 @@
 // registered), INVALID_ARGUMENT (step not above the last one, unknown
 // tensor), DEADLINE_EXCEEDED, UNAVAILABLE (worker draining or unreachable).
 //
-// Ownership: a SharedTensor owns its shared-memory object: it unmaps and
-// unlinks it on destruction. The worker keeps its own mapping, so destroying
+// Ownership: SharedTensors share their region (unmapped with the last of
+// them). The worker keeps its own mapping, so destroying
 // a SharedTensor that is still registered is memory safe, but the averages
 // then land in memory nobody reads; keep the tensors of the registered set
-// alive while using it. The client owns its channel, its activation-stats
-// scratch buffers and one background thread that issues PushPull calls.
+// alive while using it. The client owns its channel, its connection to the
+// buffer socket (the worker's handles end with it, registrations do not),
+// its activation-stats scratch buffers and one background thread that
+// issues PushPull calls.
 //
 // Thread safety: WorkerClient's methods may be called from any thread.
 // PushPull and PushPullAsync calls are issued to the worker one at a time, in
@@ -61,6 +64,7 @@
 #include "absl/types/span.h"
 #include "common/rpc/credentials.h"
 #include "gift/v1/worker.grpc.pb.h"
+#include "worker/client/buffer_handoff.h"
 
 namespace gift::client {
 
@@ -70,55 +74,44 @@ struct TensorSpec {
   std::vector<int64_t> shape;
 };
 
-// A POSIX shared-memory object created by this process, mapped read-write.
-// Move-only; unmaps and unlinks the object on destruction.
-class ShmRegion {
- public:
-  // Creates `name` ("/x", one component) with O_CREAT | O_EXCL, sizes it to
-  // `size_bytes` (> 0) and maps it. ALREADY_EXISTS when the name is taken,
-  // INVALID_ARGUMENT for a bad name or size, INTERNAL for other failures.
-  static absl::StatusOr<ShmRegion> Create(const std::string& name, size_t size_bytes);
-
-  ShmRegion() = default;
-  ShmRegion(ShmRegion&& other) noexcept;
-  ShmRegion& operator=(ShmRegion&& other) noexcept;
-  ShmRegion(const ShmRegion&) = delete;
-  ShmRegion& operator=(const ShmRegion&) = delete;
-  ~ShmRegion();
-
-  void* data() const { return data_; }
-  size_t size_bytes() const { return size_bytes_; }
-  const std::string& name() const { return name_; }
-
- private:
-  void Reset();
-
-  std::string name_;
-  void* data_ = nullptr;
-  size_t size_bytes_ = 0;
-};
-
-// A registered tensor: FP32, row-major, in shared memory with the worker.
+// A registered tensor: FP32, row-major, in a sealed shared region with the
+// worker (one region per Register call holds the whole set; each tensor
+// keeps the region alive).
 class SharedTensor {
  public:
-  SharedTensor(TensorSpec spec, uint64_t tensor_id, ShmRegion region)
-      : spec_(std::move(spec)), tensor_id_(tensor_id), region_(std::move(region)) {}
+  SharedTensor(TensorSpec spec, uint64_t tensor_id, std::shared_ptr<const SealedRegion> region,
+               size_t offset_bytes, std::string handle)
+      : spec_(std::move(spec)),
+        tensor_id_(tensor_id),
+        region_(std::move(region)),
+        offset_(offset_bytes),
+        handle_(std::move(handle)) {
+    size_t n = 1;
+    for (int64_t d : spec_.shape) n *= static_cast<size_t>(d);
+    size_ = n;
+  }
 
-  float* data() const { return static_cast<float*>(region_.data()); }
+  float* data() const {
+    return reinterpret_cast<float*>(static_cast<char*>(region_->data()) + offset_);
+  }
   // Number of FP32 elements.
-  size_t size() const { return region_.size_bytes() / sizeof(float); }
+  size_t size() const { return size_; }
   absl::Span<float> span() const { return {data(), size()}; }
   const std::string& name() const { return spec_.name; }
   const std::vector<int64_t>& shape() const { return spec_.shape; }
   // The cluster-wide id the coordinator assigned to the name.
   uint64_t tensor_id() const { return tensor_id_; }
-  // The shared-memory object's name ("/gift-...").
-  const std::string& shm_name() const { return region_.name(); }
+  // The worker's handle of the region holding the tensor, and its offset.
+  const std::string& handle() const { return handle_; }
+  size_t offset_bytes() const { return offset_; }
 
  private:
   TensorSpec spec_;
   uint64_t tensor_id_;
-  ShmRegion region_;
+  std::shared_ptr<const SealedRegion> region_;
+  size_t offset_;
+  std::string handle_;
+  size_t size_ = 0;
 };
 
 struct TensorResult {
@@ -169,7 +162,7 @@ class WorkerClient {
   WorkerClient(const WorkerClient&) = delete;
   WorkerClient& operator=(const WorkerClient&) = delete;
 
-  // Creates one zero-filled shared-memory object per spec and registers the
+  // Creates one zero-filled sealed region for the specs and registers the
   // set (replacing the worker's previously registered set). Returns the
   // tensors in spec order. INVALID_ARGUMENT for an empty or duplicate name,
   // an empty shape or a dimension < 1 (checked before anything is created);
@@ -194,8 +187,8 @@ class WorkerClient {
 
   // Hands in X^T X (d_in x d_in FP32, row-major, unscaled: `gram` holds
   // d_in * d_in values) of `num_samples` input rows of the layer whose weight
-  // is `tensor_id`, for `step`. The values are copied into a shared-memory
-  // scratch buffer (one per tensor id, reused) that the worker reads during
+  // is `tensor_id`, for `step`. The values are copied into a sealed
+  // scratch region (one per tensor id, reused) that the worker reads during
   // the call. INVALID_ARGUMENT for an empty gram or one that is not square.
   absl::Status SubmitActivationStats(uint64_t tensor_id, uint64_t step,
                                      absl::Span<const float> gram, uint64_t num_samples);
@@ -213,6 +206,10 @@ class WorkerClient {
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !calls_.empty(); }
   void RunCalls();
   absl::StatusOr<PushPullResult> DoPushPull(const gift::v1::PushPullRequest& request);
+  // Hands `region` to the worker (connecting to its buffer socket first).
+  absl::StatusOr<std::string> Hand(const SealedRegion& region);
+  // Tells the worker `handle` is no longer named (best effort).
+  void Release(const std::string& handle);
 
   const WorkerClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -225,8 +222,16 @@ class WorkerClient {
   std::deque<Call> calls_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
+  absl::Mutex hand_mu_;
+  std::unique_ptr<BufferChannel> buffers_ ABSL_GUARDED_BY(hand_mu_);
+  std::string registered_handle_ ABSL_GUARDED_BY(hand_mu_);  // of the registered set
+
+  struct StatsBuffer {
+    SealedRegion region;
+    std::string handle;
+  };
   absl::Mutex stats_mu_;
-  absl::flat_hash_map<uint64_t, ShmRegion> stats_buffers_ ABSL_GUARDED_BY(stats_mu_);
+  absl::flat_hash_map<uint64_t, StatsBuffer> stats_buffers_ ABSL_GUARDED_BY(stats_mu_);
 
   std::thread caller_;
 };
