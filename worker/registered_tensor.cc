@@ -1,6 +1,7 @@
 #include "worker/registered_tensor.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/tensor_shape.h"
 #include "worker/dtype_conversion.h"
 
 namespace gift::worker {
@@ -34,14 +35,9 @@ absl::StatusOr<RegisteredTensor> RegisteredTensor::View(const gift::v1::BufferSp
                  absl::StrCat("dtype ", gift::v1::DType_Name(b.dtype()),
                               "; DTYPE_FLOAT32, DTYPE_BFLOAT16 and DTYPE_FLOAT16 are supported"));
   }
-  if (b.shape_size() == 0) return error(absl::StatusCode::kInvalidArgument, "no shape");
-  uint64_t elements = 1;
-  for (int64_t d : b.shape()) {
-    if (d <= 0 || d > (int64_t{1} << 40) || elements > (uint64_t{1} << 40) / uint64_t(d)) {
-      return error(absl::StatusCode::kInvalidArgument, absl::StrCat("bad dimension ", d));
-    }
-    elements *= static_cast<uint64_t>(d);
-  }
+  absl::StatusOr<uint64_t> counted = TensorElements(b.shape());
+  if (!counted.ok()) return error(absl::StatusCode::kInvalidArgument, counted.status().message());
+  const uint64_t elements = *counted;
   switch (b.buffer().location_case()) {
     case gift::v1::SharedBuffer::kHandle:
       break;
