@@ -126,18 +126,71 @@ auto ClusterState::Run(Fn fn) -> decltype(fn()) {
   decltype(fn()) result;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status restored = RestoreIfStaleLocked(); !restored.ok()) return restored;
     before = meta_.revision;
     ExpireLeasesLocked();
     result = fn();
     absl::Status committed = CommitLocked();
     if (!committed.ok()) {
       Log(Level::kError, "commit_failed", {{"error", committed.ToString()}});
+      // Nothing of the call stays: memory goes back to the committed state.
+      RollBackLocked();
       if (result.ok()) result = committed;
     }
     after = meta_.revision;
   }
   if (after != before && on_change_) on_change_();
   return result;
+}
+
+void ClusterState::RollBackLocked() {
+  // Leases and reported steps are renewed in memory without a commit (they
+  // make no revision), so the store's are older: the members that are still
+  // members after the rollback keep their in-memory ones.
+  std::map<std::string, std::pair<int64_t, uint64_t>> volatile_fields;
+  for (const auto& [id, m] : members_) {
+    volatile_fields[id] = {m.lease_expires_unix_ms(), m.last_step()};
+  }
+  pending_ = Pending();
+  dirty_ = false;
+  snapshot_.reset();
+  bytes_.clear();  // uncommitted bytes go; committed ones are read again on demand
+  absl::StatusOr<StoredState> stored = store_->Load();
+  if (!stored.ok()) {
+    // Memory is ahead of the store and cannot be put back yet: every call
+    // fails until a reload succeeds (RestoreIfStaleLocked).
+    stale_ = true;
+    Log(Level::kError, "rollback_failed", {{"error", stored.status().ToString()}});
+    return;
+  }
+  stale_ = false;
+  meta_ = std::move(stored->meta);
+  members_.clear();
+  for (gift::v1::Member& m : stored->members) {
+    auto v = volatile_fields.find(m.member_id());
+    if (v != volatile_fields.end()) {
+      m.set_lease_expires_unix_ms(v->second.first);
+      m.set_last_step(std::max(m.last_step(), v->second.second));
+    }
+    members_[m.member_id()] = std::move(m);
+  }
+  tensors_.clear();
+  tensor_ids_.clear();
+  for (gift::v1::TensorInfo& t : stored->tensors) {
+    tensor_ids_[t.name()] = t.tensor_id();
+    tensors_[t.tensor_id()] = std::move(t);
+  }
+  bases_.clear();
+  for (gift::v1::TensorBasisState& b : stored->bases) bases_[b.tensor_id()] = std::move(b);
+  Log(Level::kWarning, "rolled_back", {{"revision", meta_.revision}, {"epoch", meta_.epoch}});
+}
+
+absl::Status ClusterState::RestoreIfStaleLocked() {
+  if (!stale_) return absl::OkStatus();
+  RollBackLocked();
+  if (!stale_) return absl::OkStatus();
+  return absl::UnavailableError(
+      "the coordinator's state file cannot be read back after a failed commit; retry later");
 }
 
 void ClusterState::TouchLocked() {
@@ -519,6 +572,19 @@ absl::StatusOr<gift::v1::RegisterTensorsResponse> ClusterState::RegisterTensors(
             absl::StrCat("tensor '", spec.name(), "' appears twice with different shapes"));
       }
     }
+    {
+      // The policy's ranks must still make sense with the new tensors.
+      std::vector<gift::v1::TensorSpec> fresh;
+      for (const auto& [name, spec] : seen) {
+        if (tensor_ids_.count(name) == 0) fresh.push_back(*spec);
+      }
+      absl::Status ranks = policy::ValidateRanksForTensors(meta_.policy, KnownShapesLocked(fresh));
+      if (!ranks.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the policy does not fit these tensors: ", ranks.message(),
+                         "; change it (giftctl policy set) and register again"));
+      }
+    }
     std::vector<gift::v1::TensorInfo> added;
     gift::v1::RegisterTensorsResponse response;
     for (const gift::v1::TensorSpec& spec : request.tensors()) {
@@ -853,6 +919,14 @@ absl::StatusOr<gift::v1::AckBasisResponse> ClusterState::AckBasis(
 
 // ---- policy ---------------------------------------------------------------
 
+std::vector<policy::NamedShape> ClusterState::KnownShapesLocked(
+    const std::vector<gift::v1::TensorSpec>& extra) const {
+  std::vector<policy::NamedShape> shapes;
+  for (const auto& [tid, t] : tensors_) shapes.push_back({t.name(), t.shape()});
+  for (const gift::v1::TensorSpec& spec : extra) shapes.push_back({spec.name(), spec.shape()});
+  return shapes;
+}
+
 gift::v1::Policy ClusterState::GetPolicy() {
   absl::MutexLock lock(&mu_);
   return meta_.policy;
@@ -867,6 +941,7 @@ absl::StatusOr<gift::v1::Policy> ClusterState::SetPolicyLocked(const gift::v1::P
   }
   gift::v1::Policy next = policy::WithDefaults(policy);
   GIFT_RETURN_IF_ERROR(policy::Validate(next));
+  GIFT_RETURN_IF_ERROR(policy::ValidateRanksForTensors(next, KnownShapesLocked({})));
   next.set_version(meta_.policy.version() + 1);
   meta_.policy = std::move(next);
   TouchLocked();

@@ -35,9 +35,18 @@
 //     proposal (the newest version wins; the replaced bytes are dropped).
 //     Committed versions that no worker can still use (their successor is
 //     active at every worker's next step) are pruned.
-//   - Every change is committed to the StateStore before the call returns;
-//     when that fails the call fails (Unavailable), memory stays ahead, and the
-//     next successful commit writes the outstanding changes.
+//   - Every change is committed to the StateStore before the call returns,
+//     and applied only if that commit succeeds: when it fails the call fails
+//     (Unavailable) and memory is rolled back to the stored state (reloaded
+//     from the store; members keep their in-memory leases and steps, which
+//     are renewed without commits). When even that reload fails, every call
+//     fails Unavailable until one succeeds. Watchers never see a revision
+//     that was not committed.
+//   - Policy: SetPolicy and SetRank validate the whole policy
+//     (policy::Validate) and its ranks against the registered tensors
+//     (policy::ValidateRanksForTensors): InvalidArgument naming the field and
+//     value. A registration that would make the stored policy's ranks
+//     senseless is refused (FailedPrecondition).
 //
 // Thread safety: all public methods are internally synchronized. The change
 // callback runs on the calling thread after the state's lock is released.
@@ -60,6 +69,7 @@
 #include "absl/time/time.h"
 #include "gift/v1/cluster.pb.h"
 #include "gift/v1/coordinator.pb.h"
+#include "common/policy/policy.h"
 #include "server/coordinator/state_store.h"
 
 namespace gift::coordinator {
@@ -162,6 +172,13 @@ class ClusterState {
   auto Run(Fn fn) -> decltype(fn());
 
   absl::Status LoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a failed commit: memory back to the store's state (see the header).
+  void RollBackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Retries a failed rollback; Unavailable while it still fails.
+  absl::Status RestoreIfStaleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The registered tensors' names and shapes, and `extra`'s (views into them).
+  std::vector<policy::NamedShape> KnownShapesLocked(
+      const std::vector<gift::v1::TensorSpec>& extra) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A change watchers must see: a new revision, persisted.
   void TouchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -219,6 +236,7 @@ class ClusterState {
       ABSL_GUARDED_BY(mu_);
   Pending pending_ ABSL_GUARDED_BY(mu_);
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
+  bool stale_ ABSL_GUARDED_BY(mu_) = false;  // a rollback could not reload
   std::shared_ptr<const gift::v1::ClusterState> snapshot_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);
   // When a worker first reported each new highest step (in memory; entries
