@@ -19,9 +19,9 @@
 
 namespace gift::coordinator::testing {
 
-class ClusterStateTest : public ::testing::Test {
+class ClusterStateMachineTest : public ::testing::Test {
  protected:
-  ClusterStateTest() {
+  ClusterStateMachineTest() {
     options_.lease_ttl = absl::Seconds(10);
     options_.step_window = 8;
     options_.chunk_bytes = 4096;
@@ -34,7 +34,7 @@ class ClusterStateTest : public ::testing::Test {
     auto store = StateStore::Open(dir_.File("state.db"));
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = store->get();
-    auto state = ClusterState::Create(options_, *std::move(store), &clock_);
+    auto state = ClusterStateMachine::Create(options_, *std::move(store), &clock_);
     ASSERT_TRUE(state.ok()) << state.status();
     state_ = *std::move(state);
   }
@@ -121,7 +121,7 @@ class ClusterStateTest : public ::testing::Test {
   FakeClock clock_;
   ClusterOptions options_;
   StateStore* store_ = nullptr;  // owned by state_
-  std::unique_ptr<ClusterState> state_;
+  std::unique_ptr<ClusterStateMachine> state_;
 };
 
 }  // namespace gift::coordinator::testing

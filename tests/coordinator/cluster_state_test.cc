@@ -1,4 +1,4 @@
-// ClusterState with a fake clock and a real SQLite file: membership, epochs
+// ClusterStateMachine with a fake clock and a real SQLite file: membership, epochs
 // and ranks, owners, shard map, the refresh negotiation, policy, drain, and
 // restart.
 #include "server/coordinator/cluster_state.h"
@@ -22,14 +22,14 @@ namespace gift::coordinator {
 namespace {
 
 using ::testing::ElementsAre;
-using testing::ClusterStateTest;
+using testing::ClusterStateMachineTest;
 using testing::FakeClock;
 using ::testing::HasSubstr;
 using testing::MakeBasisBytes;
 using testing::TempDir;
 
 
-TEST_F(ClusterStateTest, JoinsBumpTheEpochAndGetDenseRanks) {
+TEST_F(ClusterStateMachineTest, JoinsBumpTheEpochAndGetDenseRanks) {
   EXPECT_EQ(state_->Snapshot()->epoch(), 0u);
   gift::v1::JoinResponse a = Join("a");
   gift::v1::JoinResponse b = Join("b");
@@ -45,7 +45,7 @@ TEST_F(ClusterStateTest, JoinsBumpTheEpochAndGetDenseRanks) {
   EXPECT_NE(a.member_id(), b.member_id());
 }
 
-TEST_F(ClusterStateTest, RejectsBadAndDuplicateJoins) {
+TEST_F(ClusterStateMachineTest, RejectsBadAndDuplicateJoins) {
   Join("a");
   gift::v1::JoinRequest request;
   request.set_name("a");
@@ -59,7 +59,7 @@ TEST_F(ClusterStateTest, RejectsBadAndDuplicateJoins) {
   EXPECT_EQ(state_->Snapshot()->epoch(), 1u);
 }
 
-TEST_F(ClusterStateTest, SurvivorsKeepTheirRanksAndHolesAreRefilled) {
+TEST_F(ClusterStateMachineTest, SurvivorsKeepTheirRanksAndHolesAreRefilled) {
   std::vector<std::string> ids;
   for (const char* name : {"a", "b", "c", "d"}) ids.push_back(Join(name).member_id());
   ASSERT_TRUE(Leave(ids[1]).ok());  // b (rank 1) leaves: d (rank 3) moves into the hole
@@ -73,7 +73,7 @@ TEST_F(ClusterStateTest, SurvivorsKeepTheirRanksAndHolesAreRefilled) {
 
 // Random joins and leaves: ranks stay dense, and a survivor keeps its rank
 // whenever it is below the new member count.
-TEST_F(ClusterStateTest, RanksStayDenseAndStableUnderChurn) {
+TEST_F(ClusterStateMachineTest, RanksStayDenseAndStableUnderChurn) {
   std::mt19937 rng(42);
   std::vector<std::string> live;
   int next_name = 0;
@@ -100,7 +100,7 @@ TEST_F(ClusterStateTest, RanksStayDenseAndStableUnderChurn) {
   }
 }
 
-TEST_F(ClusterStateTest, LeaseExpiryBumpsTheEpochAndReassignsRanksAndOwners) {
+TEST_F(ClusterStateMachineTest, LeaseExpiryBumpsTheEpochAndReassignsRanksAndOwners) {
   const std::string a = Join("a").member_id();
   const std::string b = Join("b").member_id();
   std::vector<gift::v1::TensorInfo> t = Register({{"w0", {64, 64}}, {"w1", {64, 32}}});
@@ -127,7 +127,7 @@ TEST_F(ClusterStateTest, LeaseExpiryBumpsTheEpochAndReassignsRanksAndOwners) {
   EXPECT_EQ(Heartbeat("", 0).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(ClusterStateTest, ShardMapFollowsServersAndRegistrations) {
+TEST_F(ClusterStateMachineTest, ShardMapFollowsServersAndRegistrations) {
   std::vector<gift::v1::TensorInfo> t = Register({{"w", {64, 64}}, {"b", {64}}});
   EXPECT_EQ(state_->Snapshot()->shard_map().chunks_size(), 0);  // no servers yet
   const std::string s0 = Join("s0", gift::v1::MEMBER_ROLE_SERVER).member_id();
@@ -153,7 +153,7 @@ TEST_F(ClusterStateTest, ShardMapFollowsServersAndRegistrations) {
   for (const auto& c : state_->Snapshot()->shard_map().chunks()) EXPECT_EQ(c.server_rank(), 0u);
 }
 
-TEST_F(ClusterStateTest, RegistrationIsIdempotentAndRejectsConflicts) {
+TEST_F(ClusterStateMachineTest, RegistrationIsIdempotentAndRejectsConflicts) {
   std::vector<gift::v1::TensorInfo> first = Register({{"w", {8, 16}}});
   std::vector<gift::v1::TensorInfo> again = Register({{"w", {8, 16}}});
   ASSERT_EQ(first.size(), 1u);
@@ -182,7 +182,7 @@ TEST_F(ClusterStateTest, RegistrationIsIdempotentAndRejectsConflicts) {
   EXPECT_EQ(state_->RegisterTensors(request).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(ClusterStateTest, OwnersAreSpreadByElementCount) {
+TEST_F(ClusterStateMachineTest, OwnersAreSpreadByElementCount) {
   Join("a");
   Join("b");
   // 64*64 = 4096 goes to one worker; the three 32x32 tensors (1024 each) to the other.
@@ -204,7 +204,7 @@ TEST_F(ClusterStateTest, OwnersAreSpreadByElementCount) {
 // The refresh negotiation with a late acknowledgement: the activation step is
 // postponed, never committed before all acks, and never at or below the
 // frozen step.
-TEST_F(ClusterStateTest, LateAckPostponesTheActivation) {
+TEST_F(ClusterStateMachineTest, LateAckPostponesTheActivation) {
   const std::string a = Join("a").member_id();
   const std::string b = Join("b").member_id();
   gift::v1::TensorInfo t = Register({{"w", {8, 16}}})[0];
@@ -261,7 +261,7 @@ TEST_F(ClusterStateTest, LateAckPostponesTheActivation) {
   EXPECT_EQ(basis.versions(0).version(), 1u);
 }
 
-TEST_F(ClusterStateTest, JoinerMustAckAndLeaverNoLongerCounts) {
+TEST_F(ClusterStateMachineTest, JoinerMustAckAndLeaverNoLongerCounts) {
   const std::string a = Join("a").member_id();
   gift::v1::TensorInfo t = Register({{"w", {8, 16}}})[0];
   const std::string c = Join("c").member_id();  // a keeps the ownership
@@ -282,7 +282,7 @@ TEST_F(ClusterStateTest, JoinerMustAckAndLeaverNoLongerCounts) {
   EXPECT_EQ(basis.versions().rbegin()->version(), 2u);
 }
 
-TEST_F(ClusterStateTest, NewerPublicationReplacesThePendingOne) {
+TEST_F(ClusterStateMachineTest, NewerPublicationReplacesThePendingOne) {
   const std::string a = Join("a").member_id();
   const std::string b = Join("b").member_id();
   gift::v1::TensorInfo t = Register({{"w", {8, 16}}})[0];
@@ -304,7 +304,7 @@ TEST_F(ClusterStateTest, NewerPublicationReplacesThePendingOne) {
   EXPECT_EQ(data->header.crc32c(), crc32c::Value(data->bytes->data(), data->bytes->size()));
 }
 
-TEST_F(ClusterStateTest, PublishRejectsBadRequestsWithTheDocumentedCodes) {
+TEST_F(ClusterStateMachineTest, PublishRejectsBadRequestsWithTheDocumentedCodes) {
   const std::string a = Join("a").member_id();
   const std::string b = Join("b").member_id();
   std::vector<gift::v1::TensorInfo> ts = Register({{"w", {8, 16}}, {"x", {4, 4}}});
@@ -343,7 +343,7 @@ TEST_F(ClusterStateTest, PublishRejectsBadRequestsWithTheDocumentedCodes) {
   EXPECT_EQ(Ack(other, t.tensor_id(), 4).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(ClusterStateTest, DirectVersionSwitchesATensorBackWithoutBytes) {
+TEST_F(ClusterStateMachineTest, DirectVersionSwitchesATensorBackWithoutBytes) {
   const std::string a = Join("a").member_id();
   gift::v1::TensorInfo t = Register({{"w", {8, 16}}})[0];
   gift::v1::BasisHeader header;
@@ -359,7 +359,7 @@ TEST_F(ClusterStateTest, DirectVersionSwitchesATensorBackWithoutBytes) {
   EXPECT_EQ(basis.versions(1).activation_step(), published->tentative_activation_step());
 }
 
-TEST_F(ClusterStateTest, SetRankIsANewNegotiatedVersion) {
+TEST_F(ClusterStateMachineTest, SetRankIsANewNegotiatedVersion) {
   const std::string a = Join("a").member_id();
   std::vector<gift::v1::TensorInfo> ts =
       Register({{"layers.0.mlp", {8, 16}}, {"layers.0.attn", {8, 16}}});
@@ -394,7 +394,7 @@ TEST_F(ClusterStateTest, SetRankIsANewNegotiatedVersion) {
   EXPECT_EQ(Basis(ts[1].tensor_id()).refresh_requests(), 1u);
 }
 
-TEST_F(ClusterStateTest, PolicyIsValidatedAndVersioned) {
+TEST_F(ClusterStateMachineTest, PolicyIsValidatedAndVersioned) {
   const gift::v1::Policy initial = state_->GetPolicy();
   EXPECT_EQ(initial.version(), 1u);
   EXPECT_EQ(initial.transform().rank(), 64u);
@@ -416,7 +416,7 @@ TEST_F(ClusterStateTest, PolicyIsValidatedAndVersioned) {
   EXPECT_EQ(state_->GetPolicy().version(), 2u);
 }
 
-TEST_F(ClusterStateTest, DrainKeepsTheEpochUntilTheMemberLeaves) {
+TEST_F(ClusterStateMachineTest, DrainKeepsTheEpochUntilTheMemberLeaves) {
   const std::string a = Join("a").member_id();
   Join("b");
   const uint64_t epoch = state_->Snapshot()->epoch();
@@ -438,7 +438,7 @@ TEST_F(ClusterStateTest, DrainKeepsTheEpochUntilTheMemberLeaves) {
   EXPECT_EQ(state_->Drain(request).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(ClusterStateTest, StatusNamesTheSlowestWorkers) {
+TEST_F(ClusterStateMachineTest, StatusNamesTheSlowestWorkers) {
   const std::string a = Join("a").member_id();
   const std::string b = Join("b").member_id();
   ASSERT_TRUE(Heartbeat(a, 7).ok());
@@ -450,7 +450,7 @@ TEST_F(ClusterStateTest, StatusNamesTheSlowestWorkers) {
   EXPECT_EQ(status->now_unix_ms(), absl::ToUnixMillis(clock_.Now()));
 }
 
-TEST_F(ClusterStateTest, RestartResumesEverything) {
+TEST_F(ClusterStateMachineTest, RestartResumesEverything) {
   const std::string a = Join("a").member_id();
   Join("s", gift::v1::MEMBER_ROLE_SERVER);
   gift::v1::TensorInfo t = Register({{"w", {8, 16}}})[0];
@@ -489,7 +489,7 @@ TEST_F(ClusterStateTest, RestartResumesEverything) {
   EXPECT_NE(Join("s").member_id(), before->servers(0).member_id());
 }
 
-TEST_F(ClusterStateTest, ChangeCallbackRunsOncePerNewRevision) {
+TEST_F(ClusterStateMachineTest, ChangeCallbackRunsOncePerNewRevision) {
   int calls = 0;
   state_->SetChangeCallback([&] { ++calls; });
   Join("a");

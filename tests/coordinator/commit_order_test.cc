@@ -14,10 +14,10 @@ namespace gift::coordinator {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::ClusterStateTest;
+using testing::ClusterStateMachineTest;
 
-using PolicyValidationTest = ClusterStateTest;
-using CommitOrderTest = ClusterStateTest;
+using PolicyValidationTest = ClusterStateMachineTest;
+using CommitOrderTest = ClusterStateMachineTest;
 
 TEST_F(PolicyValidationTest, HugeRankIsRefusedNamingTheField) {
   // giftctl policy set --rank 99999999 was accepted; no basis was ever built.
