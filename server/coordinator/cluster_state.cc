@@ -1,16 +1,13 @@
 #include "server/coordinator/cluster_state.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <limits>
 #include <optional>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/base/crc32c.h"
 #include "common/base/logging.h"
@@ -25,25 +22,10 @@ namespace {
 using gift::logging::Level;
 using gift::logging::Log;
 
-// Largest element count a tensor may have (2^48: far above any real tensor,
-// far below overflow of byte counts).
-constexpr uint64_t kMaxTensorElements = uint64_t{1} << 48;
-
 class SystemClock : public Clock {
  public:
   absl::Time Now() override { return absl::Now(); }
 };
-
-std::string NewClusterId() {
-  std::random_device rd;
-  char buf[33];
-  std::snprintf(buf, sizeof(buf), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-  return buf;
-}
-
-std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
 
 }  // namespace
 
@@ -69,46 +51,6 @@ void ClusterStateMachine::SetChangeCallback(std::function<void()> callback) {
   on_change_ = std::move(callback);
 }
 
-void ClusterStateMachine::ApplyStoredLocked(StoredState stored) {
-  meta_ = std::move(stored.meta);
-  membership_.Reset(meta_.epoch, meta_.next_member_seq, std::move(stored.members));
-  tensors_.clear();
-  tensor_ids_.clear();
-  for (gift::v1::TensorInfo& t : stored.tensors) {
-    tensor_ids_[t.name()] = t.tensor_id();
-    tensors_[t.tensor_id()] = std::move(t);
-  }
-  ledger_.Reset(std::move(stored.bases));
-  put_tensors_.clear();
-}
-
-absl::Status ClusterStateMachine::LoadLocked() {
-  GIFT_ASSIGN_OR_RETURN(StoredState stored, store_->Load());
-  if (stored.fresh) {
-    meta_.cluster_id = NewClusterId();
-    meta_.frozen_through_step = options_.step_window;
-    meta_.policy = policy::WithDefaults(gift::v1::Policy());
-    meta_.policy.set_version(1);
-    meta_.shard_map = ComputeShardMap({}, 0, options_.chunk_bytes, 0);
-    TouchLocked();
-    Log(Level::kInfo, "cluster_created", {{"cluster_id", meta_.cluster_id}});
-    return absl::OkStatus();
-  }
-  // A grace lease: live members re-heartbeat, the others expire.
-  const int64_t lease = absl::ToUnixMillis(clock_->Now() + options_.lease_ttl);
-  for (gift::v1::Member& m : stored.members) m.set_lease_expires_unix_ms(lease);
-  ApplyStoredLocked(std::move(stored));
-  for (const auto& [id, m] : membership_.members()) membership_.MarkChanged(m);
-  TouchLocked();
-  Log(Level::kInfo, "state_loaded",
-      {{"cluster_id", meta_.cluster_id},
-       {"epoch", membership_.epoch()},
-       {"revision", meta_.revision},
-       {"members", membership_.members().size()},
-       {"tensors", tensors_.size()}});
-  return absl::OkStatus();
-}
-
 template <typename Fn>
 auto ClusterStateMachine::Run(Fn fn) -> decltype(fn()) {
   uint64_t before, after;
@@ -132,80 +74,7 @@ auto ClusterStateMachine::Run(Fn fn) -> decltype(fn()) {
   return result;
 }
 
-void ClusterStateMachine::RollBackLocked() {
-  // Leases and reported steps are renewed in memory without a commit (they
-  // make no revision), so the store's are older: the members that are still
-  // members after the rollback keep their in-memory ones.
-  std::map<std::string, std::pair<int64_t, uint64_t>> volatile_fields;
-  for (const auto& [id, m] : membership_.members()) {
-    volatile_fields[id] = {m.lease_expires_unix_ms(), m.last_step()};
-  }
-  dirty_ = false;
-  snapshot_.reset();
-  absl::StatusOr<StoredState> stored = store_->Load();
-  if (!stored.ok()) {
-    // Memory is ahead of the store and cannot be put back yet: every call
-    // fails until a reload succeeds (RestoreIfStaleLocked).
-    stale_ = true;
-    Log(Level::kError, "rollback_failed", {{"error", stored.status().ToString()}});
-    return;
-  }
-  stale_ = false;
-  for (gift::v1::Member& m : stored->members) {
-    auto v = volatile_fields.find(m.member_id());
-    if (v == volatile_fields.end()) continue;
-    m.set_lease_expires_unix_ms(v->second.first);
-    m.set_last_step(std::max(m.last_step(), v->second.second));
-  }
-  // Uncommitted bytes go with the ledger's reset; committed ones are read
-  // again on demand.
-  ApplyStoredLocked(*std::move(stored));
-  Log(Level::kWarning, "rolled_back",
-      {{"revision", meta_.revision}, {"epoch", membership_.epoch()}});
-}
-
-absl::Status ClusterStateMachine::RestoreIfStaleLocked() {
-  if (!stale_) return absl::OkStatus();
-  RollBackLocked();
-  if (!stale_) return absl::OkStatus();
-  return absl::UnavailableError(
-      "the coordinator's state file cannot be read back after a failed commit; retry later");
-}
-
-void ClusterStateMachine::TouchLocked() {
-  ++meta_.revision;
-  dirty_ = true;
-  snapshot_.reset();
-}
-
-void ClusterStateMachine::MarkDirtyLocked() {
-  dirty_ = true;
-  snapshot_.reset();
-}
-
 int64_t ClusterStateMachine::NowMsLocked() const { return absl::ToUnixMillis(clock_->Now()); }
-
-absl::Status ClusterStateMachine::CommitLocked() {
-  if (!dirty_) return absl::OkStatus();
-  StoreMutation m;
-  m.meta = meta_;
-  m.meta.epoch = membership_.epoch();
-  m.meta.next_member_seq = membership_.next_member_seq();
-  membership_.AddChangesTo(&m);
-  for (uint64_t id : put_tensors_) {
-    auto it = tensors_.find(id);
-    if (it != tensors_.end()) m.put_tensors.push_back(it->second);
-  }
-  ledger_.AddChangesTo(&m);
-  GIFT_RETURN_IF_ERROR(store_->Commit(m));
-  meta_.epoch = m.meta.epoch;
-  meta_.next_member_seq = m.meta.next_member_seq;
-  membership_.ClearChanges();
-  put_tensors_.clear();
-  ledger_.ClearChanges();
-  dirty_ = false;
-  return absl::OkStatus();
-}
 
 // ---- membership -----------------------------------------------------------
 
@@ -236,14 +105,14 @@ void ClusterStateMachine::AssignOwnersLocked() {
     auto owner = members.find(basis.owner_member_id());
     if (owner != members.end() && IsWorker(owner->second)) {
       auto l = load.find(basis.owner_member_id());
-      if (l != load.end()) l->second += tensors_[tid].num_elements();
-    } else if (policy::IsTransformable(tensors_[tid].shape())) {
+      if (l != load.end()) l->second += registry_.at(tid).num_elements();
+    } else if (policy::IsTransformable(registry_.at(tid).shape())) {
       orphans.push_back(tid);
     }
   }
   std::sort(orphans.begin(), orphans.end(), [&](uint64_t a, uint64_t b) {
-    if (tensors_[a].num_elements() != tensors_[b].num_elements()) {
-      return tensors_[a].num_elements() > tensors_[b].num_elements();
+    if (registry_.at(a).num_elements() != registry_.at(b).num_elements()) {
+      return registry_.at(a).num_elements() > registry_.at(b).num_elements();
     }
     return a < b;
   });
@@ -257,7 +126,7 @@ void ClusterStateMachine::AssignOwnersLocked() {
     }
     if (ledger_.bases().at(tid).owner_member_id() == best) continue;
     ledger_.SetOwner(tid, best);
-    if (!best.empty()) load[best] += tensors_[tid].num_elements();
+    if (!best.empty()) load[best] += registry_.at(tid).num_elements();
   }
 }
 
@@ -266,7 +135,7 @@ void ClusterStateMachine::OnMembershipChangedLocked() {
   membership_.Rerank();
   AssignOwnersLocked();
   std::vector<gift::v1::TensorInfo> tensors;
-  for (const auto& [tid, t] : tensors_) tensors.push_back(t);
+  for (const auto& [tid, t] : registry_.tensors()) tensors.push_back(t);
   meta_.shard_map = ComputeShardMap(tensors, membership_.Count(gift::v1::MEMBER_ROLE_SERVER),
                                     options_.chunk_bytes, membership_.epoch());
   // Leavers no longer count towards acknowledgements.
@@ -396,63 +265,13 @@ absl::Status ClusterStateMachine::CheckRegistrationLocked(
   if (!request.member_id().empty()) {
     GIFT_RETURN_IF_ERROR(membership_.Live(request.member_id()).status());
   }
-  std::map<std::string, const gift::v1::TensorSpec*> seen;
-  for (int i = 0; i < request.tensors_size(); ++i) {
-    const gift::v1::TensorSpec& spec = request.tensors(i);
-    if (spec.name().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensors[", i, "].name is empty"));
-    }
-    if (spec.shape().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name(), "' has no shape"));
-    }
-    uint64_t elements = 1;
-    for (int64_t d : spec.shape()) {
-      if (d < 1 || static_cast<uint64_t>(d) > kMaxTensorElements ||
-          elements * static_cast<uint64_t>(d) > kMaxTensorElements) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name(), "' shape ",
-                                                       ShapeString(spec.shape()),
-                                                       ": dimensions must be >= 1 and the "
-                                                       "element count at most 2^48"));
-      }
-      elements *= static_cast<uint64_t>(d);
-    }
-    if (spec.dtype() == gift::v1::DTYPE_UNSPECIFIED || !gift::v1::DType_IsValid(spec.dtype())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", spec.name(), "' dtype ", spec.dtype(), " is not valid"));
-    }
-    auto conflicts = [&](const google::protobuf::RepeatedField<int64_t>& shape,
-                         gift::v1::DType dtype) {
-      return !std::equal(shape.begin(), shape.end(), spec.shape().begin(), spec.shape().end()) ||
-             dtype != spec.dtype();
-    };
-    auto known = tensor_ids_.find(spec.name());
-    if (known != tensor_ids_.end()) {
-      const gift::v1::TensorInfo& t = tensors_[known->second];
-      if (conflicts(t.shape(), t.dtype())) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "tensor '", spec.name(), "' is registered with shape ", ShapeString(t.shape()),
-            " dtype ", gift::v1::DType_Name(t.dtype()), ", not shape ", ShapeString(spec.shape()),
-            " dtype ", gift::v1::DType_Name(spec.dtype())));
-      }
-    }
-    auto [it, inserted] = seen.emplace(spec.name(), &spec);
-    if (!inserted && conflicts(it->second->shape(), it->second->dtype())) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("tensor '", spec.name(), "' appears twice with different shapes"));
-    }
-  }
-  {
-    // The policy's ranks must still make sense with the new tensors.
-    std::vector<gift::v1::TensorSpec> fresh;
-    for (const auto& [name, spec] : seen) {
-      if (tensor_ids_.count(name) == 0) fresh.push_back(*spec);
-    }
-    absl::Status ranks = policy::ValidateRanksForTensors(meta_.policy, KnownShapesLocked(fresh));
-    if (!ranks.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the policy does not fit these tensors: ", ranks.message(),
-                       "; change it (giftctl policy set) and register again"));
-    }
+  GIFT_ASSIGN_OR_RETURN(std::vector<const gift::v1::TensorSpec*> fresh, registry_.Check(request));
+  // The policy's ranks must still make sense with the new tensors.
+  absl::Status ranks = policy::ValidateRanksForTensors(meta_.policy, registry_.Shapes(fresh));
+  if (!ranks.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the policy does not fit these tensors: ", ranks.message(),
+                     "; change it (giftctl policy set) and register again"));
   }
   return absl::OkStatus();
 }
@@ -465,23 +284,13 @@ absl::StatusOr<gift::v1::RegisterTensorsResponse> ClusterStateMachine::RegisterT
     std::vector<gift::v1::TensorInfo> added;
     gift::v1::RegisterTensorsResponse response;
     for (const gift::v1::TensorSpec& spec : request.tensors()) {
-      auto known = tensor_ids_.find(spec.name());
-      if (known == tensor_ids_.end()) {
-        gift::v1::TensorInfo t;
-        t.set_tensor_id(meta_.next_tensor_id++);
-        t.set_name(spec.name());
-        *t.mutable_shape() = spec.shape();
-        t.set_dtype(spec.dtype());
-        uint64_t elements = 1;
-        for (int64_t d : spec.shape()) elements *= static_cast<uint64_t>(d);
-        t.set_num_elements(elements);
-        ledger_.AddTensor(t.tensor_id());
-        put_tensors_.insert(t.tensor_id());
-        known = tensor_ids_.emplace(t.name(), t.tensor_id()).first;
-        added.push_back(t);
-        tensors_[t.tensor_id()] = std::move(t);
+      const gift::v1::TensorInfo* known = registry_.FindByName(spec.name());
+      if (known == nullptr) {
+        known = &registry_.Add(spec, meta_.next_tensor_id++);
+        ledger_.AddTensor(known->tensor_id());
+        added.push_back(*known);
       }
-      *response.add_tensors() = tensors_[known->second];
+      *response.add_tensors() = *known;
     }
     if (!added.empty()) {
       AssignOwnersLocked();
@@ -489,7 +298,7 @@ absl::StatusOr<gift::v1::RegisterTensorsResponse> ClusterStateMachine::RegisterT
                                        membership_.Count(gift::v1::MEMBER_ROLE_SERVER));
       TouchLocked();
       Log(Level::kInfo, "tensors_registered",
-          {{"count", added.size()}, {"total", tensors_.size()}});
+          {{"count", added.size()}, {"total", registry_.tensors().size()}});
     }
     *response.mutable_shard_map() = meta_.shard_map;
     return response;
@@ -518,7 +327,7 @@ void ClusterStateMachine::MaybeCommitLocked(gift::v1::TensorBasisState* basis) {
 absl::Status ClusterStateMachine::CheckPublishLocked(const gift::v1::BasisHeader& header) {
   GIFT_RETURN_IF_ERROR(membership_.LiveWorker(header.member_id()).status());
   GIFT_ASSIGN_OR_RETURN(gift::v1::TensorBasisState * basis, ledger_.Find(header.tensor_id()));
-  const gift::v1::TensorInfo& tensor = tensors_[header.tensor_id()];
+  const gift::v1::TensorInfo& tensor = registry_.at(header.tensor_id());
   if (basis->owner_member_id() != header.member_id()) {
     return absl::FailedPreconditionError(
         absl::StrCat("member ", header.member_id(), " does not own tensor '", tensor.name(),
@@ -576,7 +385,7 @@ absl::StatusOr<gift::v1::PublishBasisResponse> ClusterStateMachine::PublishBasis
   auto shared = std::make_shared<const std::string>(std::move(bytes));
   return Run([&]() -> absl::StatusOr<gift::v1::PublishBasisResponse> {
     GIFT_RETURN_IF_ERROR(CheckPublishLocked(header));
-    const gift::v1::TensorInfo& tensor = tensors_[header.tensor_id()];
+    const gift::v1::TensorInfo& tensor = registry_.at(header.tensor_id());
     if (parsed.has_value()) {
       if (!policy::IsTransformable(tensor.shape())) {
         return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor.name(), "' of shape ",
@@ -657,13 +466,6 @@ absl::StatusOr<gift::v1::AckBasisResponse> ClusterStateMachine::AckBasis(
 
 // ---- policy ---------------------------------------------------------------
 
-std::vector<policy::NamedShape> ClusterStateMachine::KnownShapesLocked(
-    const std::vector<gift::v1::TensorSpec>& extra) const {
-  std::vector<policy::NamedShape> shapes;
-  for (const auto& [tid, t] : tensors_) shapes.push_back({t.name(), t.shape()});
-  for (const gift::v1::TensorSpec& spec : extra) shapes.push_back({spec.name(), spec.shape()});
-  return shapes;
-}
 
 gift::v1::Policy ClusterStateMachine::GetPolicy() {
   absl::MutexLock lock(&mu_);
@@ -679,7 +481,7 @@ absl::StatusOr<gift::v1::Policy> ClusterStateMachine::SetPolicyLocked(const gift
   }
   gift::v1::Policy next = policy::WithDefaults(policy);
   GIFT_RETURN_IF_ERROR(policy::Validate(next));
-  GIFT_RETURN_IF_ERROR(policy::ValidateRanksForTensors(next, KnownShapesLocked({})));
+  GIFT_RETURN_IF_ERROR(policy::ValidateRanksForTensors(next, registry_.Shapes({})));
   next.set_version(meta_.policy.version() + 1);
   meta_.policy = std::move(next);
   TouchLocked();
@@ -695,7 +497,7 @@ absl::StatusOr<gift::v1::Policy> ClusterStateMachine::SetPolicy(
 std::vector<std::string> ClusterStateMachine::RequestRefreshLocked(const std::string& glob) {
   std::vector<std::string> names;
   for (const auto& [tid, basis] : ledger_.bases()) {
-    const gift::v1::TensorInfo& t = tensors_[tid];
+    const gift::v1::TensorInfo& t = registry_.at(tid);
     if (!policy::IsTransformable(t.shape())) continue;
     if (!glob.empty() && !policy::GlobMatch(glob, t.name())) continue;
     ledger_.RequestRefresh(tid);
@@ -766,7 +568,7 @@ gift::v1::ClusterState ClusterStateMachine::BuildStateLocked() const {
   std::sort(servers.begin(), servers.end(), by_rank);
   for (const gift::v1::Member* m : workers) *s.add_workers() = *m;
   for (const gift::v1::Member* m : servers) *s.add_servers() = *m;
-  for (const auto& [tid, t] : tensors_) *s.add_tensors() = t;
+  for (const auto& [tid, t] : registry_.tensors()) *s.add_tensors() = t;
   *s.mutable_shard_map() = meta_.shard_map;
   for (const auto& [tid, b] : ledger_.bases()) *s.add_bases() = b;
   *s.mutable_policy() = meta_.policy;

@@ -3,13 +3,14 @@
 // refresh negotiation, and the policy. No gRPC here: the service
 // (coordinator_service.h) translates RPCs into these calls.
 //
-// Structure: ClusterStateMachine holds the lock, the tensor registry, the
-// meta record (frozen horizon, policy, shard map, revision) and the commit to
-// the StateStore, and delegates to two unsynchronized parts it guards with
-// its lock: Membership (membership.h: members, ranks, leases, epochs,
-// history) and BasisLedger (basis_ledger.h: proposals, acknowledgements,
-// commits, versions, bytes). What needs both (owners, the frozen horizon's
-// postponements, commits when members change) is decided here.
+// Structure: ClusterStateMachine holds the lock, the meta record (frozen
+// horizon, policy, shard map, revision, tensor id counter) and the commit to
+// the StateStore, and delegates to unsynchronized parts it guards with its
+// lock: Membership (membership.h: members, ranks, leases, epochs, history),
+// BasisLedger (basis_ledger.h: proposals, acknowledgements, commits,
+// versions, bytes) and TensorRegistry (tensor_registry.h). What needs several
+// of them (owners, the frozen horizon's postponements, commits when members
+// change, the policy's fit to the tensors) is decided here.
 //
 // Semantics (see proto/gift/v1/cluster.proto for the contract with members):
 //   - Epoch: +1 for every join, leave (including a drained member's leave)
@@ -81,6 +82,7 @@
 #include "server/coordinator/basis_ledger.h"
 #include "server/coordinator/membership.h"
 #include "server/coordinator/state_store.h"
+#include "server/coordinator/tensor_registry.h"
 
 namespace gift::coordinator {
 
@@ -203,9 +205,6 @@ class ClusterStateMachine {
   // The checks of a registration request, before anything is applied.
   absl::Status CheckRegistrationLocked(const gift::v1::RegisterTensorsRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The registered tensors' names and shapes, and `extra`'s (views into them).
-  std::vector<policy::NamedShape> KnownShapesLocked(
-      const std::vector<gift::v1::TensorSpec>& extra) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   gift::v1::ClusterState BuildStateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t NowMsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -221,9 +220,7 @@ class ClusterStateMachine {
   StoredMeta meta_ ABSL_GUARDED_BY(mu_);
   Membership membership_ ABSL_GUARDED_BY(mu_);
   BasisLedger ledger_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, gift::v1::TensorInfo> tensors_ ABSL_GUARDED_BY(mu_);  // by tensor id
-  std::map<std::string, uint64_t> tensor_ids_ ABSL_GUARDED_BY(mu_);        // by name
-  std::set<uint64_t> put_tensors_ ABSL_GUARDED_BY(mu_);  // not yet committed
+  TensorRegistry registry_ ABSL_GUARDED_BY(mu_);
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   bool stale_ ABSL_GUARDED_BY(mu_) = false;  // a rollback could not reload
   std::shared_ptr<const gift::v1::ClusterState> snapshot_ ABSL_GUARDED_BY(mu_);
