@@ -144,15 +144,14 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
 
   auto cancelled = [&]() -> absl::Status {
     if (options_.cancelled && options_.cancelled()) {
-      return absl::CancelledError(
-          absl::StrCat("tensor ", data.tensor_id, ": refresh to version ", version,
-                       " abandoned: shutting down"));
+      return absl::CancelledError(absl::StrCat("tensor ", data.tensor_id, ": refresh to version ",
+                                               version, " abandoned: shutting down"));
     }
     return absl::OkStatus();
   };
   // The rank takes effect only up to the tensor's larger dimension.
-  const int64_t rank = std::min<int64_t>(
-      tp.rank(), std::max(owned.geometry->d_out(), owned.geometry->d_in()));
+  const int64_t rank =
+      std::min<int64_t>(tp.rank(), std::max(owned.geometry->d_out(), owned.geometry->d_in()));
 
   std::vector<transform::SelectionCandidate> candidates;
   std::vector<std::shared_ptr<const transform::TensorBasisTransform>> bases;

@@ -302,7 +302,8 @@ absl::Status ValidateRanksForTensors(const Policy& policy, absl::Span<const Name
   }
   for (int i = 0; i < policy.overrides_size(); ++i) {
     const gift::v1::TensorOverride& o = policy.overrides(i);
-    if (o.has_rank()) fields.push_back({absl::StrCat("overrides[", i, "].rank"), o.rank(), &o.glob()});
+    if (o.has_rank())
+      fields.push_back({absl::StrCat("overrides[", i, "].rank"), o.rank(), &o.glob()});
   }
   for (const Field& f : fields) {
     int64_t bound = 0;

@@ -153,9 +153,9 @@ absl::StatusOr<gift::v1::JoinResponse> ClusterStateMachine::Join(
           absl::StrCat("role ", request.role(), " is not WORKER or SERVER"));
     }
     if (const gift::v1::Member* m = membership_.FindByName(request.name()); m != nullptr) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "a live member named '", request.name(), "' exists (", m->member_id(),
-          "); it must leave or let its lease expire before the name can join again"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("a live member named '", request.name(), "' exists (", m->member_id(),
+                       "); it must leave or let its lease expire before the name can join again"));
     }
     gift::v1::Member member;
     member.set_name(request.name());
@@ -197,9 +197,8 @@ absl::StatusOr<gift::v1::HeartbeatResponse> ClusterStateMachine::Heartbeat(
   return Run([&]() -> absl::StatusOr<gift::v1::HeartbeatResponse> {
     GIFT_ASSIGN_OR_RETURN(gift::v1::Member * m, membership_.Live(request.member_id()));
     if (request.epoch() > membership_.epoch()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("epoch ", request.epoch(), " is ahead of the coordinator's epoch ",
-                       membership_.epoch()));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "epoch ", request.epoch(), " is ahead of the coordinator's epoch ", membership_.epoch()));
     }
     m->set_lease_expires_unix_ms(absl::ToUnixMillis(clock_->Now() + options_.lease_ttl));
     if (request.last_step() > m->last_step()) {
@@ -294,8 +293,8 @@ absl::StatusOr<gift::v1::RegisterTensorsResponse> ClusterStateMachine::RegisterT
     }
     if (!added.empty()) {
       AssignOwnersLocked();
-      meta_.shard_map = ExtendShardMap(meta_.shard_map, added,
-                                       membership_.Count(gift::v1::MEMBER_ROLE_SERVER));
+      meta_.shard_map =
+          ExtendShardMap(meta_.shard_map, added, membership_.Count(gift::v1::MEMBER_ROLE_SERVER));
       TouchLocked();
       Log(Level::kInfo, "tensors_registered",
           {{"count", added.size()}, {"total", registry_.tensors().size()}});
@@ -466,14 +465,13 @@ absl::StatusOr<gift::v1::AckBasisResponse> ClusterStateMachine::AckBasis(
 
 // ---- policy ---------------------------------------------------------------
 
-
 gift::v1::Policy ClusterStateMachine::GetPolicy() {
   absl::MutexLock lock(&mu_);
   return meta_.policy;
 }
 
-absl::StatusOr<gift::v1::Policy> ClusterStateMachine::SetPolicyLocked(const gift::v1::Policy& policy,
-                                                               uint64_t expected_version) {
+absl::StatusOr<gift::v1::Policy> ClusterStateMachine::SetPolicyLocked(
+    const gift::v1::Policy& policy, uint64_t expected_version) {
   if (expected_version != 0 && expected_version != meta_.policy.version()) {
     return absl::AbortedError(absl::StrCat("the policy is at version ", meta_.policy.version(),
                                            ", not the expected version ", expected_version,

@@ -63,7 +63,7 @@ class TensorRegistry {
   void ClearChanges() { put_tensors_.clear(); }
 
  private:
-  std::map<uint64_t, gift::v1::TensorInfo> tensors_;  // by tensor id
+  std::map<uint64_t, gift::v1::TensorInfo> tensors_;         // by tensor id
   std::map<std::string, uint64_t, std::less<>> tensor_ids_;  // by name
   std::set<uint64_t> put_tensors_;
 };

@@ -95,8 +95,8 @@ TEST(BasisLedgerTest, PruneDropsVersionsNoWorkerCanUse) {
   ledger.AddTensor(1);
   ledger.Propose(Header(1, 1, "m1"), 10, Bytes("abc"));
   ASSERT_TRUE(ledger.MaybeCommit(ledger.Find(1).value(), {"m1"}));
-  EXPECT_FALSE(ledger.PruneAll(9));   // a worker still runs step 9 on version 0
-  EXPECT_TRUE(ledger.PruneAll(10));   // version 1 is active at every next step
+  EXPECT_FALSE(ledger.PruneAll(9));  // a worker still runs step 9 on version 0
+  EXPECT_TRUE(ledger.PruneAll(10));  // version 1 is active at every next step
   const gift::v1::TensorBasisState& b = *ledger.Find(1).value();
   ASSERT_EQ(b.versions_size(), 1);
   EXPECT_EQ(b.versions(0).version(), 1u);

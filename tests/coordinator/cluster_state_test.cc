@@ -21,13 +21,12 @@
 namespace gift::coordinator {
 namespace {
 
-using ::testing::ElementsAre;
 using testing::ClusterStateMachineTest;
+using ::testing::ElementsAre;
 using testing::FakeClock;
 using ::testing::HasSubstr;
 using testing::MakeBasisBytes;
 using testing::TempDir;
-
 
 TEST_F(ClusterStateMachineTest, JoinsBumpTheEpochAndGetDenseRanks) {
   EXPECT_EQ(state_->Snapshot()->epoch(), 0u);

@@ -13,8 +13,8 @@
 namespace gift::coordinator {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ClusterStateMachineTest;
+using ::testing::HasSubstr;
 
 using PolicyValidationTest = ClusterStateMachineTest;
 using CommitOrderTest = ClusterStateMachineTest;
