@@ -57,6 +57,14 @@ absl::StatusOr<gift::v1::Member*> Membership::Live(const std::string& member_id)
   absl::string_view id = member_id;
   if (absl::ConsumePrefix(&id, kMemberIdPrefix) && absl::SimpleAtoi(id, &seq) && seq >= 1 &&
       seq < next_member_seq_) {
+    auto evicted = evicted_at_step_.find(member_id);
+    if (evicted != evicted_at_step_.end()) {
+      uint64_t min_next = 0, max_last = 0;
+      WorkerSteps(&min_next, &max_last);
+      return absl::FailedPreconditionError(
+          absl::StrCat("member ", member_id, " was evicted at step ", evicted->second,
+                       " (its lease expired), cluster at step ", max_last, "; join again"));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "member ", member_id, " is no longer a member (it left or its lease expired); join again"));
   }
@@ -95,6 +103,10 @@ void Membership::Remove(const std::string& member_id, absl::string_view event, i
   if (it == members_.end()) return;
   ++epoch_;
   Record(event, it->second, now_ms);
+  if (event == "expire" && IsWorker(it->second)) {
+    if (evicted_at_step_.size() >= kMaxEvicted) evicted_at_step_.clear();
+    evicted_at_step_[member_id] = it->second.last_step();
+  }
   put_members_.erase(member_id);
   delete_members_.insert(member_id);
   members_.erase(it);

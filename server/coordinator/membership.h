@@ -47,7 +47,9 @@ class Membership {
   const std::map<std::string, gift::v1::Member>& members() const { return members_; }
 
   // The live member `member_id`: InvalidArgument for an empty id,
-  // FailedPrecondition for one that left or expired, NotFound otherwise.
+  // FailedPrecondition for one that left or expired (for an expired worker:
+  // "evicted at step S (its lease expired), cluster at step T"), NotFound
+  // otherwise.
   absl::StatusOr<gift::v1::Member*> Live(const std::string& member_id);
   // Live and a worker (FailedPrecondition for a server).
   absl::StatusOr<gift::v1::Member*> LiveWorker(const std::string& member_id);
@@ -90,6 +92,10 @@ class Membership {
   std::map<std::string, gift::v1::Member> put_members_;
   std::set<std::string> delete_members_;
   std::vector<MembershipEvent> history_;
+  // The last step of workers whose lease expired (in memory, at most
+  // kMaxEvicted), for Live's message to a returning one.
+  static constexpr size_t kMaxEvicted = 1024;
+  std::map<std::string, uint64_t> evicted_at_step_;
 };
 
 }  // namespace gift::coordinator

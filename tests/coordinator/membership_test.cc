@@ -69,6 +69,19 @@ TEST(MembershipTest, LiveDistinguishesFormerAndUnknownMembers) {
   EXPECT_EQ(ms.FindByName("a"), nullptr);
 }
 
+TEST(MembershipTest, AnEvictedWorkerIsToldItsStepAndTheClusters) {
+  Membership ms;
+  gift::v1::Member& a = ms.Add(NewMember("a"));
+  a.set_last_step(4);
+  const std::string a_id = a.member_id();
+  ms.Add(NewMember("b")).set_last_step(22);
+  ms.Remove(a_id, "expire", 0);
+  const absl::Status s = ms.Live(a_id).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("evicted at step 4"));
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("cluster at step 22"));
+}
+
 TEST(MembershipTest, ExpiredAndWorkerSteps) {
   Membership ms;
   gift::v1::Member& a = ms.Add(NewMember("a", gift::v1::MEMBER_ROLE_WORKER, 100));
