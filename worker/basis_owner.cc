@@ -142,20 +142,33 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
   const uint64_t version = NextVersion(basis);
   const gift::v1::TransformPolicy& tp = owned.settings.transform;
 
+  auto cancelled = [&]() -> absl::Status {
+    if (options_.cancelled && options_.cancelled()) {
+      return absl::CancelledError(absl::StrCat("tensor ", data.tensor_id, ": refresh to version ",
+                                               version, " abandoned: shutting down"));
+    }
+    return absl::OkStatus();
+  };
+  // The rank takes effect only up to the tensor's larger dimension.
+  const int64_t rank =
+      std::min<int64_t>(tp.rank(), std::max(owned.geometry->d_out(), owned.geometry->d_in()));
+
   std::vector<transform::SelectionCandidate> candidates;
   std::vector<std::shared_ptr<const transform::TensorBasisTransform>> bases;
   for (double power : tp.powers()) {
+    if (absl::Status s = cancelled(); !s.ok()) return s;
     auto built = owned.geometry->BuildBasis(
         {.tensor_id = data.tensor_id,
          .version = version,
          .power = power,
-         .rank = static_cast<int64_t>(tp.rank()),
+         .rank = rank,
          .side = {.residual = static_cast<transform::ResidualModel>(tp.residual()),
                   .damping_eps = tp.damping_eps()}});
     if (!built.ok()) return built.status();
     bases.push_back(std::make_shared<const transform::TensorBasisTransform>(*std::move(built)));
     candidates.push_back({.label = absl::StrCat("p=", power), .transform = bases.back()});
   }
+  if (absl::Status s = cancelled(); !s.ok()) return s;
   const bool forced = owned.settings.selection == policy::Selection::kTransform;
   const float* grads[] = {data.own.data()};
   auto selection = transform::SelectTransform(
@@ -167,6 +180,7 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
        .step = data.step,
        .codec_options = options_.codec_options});
   if (!selection.ok()) return selection.status();
+  if (absl::Status s = cancelled(); !s.ok()) return s;
   int chosen = selection->chosen_index;
   if (forced && chosen < 0 && selection->measured()) {
     // Always transformed: the best candidate, even when it does not beat direct.

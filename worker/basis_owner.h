@@ -16,6 +16,11 @@
 // sketches the data path does not carry yet; such tensors fall back to
 // kGradients (logged once).
 //
+// Bounded work: a refresh builds one basis per candidate power, each of a
+// rank clamped to the tensor's dimensions (the coordinator also refuses
+// ranks no tensor can use), and stops between those pieces once
+// options.cancelled says so (SIGTERM), so a shutdown waits for at most one.
+//
 // Measurement: the selection compares, on this worker's own gradient of the
 // refresh step (P = 1), the quantization error through each candidate with
 // direct quantization. Between refreshes nothing is measured yet, so drift
@@ -54,6 +59,11 @@ struct BasisOwnerOptions {
       on_publish;
   // Called for an error of one tensor's duties (they continue next step).
   std::function<void(uint64_t tensor_id, const absl::Status& error)> on_error;
+  // Whether the daemon is shutting down: a refresh checks it before each
+  // candidate basis it builds, before the measurement and before publishing,
+  // and gives up (Cancelled, nothing published) once it is true. Unset: never.
+  // Called from the thread that calls Observe.
+  std::function<bool()> cancelled;
 };
 
 // One step's data for one owned tensor.

@@ -59,6 +59,11 @@ WorkerDaemon::WorkerDaemon(std::unique_ptr<PushPullEngine> engine, control::Memb
                               Log(Level::kWarning, "owner_error",
                                   {{"tensor", static_cast<int64_t>(tensor)},
                                    {"error", error.ToString()}});
+                            },
+                        .cancelled =
+                            [this] {
+                              absl::MutexLock lock(&mu_);
+                              return stopping_;
                             }});
   follower_ = std::thread([this] { FollowLoop(); });
   owner_thread_ = std::thread([this] { OwnerLoop(); });

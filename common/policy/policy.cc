@@ -1,10 +1,13 @@
 #include "common/policy/policy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
@@ -26,6 +29,7 @@ constexpr double kDefaultDriftThreshold = 0.2;
 constexpr uint32_t kDefaultActivationLeadSteps = 4;
 constexpr double kDefaultMargin = 0.1;
 constexpr uint64_t kDefaultMinElements = 4096;
+constexpr size_t kMaxGlobLength = 1024;
 
 gift::v1::CodecSpec DefaultCodec(const char* text) {
   // The texts are constants that parse; a failure is a programming error
@@ -43,8 +47,8 @@ bool Finite(double x) { return std::isfinite(x); }
 absl::Status ValidatePowers(absl::string_view field,
                             const google::protobuf::RepeatedField<double>& powers) {
   for (int i = 0; i < powers.size(); ++i) {
-    if (!Finite(powers[i]) || powers[i] <= 0) {
-      return Invalid(absl::StrCat(field, "[", i, "]"), powers[i], "must be finite and > 0");
+    if (!Finite(powers[i]) || powers[i] <= 0 || powers[i] > 1) {
+      return Invalid(absl::StrCat(field, "[", i, "]"), powers[i], "must be in (0, 1]");
     }
   }
   return absl::OkStatus();
@@ -61,7 +65,36 @@ absl::Status ValidateCodec(absl::string_view field, const gift::v1::CodecSpec& s
 
 absl::Status ValidateGlob(absl::string_view field, const std::string& glob) {
   if (glob.empty()) return Invalid(field, "\"\"", "a glob must not be empty");
+  if (glob.size() > kMaxGlobLength) {
+    return Invalid(field, absl::StrCat("<", glob.size(), " characters>"),
+                   absl::StrCat("a glob is at most ", kMaxGlobLength, " characters"));
+  }
+  for (char c : glob) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return Invalid(field, absl::CEscape(glob), "a glob must not contain control characters");
+    }
+  }
   return absl::OkStatus();
+}
+
+absl::Status ValidateRank(absl::string_view field, uint32_t rank) {
+  if (rank < 1 || rank > kMaxRank) {
+    return Invalid(field, rank, absl::StrCat("must be in [1, ", kMaxRank, "]"));
+  }
+  return absl::OkStatus();
+}
+
+// The largest dimension a basis of `tensor` under `settings` transforms (its
+// rank is clamped to it).
+int64_t RankBound(const TensorSettings& settings, absl::Span<const int64_t> shape) {
+  switch (settings.transform.sides()) {
+    case gift::v1::SIDES_INPUT:
+      return shape[1];
+    case gift::v1::SIDES_OUTPUT:
+      return shape[0];
+    default:
+      return std::max(shape[0], shape[1]);
+  }
 }
 
 }  // namespace
@@ -112,7 +145,7 @@ absl::Status Validate(const Policy& policy) {
       !gift::v1::GeometrySource_IsValid(t.source())) {
     return Invalid("transform.source", t.source(), "unknown geometry source");
   }
-  if (t.rank() < 1) return Invalid("transform.rank", t.rank(), "must be >= 1");
+  GIFT_RETURN_IF_ERROR(ValidateRank("transform.rank", t.rank()));
   if (t.residual() == gift::v1::RESIDUAL_MODEL_UNSPECIFIED ||
       !gift::v1::ResidualModel_IsValid(t.residual())) {
     return Invalid("transform.residual", t.residual(), "unknown residual model");
@@ -120,8 +153,9 @@ absl::Status Validate(const Policy& policy) {
   if (!Finite(t.ema_decay()) || t.ema_decay() < 0 || t.ema_decay() >= 1) {
     return Invalid("transform.ema_decay", t.ema_decay(), "must be in [0, 1)");
   }
-  if (t.collect_period() < 1) {
-    return Invalid("transform.collect_period", t.collect_period(), "must be >= 1");
+  if (t.collect_period() < 1 || t.collect_period() > kMaxSteps) {
+    return Invalid("transform.collect_period", t.collect_period(),
+                   absl::StrCat("must be in [1, ", kMaxSteps, "]"));
   }
   if (!Finite(t.damping_eps()) || t.damping_eps() <= 0) {
     return Invalid("transform.damping_eps", t.damping_eps(), "must be finite and > 0");
@@ -130,13 +164,16 @@ absl::Status Validate(const Policy& policy) {
   GIFT_RETURN_IF_ERROR(ValidateCodec("transform.pull_codec", t.pull_codec()));
 
   const gift::v1::RefreshPolicy& r = policy.refresh();
-  if (r.period_steps() < 1)
-    return Invalid("refresh.period_steps", r.period_steps(), "must be >= 1");
+  if (r.period_steps() < 1 || r.period_steps() > kMaxSteps) {
+    return Invalid("refresh.period_steps", r.period_steps(),
+                   absl::StrCat("must be in [1, ", kMaxSteps, "]"));
+  }
   if (!Finite(r.drift_threshold()) || r.drift_threshold() < 0) {
     return Invalid("refresh.drift_threshold", r.drift_threshold(), "must be finite and >= 0");
   }
-  if (r.activation_lead_steps() < 1) {
-    return Invalid("refresh.activation_lead_steps", r.activation_lead_steps(), "must be >= 1");
+  if (r.activation_lead_steps() < 1 || r.activation_lead_steps() > kMaxSteps) {
+    return Invalid("refresh.activation_lead_steps", r.activation_lead_steps(),
+                   absl::StrCat("must be in [1, ", kMaxSteps, "]"));
   }
 
   const gift::v1::SelectionPolicy& s = policy.selection();
@@ -167,15 +204,14 @@ absl::Status Validate(const Policy& policy) {
                            !gift::v1::GeometrySource_IsValid(o.source()))) {
       return Invalid(absl::StrCat(prefix, "source"), o.source(), "unknown geometry source");
     }
-    if (o.has_rank() && o.rank() < 1) {
-      return Invalid(absl::StrCat(prefix, "rank"), o.rank(), "must be >= 1");
-    }
+    if (o.has_rank()) GIFT_RETURN_IF_ERROR(ValidateRank(absl::StrCat(prefix, "rank"), o.rank()));
     if (o.has_residual() && (o.residual() == gift::v1::RESIDUAL_MODEL_UNSPECIFIED ||
                              !gift::v1::ResidualModel_IsValid(o.residual()))) {
       return Invalid(absl::StrCat(prefix, "residual"), o.residual(), "unknown residual model");
     }
-    if (o.has_period_steps() && o.period_steps() < 1) {
-      return Invalid(absl::StrCat(prefix, "period_steps"), o.period_steps(), "must be >= 1");
+    if (o.has_period_steps() && (o.period_steps() < 1 || o.period_steps() > kMaxSteps)) {
+      return Invalid(absl::StrCat(prefix, "period_steps"), o.period_steps(),
+                     absl::StrCat("must be in [1, ", kMaxSteps, "]"));
     }
   }
   return absl::OkStatus();
@@ -249,6 +285,47 @@ TensorSettings ResolveTensorSettings(const Policy& policy, absl::string_view nam
     out.selection = Selection::kMeasure;
   }
   return out;
+}
+
+absl::Status ValidateRanksForTensors(const Policy& policy, absl::Span<const NamedShape> tensors) {
+  // Each explicit rank against the tensors it applies to: the global one
+  // (unless it is the default, which is meant to be clamped) against every
+  // transformable tensor, an override's against those its glob matches.
+  struct Field {
+    std::string name;
+    uint32_t rank;
+    const std::string* glob;  // null: every tensor
+  };
+  std::vector<Field> fields;
+  if (policy.transform().rank() != kDefaultRank) {
+    fields.push_back({"transform.rank", policy.transform().rank(), nullptr});
+  }
+  for (int i = 0; i < policy.overrides_size(); ++i) {
+    const gift::v1::TensorOverride& o = policy.overrides(i);
+    if (o.has_rank())
+      fields.push_back({absl::StrCat("overrides[", i, "].rank"), o.rank(), &o.glob()});
+  }
+  for (const Field& f : fields) {
+    int64_t bound = 0;
+    const NamedShape* widest = nullptr;
+    for (const NamedShape& t : tensors) {
+      if (!IsTransformable(t.shape)) continue;
+      if (f.glob != nullptr && !GlobMatch(*f.glob, t.name)) continue;
+      const int64_t b = RankBound(ResolveTensorSettings(policy, t.name, t.shape), t.shape);
+      if (widest == nullptr || b > bound) {
+        bound = b;
+        widest = &t;
+      }
+    }
+    if (widest != nullptr && f.rank > bound) {
+      return Invalid(f.name, f.rank,
+                     absl::StrCat("above the dimensions of every tensor it applies to (the "
+                                  "largest rank that takes effect is ",
+                                  bound, ", tensor '", widest->name, "' [",
+                                  absl::StrJoin(widest->shape, ", "), "])"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace gift::policy

@@ -22,10 +22,33 @@ namespace gift::policy {
 // as they are (an override's unset fields mean "keep the global value").
 gift::v1::Policy WithDefaults(const gift::v1::Policy& policy);
 
-// Checks a policy after WithDefaults. Fails with InvalidArgument naming the
-// first offending field and its value, e.g.
+// Bounds that need no knowledge of the tensors.
+inline constexpr uint32_t kMaxRank = 65536;
+inline constexpr uint32_t kMaxSteps = uint32_t{1} << 20;  // periods and leads
+
+// Checks a policy after WithDefaults, without knowing the tensors: every
+// number finite and in range (ranks in [1, kMaxRank], powers in (0, 1],
+// periods and leads in [1, kMaxSteps]), enums known, codecs valid, globs
+// non-empty, at most 1024 characters, no control characters. Fails with
+// InvalidArgument naming the first offending field and its value, e.g.
 // "transform.ema_decay = 1.5: must be in [0, 1)".
 absl::Status Validate(const gift::v1::Policy& policy);
+
+// A known tensor, for ValidateRanksForTensors.
+struct NamedShape {
+  absl::string_view name;
+  absl::Span<const int64_t> shape;
+};
+
+// Checks the policy's explicit ranks against known tensors (after
+// WithDefaults and Validate): a rank is clamped to the dimension of the sides
+// it transforms, so one above that dimension for every transformable tensor
+// it applies to (the global rank: all of them; an override's: those its glob
+// matches) never takes effect and is a mistake. The default global rank and
+// ranks that apply to no known tensor pass. InvalidArgument naming the field,
+// its value and the largest rank that would take effect.
+absl::Status ValidateRanksForTensors(const gift::v1::Policy& policy,
+                                     absl::Span<const NamedShape> tensors);
 
 // Whether `name` matches `glob`: '*' matches any run of characters (also
 // empty, also across '.' and '/'), '?' exactly one; everything else matches

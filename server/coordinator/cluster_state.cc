@@ -1,19 +1,14 @@
 #include "server/coordinator/cluster_state.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <limits>
-#include <random>
+#include <optional>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
-#include "absl/strings/strip.h"
 #include "common/base/crc32c.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
@@ -27,40 +22,10 @@ namespace {
 using gift::logging::Level;
 using gift::logging::Log;
 
-constexpr uint32_t kNoRank = std::numeric_limits<uint32_t>::max();
-constexpr char kMemberIdPrefix[] = "m";
-// Largest element count a tensor may have (2^48: far above any real tensor,
-// far below overflow of byte counts).
-constexpr uint64_t kMaxTensorElements = uint64_t{1} << 48;
-
 class SystemClock : public Clock {
  public:
   absl::Time Now() override { return absl::Now(); }
 };
-
-std::string NewClusterId() {
-  std::random_device rd;
-  char buf[33];
-  std::snprintf(buf, sizeof(buf), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-  return buf;
-}
-
-std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
-absl::string_view RoleName(gift::v1::MemberRole role) {
-  switch (role) {
-    case gift::v1::MEMBER_ROLE_WORKER:
-      return "worker";
-    case gift::v1::MEMBER_ROLE_SERVER:
-      return "server";
-    default:
-      return "unspecified";
-  }
-}
-
-bool IsWorker(const gift::v1::Member& m) { return m.role() == gift::v1::MEMBER_ROLE_WORKER; }
 
 }  // namespace
 
@@ -69,69 +34,38 @@ Clock* RealClock() {
   return clock;
 }
 
-absl::StatusOr<std::unique_ptr<ClusterState>> ClusterState::Create(
+absl::StatusOr<std::unique_ptr<ClusterStateMachine>> ClusterStateMachine::Create(
     const ClusterOptions& options, std::unique_ptr<StateStore> store, Clock* clock) {
   if (options.lease_ttl <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("lease TTL must be positive");
   }
-  std::unique_ptr<ClusterState> state(new ClusterState(options, std::move(store), clock));
+  std::unique_ptr<ClusterStateMachine> state(
+      new ClusterStateMachine(options, std::move(store), clock));
   absl::MutexLock lock(&state->mu_);
   GIFT_RETURN_IF_ERROR(state->LoadLocked());
   GIFT_RETURN_IF_ERROR(state->CommitLocked());
   return state;
 }
 
-void ClusterState::SetChangeCallback(std::function<void()> callback) {
+void ClusterStateMachine::SetChangeCallback(std::function<void()> callback) {
   on_change_ = std::move(callback);
 }
 
-absl::Status ClusterState::LoadLocked() {
-  GIFT_ASSIGN_OR_RETURN(StoredState stored, store_->Load());
-  if (stored.fresh) {
-    meta_.cluster_id = NewClusterId();
-    meta_.frozen_through_step = options_.step_window;
-    meta_.policy = policy::WithDefaults(gift::v1::Policy());
-    meta_.policy.set_version(1);
-    meta_.shard_map = ComputeShardMap({}, 0, options_.chunk_bytes, 0);
-    TouchLocked();
-    Log(Level::kInfo, "cluster_created", {{"cluster_id", meta_.cluster_id}});
-    return absl::OkStatus();
-  }
-  meta_ = std::move(stored.meta);
-  const int64_t lease = absl::ToUnixMillis(clock_->Now() + options_.lease_ttl);
-  for (gift::v1::Member& m : stored.members) {
-    // A grace lease: live members re-heartbeat, the others expire.
-    m.set_lease_expires_unix_ms(lease);
-    pending_.put_members[m.member_id()] = m;
-    members_[m.member_id()] = std::move(m);
-  }
-  for (gift::v1::TensorInfo& t : stored.tensors) {
-    tensor_ids_[t.name()] = t.tensor_id();
-    tensors_[t.tensor_id()] = std::move(t);
-  }
-  for (gift::v1::TensorBasisState& b : stored.bases) bases_[b.tensor_id()] = std::move(b);
-  TouchLocked();
-  Log(Level::kInfo, "state_loaded",
-      {{"cluster_id", meta_.cluster_id},
-       {"epoch", meta_.epoch},
-       {"revision", meta_.revision},
-       {"members", members_.size()},
-       {"tensors", tensors_.size()}});
-  return absl::OkStatus();
-}
-
 template <typename Fn>
-auto ClusterState::Run(Fn fn) -> decltype(fn()) {
+auto ClusterStateMachine::Run(Fn fn) -> decltype(fn()) {
   uint64_t before, after;
   decltype(fn()) result;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status restored = RestoreIfStaleLocked(); !restored.ok()) return restored;
     before = meta_.revision;
     ExpireLeasesLocked();
     result = fn();
     absl::Status committed = CommitLocked();
     if (!committed.ok()) {
       Log(Level::kError, "commit_failed", {{"error", committed.ToString()}});
+      // Nothing of the call stays: memory goes back to the committed state.
+      RollBackLocked();
       if (result.ok()) result = committed;
     }
     after = meta_.revision;
@@ -140,210 +74,77 @@ auto ClusterState::Run(Fn fn) -> decltype(fn()) {
   return result;
 }
 
-void ClusterState::TouchLocked() {
-  ++meta_.revision;
-  dirty_ = true;
-  snapshot_.reset();
-}
-
-void ClusterState::MarkDirtyLocked() {
-  dirty_ = true;
-  snapshot_.reset();
-}
-
-int64_t ClusterState::NowMsLocked() const { return absl::ToUnixMillis(clock_->Now()); }
-
-absl::Status ClusterState::CommitLocked() {
-  if (!dirty_) return absl::OkStatus();
-  StoreMutation m;
-  m.meta = meta_;
-  for (auto& [id, member] : pending_.put_members) m.put_members.push_back(member);
-  m.delete_members.assign(pending_.delete_members.begin(), pending_.delete_members.end());
-  for (uint64_t id : pending_.put_tensors) {
-    auto it = tensors_.find(id);
-    if (it != tensors_.end()) m.put_tensors.push_back(it->second);
-  }
-  for (uint64_t id : pending_.put_bases) {
-    auto it = bases_.find(id);
-    if (it != bases_.end()) m.put_bases.push_back(it->second);
-  }
-  for (auto& [key, bytes] : pending_.put_bytes) {
-    m.put_basis_bytes.push_back({key.first, key.second, bytes});
-  }
-  m.delete_basis_bytes.assign(pending_.delete_bytes.begin(), pending_.delete_bytes.end());
-  m.history = pending_.history;
-  GIFT_RETURN_IF_ERROR(store_->Commit(m));
-  pending_ = Pending();
-  dirty_ = false;
-  return absl::OkStatus();
-}
-
-absl::StatusOr<gift::v1::Member*> ClusterState::LiveMemberLocked(const std::string& member_id) {
-  if (member_id.empty()) return absl::InvalidArgumentError("member_id is empty");
-  auto it = members_.find(member_id);
-  if (it != members_.end()) return &it->second;
-  uint64_t seq = 0;
-  absl::string_view id = member_id;
-  if (absl::ConsumePrefix(&id, kMemberIdPrefix) && absl::SimpleAtoi(id, &seq) && seq >= 1 &&
-      seq < meta_.next_member_seq) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "member ", member_id, " is no longer a member (it left or its lease expired); join again"));
-  }
-  return absl::NotFoundError(absl::StrCat("unknown member '", member_id, "'"));
-}
-
-absl::StatusOr<gift::v1::Member*> ClusterState::LiveWorkerLocked(const std::string& member_id) {
-  GIFT_ASSIGN_OR_RETURN(gift::v1::Member * m, LiveMemberLocked(member_id));
-  if (!IsWorker(*m)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("member ", member_id, " is a ", RoleName(m->role()), ", not a worker"));
-  }
-  return m;
-}
-
-absl::StatusOr<gift::v1::TensorBasisState*> ClusterState::BasisLocked(uint64_t tensor_id) {
-  auto it = bases_.find(tensor_id);
-  if (it == bases_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown tensor id ", tensor_id));
-  }
-  return &it->second;
-}
-
-void ClusterState::RecordLocked(absl::string_view event, const gift::v1::Member& member) {
-  MembershipEvent& e = pending_.history.emplace_back();
-  e.time_unix_ms = NowMsLocked();
-  e.epoch = meta_.epoch;
-  e.event = std::string(event);
-  e.member_id = member.member_id();
-  e.name = member.name();
-  e.role = member.role();
-  e.rank = member.rank();
-  Log(Level::kInfo, absl::StrCat("member_", event),
-      {{"member_id", member.member_id()},
-       {"name", member.name()},
-       {"role", RoleName(member.role())},
-       {"rank", member.rank()},
-       {"epoch", meta_.epoch}});
-}
+int64_t ClusterStateMachine::NowMsLocked() const { return absl::ToUnixMillis(clock_->Now()); }
 
 // ---- membership -----------------------------------------------------------
 
-void ClusterState::ExpireLeasesLocked() {
-  const int64_t now = NowMsLocked();
-  std::vector<std::string> expired;
-  for (const auto& [id, m] : members_) {
-    if (m.lease_expires_unix_ms() <= now) expired.push_back(id);
-  }
+void ClusterStateMachine::ExpireLeasesLocked() {
+  const std::vector<std::string> expired = membership_.Expired(NowMsLocked());
   if (expired.empty()) return;
-  for (const std::string& id : expired) RemoveMemberLocked(id, "expire");
+  for (const std::string& id : expired) membership_.Remove(id, "expire", NowMsLocked());
   OnMembershipChangedLocked();
 }
 
-absl::Status ClusterState::ExpireLeases() {
+absl::Status ClusterStateMachine::ExpireLeases() {
   return Run([] { return absl::OkStatus(); });
 }
 
-void ClusterState::RemoveMemberLocked(const std::string& member_id, absl::string_view event) {
-  auto it = members_.find(member_id);
-  if (it == members_.end()) return;
-  ++meta_.epoch;
-  RecordLocked(event, it->second);
-  pending_.put_members.erase(member_id);
-  pending_.delete_members.insert(member_id);
-  members_.erase(it);
-}
-
-uint32_t ClusterState::CountLocked(gift::v1::MemberRole role) const {
-  uint32_t n = 0;
-  for (const auto& [id, m] : members_) n += m.role() == role ? 1 : 0;
-  return n;
-}
-
-void ClusterState::RerankLocked(gift::v1::MemberRole role) {
-  std::vector<gift::v1::Member*> ms;
-  for (auto& [id, m] : members_) {
-    if (m.role() == role) ms.push_back(&m);
-  }
-  // Rank order, then join order (earlier epoch, then id), for determinism.
-  std::sort(ms.begin(), ms.end(), [](const gift::v1::Member* a, const gift::v1::Member* b) {
-    return std::make_tuple(a->rank(), a->joined_epoch(), a->member_id()) <
-           std::make_tuple(b->rank(), b->joined_epoch(), b->member_id());
-  });
-  const uint32_t count = static_cast<uint32_t>(ms.size());
-  std::vector<bool> taken(count, false);
-  std::vector<gift::v1::Member*> unranked;
-  for (gift::v1::Member* m : ms) {
-    if (m->rank() < count && !taken[m->rank()]) {
-      taken[m->rank()] = true;
-    } else {
-      unranked.push_back(m);
-    }
-  }
-  size_t next = 0;
-  for (uint32_t r = 0; r < count; ++r) {
-    if (taken[r]) continue;
-    unranked[next++]->set_rank(r);
-  }
-}
-
-void ClusterState::AssignOwnersLocked() {
+void ClusterStateMachine::AssignOwnersLocked() {
+  const std::map<std::string, gift::v1::Member>& members = membership_.members();
   std::map<std::string, uint64_t> load;  // owned elements per eligible worker
-  for (const auto& [id, m] : members_) {
+  for (const auto& [id, m] : members) {
     if (IsWorker(m) && m.state() != gift::v1::MEMBER_STATE_DRAINING) load[id] = 0;
   }
   if (load.empty()) {  // only draining workers (or none): they still may own
-    for (const auto& [id, m] : members_) {
+    for (const auto& [id, m] : members) {
       if (IsWorker(m)) load[id] = 0;
     }
   }
   std::vector<uint64_t> orphans;
-  for (auto& [tid, basis] : bases_) {
-    auto owner = members_.find(basis.owner_member_id());
-    if (owner != members_.end() && IsWorker(owner->second)) {
+  for (const auto& [tid, basis] : ledger_.bases()) {
+    auto owner = members.find(basis.owner_member_id());
+    if (owner != members.end() && IsWorker(owner->second)) {
       auto l = load.find(basis.owner_member_id());
-      if (l != load.end()) l->second += tensors_[tid].num_elements();
-    } else if (policy::IsTransformable(tensors_[tid].shape())) {
+      if (l != load.end()) l->second += registry_.at(tid).num_elements();
+    } else if (policy::IsTransformable(registry_.at(tid).shape())) {
       orphans.push_back(tid);
     }
   }
   std::sort(orphans.begin(), orphans.end(), [&](uint64_t a, uint64_t b) {
-    if (tensors_[a].num_elements() != tensors_[b].num_elements()) {
-      return tensors_[a].num_elements() > tensors_[b].num_elements();
+    if (registry_.at(a).num_elements() != registry_.at(b).num_elements()) {
+      return registry_.at(a).num_elements() > registry_.at(b).num_elements();
     }
     return a < b;
   });
   for (uint64_t tid : orphans) {
-    gift::v1::TensorBasisState& basis = bases_[tid];
     std::string best;
     for (const auto& [id, l] : load) {
-      if (best.empty() || std::make_pair(l, members_[id].rank()) <
-                              std::make_pair(load[best], members_[best].rank())) {
+      if (best.empty() || std::make_pair(l, members.at(id).rank()) <
+                              std::make_pair(load[best], members.at(best).rank())) {
         best = id;
       }
     }
-    if (basis.owner_member_id() == best) continue;
-    basis.set_owner_member_id(best);
-    pending_.put_bases.insert(tid);
-    if (!best.empty()) load[best] += tensors_[tid].num_elements();
+    if (ledger_.bases().at(tid).owner_member_id() == best) continue;
+    ledger_.SetOwner(tid, best);
+    if (!best.empty()) load[best] += registry_.at(tid).num_elements();
   }
 }
 
-void ClusterState::OnMembershipChangedLocked() {
+void ClusterStateMachine::OnMembershipChangedLocked() {
   epoch_started_ = clock_->Now();
-  RerankLocked(gift::v1::MEMBER_ROLE_WORKER);
-  RerankLocked(gift::v1::MEMBER_ROLE_SERVER);
-  for (const auto& [id, m] : members_) pending_.put_members[id] = m;
+  membership_.Rerank();
   AssignOwnersLocked();
   std::vector<gift::v1::TensorInfo> tensors;
-  for (const auto& [tid, t] : tensors_) tensors.push_back(t);
-  meta_.shard_map = ComputeShardMap(tensors, CountLocked(gift::v1::MEMBER_ROLE_SERVER),
-                                    options_.chunk_bytes, meta_.epoch);
+  for (const auto& [tid, t] : registry_.tensors()) tensors.push_back(t);
+  meta_.shard_map = ComputeShardMap(tensors, membership_.Count(gift::v1::MEMBER_ROLE_SERVER),
+                                    options_.chunk_bytes, membership_.epoch());
   // Leavers no longer count towards acknowledgements.
-  for (auto& [tid, basis] : bases_) MaybeCommitLocked(&basis);
+  for (const auto& [tid, b] : ledger_.bases()) MaybeCommitLocked(ledger_.Find(tid).value());
   TouchLocked();
 }
 
-absl::StatusOr<gift::v1::JoinResponse> ClusterState::Join(const gift::v1::JoinRequest& request) {
+absl::StatusOr<gift::v1::JoinResponse> ClusterStateMachine::Join(
+    const gift::v1::JoinRequest& request) {
   return Run([&]() -> absl::StatusOr<gift::v1::JoinResponse> {
     if (request.name().empty()) return absl::InvalidArgumentError("name is empty");
     if (request.role() != gift::v1::MEMBER_ROLE_WORKER &&
@@ -351,86 +152,78 @@ absl::StatusOr<gift::v1::JoinResponse> ClusterState::Join(const gift::v1::JoinRe
       return absl::InvalidArgumentError(
           absl::StrCat("role ", request.role(), " is not WORKER or SERVER"));
     }
-    for (const auto& [id, m] : members_) {
-      if (m.name() == request.name()) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "a live member named '", request.name(), "' exists (", id,
-            "); it must leave or let its lease expire before the name can join again"));
-      }
+    if (const gift::v1::Member* m = membership_.FindByName(request.name()); m != nullptr) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("a live member named '", request.name(), "' exists (", m->member_id(),
+                       "); it must leave or let its lease expire before the name can join again"));
     }
     gift::v1::Member member;
-    member.set_member_id(absl::StrCat(kMemberIdPrefix, meta_.next_member_seq++));
     member.set_name(request.name());
     member.set_role(request.role());
-    member.set_rank(kNoRank);
     member.set_state(gift::v1::MEMBER_STATE_ACTIVE);
     member.set_data_address(request.data_address());
     member.set_control_address(request.control_address());
     member.set_lease_expires_unix_ms(absl::ToUnixMillis(clock_->Now() + options_.lease_ttl));
-    ++meta_.epoch;
-    member.set_joined_epoch(meta_.epoch);
-    const std::string id = member.member_id();
-    members_[id] = std::move(member);
+    const std::string id = membership_.Add(std::move(member)).member_id();
     OnMembershipChangedLocked();
-    const gift::v1::Member& joined = members_[id];
-    RecordLocked("join", joined);
+    const gift::v1::Member& joined = *membership_.Live(id).value();
+    membership_.Record("join", joined, NowMsLocked());
     // A joiner starts at the cluster's progress: it must acknowledge pending
     // proposals, and until it heartbeats it does not hold up pruning.
     gift::v1::JoinResponse response;
     response.set_member_id(id);
     response.set_rank(joined.rank());
-    response.set_epoch(meta_.epoch);
+    response.set_epoch(membership_.epoch());
     response.set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
     *response.mutable_state() = BuildStateLocked();
     return response;
   });
 }
 
-absl::StatusOr<gift::v1::LeaveResponse> ClusterState::Leave(const gift::v1::LeaveRequest& request) {
+absl::StatusOr<gift::v1::LeaveResponse> ClusterStateMachine::Leave(
+    const gift::v1::LeaveRequest& request) {
   return Run([&]() -> absl::StatusOr<gift::v1::LeaveResponse> {
-    GIFT_RETURN_IF_ERROR(LiveMemberLocked(request.member_id()).status());
-    RemoveMemberLocked(request.member_id(), "leave");
+    GIFT_RETURN_IF_ERROR(membership_.Live(request.member_id()).status());
+    membership_.Remove(request.member_id(), "leave", NowMsLocked());
     OnMembershipChangedLocked();
     gift::v1::LeaveResponse response;
-    response.set_epoch(meta_.epoch);
+    response.set_epoch(membership_.epoch());
     return response;
   });
 }
 
-absl::StatusOr<gift::v1::HeartbeatResponse> ClusterState::Heartbeat(
+absl::StatusOr<gift::v1::HeartbeatResponse> ClusterStateMachine::Heartbeat(
     const gift::v1::HeartbeatRequest& request) {
   return Run([&]() -> absl::StatusOr<gift::v1::HeartbeatResponse> {
-    GIFT_ASSIGN_OR_RETURN(gift::v1::Member * m, LiveMemberLocked(request.member_id()));
-    if (request.epoch() > meta_.epoch) {
+    GIFT_ASSIGN_OR_RETURN(gift::v1::Member * m, membership_.Live(request.member_id()));
+    if (request.epoch() > membership_.epoch()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "epoch ", request.epoch(), " is ahead of the coordinator's epoch ", meta_.epoch));
+          "epoch ", request.epoch(), " is ahead of the coordinator's epoch ", membership_.epoch()));
     }
     m->set_lease_expires_unix_ms(absl::ToUnixMillis(clock_->Now() + options_.lease_ttl));
     if (request.last_step() > m->last_step()) {
       m->set_last_step(request.last_step());
+      uint64_t min_next = 0, max_last = 0;
       if (IsWorker(*m) && m->last_step() > max_step_seen_) {
         max_step_seen_ = m->last_step();
         constexpr size_t kMaxTrackedSteps = 4096;
         if (step_first_seen_.size() < kMaxTrackedSteps) {
           step_first_seen_.emplace(max_step_seen_, clock_->Now());
         }
-        uint64_t min_step = max_step_seen_;
-        for (const auto& [id, w] : members_) {
-          if (IsWorker(w)) min_step = std::min(min_step, w.last_step());
-        }
-        // Keep the entries at or above the oldest incomplete step (min + 1).
-        step_first_seen_.erase(step_first_seen_.begin(),
-                               step_first_seen_.lower_bound(min_step + 1));
+        // Keep the entries at or above the oldest incomplete step.
+        membership_.WorkerSteps(&min_next, &max_last);
+        step_first_seen_.erase(step_first_seen_.begin(), step_first_seen_.lower_bound(min_next));
       }
       const uint64_t revision = meta_.revision;
       if (IsWorker(*m)) {
         AdvanceFrozenLocked();
-        for (auto& [tid, basis] : bases_) PruneLocked(&basis);
+        membership_.WorkerSteps(&min_next, &max_last);
+        if (ledger_.PruneAll(min_next)) TouchLocked();
       }
-      if (meta_.revision != revision) pending_.put_members[m->member_id()] = *m;
+      if (meta_.revision != revision) membership_.MarkChanged(*m);
     }
     gift::v1::HeartbeatResponse response;
-    response.set_epoch(meta_.epoch);
+    response.set_epoch(membership_.epoch());
     response.set_revision(meta_.revision);
     response.set_lease_expires_unix_ms(m->lease_expires_unix_ms());
     response.set_state(m->state());
@@ -438,15 +231,14 @@ absl::StatusOr<gift::v1::HeartbeatResponse> ClusterState::Heartbeat(
   });
 }
 
-absl::StatusOr<gift::v1::DrainResponse> ClusterState::Drain(const gift::v1::DrainRequest& request) {
+absl::StatusOr<gift::v1::DrainResponse> ClusterStateMachine::Drain(
+    const gift::v1::DrainRequest& request) {
   return Run([&]() -> absl::StatusOr<gift::v1::DrainResponse> {
     gift::v1::Member* member = nullptr;
     if (!request.member_id().empty()) {
-      GIFT_ASSIGN_OR_RETURN(member, LiveMemberLocked(request.member_id()));
+      GIFT_ASSIGN_OR_RETURN(member, membership_.Live(request.member_id()));
     } else if (!request.name().empty()) {
-      for (auto& [id, m] : members_) {
-        if (m.name() == request.name()) member = &m;
-      }
+      member = membership_.FindByName(request.name());
       if (member == nullptr) {
         return absl::NotFoundError(absl::StrCat("no live member named '", request.name(), "'"));
       }
@@ -455,8 +247,8 @@ absl::StatusOr<gift::v1::DrainResponse> ClusterState::Drain(const gift::v1::Drai
     }
     if (member->state() != gift::v1::MEMBER_STATE_DRAINING) {
       member->set_state(gift::v1::MEMBER_STATE_DRAINING);
-      pending_.put_members[member->member_id()] = *member;
-      RecordLocked("drain", *member);
+      membership_.MarkChanged(*member);
+      membership_.Record("drain", *member, NowMsLocked());
       TouchLocked();
     }
     gift::v1::DrainResponse response;
@@ -467,92 +259,45 @@ absl::StatusOr<gift::v1::DrainResponse> ClusterState::Drain(const gift::v1::Drai
 
 // ---- tensors --------------------------------------------------------------
 
-absl::StatusOr<gift::v1::RegisterTensorsResponse> ClusterState::RegisterTensors(
+absl::Status ClusterStateMachine::CheckRegistrationLocked(
+    const gift::v1::RegisterTensorsRequest& request) {
+  if (!request.member_id().empty()) {
+    GIFT_RETURN_IF_ERROR(membership_.Live(request.member_id()).status());
+  }
+  GIFT_ASSIGN_OR_RETURN(std::vector<const gift::v1::TensorSpec*> fresh, registry_.Check(request));
+  // The policy's ranks must still make sense with the new tensors.
+  absl::Status ranks = policy::ValidateRanksForTensors(meta_.policy, registry_.Shapes(fresh));
+  if (!ranks.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the policy does not fit these tensors: ", ranks.message(),
+                     "; change it (giftctl policy set) and register again"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<gift::v1::RegisterTensorsResponse> ClusterStateMachine::RegisterTensors(
     const gift::v1::RegisterTensorsRequest& request) {
   return Run([&]() -> absl::StatusOr<gift::v1::RegisterTensorsResponse> {
-    if (!request.member_id().empty()) {
-      GIFT_RETURN_IF_ERROR(LiveMemberLocked(request.member_id()).status());
-    }
-    // Validate everything first: a request is applied whole or not at all.
-    std::map<std::string, const gift::v1::TensorSpec*> seen;
-    for (int i = 0; i < request.tensors_size(); ++i) {
-      const gift::v1::TensorSpec& spec = request.tensors(i);
-      if (spec.name().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("tensors[", i, "].name is empty"));
-      }
-      if (spec.shape().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name(), "' has no shape"));
-      }
-      uint64_t elements = 1;
-      for (int64_t d : spec.shape()) {
-        if (d < 1 || static_cast<uint64_t>(d) > kMaxTensorElements ||
-            elements * static_cast<uint64_t>(d) > kMaxTensorElements) {
-          return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name(), "' shape ",
-                                                         ShapeString(spec.shape()),
-                                                         ": dimensions must be >= 1 and the "
-                                                         "element count at most 2^48"));
-        }
-        elements *= static_cast<uint64_t>(d);
-      }
-      if (spec.dtype() == gift::v1::DTYPE_UNSPECIFIED || !gift::v1::DType_IsValid(spec.dtype())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", spec.name(), "' dtype ", spec.dtype(), " is not valid"));
-      }
-      auto conflicts = [&](const google::protobuf::RepeatedField<int64_t>& shape,
-                           gift::v1::DType dtype) {
-        return !std::equal(shape.begin(), shape.end(), spec.shape().begin(), spec.shape().end()) ||
-               dtype != spec.dtype();
-      };
-      auto known = tensor_ids_.find(spec.name());
-      if (known != tensor_ids_.end()) {
-        const gift::v1::TensorInfo& t = tensors_[known->second];
-        if (conflicts(t.shape(), t.dtype())) {
-          return absl::AlreadyExistsError(absl::StrCat(
-              "tensor '", spec.name(), "' is registered with shape ", ShapeString(t.shape()),
-              " dtype ", gift::v1::DType_Name(t.dtype()), ", not shape ", ShapeString(spec.shape()),
-              " dtype ", gift::v1::DType_Name(spec.dtype())));
-        }
-      }
-      auto [it, inserted] = seen.emplace(spec.name(), &spec);
-      if (!inserted && conflicts(it->second->shape(), it->second->dtype())) {
-        return absl::AlreadyExistsError(
-            absl::StrCat("tensor '", spec.name(), "' appears twice with different shapes"));
-      }
-    }
+    // Everything is checked first: a request is applied whole or not at all.
+    GIFT_RETURN_IF_ERROR(CheckRegistrationLocked(request));
     std::vector<gift::v1::TensorInfo> added;
     gift::v1::RegisterTensorsResponse response;
     for (const gift::v1::TensorSpec& spec : request.tensors()) {
-      auto known = tensor_ids_.find(spec.name());
-      if (known == tensor_ids_.end()) {
-        gift::v1::TensorInfo t;
-        t.set_tensor_id(meta_.next_tensor_id++);
-        t.set_name(spec.name());
-        *t.mutable_shape() = spec.shape();
-        t.set_dtype(spec.dtype());
-        uint64_t elements = 1;
-        for (int64_t d : spec.shape()) elements *= static_cast<uint64_t>(d);
-        t.set_num_elements(elements);
-        gift::v1::TensorBasisState& basis = bases_[t.tensor_id()];
-        basis.set_tensor_id(t.tensor_id());
-        gift::v1::BasisVersion& v0 = *basis.add_versions();
-        v0.set_version(0);
-        v0.set_activation_step(0);
-        v0.set_direct(true);
-        pending_.put_tensors.insert(t.tensor_id());
-        pending_.put_bases.insert(t.tensor_id());
-        known = tensor_ids_.emplace(t.name(), t.tensor_id()).first;
-        added.push_back(t);
-        tensors_[t.tensor_id()] = std::move(t);
+      const gift::v1::TensorInfo* known = registry_.FindByName(spec.name());
+      if (known == nullptr) {
+        known = &registry_.Add(spec, meta_.next_tensor_id++);
+        ledger_.AddTensor(known->tensor_id());
+        added.push_back(*known);
       }
-      *response.add_tensors() = tensors_[known->second];
+      *response.add_tensors() = *known;
     }
     if (!added.empty()) {
       AssignOwnersLocked();
       meta_.shard_map =
-          ExtendShardMap(meta_.shard_map, added, CountLocked(gift::v1::MEMBER_ROLE_SERVER));
+          ExtendShardMap(meta_.shard_map, added, membership_.Count(gift::v1::MEMBER_ROLE_SERVER));
       TouchLocked();
       Log(Level::kInfo, "tensors_registered",
-          {{"count", added.size()}, {"total", tensors_.size()}});
+          {{"count", added.size()}, {"total", registry_.tensors().size()}});
     }
     *response.mutable_shard_map() = meta_.shard_map;
     return response;
@@ -561,102 +306,34 @@ absl::StatusOr<gift::v1::RegisterTensorsResponse> ClusterState::RegisterTensors(
 
 // ---- bases ----------------------------------------------------------------
 
-void ClusterState::AdvanceFrozenLocked() {
-  uint64_t max_step = 0;
-  bool any = false;
-  for (const auto& [id, m] : members_) {
-    if (!IsWorker(m)) continue;
-    max_step = std::max(max_step, m.last_step());
-    any = true;
-  }
-  if (!any) return;
+void ClusterStateMachine::AdvanceFrozenLocked() {
+  uint64_t min_next = 0, max_step = 0;
+  if (!membership_.WorkerSteps(&min_next, &max_step)) return;
   const uint64_t frozen = max_step + options_.step_window;
   if (frozen <= meta_.frozen_through_step) return;
-  const uint64_t lead = meta_.policy.refresh().activation_lead_steps();
-  for (auto& [tid, basis] : bases_) {
-    if (!basis.has_proposal()) continue;
-    gift::v1::BasisProposal& p = *basis.mutable_proposal();
-    if (p.tentative_activation_step() <= frozen) {
-      p.set_tentative_activation_step(frozen + lead);
-      p.set_postponements(p.postponements() + 1);
-      ++counters_.basis_postponements;
-      pending_.put_bases.insert(tid);
-      Log(Level::kInfo, "basis_postponed",
-          {{"tensor_id", tid},
-           {"version", p.version()},
-           {"activation_step", p.tentative_activation_step()},
-           {"acks", p.acked_member_ids_size()}});
-    }
-  }
+  ledger_.Postpone(frozen, meta_.policy.refresh().activation_lead_steps());
   meta_.frozen_through_step = frozen;
   TouchLocked();
 }
 
-void ClusterState::MaybeCommitLocked(gift::v1::TensorBasisState* basis) {
-  if (!basis->has_proposal()) return;
-  const gift::v1::BasisProposal& p = basis->proposal();
-  std::set<std::string> acked(p.acked_member_ids().begin(), p.acked_member_ids().end());
-  for (const auto& [id, m] : members_) {
-    if (IsWorker(m) && acked.count(id) == 0) return;
-  }
-  // Invariant: a pending tentative step is above frozen_through_step.
-  gift::v1::BasisVersion& v = *basis->add_versions();
-  v.set_version(p.version());
-  v.set_activation_step(p.tentative_activation_step());
-  v.set_rank(p.rank());
-  v.set_size_bytes(p.size_bytes());
-  v.set_crc32c(p.crc32c());
-  v.set_direct(p.direct());
-  Log(Level::kInfo, "basis_committed",
-      {{"tensor_id", basis->tensor_id()},
-       {"version", v.version()},
-       {"activation_step", v.activation_step()},
-       {"postponements", p.postponements()}});
-  basis->clear_proposal();
-  ++counters_.basis_commits;
-  pending_.put_bases.insert(basis->tensor_id());
-  PruneLocked(basis);
+void ClusterStateMachine::MaybeCommitLocked(gift::v1::TensorBasisState* basis) {
+  if (!ledger_.MaybeCommit(basis, membership_.WorkerIds())) return;
+  uint64_t min_next = 0, max_last = 0;
+  if (membership_.WorkerSteps(&min_next, &max_last)) ledger_.Prune(basis, min_next);
   TouchLocked();
 }
 
-void ClusterState::PruneLocked(gift::v1::TensorBasisState* basis) {
-  uint64_t min_next_step = std::numeric_limits<uint64_t>::max();
-  for (const auto& [id, m] : members_) {
-    if (IsWorker(m)) min_next_step = std::min(min_next_step, m.last_step() + 1);
-  }
-  if (min_next_step == std::numeric_limits<uint64_t>::max()) return;  // no workers
-  auto* versions = basis->mutable_versions();
-  int drop = 0;
-  while (drop + 1 < versions->size() && (*versions)[drop + 1].activation_step() <= min_next_step) {
-    ++drop;
-  }
-  if (drop == 0) return;
-  for (int i = 0; i < drop; ++i) DropBytesLocked(basis->tensor_id(), (*versions)[i].version());
-  versions->erase(versions->begin(), versions->begin() + drop);
-  pending_.put_bases.insert(basis->tensor_id());
-  TouchLocked();
-}
-
-void ClusterState::DropBytesLocked(uint64_t tensor_id, uint64_t version) {
-  const auto key = std::make_pair(tensor_id, version);
-  bytes_.erase(key);
-  pending_.put_bytes.erase(key);
-  pending_.delete_bytes.insert(key);
-}
-
-absl::Status ClusterState::CheckPublishLocked(const gift::v1::BasisHeader& header) {
-  GIFT_RETURN_IF_ERROR(LiveWorkerLocked(header.member_id()).status());
-  GIFT_ASSIGN_OR_RETURN(gift::v1::TensorBasisState * basis, BasisLocked(header.tensor_id()));
-  const gift::v1::TensorInfo& tensor = tensors_[header.tensor_id()];
+absl::Status ClusterStateMachine::CheckPublishLocked(const gift::v1::BasisHeader& header) {
+  GIFT_RETURN_IF_ERROR(membership_.LiveWorker(header.member_id()).status());
+  GIFT_ASSIGN_OR_RETURN(gift::v1::TensorBasisState * basis, ledger_.Find(header.tensor_id()));
+  const gift::v1::TensorInfo& tensor = registry_.at(header.tensor_id());
   if (basis->owner_member_id() != header.member_id()) {
     return absl::FailedPreconditionError(
         absl::StrCat("member ", header.member_id(), " does not own tensor '", tensor.name(),
                      "' (id ", tensor.tensor_id(), "); its owner is ",
                      basis->owner_member_id().empty() ? "nobody" : basis->owner_member_id()));
   }
-  uint64_t last = 0;
-  for (const gift::v1::BasisVersion& v : basis->versions()) last = std::max(last, v.version());
-  if (basis->has_proposal()) last = std::max(last, basis->proposal().version());
+  const uint64_t last = BasisLedger::LastVersion(*basis);
   if (header.version() <= last) {
     return absl::FailedPreconditionError(
         absl::StrCat("tensor '", tensor.name(), "': version ", header.version(),
@@ -679,11 +356,11 @@ absl::Status ClusterState::CheckPublishLocked(const gift::v1::BasisHeader& heade
   return absl::OkStatus();
 }
 
-absl::Status ClusterState::CheckPublish(const gift::v1::BasisHeader& header) {
+absl::Status ClusterStateMachine::CheckPublish(const gift::v1::BasisHeader& header) {
   return Run([&] { return CheckPublishLocked(header); });
 }
 
-absl::StatusOr<gift::v1::PublishBasisResponse> ClusterState::PublishBasis(
+absl::StatusOr<gift::v1::PublishBasisResponse> ClusterStateMachine::PublishBasis(
     const gift::v1::BasisHeader& header, std::string bytes) {
   // Byte checks first, without the lock: a basis may be large.
   if (bytes.size() != header.size_bytes()) {
@@ -707,7 +384,7 @@ absl::StatusOr<gift::v1::PublishBasisResponse> ClusterState::PublishBasis(
   auto shared = std::make_shared<const std::string>(std::move(bytes));
   return Run([&]() -> absl::StatusOr<gift::v1::PublishBasisResponse> {
     GIFT_RETURN_IF_ERROR(CheckPublishLocked(header));
-    const gift::v1::TensorInfo& tensor = tensors_[header.tensor_id()];
+    const gift::v1::TensorInfo& tensor = registry_.at(header.tensor_id());
     if (parsed.has_value()) {
       if (!policy::IsTransformable(tensor.shape())) {
         return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor.name(), "' of shape ",
@@ -722,86 +399,27 @@ absl::StatusOr<gift::v1::PublishBasisResponse> ClusterState::PublishBasis(
             " version ", header.version(), " shape ", ShapeString(tensor.shape())));
       }
     }
-    gift::v1::TensorBasisState& basis = bases_[header.tensor_id()];
-    if (basis.has_proposal()) {
-      // The newest version wins: the pending one is dropped with its bytes.
-      Log(Level::kInfo, "basis_superseded",
-          {{"tensor_id", header.tensor_id()},
-           {"version", basis.proposal().version()},
-           {"by", header.version()}});
-      DropBytesLocked(header.tensor_id(), basis.proposal().version());
-    }
-    gift::v1::BasisProposal& p = *basis.mutable_proposal();
-    p.Clear();
-    p.set_version(header.version());
-    p.set_tentative_activation_step(meta_.frozen_through_step +
-                                    meta_.policy.refresh().activation_lead_steps());
-    p.set_state(gift::v1::BASIS_PROPOSAL_STATE_WAITING_FOR_ACKS);
-    p.add_acked_member_ids(header.member_id());  // the publisher has the bytes
-    p.set_rank(header.rank());
-    p.set_size_bytes(header.size_bytes());
-    p.set_crc32c(header.crc32c());
-    p.set_direct(header.direct());
-    const uint64_t tentative = p.tentative_activation_step();
-    if (!header.direct()) {
-      const auto key = std::make_pair(header.tensor_id(), header.version());
-      bytes_[key] = shared;
-      pending_.delete_bytes.erase(key);
-      pending_.put_bytes[key] = shared;
-    }
-    pending_.put_bases.insert(header.tensor_id());
-    Log(Level::kInfo, "basis_published",
-        {{"tensor_id", header.tensor_id()},
-         {"version", header.version()},
-         {"size_bytes", header.size_bytes()},
-         {"activation_step", tentative}});
+    const uint64_t tentative =
+        meta_.frozen_through_step + meta_.policy.refresh().activation_lead_steps();
+    ledger_.Propose(header, tentative, shared);
     TouchLocked();
-    MaybeCommitLocked(&basis);
+    MaybeCommitLocked(ledger_.Find(header.tensor_id()).value());
     gift::v1::PublishBasisResponse response;
     response.set_tentative_activation_step(tentative);
     return response;
   });
 }
 
-absl::StatusOr<ClusterState::BasisData> ClusterState::FetchBasis(
+absl::StatusOr<ClusterStateMachine::BasisData> ClusterStateMachine::FetchBasis(
     const gift::v1::FetchBasisRequest& request) {
   BasisData data;
   bool need_load = false;
   absl::Status status = Run([&]() -> absl::Status {
-    GIFT_RETURN_IF_ERROR(LiveMemberLocked(request.member_id()).status());
-    GIFT_ASSIGN_OR_RETURN(gift::v1::TensorBasisState * basis, BasisLocked(request.tensor_id()));
-    gift::v1::BasisHeader& h = data.header;
-    h.set_member_id(basis->owner_member_id());
-    h.set_tensor_id(request.tensor_id());
-    h.set_version(request.version());
-    bool found = false;
-    if (basis->has_proposal() && basis->proposal().version() == request.version()) {
-      const gift::v1::BasisProposal& p = basis->proposal();
-      h.set_rank(p.rank());
-      h.set_direct(p.direct());
-      h.set_size_bytes(p.size_bytes());
-      h.set_crc32c(p.crc32c());
-      found = true;
-    }
-    for (const gift::v1::BasisVersion& v : basis->versions()) {
-      if (v.version() != request.version()) continue;
-      h.set_rank(v.rank());
-      h.set_direct(v.direct());
-      h.set_size_bytes(v.size_bytes());
-      h.set_crc32c(v.crc32c());
-      found = true;
-    }
-    if (!found) {
-      return absl::NotFoundError(absl::StrCat("tensor ", request.tensor_id(),
-                                              " has no basis version ", request.version()));
-    }
-    if (h.direct()) return absl::OkStatus();
-    auto it = bytes_.find({request.tensor_id(), request.version()});
-    if (it != bytes_.end()) {
-      data.bytes = it->second;
-    } else {
-      need_load = true;
-    }
+    GIFT_RETURN_IF_ERROR(membership_.Live(request.member_id()).status());
+    GIFT_ASSIGN_OR_RETURN(data.header, ledger_.Header(request.tensor_id(), request.version()));
+    if (data.header.direct()) return absl::OkStatus();
+    data.bytes = ledger_.CachedBytes(request.tensor_id(), request.version());
+    need_load = data.bytes == nullptr;
     return absl::OkStatus();
   });
   GIFT_RETURN_IF_ERROR(status);
@@ -811,29 +429,23 @@ absl::StatusOr<ClusterState::BasisData> ClusterState::FetchBasis(
                           store_->LoadBasisBytes(request.tensor_id(), request.version()));
     data.bytes = std::make_shared<const std::string>(std::move(bytes));
     absl::MutexLock lock(&mu_);
-    bytes_.emplace(std::make_pair(request.tensor_id(), request.version()), data.bytes);
+    ledger_.CacheBytes(request.tensor_id(), request.version(), data.bytes);
   }
   return data;
 }
 
-absl::StatusOr<gift::v1::AckBasisResponse> ClusterState::AckBasis(
+absl::StatusOr<gift::v1::AckBasisResponse> ClusterStateMachine::AckBasis(
     const gift::v1::AckBasisRequest& request) {
   return Run([&]() -> absl::StatusOr<gift::v1::AckBasisResponse> {
-    GIFT_RETURN_IF_ERROR(LiveWorkerLocked(request.member_id()).status());
-    GIFT_ASSIGN_OR_RETURN(gift::v1::TensorBasisState * basis, BasisLocked(request.tensor_id()));
+    GIFT_RETURN_IF_ERROR(membership_.LiveWorker(request.member_id()).status());
+    GIFT_ASSIGN_OR_RETURN(gift::v1::TensorBasisState * basis, ledger_.Find(request.tensor_id()));
     gift::v1::AckBasisResponse response;
-    if (basis->has_proposal() && basis->proposal().version() == request.version()) {
-      gift::v1::BasisProposal& p = *basis->mutable_proposal();
-      const auto& acked = p.acked_member_ids();
-      if (std::find(acked.begin(), acked.end(), request.member_id()) == acked.end()) {
-        p.add_acked_member_ids(request.member_id());
-        pending_.put_bases.insert(request.tensor_id());
-        // Only the commit (MaybeCommitLocked) is news for watchers: bumping
-        // the revision on every acknowledgement sent each watcher a full
-        // snapshot per ack, P^2 snapshots per refresh.
-        MarkDirtyLocked();
-        MaybeCommitLocked(basis);
-      }
+    if (ledger_.Ack(request.tensor_id(), request.version(), request.member_id())) {
+      // Only the commit (MaybeCommitLocked) is news for watchers: bumping
+      // the revision on every acknowledgement sent each watcher a full
+      // snapshot per ack, P^2 snapshots per refresh.
+      MarkDirtyLocked();
+      MaybeCommitLocked(basis);
     }
     for (const gift::v1::BasisVersion& v : basis->versions()) {
       if (v.version() == request.version()) {
@@ -853,13 +465,13 @@ absl::StatusOr<gift::v1::AckBasisResponse> ClusterState::AckBasis(
 
 // ---- policy ---------------------------------------------------------------
 
-gift::v1::Policy ClusterState::GetPolicy() {
+gift::v1::Policy ClusterStateMachine::GetPolicy() {
   absl::MutexLock lock(&mu_);
   return meta_.policy;
 }
 
-absl::StatusOr<gift::v1::Policy> ClusterState::SetPolicyLocked(const gift::v1::Policy& policy,
-                                                               uint64_t expected_version) {
+absl::StatusOr<gift::v1::Policy> ClusterStateMachine::SetPolicyLocked(
+    const gift::v1::Policy& policy, uint64_t expected_version) {
   if (expected_version != 0 && expected_version != meta_.policy.version()) {
     return absl::AbortedError(absl::StrCat("the policy is at version ", meta_.policy.version(),
                                            ", not the expected version ", expected_version,
@@ -867,6 +479,7 @@ absl::StatusOr<gift::v1::Policy> ClusterState::SetPolicyLocked(const gift::v1::P
   }
   gift::v1::Policy next = policy::WithDefaults(policy);
   GIFT_RETURN_IF_ERROR(policy::Validate(next));
+  GIFT_RETURN_IF_ERROR(policy::ValidateRanksForTensors(next, registry_.Shapes({})));
   next.set_version(meta_.policy.version() + 1);
   meta_.policy = std::move(next);
   TouchLocked();
@@ -874,19 +487,18 @@ absl::StatusOr<gift::v1::Policy> ClusterState::SetPolicyLocked(const gift::v1::P
   return meta_.policy;
 }
 
-absl::StatusOr<gift::v1::Policy> ClusterState::SetPolicy(
+absl::StatusOr<gift::v1::Policy> ClusterStateMachine::SetPolicy(
     const gift::v1::SetPolicyRequest& request) {
   return Run([&] { return SetPolicyLocked(request.policy(), request.expected_version()); });
 }
 
-std::vector<std::string> ClusterState::RequestRefreshLocked(const std::string& glob) {
+std::vector<std::string> ClusterStateMachine::RequestRefreshLocked(const std::string& glob) {
   std::vector<std::string> names;
-  for (auto& [tid, basis] : bases_) {
-    const gift::v1::TensorInfo& t = tensors_[tid];
+  for (const auto& [tid, basis] : ledger_.bases()) {
+    const gift::v1::TensorInfo& t = registry_.at(tid);
     if (!policy::IsTransformable(t.shape())) continue;
     if (!glob.empty() && !policy::GlobMatch(glob, t.name())) continue;
-    basis.set_refresh_requests(basis.refresh_requests() + 1);
-    pending_.put_bases.insert(tid);
+    ledger_.RequestRefresh(tid);
     names.push_back(t.name());
   }
   if (!names.empty()) {
@@ -897,7 +509,7 @@ std::vector<std::string> ClusterState::RequestRefreshLocked(const std::string& g
   return names;
 }
 
-absl::StatusOr<gift::v1::RequestRefreshResponse> ClusterState::RequestRefresh(
+absl::StatusOr<gift::v1::RequestRefreshResponse> ClusterStateMachine::RequestRefresh(
     const gift::v1::RequestRefreshRequest& request) {
   return Run([&]() -> absl::StatusOr<gift::v1::RequestRefreshResponse> {
     gift::v1::RequestRefreshResponse response;
@@ -908,7 +520,7 @@ absl::StatusOr<gift::v1::RequestRefreshResponse> ClusterState::RequestRefresh(
   });
 }
 
-absl::StatusOr<gift::v1::SetRankResponse> ClusterState::SetRank(
+absl::StatusOr<gift::v1::SetRankResponse> ClusterStateMachine::SetRank(
     const gift::v1::SetRankRequest& request) {
   return Run([&]() -> absl::StatusOr<gift::v1::SetRankResponse> {
     if (request.rank() < 1) return absl::InvalidArgumentError("rank = 0: must be >= 1");
@@ -937,14 +549,16 @@ absl::StatusOr<gift::v1::SetRankResponse> ClusterState::SetRank(
 
 // ---- views ----------------------------------------------------------------
 
-gift::v1::ClusterState ClusterState::BuildStateLocked() const {
+gift::v1::ClusterState ClusterStateMachine::BuildStateLocked() const {
   gift::v1::ClusterState s;
   s.set_revision(meta_.revision);
-  s.set_epoch(meta_.epoch);
+  s.set_epoch(membership_.epoch());
   s.set_cluster_id(meta_.cluster_id);
   s.set_frozen_through_step(meta_.frozen_through_step);
   std::vector<const gift::v1::Member*> workers, servers;
-  for (const auto& [id, m] : members_) (IsWorker(m) ? workers : servers).push_back(&m);
+  for (const auto& [id, m] : membership_.members()) {
+    (IsWorker(m) ? workers : servers).push_back(&m);
+  }
   auto by_rank = [](const gift::v1::Member* a, const gift::v1::Member* b) {
     return a->rank() < b->rank();
   };
@@ -952,14 +566,14 @@ gift::v1::ClusterState ClusterState::BuildStateLocked() const {
   std::sort(servers.begin(), servers.end(), by_rank);
   for (const gift::v1::Member* m : workers) *s.add_workers() = *m;
   for (const gift::v1::Member* m : servers) *s.add_servers() = *m;
-  for (const auto& [tid, t] : tensors_) *s.add_tensors() = t;
+  for (const auto& [tid, t] : registry_.tensors()) *s.add_tensors() = t;
   *s.mutable_shard_map() = meta_.shard_map;
-  for (const auto& [tid, b] : bases_) *s.add_bases() = b;
+  for (const auto& [tid, b] : ledger_.bases()) *s.add_bases() = b;
   *s.mutable_policy() = meta_.policy;
   return s;
 }
 
-std::shared_ptr<const gift::v1::ClusterState> ClusterState::Snapshot() {
+std::shared_ptr<const gift::v1::ClusterState> ClusterStateMachine::Snapshot() {
   absl::MutexLock lock(&mu_);
   if (snapshot_ == nullptr) {
     snapshot_ = std::make_shared<const gift::v1::ClusterState>(BuildStateLocked());
@@ -967,17 +581,18 @@ std::shared_ptr<const gift::v1::ClusterState> ClusterState::Snapshot() {
   return snapshot_;
 }
 
-uint64_t ClusterState::revision() {
+uint64_t ClusterStateMachine::revision() {
   absl::MutexLock lock(&mu_);
   return meta_.revision;
 }
 
-ClusterState::Counters ClusterState::counters() {
+ClusterStateMachine::Counters ClusterStateMachine::counters() {
   absl::MutexLock lock(&mu_);
-  return counters_;
+  const BasisLedger::Counters& c = ledger_.counters();
+  return {.basis_commits = c.commits, .basis_postponements = c.postponements};
 }
 
-absl::StatusOr<gift::v1::StatusResponse> ClusterState::GetStatus() {
+absl::StatusOr<gift::v1::StatusResponse> ClusterStateMachine::GetStatus() {
   return Run([&]() -> absl::StatusOr<gift::v1::StatusResponse> {
     gift::v1::StatusResponse response;
     *response.mutable_state() = BuildStateLocked();
@@ -985,7 +600,7 @@ absl::StatusOr<gift::v1::StatusResponse> ClusterState::GetStatus() {
     response.set_started_unix_ms(absl::ToUnixMillis(started_));
     uint64_t slowest = std::numeric_limits<uint64_t>::max();
     uint64_t max_step = 0;
-    for (const auto& [id, m] : members_) {
+    for (const auto& [id, m] : membership_.members()) {
       if (!IsWorker(m)) continue;
       slowest = std::min(slowest, m.last_step() + 1);
       max_step = std::max(max_step, m.last_step());

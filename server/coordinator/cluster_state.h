@@ -3,6 +3,15 @@
 // refresh negotiation, and the policy. No gRPC here: the service
 // (coordinator_service.h) translates RPCs into these calls.
 //
+// Structure: ClusterStateMachine holds the lock, the meta record (frozen
+// horizon, policy, shard map, revision, tensor id counter) and the commit to
+// the StateStore, and delegates to unsynchronized parts it guards with its
+// lock: Membership (membership.h: members, ranks, leases, epochs, history),
+// BasisLedger (basis_ledger.h: proposals, acknowledgements, commits,
+// versions, bytes) and TensorRegistry (tensor_registry.h). What needs several
+// of them (owners, the frozen horizon's postponements, commits when members
+// change, the policy's fit to the tensors) is decided here.
+//
 // Semantics (see proto/gift/v1/cluster.proto for the contract with members):
 //   - Epoch: +1 for every join, leave (including a drained member's leave)
 //     and lease expiry; each bump re-ranks workers (dense 0..P-1) and servers
@@ -35,9 +44,18 @@
 //     proposal (the newest version wins; the replaced bytes are dropped).
 //     Committed versions that no worker can still use (their successor is
 //     active at every worker's next step) are pruned.
-//   - Every change is committed to the StateStore before the call returns;
-//     when that fails the call fails (Unavailable), memory stays ahead, and the
-//     next successful commit writes the outstanding changes.
+//   - Every change is committed to the StateStore before the call returns,
+//     and applied only if that commit succeeds: when it fails the call fails
+//     (Unavailable) and memory is rolled back to the stored state (reloaded
+//     from the store; members keep their in-memory leases and steps, which
+//     are renewed without commits). When even that reload fails, every call
+//     fails Unavailable until one succeeds. Watchers never see a revision
+//     that was not committed.
+//   - Policy: SetPolicy and SetRank validate the whole policy
+//     (policy::Validate) and its ranks against the registered tensors
+//     (policy::ValidateRanksForTensors): InvalidArgument naming the field and
+//     value. A registration that would make the stored policy's ranks
+//     senseless is refused (FailedPrecondition).
 //
 // Thread safety: all public methods are internally synchronized. The change
 // callback runs on the calling thread after the state's lock is released.
@@ -58,9 +76,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/policy/policy.h"
 #include "gift/v1/cluster.pb.h"
 #include "gift/v1/coordinator.pb.h"
+#include "server/coordinator/basis_ledger.h"
+#include "server/coordinator/membership.h"
 #include "server/coordinator/state_store.h"
+#include "server/coordinator/tensor_registry.h"
 
 namespace gift::coordinator {
 
@@ -81,14 +103,13 @@ struct ClusterOptions {
   uint64_t max_basis_bytes = uint64_t{256} << 20;
 };
 
-class ClusterState {
+class ClusterStateMachine {
  public:
   // Loads the state from `store` (a new cluster when the file is fresh).
   // Members found in it get a fresh lease of one TTL. `clock` must outlive
-  // the ClusterState.
-  static absl::StatusOr<std::unique_ptr<ClusterState>> Create(const ClusterOptions& options,
-                                                              std::unique_ptr<StateStore> store,
-                                                              Clock* clock);
+  // the ClusterStateMachine.
+  static absl::StatusOr<std::unique_ptr<ClusterStateMachine>> Create(
+      const ClusterOptions& options, std::unique_ptr<StateStore> store, Clock* clock);
 
   // Called (outside the lock) after every call that made a new revision. Set
   // it before concurrent use.
@@ -143,18 +164,8 @@ class ClusterState {
   Counters counters();
 
  private:
-  // Changes not yet committed to the store.
-  struct Pending {
-    std::map<std::string, gift::v1::Member> put_members;
-    std::set<std::string> delete_members;
-    std::set<uint64_t> put_tensors;
-    std::set<uint64_t> put_bases;
-    std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const std::string>> put_bytes;
-    std::set<std::pair<uint64_t, uint64_t>> delete_bytes;
-    std::vector<MembershipEvent> history;
-  };
-
-  ClusterState(const ClusterOptions& options, std::unique_ptr<StateStore> store, Clock* clock)
+  ClusterStateMachine(const ClusterOptions& options, std::unique_ptr<StateStore> store,
+                      Clock* clock)
       : options_(options), store_(std::move(store)), clock_(clock), started_(clock->Now()) {}
 
   // Runs `fn` under the lock after expiring leases, commits, and notifies.
@@ -162,7 +173,13 @@ class ClusterState {
   auto Run(Fn fn) -> decltype(fn());
 
   absl::Status LoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Memory from a stored state: meta, members, tensors, bases.
+  void ApplyStoredLocked(StoredState stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a failed commit: memory back to the store's state (see the header).
+  void RollBackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Retries a failed rollback; Unavailable while it still fails.
+  absl::Status RestoreIfStaleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A change watchers must see: a new revision, persisted.
   void TouchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A change to persist that does not warrant a new revision (an
@@ -171,33 +188,22 @@ class ClusterState {
   void MarkDirtyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLeasesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::StatusOr<gift::v1::Member*> LiveMemberLocked(const std::string& member_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<gift::v1::Member*> LiveWorkerLocked(const std::string& member_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<gift::v1::TensorBasisState*> BasisLocked(uint64_t tensor_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  void RemoveMemberLocked(const std::string& member_id, absl::string_view event)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecordLocked(absl::string_view event, const gift::v1::Member& member)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After an epoch bump: ranks, owners, shard map, proposals.
   void OnMembershipChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RerankLocked(gift::v1::MemberRole role) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AssignOwnersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint32_t CountLocked(gift::v1::MemberRole role) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceFrozenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Commits the proposal of `basis` when every current worker acknowledged.
+  // Commits the proposal of `basis` when every current worker acknowledged
+  // (then prunes it).
   void MaybeCommitLocked(gift::v1::TensorBasisState* basis) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PruneLocked(gift::v1::TensorBasisState* basis) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropBytesLocked(uint64_t tensor_id, uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::string> RequestRefreshLocked(const std::string& glob)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<gift::v1::Policy> SetPolicyLocked(const gift::v1::Policy& policy,
                                                    uint64_t expected_version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckPublishLocked(const gift::v1::BasisHeader& header)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The checks of a registration request, before anything is applied.
+  absl::Status CheckRegistrationLocked(const gift::v1::RegisterTensorsRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   gift::v1::ClusterState BuildStateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t NowMsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -209,18 +215,15 @@ class ClusterState {
   std::function<void()> on_change_;
 
   absl::Mutex mu_;
+  // The meta record; its epoch and next_member_seq live in membership_ (and
+  // are filled in here on commit).
   StoredMeta meta_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, gift::v1::Member> members_ ABSL_GUARDED_BY(mu_);   // by member id
-  std::map<uint64_t, gift::v1::TensorInfo> tensors_ ABSL_GUARDED_BY(mu_);  // by tensor id
-  std::map<std::string, uint64_t> tensor_ids_ ABSL_GUARDED_BY(mu_);        // by name
-  std::map<uint64_t, gift::v1::TensorBasisState> bases_ ABSL_GUARDED_BY(mu_);
-  // Bytes of live versions, filled on publish and on first fetch after a restart.
-  std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const std::string>> bytes_
-      ABSL_GUARDED_BY(mu_);
-  Pending pending_ ABSL_GUARDED_BY(mu_);
+  Membership membership_ ABSL_GUARDED_BY(mu_);
+  BasisLedger ledger_ ABSL_GUARDED_BY(mu_);
+  TensorRegistry registry_ ABSL_GUARDED_BY(mu_);
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
+  bool stale_ ABSL_GUARDED_BY(mu_) = false;  // a rollback could not reload
   std::shared_ptr<const gift::v1::ClusterState> snapshot_ ABSL_GUARDED_BY(mu_);
-  Counters counters_ ABSL_GUARDED_BY(mu_);
   // When a worker first reported each new highest step (in memory; entries
   // below every worker's next step are pruned), and when the current epoch
   // began in this process: GetStatus's slowest_wait_ms.

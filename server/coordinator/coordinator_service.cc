@@ -207,7 +207,7 @@ grpc::ServerWriteReactor<gift::v1::ClusterState>* CoordinatorService::Watch(
 class CoordinatorService::PublishReactor final
     : public grpc::ServerReadReactor<gift::v1::PublishBasisRequest> {
  public:
-  PublishReactor(ClusterState* state, gift::v1::PublishBasisResponse* response)
+  PublishReactor(ClusterStateMachine* state, gift::v1::PublishBasisResponse* response)
       : state_(state), response_(response) {
     StartRead(&request_);
   }
@@ -265,7 +265,7 @@ class CoordinatorService::PublishReactor final
   void OnDone() override { delete this; }
 
  private:
-  ClusterState* const state_;
+  ClusterStateMachine* const state_;
   gift::v1::PublishBasisResponse* const response_;
   gift::v1::PublishBasisRequest request_;
   bool has_header_ = false;
@@ -294,7 +294,7 @@ grpc::ServerReadReactor<gift::v1::PublishBasisRequest>* CoordinatorService::Publ
 class CoordinatorService::FetchReactor final
     : public grpc::ServerWriteReactor<gift::v1::BasisChunk> {
  public:
-  explicit FetchReactor(absl::StatusOr<ClusterState::BasisData> data) {
+  explicit FetchReactor(absl::StatusOr<ClusterStateMachine::BasisData> data) {
     if (!data.ok()) {
       Finish(rpc::ToGrpcStatus(data.status()));
       return;
@@ -329,7 +329,7 @@ class CoordinatorService::FetchReactor final
     StartWrite(&chunk_);
   }
 
-  ClusterState::BasisData data_;
+  ClusterStateMachine::BasisData data_;
   gift::v1::BasisChunk chunk_;
   size_t offset_ = 0;
 };
@@ -346,7 +346,7 @@ grpc::ServerWriteReactor<gift::v1::BasisChunk>* CoordinatorService::FetchBasis(
 
 // ---- unary RPCs -----------------------------------------------------------
 
-CoordinatorService::CoordinatorService(ClusterState* state, std::string version)
+CoordinatorService::CoordinatorService(ClusterStateMachine* state, std::string version)
     : state_(state), version_(std::move(version)) {
   state_->SetChangeCallback([this] { NotifyWatchers(); });
 }

@@ -1,6 +1,6 @@
-// The gift.v1.Coordinator gRPC service (callback API) over a ClusterState.
+// The gift.v1.Coordinator gRPC service (callback API) over a ClusterStateMachine.
 //
-// Every RPC converts the ClusterState's absl::Status to its gRPC status
+// Every RPC converts the ClusterStateMachine's absl::Status to its gRPC status
 // (common/rpc/grpc_status.h). Streams:
 //   - PublishBasis: the first message carries the header, which is checked at
 //     once (owner, version, size limit); then data of at most
@@ -14,7 +14,7 @@
 //     UNAVAILABLE on Shutdown, CANCELLED when the client goes away.
 //     WatchRequest.member_id is not checked: operators watch without one.
 //
-// Ownership: does not own the ClusterState, which must outlive the service.
+// Ownership: does not own the ClusterStateMachine, which must outlive the service.
 // The service is the state's change callback, so it must outlive every call
 // into the state (stop the grpc::Server and the lease thread first).
 // Thread safety: gRPC calls the methods concurrently; Shutdown may be called
@@ -40,7 +40,7 @@ class CoordinatorService final : public gift::v1::Coordinator::CallbackService {
  public:
   // `version` is reported by GetStatus. Registers itself as `state`'s change
   // callback.
-  CoordinatorService(ClusterState* state, std::string version);
+  CoordinatorService(ClusterStateMachine* state, std::string version);
 
   // Ends every Watch with UNAVAILABLE; later calls fail with UNAVAILABLE.
   void Shutdown();
@@ -99,7 +99,7 @@ class CoordinatorService final : public gift::v1::Coordinator::CallbackService {
   void RemoveWatcher(WatchReactor* watcher);
   void NotifyWatchers();
 
-  ClusterState* const state_;
+  ClusterStateMachine* const state_;
   const std::string version_;
   std::atomic<bool> shutting_down_{false};
 

@@ -63,7 +63,7 @@ int Fail(int code, absl::string_view event, absl::string_view message) {
 }
 
 // The cluster's metrics, read from the state on every scrape.
-void AddClusterMetrics(daemon::MetricsServer& metrics, ClusterState* state) {
+void AddClusterMetrics(daemon::MetricsServer& metrics, ClusterStateMachine* state) {
   prometheus::Registry& r = *metrics.registry();
   auto gauge = [&](const std::string& name, const std::string& help) -> prometheus::Gauge& {
     return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
@@ -103,7 +103,7 @@ void AddClusterMetrics(daemon::MetricsServer& metrics, ClusterState* state) {
               "Times a pending basis activation step was moved later (refresh lag)");
   metrics.AddRefresher([=, &epoch, &revision, &workers, &servers, &draining, &tensors, &pending,
                         &frozen, &lag, &wait, &waiting_ranks, &uptime, &commits, &postponements] {
-    const ClusterState::Counters c = state->counters();
+    const ClusterStateMachine::Counters c = state->counters();
     daemon::AdvanceCounterTo(commits, static_cast<double>(c.basis_commits));
     daemon::AdvanceCounterTo(postponements, static_cast<double>(c.basis_postponements));
     absl::StatusOr<gift::v1::StatusResponse> status = state->GetStatus();
@@ -191,8 +191,8 @@ int Main(int argc, char** argv) {
 
   absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(state_file);
   if (!store.ok()) return Fail(kExitFailure, "startup_failed", store.status().message());
-  absl::StatusOr<std::unique_ptr<ClusterState>> state =
-      ClusterState::Create(options, *std::move(store), RealClock());
+  absl::StatusOr<std::unique_ptr<ClusterStateMachine>> state =
+      ClusterStateMachine::Create(options, *std::move(store), RealClock());
   if (!state.ok()) return Fail(kExitFailure, "startup_failed", state.status().ToString());
 
   auto metrics =

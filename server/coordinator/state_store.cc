@@ -212,11 +212,13 @@ absl::StatusOr<StoredState> StateStore::Load() {
 
 absl::Status StateStore::Commit(const StoreMutation& mutation) {
   absl::MutexLock lock(&mu_);
-  GIFT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  absl::Status s = CommitLocked(mutation);
-  if (s.ok()) s = Exec("COMMIT");
+  absl::Status s = Exec("BEGIN IMMEDIATE");
+  if (s.ok()) {
+    s = CommitLocked(mutation);
+    if (s.ok()) s = Exec("COMMIT");
+    if (!s.ok()) Exec("ROLLBACK").IgnoreError();
+  }
   if (!s.ok()) {
-    Exec("ROLLBACK").IgnoreError();
     return absl::UnavailableError(
         absl::StrCat("state file ", path_, ": commit failed: ", s.message()));
   }
@@ -291,6 +293,11 @@ absl::Status StateStore::CommitLocked(const StoreMutation& m) {
     GIFT_RETURN_IF_ERROR(stmt.Run("writing membership history"));
   }
   return absl::OkStatus();
+}
+
+absl::Status StateStore::SetReadOnlyForTesting(bool read_only) {
+  absl::MutexLock lock(&mu_);
+  return Exec(read_only ? "PRAGMA query_only = 1" : "PRAGMA query_only = 0");
 }
 
 absl::StatusOr<std::string> StateStore::LoadBasisBytes(uint64_t tensor_id, uint64_t version) {

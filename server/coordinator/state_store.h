@@ -13,6 +13,8 @@
 // The proto-valued columns hold serialized gift.v1 messages, so fields added
 // to those messages later need no schema change.
 //
+// A failed Commit (Unavailable) leaves the file as it was before it.
+//
 // Thread safety: all methods are internally synchronized.
 #ifndef GIFT_SERVER_COORDINATOR_STATE_STORE_H_
 #define GIFT_SERVER_COORDINATOR_STATE_STORE_H_
@@ -108,6 +110,11 @@ class StateStore {
   absl::StatusOr<std::vector<MembershipEvent>> History(int limit);
 
   const std::string& path() const { return path_; }
+
+  // Test seam for a failing disk: while read-only (SQLite's query_only), every
+  // Commit fails Unavailable as a full or read-only disk makes it fail; Load
+  // and the other reads still work.
+  absl::Status SetReadOnlyForTesting(bool read_only);
 
  private:
   StateStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}

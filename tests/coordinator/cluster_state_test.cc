@@ -1,4 +1,4 @@
-// ClusterState with a fake clock and a real SQLite file: membership, epochs
+// ClusterStateMachine with a fake clock and a real SQLite file: membership, epochs
 // and ranks, owners, shard map, the refresh negotiation, policy, drain, and
 // restart.
 #include "server/coordinator/cluster_state.h"
@@ -15,121 +15,20 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/crc32c.h"
 #include "server/coordinator/state_store.h"
+#include "tests/coordinator/cluster_state_fixture.h"
 #include "tests/coordinator/test_util.h"
 
 namespace gift::coordinator {
 namespace {
 
+using testing::ClusterStateMachineTest;
 using ::testing::ElementsAre;
 using testing::FakeClock;
 using ::testing::HasSubstr;
 using testing::MakeBasisBytes;
 using testing::TempDir;
 
-class ClusterStateTest : public ::testing::Test {
- protected:
-  ClusterStateTest() {
-    options_.lease_ttl = absl::Seconds(10);
-    options_.step_window = 8;
-    options_.chunk_bytes = 4096;
-    options_.max_basis_bytes = 1 << 20;
-    Open();
-  }
-
-  void Open() {
-    state_.reset();
-    auto store = StateStore::Open(dir_.File("state.db"));
-    ASSERT_TRUE(store.ok()) << store.status();
-    auto state = ClusterState::Create(options_, *std::move(store), &clock_);
-    ASSERT_TRUE(state.ok()) << state.status();
-    state_ = *std::move(state);
-  }
-
-  gift::v1::JoinResponse Join(const std::string& name,
-                              gift::v1::MemberRole role = gift::v1::MEMBER_ROLE_WORKER) {
-    gift::v1::JoinRequest request;
-    request.set_name(name);
-    request.set_role(role);
-    auto response = state_->Join(request);
-    EXPECT_TRUE(response.ok()) << response.status();
-    return response.value_or(gift::v1::JoinResponse());
-  }
-
-  absl::Status Heartbeat(const std::string& id, uint64_t last_step) {
-    gift::v1::HeartbeatRequest request;
-    request.set_member_id(id);
-    request.set_epoch(state_->Snapshot()->epoch());
-    request.set_last_step(last_step);
-    return state_->Heartbeat(request).status();
-  }
-
-  absl::Status Leave(const std::string& id) {
-    gift::v1::LeaveRequest request;
-    request.set_member_id(id);
-    return state_->Leave(request).status();
-  }
-
-  std::vector<gift::v1::TensorInfo> Register(
-      const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors) {
-    gift::v1::RegisterTensorsRequest request;
-    for (const auto& [name, shape] : tensors) {
-      gift::v1::TensorSpec* spec = request.add_tensors();
-      spec->set_name(name);
-      for (int64_t d : shape) spec->add_shape(d);
-      spec->set_dtype(gift::v1::DTYPE_FLOAT32);
-    }
-    auto response = state_->RegisterTensors(request);
-    EXPECT_TRUE(response.ok()) << response.status();
-    if (!response.ok()) return {};
-    return {response->tensors().begin(), response->tensors().end()};
-  }
-
-  gift::v1::TensorBasisState Basis(uint64_t tensor_id) {
-    for (const auto& b : state_->Snapshot()->bases()) {
-      if (b.tensor_id() == tensor_id) return b;
-    }
-    ADD_FAILURE() << "no basis state for tensor " << tensor_id;
-    return {};
-  }
-
-  std::map<std::string, uint32_t> Ranks() {
-    std::map<std::string, uint32_t> ranks;
-    for (const auto& m : state_->Snapshot()->workers()) ranks[m.name()] = m.rank();
-    return ranks;
-  }
-
-  absl::StatusOr<gift::v1::PublishBasisResponse> Publish(const std::string& member_id,
-                                                         const gift::v1::TensorInfo& tensor,
-                                                         uint64_t version, std::string bytes = "") {
-    if (bytes.empty()) {
-      bytes = MakeBasisBytes(tensor.tensor_id(), version, tensor.shape(0), tensor.shape(1));
-    }
-    gift::v1::BasisHeader header;
-    header.set_member_id(member_id);
-    header.set_tensor_id(tensor.tensor_id());
-    header.set_version(version);
-    header.set_rank(2);
-    header.set_size_bytes(bytes.size());
-    header.set_crc32c(crc32c::Value(bytes.data(), bytes.size()));
-    return state_->PublishBasis(header, std::move(bytes));
-  }
-
-  absl::StatusOr<gift::v1::AckBasisResponse> Ack(const std::string& member_id, uint64_t tensor_id,
-                                                 uint64_t version) {
-    gift::v1::AckBasisRequest request;
-    request.set_member_id(member_id);
-    request.set_tensor_id(tensor_id);
-    request.set_version(version);
-    return state_->AckBasis(request);
-  }
-
-  TempDir dir_;
-  FakeClock clock_;
-  ClusterOptions options_;
-  std::unique_ptr<ClusterState> state_;
-};
-
-TEST_F(ClusterStateTest, JoinsBumpTheEpochAndGetDenseRanks) {
+TEST_F(ClusterStateMachineTest, JoinsBumpTheEpochAndGetDenseRanks) {
   EXPECT_EQ(state_->Snapshot()->epoch(), 0u);
   gift::v1::JoinResponse a = Join("a");
   gift::v1::JoinResponse b = Join("b");
@@ -145,7 +44,7 @@ TEST_F(ClusterStateTest, JoinsBumpTheEpochAndGetDenseRanks) {
   EXPECT_NE(a.member_id(), b.member_id());
 }
 
-TEST_F(ClusterStateTest, RejectsBadAndDuplicateJoins) {
+TEST_F(ClusterStateMachineTest, RejectsBadAndDuplicateJoins) {
   Join("a");
   gift::v1::JoinRequest request;
   request.set_name("a");
@@ -159,7 +58,7 @@ TEST_F(ClusterStateTest, RejectsBadAndDuplicateJoins) {
   EXPECT_EQ(state_->Snapshot()->epoch(), 1u);
 }
 
-TEST_F(ClusterStateTest, SurvivorsKeepTheirRanksAndHolesAreRefilled) {
+TEST_F(ClusterStateMachineTest, SurvivorsKeepTheirRanksAndHolesAreRefilled) {
   std::vector<std::string> ids;
   for (const char* name : {"a", "b", "c", "d"}) ids.push_back(Join(name).member_id());
   ASSERT_TRUE(Leave(ids[1]).ok());  // b (rank 1) leaves: d (rank 3) moves into the hole
@@ -173,7 +72,7 @@ TEST_F(ClusterStateTest, SurvivorsKeepTheirRanksAndHolesAreRefilled) {
 
 // Random joins and leaves: ranks stay dense, and a survivor keeps its rank
 // whenever it is below the new member count.
-TEST_F(ClusterStateTest, RanksStayDenseAndStableUnderChurn) {
+TEST_F(ClusterStateMachineTest, RanksStayDenseAndStableUnderChurn) {
   std::mt19937 rng(42);
   std::vector<std::string> live;
   int next_name = 0;
@@ -200,7 +99,7 @@ TEST_F(ClusterStateTest, RanksStayDenseAndStableUnderChurn) {
   }
 }
 
-TEST_F(ClusterStateTest, LeaseExpiryBumpsTheEpochAndReassignsRanksAndOwners) {
+TEST_F(ClusterStateMachineTest, LeaseExpiryBumpsTheEpochAndReassignsRanksAndOwners) {
   const std::string a = Join("a").member_id();
   const std::string b = Join("b").member_id();
   std::vector<gift::v1::TensorInfo> t = Register({{"w0", {64, 64}}, {"w1", {64, 32}}});
@@ -227,7 +126,7 @@ TEST_F(ClusterStateTest, LeaseExpiryBumpsTheEpochAndReassignsRanksAndOwners) {
   EXPECT_EQ(Heartbeat("", 0).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(ClusterStateTest, ShardMapFollowsServersAndRegistrations) {
+TEST_F(ClusterStateMachineTest, ShardMapFollowsServersAndRegistrations) {
   std::vector<gift::v1::TensorInfo> t = Register({{"w", {64, 64}}, {"b", {64}}});
   EXPECT_EQ(state_->Snapshot()->shard_map().chunks_size(), 0);  // no servers yet
   const std::string s0 = Join("s0", gift::v1::MEMBER_ROLE_SERVER).member_id();
@@ -253,7 +152,7 @@ TEST_F(ClusterStateTest, ShardMapFollowsServersAndRegistrations) {
   for (const auto& c : state_->Snapshot()->shard_map().chunks()) EXPECT_EQ(c.server_rank(), 0u);
 }
 
-TEST_F(ClusterStateTest, RegistrationIsIdempotentAndRejectsConflicts) {
+TEST_F(ClusterStateMachineTest, RegistrationIsIdempotentAndRejectsConflicts) {
   std::vector<gift::v1::TensorInfo> first = Register({{"w", {8, 16}}});
   std::vector<gift::v1::TensorInfo> again = Register({{"w", {8, 16}}});
   ASSERT_EQ(first.size(), 1u);
@@ -282,7 +181,7 @@ TEST_F(ClusterStateTest, RegistrationIsIdempotentAndRejectsConflicts) {
   EXPECT_EQ(state_->RegisterTensors(request).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(ClusterStateTest, OwnersAreSpreadByElementCount) {
+TEST_F(ClusterStateMachineTest, OwnersAreSpreadByElementCount) {
   Join("a");
   Join("b");
   // 64*64 = 4096 goes to one worker; the three 32x32 tensors (1024 each) to the other.
@@ -304,7 +203,7 @@ TEST_F(ClusterStateTest, OwnersAreSpreadByElementCount) {
 // The refresh negotiation with a late acknowledgement: the activation step is
 // postponed, never committed before all acks, and never at or below the
 // frozen step.
-TEST_F(ClusterStateTest, LateAckPostponesTheActivation) {
+TEST_F(ClusterStateMachineTest, LateAckPostponesTheActivation) {
   const std::string a = Join("a").member_id();
   const std::string b = Join("b").member_id();
   gift::v1::TensorInfo t = Register({{"w", {8, 16}}})[0];
@@ -361,7 +260,7 @@ TEST_F(ClusterStateTest, LateAckPostponesTheActivation) {
   EXPECT_EQ(basis.versions(0).version(), 1u);
 }
 
-TEST_F(ClusterStateTest, JoinerMustAckAndLeaverNoLongerCounts) {
+TEST_F(ClusterStateMachineTest, JoinerMustAckAndLeaverNoLongerCounts) {
   const std::string a = Join("a").member_id();
   gift::v1::TensorInfo t = Register({{"w", {8, 16}}})[0];
   const std::string c = Join("c").member_id();  // a keeps the ownership
@@ -382,7 +281,7 @@ TEST_F(ClusterStateTest, JoinerMustAckAndLeaverNoLongerCounts) {
   EXPECT_EQ(basis.versions().rbegin()->version(), 2u);
 }
 
-TEST_F(ClusterStateTest, NewerPublicationReplacesThePendingOne) {
+TEST_F(ClusterStateMachineTest, NewerPublicationReplacesThePendingOne) {
   const std::string a = Join("a").member_id();
   const std::string b = Join("b").member_id();
   gift::v1::TensorInfo t = Register({{"w", {8, 16}}})[0];
@@ -404,7 +303,7 @@ TEST_F(ClusterStateTest, NewerPublicationReplacesThePendingOne) {
   EXPECT_EQ(data->header.crc32c(), crc32c::Value(data->bytes->data(), data->bytes->size()));
 }
 
-TEST_F(ClusterStateTest, PublishRejectsBadRequestsWithTheDocumentedCodes) {
+TEST_F(ClusterStateMachineTest, PublishRejectsBadRequestsWithTheDocumentedCodes) {
   const std::string a = Join("a").member_id();
   const std::string b = Join("b").member_id();
   std::vector<gift::v1::TensorInfo> ts = Register({{"w", {8, 16}}, {"x", {4, 4}}});
@@ -443,7 +342,7 @@ TEST_F(ClusterStateTest, PublishRejectsBadRequestsWithTheDocumentedCodes) {
   EXPECT_EQ(Ack(other, t.tensor_id(), 4).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(ClusterStateTest, DirectVersionSwitchesATensorBackWithoutBytes) {
+TEST_F(ClusterStateMachineTest, DirectVersionSwitchesATensorBackWithoutBytes) {
   const std::string a = Join("a").member_id();
   gift::v1::TensorInfo t = Register({{"w", {8, 16}}})[0];
   gift::v1::BasisHeader header;
@@ -459,7 +358,7 @@ TEST_F(ClusterStateTest, DirectVersionSwitchesATensorBackWithoutBytes) {
   EXPECT_EQ(basis.versions(1).activation_step(), published->tentative_activation_step());
 }
 
-TEST_F(ClusterStateTest, SetRankIsANewNegotiatedVersion) {
+TEST_F(ClusterStateMachineTest, SetRankIsANewNegotiatedVersion) {
   const std::string a = Join("a").member_id();
   std::vector<gift::v1::TensorInfo> ts =
       Register({{"layers.0.mlp", {8, 16}}, {"layers.0.attn", {8, 16}}});
@@ -494,7 +393,7 @@ TEST_F(ClusterStateTest, SetRankIsANewNegotiatedVersion) {
   EXPECT_EQ(Basis(ts[1].tensor_id()).refresh_requests(), 1u);
 }
 
-TEST_F(ClusterStateTest, PolicyIsValidatedAndVersioned) {
+TEST_F(ClusterStateMachineTest, PolicyIsValidatedAndVersioned) {
   const gift::v1::Policy initial = state_->GetPolicy();
   EXPECT_EQ(initial.version(), 1u);
   EXPECT_EQ(initial.transform().rank(), 64u);
@@ -516,7 +415,7 @@ TEST_F(ClusterStateTest, PolicyIsValidatedAndVersioned) {
   EXPECT_EQ(state_->GetPolicy().version(), 2u);
 }
 
-TEST_F(ClusterStateTest, DrainKeepsTheEpochUntilTheMemberLeaves) {
+TEST_F(ClusterStateMachineTest, DrainKeepsTheEpochUntilTheMemberLeaves) {
   const std::string a = Join("a").member_id();
   Join("b");
   const uint64_t epoch = state_->Snapshot()->epoch();
@@ -538,7 +437,7 @@ TEST_F(ClusterStateTest, DrainKeepsTheEpochUntilTheMemberLeaves) {
   EXPECT_EQ(state_->Drain(request).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(ClusterStateTest, StatusNamesTheSlowestWorkers) {
+TEST_F(ClusterStateMachineTest, StatusNamesTheSlowestWorkers) {
   const std::string a = Join("a").member_id();
   const std::string b = Join("b").member_id();
   ASSERT_TRUE(Heartbeat(a, 7).ok());
@@ -550,7 +449,7 @@ TEST_F(ClusterStateTest, StatusNamesTheSlowestWorkers) {
   EXPECT_EQ(status->now_unix_ms(), absl::ToUnixMillis(clock_.Now()));
 }
 
-TEST_F(ClusterStateTest, RestartResumesEverything) {
+TEST_F(ClusterStateMachineTest, RestartResumesEverything) {
   const std::string a = Join("a").member_id();
   Join("s", gift::v1::MEMBER_ROLE_SERVER);
   gift::v1::TensorInfo t = Register({{"w", {8, 16}}})[0];
@@ -589,7 +488,7 @@ TEST_F(ClusterStateTest, RestartResumesEverything) {
   EXPECT_NE(Join("s").member_id(), before->servers(0).member_id());
 }
 
-TEST_F(ClusterStateTest, ChangeCallbackRunsOncePerNewRevision) {
+TEST_F(ClusterStateMachineTest, ChangeCallbackRunsOncePerNewRevision) {
   int calls = 0;
   state_->SetChangeCallback([&] { ++calls; });
   Join("a");

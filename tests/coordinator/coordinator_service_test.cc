@@ -36,7 +36,7 @@ class CoordinatorServiceTest : public ::testing::Test {
     options.max_basis_bytes = 4 << 20;
     auto store = StateStore::Open(dir_.File("state.db"));
     ASSERT_TRUE(store.ok()) << store.status();
-    auto state = ClusterState::Create(options, *std::move(store), &clock_);
+    auto state = ClusterStateMachine::Create(options, *std::move(store), &clock_);
     ASSERT_TRUE(state.ok()) << state.status();
     state_ = *std::move(state);
     service_ = std::make_unique<CoordinatorService>(state_.get(), "test-version");
@@ -155,7 +155,7 @@ class CoordinatorServiceTest : public ::testing::Test {
 
   TempDir dir_;
   FakeClock clock_;
-  std::unique_ptr<ClusterState> state_;
+  std::unique_ptr<ClusterStateMachine> state_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;

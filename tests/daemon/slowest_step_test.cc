@@ -20,7 +20,7 @@ class SlowestStepTest : public ::testing::Test {
     EXPECT_TRUE(store.ok()) << store.status();
     ClusterOptions options;
     options.lease_ttl = absl::Hours(1);  // the fake clock moves; leases stay
-    auto state = ClusterState::Create(options, *std::move(store), &clock_);
+    auto state = ClusterStateMachine::Create(options, *std::move(store), &clock_);
     EXPECT_TRUE(state.ok()) << state.status();
     state_ = *std::move(state);
   }
@@ -50,7 +50,7 @@ class SlowestStepTest : public ::testing::Test {
 
   testing::TempDir dir_;
   testing::FakeClock clock_;
-  std::unique_ptr<ClusterState> state_;
+  std::unique_ptr<ClusterStateMachine> state_;
 };
 
 TEST_F(SlowestStepTest, WaitCountsFromTheFirstReportPastTheSlowestStep) {

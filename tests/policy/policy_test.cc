@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
 #include <vector>
 
 namespace gift::policy {
@@ -87,6 +89,38 @@ TEST(PolicyValidateTest, NamesTheFieldAndValue) {
          o->set_glob("*");
          o->set_period_steps(0);
        }},
+      // Red-team cases: accepted before, they stalled the basis owner.
+      {"transform.rank = 99999999",
+       [](gift::v1::Policy* p) { p->mutable_transform()->set_rank(99999999); }},
+      {"transform.powers[0] = 1e+300",
+       [](gift::v1::Policy* p) {
+         p->mutable_transform()->clear_powers();
+         p->mutable_transform()->add_powers(1e300);
+       }},
+      {"transform.powers[2] = 1.5",
+       [](gift::v1::Policy* p) { p->mutable_transform()->add_powers(1.5); }},
+      {"transform.powers[2] = nan",
+       [](gift::v1::Policy* p) { p->mutable_transform()->add_powers(std::nan("")); }},
+      {"overrides[0].powers[0] = inf",
+       [](gift::v1::Policy* p) {
+         auto* o = p->add_overrides();
+         o->set_glob("*");
+         o->add_powers(INFINITY);
+       }},
+      {"overrides[0].rank = 70000",
+       [](gift::v1::Policy* p) {
+         auto* o = p->add_overrides();
+         o->set_glob("*");
+         o->set_rank(70000);
+       }},
+      {"refresh.period_steps = 4294967295",
+       [](gift::v1::Policy* p) { p->mutable_refresh()->set_period_steps(4294967295u); }},
+      {"refresh.activation_lead_steps = 2000000",
+       [](gift::v1::Policy* p) { p->mutable_refresh()->set_activation_lead_steps(2000000); }},
+      {"selection.exclude[0] = a\\nb",
+       [](gift::v1::Policy* p) { p->mutable_selection()->add_exclude("a\nb"); }},
+      {"selection.margin = nan",
+       [](gift::v1::Policy* p) { p->mutable_selection()->set_margin(std::nan("")); }},
   };
   for (const BadCase& c : cases) {
     gift::v1::Policy p = Defaults();
@@ -95,6 +129,50 @@ TEST(PolicyValidateTest, NamesTheFieldAndValue) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_THAT(s.message(), HasSubstr(c.field));
   }
+}
+
+TEST(PolicyValidateTest, BoundaryValuesPass) {
+  gift::v1::Policy p = Defaults();
+  p.mutable_transform()->set_rank(kMaxRank);
+  p.mutable_transform()->clear_powers();
+  p.mutable_transform()->add_powers(1.0);
+  p.mutable_transform()->add_powers(1e-9);
+  p.mutable_refresh()->set_period_steps(kMaxSteps);
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+}
+
+TEST(PolicyValidateTest, RanksAgainstTensors) {
+  const std::vector<int64_t> mlp = {8, 16}, attn = {32, 48}, bias = {4096};
+  const std::vector<NamedShape> tensors = {
+      {"layers.0.mlp", mlp}, {"layers.0.attn", attn}, {"layers.0.bias", bias}};
+  gift::v1::Policy p = Defaults();
+  EXPECT_TRUE(ValidateRanksForTensors(p, tensors).ok());  // the default 64 is clamped
+  p.mutable_transform()->set_rank(48);
+  EXPECT_TRUE(ValidateRanksForTensors(p, tensors).ok());
+  p.mutable_transform()->set_rank(49);
+  absl::Status s = ValidateRanksForTensors(p, tensors);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("transform.rank = 49"));
+  EXPECT_THAT(s.message(), HasSubstr("48, tensor 'layers.0.attn' [32, 48]"));
+  // The side decides the dimension: only the output side (32) of attn.
+  p.mutable_transform()->set_sides(gift::v1::SIDES_OUTPUT);
+  p.mutable_transform()->set_rank(33);
+  EXPECT_FALSE(ValidateRanksForTensors(p, tensors).ok());
+  p.mutable_transform()->set_rank(32);
+  EXPECT_TRUE(ValidateRanksForTensors(p, tensors).ok());
+
+  gift::v1::Policy q = Defaults();
+  auto* o = q.add_overrides();
+  o->set_glob("*.mlp");
+  o->set_rank(17);
+  s = ValidateRanksForTensors(q, tensors);
+  EXPECT_THAT(s.message(), HasSubstr("overrides[0].rank = 17"));
+  o->set_rank(16);
+  EXPECT_TRUE(ValidateRanksForTensors(q, tensors).ok());
+  o->set_glob("nothing.*");  // applies to no known tensor
+  o->set_rank(1000);
+  EXPECT_TRUE(ValidateRanksForTensors(q, tensors).ok());
+  EXPECT_FALSE(ValidateRanksForTensors(q, {{"nothing.w", mlp}}).ok());
 }
 
 TEST(GlobTest, Matches) {
