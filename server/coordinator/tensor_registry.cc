@@ -7,20 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/tensor_shape.h"
 
 namespace gift::coordinator {
-namespace {
-
-// Largest element count a tensor may have (2^48: far above any real tensor,
-// far below overflow of byte counts).
-constexpr uint64_t kMaxTensorElements = uint64_t{1} << 48;
-
-}  // namespace
-
-std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 void TensorRegistry::Reset(std::vector<gift::v1::TensorInfo> tensors) {
   tensors_.clear();
   tensor_ids_.clear();
@@ -48,16 +37,9 @@ absl::StatusOr<std::vector<const gift::v1::TensorSpec*>> TensorRegistry::Check(
     if (spec.shape().empty()) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name(), "' has no shape"));
     }
-    uint64_t elements = 1;
-    for (int64_t d : spec.shape()) {
-      if (d < 1 || static_cast<uint64_t>(d) > kMaxTensorElements ||
-          elements * static_cast<uint64_t>(d) > kMaxTensorElements) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name(), "' shape ",
-                                                       ShapeString(spec.shape()),
-                                                       ": dimensions must be >= 1 and the "
-                                                       "element count at most 2^48"));
-      }
-      elements *= static_cast<uint64_t>(d);
+    if (absl::StatusOr<uint64_t> elements = TensorElements(spec.shape()); !elements.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", spec.name(), "': ", elements.status().message()));
     }
     if (spec.dtype() == gift::v1::DTYPE_UNSPECIFIED || !gift::v1::DType_IsValid(spec.dtype())) {
       return absl::InvalidArgumentError(

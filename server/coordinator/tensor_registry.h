@@ -25,12 +25,12 @@
 #include "common/policy/policy.h"
 #include "gift/v1/cluster.pb.h"
 #include "gift/v1/coordinator.pb.h"
+#include "common/base/tensor_shape.h"
 #include "server/coordinator/state_store.h"
 
 namespace gift::coordinator {
 
-// "[d0, d1, ...]".
-std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape);
+using ::gift::ShapeString;  // "[d0, d1, ...]" (common/base/tensor_shape.h)
 
 class TensorRegistry {
  public:
@@ -44,7 +44,7 @@ class TensorRegistry {
   const gift::v1::TensorInfo* FindByName(absl::string_view name) const;
 
   // Checks every spec of a request (name, shape: dimensions >= 1 and at most
-  // 2^48 elements, dtype, no conflict with a registered tensor or within the
+  // 2^40 elements (common/base/tensor_shape.h), dtype, no conflict with a registered tensor or within the
   // request): InvalidArgument or AlreadyExists naming the tensor. Returns the
   // specs of names not registered yet, each once (pointers into `request`).
   absl::StatusOr<std::vector<const gift::v1::TensorSpec*>> Check(
