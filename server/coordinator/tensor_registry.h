@@ -22,10 +22,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/base/tensor_shape.h"
 #include "common/policy/policy.h"
 #include "gift/v1/cluster.pb.h"
 #include "gift/v1/coordinator.pb.h"
-#include "common/base/tensor_shape.h"
 #include "server/coordinator/state_store.h"
 
 namespace gift::coordinator {
@@ -44,9 +44,9 @@ class TensorRegistry {
   const gift::v1::TensorInfo* FindByName(absl::string_view name) const;
 
   // Checks every spec of a request (name, shape: dimensions >= 1 and at most
-  // 2^40 elements (common/base/tensor_shape.h), dtype, no conflict with a registered tensor or within the
-  // request): InvalidArgument or AlreadyExists naming the tensor. Returns the
-  // specs of names not registered yet, each once (pointers into `request`).
+  // 2^40 elements (common/base/tensor_shape.h), dtype, no conflict with a registered tensor or
+  // within the request): InvalidArgument or AlreadyExists naming the tensor. Returns the specs of
+  // names not registered yet, each once (pointers into `request`).
   absl::StatusOr<std::vector<const gift::v1::TensorSpec*>> Check(
       const gift::v1::RegisterTensorsRequest& request) const;
   // Registers a checked spec of a new name under `tensor_id`.
