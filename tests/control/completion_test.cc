@@ -117,7 +117,7 @@ TEST_F(CompletionTest, OffersFilesForFileOptionsAndNothingForOtherValues) {
 
 TEST_F(CompletionTest, GiftctlPrintsAWorkingScriptOfItsOwnCommands) {
   std::ostringstream out, err;
-  ASSERT_EQ(Run({"giftctl", "completion", "bash"}, "127.0.0.1:1", out, err), 0) << err.str();
+  ASSERT_EQ(giftctl::Run({"giftctl", "completion", "bash"}, "127.0.0.1:1", out, err), 0) << err.str();
   const std::string script = testing::TempDir() + "/giftctl.bash";
   std::ofstream(script) << out.str();
   EXPECT_EQ(CompleteWith(script, "_giftctl", {"giftctl", "pol"}),
@@ -127,7 +127,7 @@ TEST_F(CompletionTest, GiftctlPrintsAWorkingScriptOfItsOwnCommands) {
   EXPECT_EQ(CompleteWith(script, "_giftctl", {"giftctl", "--timeout", "2s", "dr"}),
             std::vector<std::string>{"drain"});
   std::ostringstream out2, err2;
-  EXPECT_EQ(Run({"giftctl", "completion", "zsh"}, "127.0.0.1:1", out2, err2), 64);
+  EXPECT_EQ(giftctl::Run({"giftctl", "completion", "zsh"}, "127.0.0.1:1", out2, err2), 64);
 }
 
 }  // namespace
