@@ -3,21 +3,28 @@
 #   make demo    install what is missing, build, run the main job
 #   make test    install what is missing, build, run every test (ctest)
 #
+#   make fuzz    build the libFuzzer fuzzers with clang (build-fuzz) and run
+#                each for FUZZ_SECONDS over its seed corpus (docs/fuzzing.md)
+#
 # Variables: BUILD_DIR (build), BUILD_TYPE (Release), CMAKE_FLAGS, JOBS,
-# ARGS (passed to the demo, e.g. make demo ARGS=--quick).
+# ARGS (passed to the demo, e.g. make demo ARGS=--quick), FUZZ_SECONDS (60
+# per fuzzer), FUZZERS (all; or e.g. FUZZERS="payload_fuzzer npy_fuzzer").
 
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 ARGS ?=
+FUZZ_BUILD_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZERS ?=
 
-.PHONY: all deps configure build test demo asan format clean help install
+.PHONY: all deps configure build test demo asan fuzz format clean help install
 
 all: build
 
 help:
-	@sed -n '1,10p' Makefile
+	@sed -n '1,11p' Makefile
 
 deps:
 	@scripts/install-deps.sh
@@ -43,8 +50,18 @@ install: build
 asan:
 	$(MAKE) test BUILD_DIR=build-asan BUILD_TYPE=Debug CMAKE_FLAGS="-DGIFT_SANITIZE=ON -DGIFT_ENABLE_CUDA=OFF"
 
+# libFuzzer + ASan + UBSan fuzzers (tests/fuzz), clang only, in their own build
+# directory; only the libraries the fuzzers need are built. Fails on any crash
+# (inputs under $(FUZZ_BUILD_DIR)/fuzz-artifacts).
+fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DCMAKE_C_FLAGS_RELEASE=-O1 -DGIFT_FUZZ=ON \
+	  -DGIFT_ENABLE_CUDA=OFF -DGIFT_BUILD_TESTS=OFF $(CMAKE_FLAGS)
+	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzzers
+	tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS) $(FUZZERS)
+
 format:
 	git ls-files '*.h' '*.cc' '*.cu' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR) build-asan
+	rm -rf $(BUILD_DIR) build-asan $(FUZZ_BUILD_DIR)

@@ -19,6 +19,8 @@ PACKAGES=(
   libopenblas-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # make fuzz: clang with libFuzzer and the sanitizer runtimes (tests/fuzz)
+  clang libclang-rt-14-dev
   # command lines, config, maths, state, metrics, service manager
   libcli11-dev nlohmann-json3-dev libeigen3-dev libsqlite3-dev sqlite3
   prometheus-cpp-dev libsystemd-dev

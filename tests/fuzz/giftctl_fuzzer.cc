@@ -1,0 +1,55 @@
+// Fuzzes giftctl's command line (tools/giftctl/giftctl.h Run), above all the
+// `policy set` flags and their parsing into a PolicyEdit
+// (tools/giftctl/policy_edit.h: the enum names, codec specs, ranges,
+// ValidatePolicyEdit, ApplyPolicyEdit), against an in-process coordinator on
+// a Unix socket, so that a command that parses really runs: GetPolicy,
+// ApplyPolicyEdit, SetPolicy (which validates the result), and the printing
+// of every other command. Input: the words after "giftctl", one per line.
+// Run never throws and returns one of its exit codes.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "tests/fuzz/fuzz_input.h"
+#include "tests/fuzz/inproc_coordinator.h"
+#include "tools/giftctl/giftctl.h"
+
+namespace {
+constexpr size_t kMaxWords = 64;
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static gift::fuzz::InprocCoordinator* coordinator =
+      new gift::fuzz::InprocCoordinator({.listen_on_unix_socket = true});
+  std::vector<std::string> args = {"giftctl"};
+  const absl::string_view input(reinterpret_cast<const char*>(data), size);
+  for (absl::string_view word : absl::StrSplit(input, '\n')) {
+    // The coordinator is this process's; a fuzzed address could dial out.
+    if (absl::StartsWith(word, "--coordinator")) continue;
+    args.emplace_back(word);
+    if (args.size() > kMaxWords) return 0;
+  }
+  std::ostringstream out, err;
+  const int code = gift::giftctl::Run(args, coordinator->address(), out, err);
+  switch (code) {
+    case gift::giftctl::kExitOk:
+    case gift::giftctl::kExitError:
+    case gift::giftctl::kExitUsage:
+    case gift::giftctl::kExitTempFail:
+      break;
+    case gift::giftctl::kExitUnavailable:
+      // Only a deadline the input chose makes the in-process coordinator
+      // unreachable; anything else is a broken call path.
+      if (input.find("--timeout") == absl::string_view::npos) {
+        std::fprintf(stderr, "%s", err.str().c_str());
+        gift::fuzz::Fail("giftctl could not reach the in-process coordinator");
+      }
+      break;
+    default:
+      std::fprintf(stderr, "exit %d: %s", code, err.str().c_str());
+      gift::fuzz::Fail("giftctl returned an exit code outside its contract");
+  }
+  return 0;
+}
