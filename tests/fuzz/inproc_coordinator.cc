@@ -39,7 +39,7 @@ InprocCoordinator::InprocCoordinator(const InprocCoordinatorOptions& options) {
   dir_ = pattern;
   auto store = coordinator::StateStore::Open(dir_ + "/state.db");
   if (!store.ok()) Die(store.status().ToString());
-  auto state = coordinator::ClusterState::Create(options.cluster, *std::move(store), &clock_);
+  auto state = coordinator::ClusterStateMachine::Create(options.cluster, *std::move(store), &clock_);
   if (!state.ok()) Die(state.status().ToString());
   state_ = *std::move(state);
   service_ = std::make_unique<coordinator::CoordinatorService>(state_.get(), "fuzz");

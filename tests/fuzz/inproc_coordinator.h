@@ -52,14 +52,14 @@ class InprocCoordinator {
   gift::v1::Coordinator::Stub* stub() const { return stub_.get(); }
   // "unix:/..." when listening on a socket, else empty.
   const std::string& address() const { return address_; }
-  coordinator::ClusterState* state() const { return state_.get(); }
+  coordinator::ClusterStateMachine* state() const { return state_.get(); }
   ManualClock* clock() { return &clock_; }
 
  private:
   std::string dir_;
   std::string address_;
   ManualClock clock_;
-  std::unique_ptr<coordinator::ClusterState> state_;
+  std::unique_ptr<coordinator::ClusterStateMachine> state_;
   std::unique_ptr<coordinator::CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -6,17 +6,16 @@
 // process: the coordinator (inproc_coordinator.h), one aggregator shard with
 // its daemon and member session, and the worker's push-pull engine, all on
 // the in-process transport; so a request that is valid runs a real step.
-// Two shared-memory objects exist for the requests to name:
-// /gift-fuzz-worker-a and /gift-fuzz-worker-b (kShmBytes each; the fuzzer
-// maps these names to objects of its own process, so that runs in parallel
-// do not share them). Every call
+// Two sealed memfds (kShmBytes each) are handed to the worker's buffer
+// socket at start; a request naming shm_name /gift-fuzz-worker-a or
+// /gift-fuzz-worker-b is given the handle of the first or second instead
+// (the seeds use those names), any other shm_name is left for the worker to
+// refuse. Every call
 // must return a status (never crash); GetWorkerInfo always succeeds.
 //
 // The daemon keeps its state across inputs (the buffers registered, the last
 // step), as a long-running worker does: a crash may need the inputs before
 // it (libFuzzer keeps them; see docs/fuzzing.md).
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -32,6 +31,7 @@
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/fuzz_inputs.pb.h"
 #include "tests/fuzz/inproc_coordinator.h"
+#include "worker/client/buffer_handoff.h"
 #include "worker/push_pull_engine.h"
 #include "worker/worker_daemon.h"
 #include "worker/worker_grpc_service.h"
@@ -44,22 +44,12 @@ constexpr size_t kShmBytes = 64 << 10;
 constexpr const char* kShmNames[] = {"/gift-fuzz-worker-a", "/gift-fuzz-worker-b"};
 constexpr int kMaxCalls = 16;
 
-// The object behind a name of kShmNames in this process.
-std::string ProcessShmName(int i) { return absl::StrCat(kShmNames[i], "-", getpid()); }
-
-void MakeShm(const std::string& name) {
-  const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
-  if (fd < 0 || ftruncate(fd, kShmBytes) != 0) gift::fuzz::Fail("cannot create the shm objects");
-  close(fd);
-}
-
-void RemoveShm() {
-  for (int i = 0; i < 2; ++i) shm_unlink(ProcessShmName(i).c_str());
-}
+// The worker's handles of the two sealed memfds, set once by Cluster().
+std::string handles[2];
 
 void MapShmName(gift::v1::SharedBuffer* b) {
   for (int i = 0; i < 2; ++i) {
-    if (b->has_shm_name() && b->shm_name() == kShmNames[i]) b->set_shm_name(ProcessShmName(i));
+    if (b->has_shm_name() && b->shm_name() == kShmNames[i]) b->set_handle(handles[i]);
   }
 }
 
@@ -74,10 +64,10 @@ struct Cluster {
   std::unique_ptr<gift::control::MemberSession> worker_session;
   std::unique_ptr<gift::worker::WorkerDaemon> worker;
   std::unique_ptr<gift::worker::WorkerGrpcService> service;
+  gift::client::SealedRegion regions[2];
+  std::unique_ptr<gift::client::BufferChannel> channel;
 
   Cluster() {
-    for (int i = 0; i < 2; ++i) MakeShm(ProcessShmName(i));
-    std::atexit(RemoveShm);
     auto factory = [this](gift::transport::TransportHandlers h) {
       return gift::transport::CreateInprocTransport(&hub, std::move(h));
     };
@@ -105,6 +95,21 @@ struct Cluster {
         *std::move(engine), worker_session.get(),
         gift::worker::WorkerDaemonOptions{.step_timeout = absl::Seconds(5)});
     service = std::make_unique<gift::worker::WorkerGrpcService>(worker.get());
+
+    const std::string socket = absl::StrCat("/tmp/gift-fuzz-worker-", getpid(), ".buffers");
+    unlink(socket.c_str());
+    if (!worker->ServeBuffers(socket).ok()) gift::fuzz::Fail("buffer socket");
+    auto connected = gift::client::BufferChannel::Connect(socket);
+    if (!connected.ok()) gift::fuzz::Fail("buffer channel");
+    channel = *std::move(connected);
+    for (int i = 0; i < 2; ++i) {
+      auto region = gift::client::SealedRegion::Create(kShmBytes);
+      if (!region.ok()) gift::fuzz::Fail("sealed region");
+      regions[i] = *std::move(region);
+      auto handle = channel->Hand(regions[i].fd());
+      if (!handle.ok()) gift::fuzz::Fail("handing a region to the worker");
+      handles[i] = *handle;
+    }
   }
 };
 
