@@ -65,14 +65,7 @@ class ClusterStateMachineTest : public ::testing::Test {
 
   std::vector<gift::v1::TensorInfo> Register(
       const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors) {
-    gift::v1::RegisterTensorsRequest request;
-    for (const auto& [name, shape] : tensors) {
-      gift::v1::TensorSpec* spec = request.add_tensors();
-      spec->set_name(name);
-      for (int64_t d : shape) spec->add_shape(d);
-      spec->set_dtype(gift::v1::DTYPE_FLOAT32);
-    }
-    auto response = state_->RegisterTensors(request);
+    auto response = state_->RegisterTensors(testing::MakeRegisterRequest(tensors));
     EXPECT_TRUE(response.ok()) << response.status();
     if (!response.ok()) return {};
     return {response->tensors().begin(), response->tensors().end()};

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/coordinator/test_util.h"
+
 namespace gift::coordinator {
 namespace {
 
@@ -14,14 +16,7 @@ using ::testing::HasSubstr;
 
 gift::v1::RegisterTensorsRequest Request(
     const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors) {
-  gift::v1::RegisterTensorsRequest request;
-  for (const auto& [name, shape] : tensors) {
-    gift::v1::TensorSpec* spec = request.add_tensors();
-    spec->set_name(name);
-    for (int64_t d : shape) spec->add_shape(d);
-    spec->set_dtype(gift::v1::DTYPE_FLOAT32);
-  }
-  return request;
+  return testing::MakeRegisterRequest(tensors);
 }
 
 TEST(TensorRegistryTest, ChecksAndRegistersNewNamesOnce) {

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/temp_dir.h"
 #include "common/transform/basis_serialization.h"
 #include "server/coordinator/cluster_state.h"
 
@@ -34,20 +36,33 @@ class FakeClock : public Clock {
   absl::Time now_ = absl::FromUnixSeconds(1'800'000'000);
 };
 
-// A fresh directory under TEST_TMPDIR (or /tmp), removed on destruction.
+// A fresh directory under TEST_TMPDIR (or $TMPDIR, /tmp), removed on
+// destruction (common/base/temp_dir.h; a test that cannot make one fails).
 class TempDir {
  public:
-  TempDir() {
-    const char* base = std::getenv("TEST_TMPDIR");
-    std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/gift-coord-XXXXXX";
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
+  TempDir() : dir_(gift::TempDir::Create("gift-coord", BaseDir()).value()) {}
+  std::string File(const std::string& name) const { return dir_.File(name); }
 
  private:
-  std::string path_;
+  static std::string BaseDir() {
+    const char* base = std::getenv("TEST_TMPDIR");
+    return base != nullptr ? base : "";
+  }
+  gift::TempDir dir_;
 };
+
+// A RegisterTensors request of FP32 tensors (name, shape).
+inline gift::v1::RegisterTensorsRequest MakeRegisterRequest(
+    const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors) {
+  gift::v1::RegisterTensorsRequest request;
+  for (const auto& [name, shape] : tensors) {
+    gift::v1::TensorSpec* spec = request.add_tensors();
+    spec->set_name(name);
+    for (int64_t d : shape) spec->add_shape(d);
+    spec->set_dtype(gift::v1::DTYPE_FLOAT32);
+  }
+  return request;
+}
 
 // The bytes of a valid basis for a d_out x d_in tensor (input side, rank 2).
 inline std::string MakeBasisBytes(uint64_t tensor_id, uint64_t version, int64_t d_out, int64_t d_in,
