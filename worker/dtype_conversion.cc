@@ -6,6 +6,8 @@
 #include <immintrin.h>
 #endif
 
+#include "common/base/cpu_features.h"
+
 namespace gift::worker {
 namespace {
 
@@ -82,10 +84,7 @@ __attribute__((target("avx,f16c"))) void F32ToF16F16c(const float* src, uint16_t
   for (; i < n; ++i) dst[i] = ToF16(src[i]);
 }
 
-bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-  return has;
-}
+bool HasF16c() { return CpuHasAvxF16c(); }
 #endif
 
 }  // namespace

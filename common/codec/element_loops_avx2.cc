@@ -8,11 +8,11 @@
 // all formats. Runs whose scale blocks are not a multiple of 8 elements,
 // and stochastic runs whose first flat index is not a multiple of 4, use the
 // portable loops.
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstring>
 
+#include "common/base/cpu_features.h"
 #include "common/codec/element_loops.h"
 
 namespace gift::codec::internal {
@@ -539,11 +539,7 @@ void Dequantize(Format format, const uint8_t* codes, size_t n, size_t block, con
   const __m256 s0 = _mm256_set1_ps(scale[0]);
   // FP8 codes through vcvtph2ps where the CPU has it (fewer operations per
   // element); the integer decode below handles the rest.
-  // CPUID leaf 1, ECX bit 29 (clang 14 has no "f16c" in __builtin_cpu_supports).
-  static const bool has_f16c = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
-  }();
+  static const bool has_f16c = CpuHasAvxF16c();
   size_t k = 0;
   if (has_f16c && (format == Format::kE4M3 || format == Format::kE5M2)) {
     k = DequantizeFp8F16c(format, codes, n, block, scale, out, accumulate);
