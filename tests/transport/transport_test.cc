@@ -100,17 +100,21 @@ std::string KindName(Kind kind) {
 
 class TransportTest : public ::testing::TestWithParam<Kind> {
  protected:
-  std::unique_ptr<Transport> Make(Inbox* inbox) {
+  std::unique_ptr<Transport> Make(Inbox* inbox) { return Make(inbox->Handlers()); }
+
+  // A transport of the test's kind with these handlers (nullptr, and a test
+  // failure, when it cannot be created).
+  std::unique_ptr<Transport> Make(TransportHandlers handlers) {
     absl::StatusOr<std::unique_ptr<Transport>> t;
     switch (GetParam()) {
       case Kind::kInproc:
-        t = CreateInprocTransport(&hub_, inbox->Handlers());
+        t = CreateInprocTransport(&hub_, std::move(handlers));
         break;
       case Kind::kUcx:
-        t = CreateUcxTransport(inbox->Handlers());
+        t = CreateUcxTransport(std::move(handlers));
         break;
       case Kind::kUcxTcp:
-        t = CreateUcxTransport(inbox->Handlers(), {.tls = "tcp"});
+        t = CreateUcxTransport(std::move(handlers), {.tls = "tcp"});
         break;
     }
     EXPECT_TRUE(t.ok()) << t.status();
@@ -183,17 +187,7 @@ TEST_P(TransportTest, PlacesPayloadsInTheReceiversBuffersAndSendsFromRegisteredM
   };
   auto a = Make(&inbox_a);
   std::unique_ptr<Transport> b;
-  switch (GetParam()) {
-    case Kind::kInproc:
-      b = *CreateInprocTransport(&hub_, handlers);
-      break;
-    case Kind::kUcx:
-      b = *CreateUcxTransport(handlers);
-      break;
-    case Kind::kUcxTcp:
-      b = *CreateUcxTransport(handlers, {.tls = "tcp"});
-      break;
-  }
+  b = Make(handlers);
   ASSERT_TRUE(a && b);
   std::vector<uint8_t> source = Pattern(sizes.back(), 5);
   auto source_region = a->RegisterMemory(absl::MakeSpan(source));
@@ -253,17 +247,7 @@ TEST_P(TransportTest, MemoryIsRegisteredAndUnregisteredFromCallbacks) {
     if (ok) region->reset();  // unregisters on the progress thread
     done.Notify();
   }};
-  switch (GetParam()) {
-    case Kind::kInproc:
-      b = *CreateInprocTransport(&hub_, handlers);
-      break;
-    case Kind::kUcx:
-      b = *CreateUcxTransport(handlers);
-      break;
-    case Kind::kUcxTcp:
-      b = *CreateUcxTransport(handlers, {.tls = "tcp"});
-      break;
-  }
+  b = Make(handlers);
   auto a = Make(&inbox_a);
   ASSERT_TRUE(a && b);
   auto peer = a->Connect(b->address());
