@@ -69,6 +69,11 @@ std::string DefaultName() {
 }
 
 int Main(int argc, char** argv) {
+  // First, before anything can start a thread (gRPC starts its executor and
+  // timer threads when the first credentials are made): threads inherit the
+  // mask, and one that leaves SIGTERM unblocked lets it kill the process
+  // (exit 143) instead of starting the drain.
+  daemon::SignalWaiter signals;
   CLI::App app(
       "gift-worker: the GIFT-PS worker daemon of one GPU (transforms, quantizes and averages the "
       "training process's gradients through the aggregator servers).");
@@ -125,7 +130,6 @@ int Main(int argc, char** argv) {
   if (!credentials.ok()) return daemon::UsageError("gift-worker", credentials.status().message());
 
   logging::SetDaemonName("gift-worker");
-  daemon::SignalWaiter signals;
 
   auto metrics =
       daemon::MetricsServer::StartForDaemon(metrics_listen, app.count("--metrics-listen") > 0);

@@ -3,18 +3,38 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <ctime>
 
 #include "absl/time/clock.h"
 
 namespace gift::daemon {
+namespace {
+
+// The thread that waits for the signals (the SignalWaiter's creator).
+std::atomic<pthread_t> waiter_thread{};
+
+// Runs only in a thread that does not block the signals: one a shared
+// library started before main (OpenBLAS starts its pool from its
+// constructor). Hands the signal to the waiting thread, where it stays
+// pending until Wait/WaitFor takes it. pthread_kill is async-signal-safe.
+void ForwardToWaiter(int signal) { pthread_kill(waiter_thread.load(), signal); }
+
+}  // namespace
 
 SignalWaiter::SignalWaiter() {
   sigemptyset(&signals_);
   sigaddset(&signals_, SIGTERM);
   sigaddset(&signals_, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
+  waiter_thread.store(pthread_self());
+  struct sigaction forward = {};
+  forward.sa_handler = ForwardToWaiter;
+  forward.sa_flags = SA_RESTART;
+  sigfillset(&forward.sa_mask);
+  sigaction(SIGTERM, &forward, nullptr);
+  sigaction(SIGINT, &forward, nullptr);
 }
 
 int SignalWaiter::Wait() {

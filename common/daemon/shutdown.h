@@ -11,8 +11,12 @@
 //
 // Ownership: a SignalWaiter owns nothing; it blocks SIGTERM and SIGINT in the
 // creating thread (threads started later inherit the mask) and leaves them
-// blocked when destroyed. Thread safety: Wait/WaitFor from one thread at a
-// time; each signal is returned once.
+// blocked when destroyed. Threads that already run with them unblocked (a
+// shared library's pool started before main, e.g. OpenBLAS's) get a handler
+// that forwards the signal to the creating thread, so a signal never kills
+// the process by its default action. One SignalWaiter per process. Thread
+// safety: Wait/WaitFor only from the creating thread; each signal is
+// returned once.
 #ifndef GIFT_COMMON_DAEMON_SHUTDOWN_H_
 #define GIFT_COMMON_DAEMON_SHUTDOWN_H_
 

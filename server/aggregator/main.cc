@@ -154,6 +154,11 @@ std::string DefaultName() {
 }
 
 int Main(int argc, char** argv) {
+  // First, before anything can start a thread (gRPC starts its executor and
+  // timer threads when the first credentials are made): threads inherit the
+  // mask, and one that leaves SIGTERM unblocked lets it kill the process
+  // (exit 143) instead of starting the drain.
+  daemon::SignalWaiter signals;
   CLI::App app(
       "gift-server: a GIFT-PS aggregator shard (sums the workers' chunks in FP32, "
       "in the transformed basis, and returns the average).");
@@ -200,7 +205,6 @@ int Main(int argc, char** argv) {
   }
 
   logging::SetDaemonName(kName);
-  daemon::SignalWaiter signals;  // before any thread starts
 
   auto metrics =
       daemon::MetricsServer::StartForDaemon(metrics_listen, app.count("--metrics-listen") > 0);

@@ -134,6 +134,11 @@ void AddClusterMetrics(daemon::MetricsServer& metrics, ClusterStateMachine* stat
 }
 
 int Main(int argc, char** argv) {
+  // First, before anything can start a thread (gRPC starts its executor and
+  // timer threads when the first credentials are made): threads inherit the
+  // mask, and one that leaves SIGTERM unblocked lets it kill the process
+  // (exit 143) instead of starting the drain.
+  daemon::SignalWaiter signals;
   CLI::App app(
       "gift-coordinator: the GIFT-PS control plane (membership, shard map, basis "
       "refresh negotiation, refresh policy).");
@@ -187,7 +192,6 @@ int Main(int argc, char** argv) {
   logging::SetDaemonName("gift-coordinator");
   // SIGTERM and SIGINT are taken by the waiter; it blocks them before any
   // thread starts so that every thread inherits the mask.
-  daemon::SignalWaiter signals;
 
   absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(state_file);
   if (!store.ok()) return Fail(kExitFailure, "startup_failed", store.status().message());

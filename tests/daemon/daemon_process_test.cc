@@ -12,6 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -119,6 +120,25 @@ grpc::health::v1::HealthCheckResponse::ServingStatus Health(const std::string& a
   return response.status();
 }
 
+// SIGTERM and SIGINT never take their default action in a running daemon
+// (that kills it, exit 143, instead of starting the drain): the daemon
+// catches them (SigCgt in /proc/PID/status), so a thread that runs with them
+// unblocked (OpenBLAS starts its pool before main) forwards them to the
+// thread that waits for them.
+void ExpectShutdownSignalsCaught(pid_t pid) {
+  const uint64_t wanted = (uint64_t{1} << (SIGTERM - 1)) | (uint64_t{1} << (SIGINT - 1));
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  bool found = false;
+  while (std::getline(status, line)) {
+    if (!absl::StartsWith(line, "SigCgt:")) continue;
+    found = true;
+    EXPECT_EQ(std::stoull(line.substr(7), nullptr, 16) & wanted, wanted)
+        << "pid " << pid << " does not catch SIGTERM and SIGINT: " << line;
+  }
+  EXPECT_TRUE(found) << "no SigCgt in /proc/" << pid << "/status";
+}
+
 void ExpectSeries(const std::string& page, const std::vector<std::string>& series) {
   for (const std::string& s : series) {
     EXPECT_TRUE(absl::StrContains(page, absl::StrCat("\n", s, " ")) ||
@@ -145,6 +165,7 @@ TEST(DaemonProcessTest, CoordinatorAndServerNotifyServeHealthMetricsAndDrain) {
   ASSERT_FALSE(coordinator_metrics.empty()) << (*coordinator)->stderr_text();
   EXPECT_FALSE(coordinator_notify.WaitFor("READY=1", absl::Seconds(30)).empty());
   EXPECT_EQ(Health(address), grpc::health::v1::HealthCheckResponse::SERVING);
+  ExpectShutdownSignalsCaught((*coordinator)->pid());
 
   auto server = StartNotified(
       {GIFT_SERVER_BIN, "--coordinator", address, "--name", "shard-a", "--threads", "1", "--listen",
@@ -158,6 +179,7 @@ TEST(DaemonProcessTest, CoordinatorAndServerNotifyServeHealthMetricsAndDrain) {
   // READY only once joined.
   ASSERT_FALSE(server_notify.WaitFor("READY=1", absl::Seconds(30)).empty())
       << (*server)->stderr_text();
+  ExpectShutdownSignalsCaught((*server)->pid());
   // It logged `joined` before READY; the pipe may deliver the line later than
   // the datagram, so wait for it rather than read what arrived so far.
   EXPECT_FALSE(EventField(**server, "joined", "member_id").empty()) << (*server)->stderr_text();
@@ -254,6 +276,7 @@ TEST(DaemonProcessTest, WorkerNotifiesServesHealthAndMetricsAndStopsCleanly) {
   EXPECT_FALSE(notify.WaitFor("READY=1", absl::Seconds(30)).empty()) << (*worker)->stderr_text();
   EXPECT_EQ(Health(absl::StrCat("unix:", socket)), grpc::health::v1::HealthCheckResponse::SERVING);
   EXPECT_EQ(Health(tcp), grpc::health::v1::HealthCheckResponse::SERVING);
+  ExpectShutdownSignalsCaught((*worker)->pid());
 
   const std::string page = HttpGet(metrics, "/metrics");
   EXPECT_TRUE(absl::StrContains(page, "# TYPE gift_worker_steps_completed_total counter")) << page;

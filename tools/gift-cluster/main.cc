@@ -44,6 +44,11 @@ bool StdinClosed() {
 }
 
 int Main(int argc, char** argv) {
+  // First, before anything can start a thread (gRPC starts its executor and
+  // timer threads when the first credentials are made): threads inherit the
+  // mask, and one that leaves SIGTERM unblocked lets it kill the process
+  // (exit 143) instead of starting the drain.
+  daemon::SignalWaiter signals;
   CLI::App app(
       "gift-cluster: starts a local GIFT-PS cluster (coordinator, aggregator servers, workers) "
       "as processes on loopback and stops it on SIGTERM/SIGINT.");
@@ -119,7 +124,6 @@ int Main(int argc, char** argv) {
     options.dir = dir;
   }
 
-  daemon::SignalWaiter signals;
   auto cluster = LocalCluster::Start(options);
   if (!cluster.ok()) {
     std::fprintf(stderr, "gift-cluster: %s\n", cluster.status().ToString().c_str());
