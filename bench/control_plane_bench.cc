@@ -8,22 +8,16 @@
 
 #include <Eigen/Dense>
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <functional>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -31,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "bench/bench_util.h"
+#include "bench/simulated_members.h"
 #include "common/base/status_macros.h"
 #include "common/base/temp_dir.h"
 #include "common/control/coordinator_client.h"
@@ -95,180 +90,6 @@ absl::StatusOr<double> ProcessCpuSeconds(pid_t pid) {
   if (!usage) return absl::UnavailableError(absl::StrCat("cannot read /proc/", pid, "/stat"));
   return usage->cpu_s;
 }
-
-// ---- fan-out tracking ---------------------------------------------------------
-
-// Counts the members whose Watch has delivered a state satisfying the armed
-// target, and keeps the newest state any member has seen. Arm before the
-// change that produces the target state, so no member can have seen it yet.
-class FanoutTracker {
- public:
-  explicit FanoutTracker(int members) : seen_(members, false) {}
-
-  // Called on gRPC's callback threads with each state member `index` reads.
-  void Observe(int index, const v1::ClusterState& state) {
-    absl::MutexLock lock(&mu_);
-    if (latest_ == nullptr || state.revision() > latest_->revision()) {
-      latest_ = std::make_shared<const v1::ClusterState>(state);
-    }
-    if (target_ && !seen_[index] && target_(state)) {
-      seen_[index] = true;
-      if (--remaining_ == 0) done_at_ = absl::Now();
-    }
-  }
-
-  void Arm(std::function<bool(const v1::ClusterState&)> target) {
-    absl::MutexLock lock(&mu_);
-    target_ = std::move(target);
-    std::fill(seen_.begin(), seen_.end(), false);
-    remaining_ = static_cast<int>(seen_.size());
-  }
-
-  // The time the last member saw the target.
-  absl::StatusOr<absl::Time> WaitAll(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return remaining_ == 0; };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
-      return absl::DeadlineExceededError(absl::StrCat(remaining_, " of ", seen_.size(),
-                                                      " watchers did not see the change within ",
-                                                      absl::FormatDuration(timeout)));
-    }
-    target_ = nullptr;
-    return done_at_;
-  }
-
-  std::shared_ptr<const v1::ClusterState> latest() const {
-    absl::MutexLock lock(&mu_);
-    return latest_;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  std::vector<bool> seen_ ABSL_GUARDED_BY(mu_);
-  int remaining_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Time done_at_ ABSL_GUARDED_BY(mu_);
-  std::function<bool(const v1::ClusterState&)> target_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<const v1::ClusterState> latest_ ABSL_GUARDED_BY(mu_);
-};
-
-// One member's Watch stream on the callback API.
-class WatchStream final : public grpc::ClientReadReactor<v1::ClusterState> {
- public:
-  WatchStream(v1::Coordinator::Stub* stub, const std::string& member_id, int index,
-              FanoutTracker* tracker)
-      : index_(index), tracker_(tracker) {
-    request_.set_member_id(member_id);
-    stub->async()->Watch(&context_, &request_, this);
-    StartRead(&state_);
-    StartCall();
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone follows
-    tracker_->Observe(index_, state_);
-    StartRead(&state_);
-  }
-
-  void OnDone(const grpc::Status& status) override {
-    absl::MutexLock lock(&mu_);
-    status_ = status;
-    done_ = true;
-  }
-
-  // Cancels the stream and waits until gRPC is done with it.
-  void Stop() {
-    context_.TryCancel();
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&done_));
-  }
-
- private:
-  const int index_;
-  FanoutTracker* const tracker_;
-  grpc::ClientContext context_;
-  v1::WatchRequest request_;
-  v1::ClusterState state_;
-  absl::Mutex mu_;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status status_ ABSL_GUARDED_BY(mu_);
-};
-
-struct SimMember {
-  std::string id;
-  const CoordinatorClient* client = nullptr;  // of the member's channel
-  uint64_t last_step = 0;                     // touched by the stepper thread only
-  std::unique_ptr<WatchStream> watch;
-};
-
-// Every step_ms, one Heartbeat per member (async, callback API) carrying its
-// next step, capped at the frozen schedule; a round waits for the previous
-// one, so a slow coordinator slows the steps down rather than piling up calls.
-class Stepper {
- public:
-  Stepper(std::vector<SimMember>* members, FanoutTracker* tracker, absl::Duration step)
-      : members_(members), tracker_(tracker), step_(step), thread_([this] { Loop(); }) {}
-
-  ~Stepper() {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    thread_.join();
-  }
-
-  uint64_t failures() const {
-    absl::MutexLock lock(&mu_);
-    return failures_;
-  }
-
- private:
-  struct Call {
-    grpc::ClientContext context;
-    v1::HeartbeatRequest request;
-    v1::HeartbeatResponse response;
-  };
-
-  void Loop() {
-    while (true) {
-      {
-        absl::MutexLock lock(&mu_);
-        auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-        mu_.AwaitWithTimeout(absl::Condition(&wake), step_);
-        auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
-        mu_.Await(absl::Condition(&idle));
-        if (stopping_) return;
-        in_flight_ = static_cast<int>(members_->size());
-      }
-      const std::shared_ptr<const v1::ClusterState> state = tracker_->latest();
-      const uint64_t frozen = state == nullptr ? 0 : state->frozen_through_step();
-      const uint64_t epoch = state == nullptr ? 0 : state->epoch();
-      for (SimMember& m : *members_) {
-        m.last_step = std::min(m.last_step + 1, std::max(frozen, m.last_step));
-        auto* call = new Call;
-        call->context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
-        call->request.set_member_id(m.id);
-        call->request.set_epoch(epoch);
-        call->request.set_last_step(m.last_step);
-        m.client->stub().async()->Heartbeat(&call->context, &call->request, &call->response,
-                                            [this, call](grpc::Status status) {
-                                              delete call;
-                                              absl::MutexLock lock(&mu_);
-                                              if (!status.ok()) ++failures_;
-                                              --in_flight_;
-                                            });
-      }
-    }
-  }
-
-  std::vector<SimMember>* const members_;
-  FanoutTracker* const tracker_;
-  const absl::Duration step_;
-  mutable absl::Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
-  std::thread thread_;
-};
 
 // ---- helpers ------------------------------------------------------------------
 
@@ -442,7 +263,8 @@ absl::StatusOr<nlohmann::json> MeasureControlPlane(const ControlPlaneBenchOption
   os << absl::StrFormat("setup: %d joins in %.2f s, all watches streaming after %.2f s\n",
                         options.members, join_s, watch_s);
 
-  auto stepper = std::make_unique<Stepper>(&members, &tracker, absl::Milliseconds(options.step_ms));
+  auto stepper = std::make_unique<Stepper>(&members, &tracker, absl::Milliseconds(options.step_ms),
+                                           kRpcTimeout);
 
   // Steady state: heartbeats and watches only.
   constexpr absl::Duration kSteady = absl::Seconds(3);
