@@ -1,30 +1,25 @@
 #include "worker/dtype_conversion.h"
 
-#include <cstring>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
 #include "common/base/cpu_features.h"
+#include "common/codec/scalar.h"
 
 namespace gift::worker {
 namespace {
 
-inline uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
+// The codec's bit casts (host and device agree on them).
+using codec::scalar::BitsToFloat;
+using codec::scalar::FloatToBits;
 
-inline float Float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
+// Conversions of the training process's 16-bit tensors: IEEE semantics
+// (NaN stays NaN, overflow rounds to infinity), unlike the codec's bf16
+// element format, which carries finite values only.
 inline uint16_t ToBf16(float f) {
-  const uint32_t u = Bits(f);
+  const uint32_t u = FloatToBits(f);
   const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
   const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
   return static_cast<uint16_t>(nan ? ((u >> 16) | 0x0040u) : rounded);
@@ -36,15 +31,15 @@ inline float FromF16(uint16_t h) {
   const uint32_t rest = h & 0x7FFFu;
   // Normal and subnormal: shift into place and rescale by 2^112 (the
   // exponent bias difference), which also normalises subnormals exactly.
-  const float scaled = Float(rest << 13) * 0x1p112f;
+  const float scaled = BitsToFloat(rest << 13) * 0x1p112f;
   // Infinity / NaN: all-ones exponent.
   const uint32_t special = 0x7F800000u | (rest & 0x03FFu) << 13;
-  const uint32_t magnitude = rest >= 0x7C00u ? special : Bits(scaled);
-  return Float(sign | magnitude);
+  const uint32_t magnitude = rest >= 0x7C00u ? special : FloatToBits(scaled);
+  return BitsToFloat(sign | magnitude);
 }
 
 inline uint16_t ToF16(float f) {
-  const uint32_t u = Bits(f);
+  const uint32_t u = FloatToBits(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7FFFFFFFu;
   uint32_t out;
@@ -55,7 +50,7 @@ inline uint16_t ToF16(float f) {
   } else if (a < 0x38800000u) {
     // Subnormal or zero: let the FPU round by adding 0.5 (2^-1), whose
     // ulp is the FP16 subnormal step 2^-24.
-    out = Bits(Float(a) + 0.5f) - 0x3F000000u;
+    out = FloatToBits(BitsToFloat(a) + 0.5f) - 0x3F000000u;
   } else {
     const uint32_t odd = (a >> 13) & 1u;
     out = (a + 0xC8000FFFu + odd) >> 13;  // rebias (-112 << 23) and round to even
@@ -90,7 +85,7 @@ bool HasF16c() { return CpuHasAvxF16c(); }
 }  // namespace
 
 void Bf16ToF32(const uint16_t* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = Float(static_cast<uint32_t>(src[i]) << 16);
+  for (size_t i = 0; i < n; ++i) dst[i] = BitsToFloat(static_cast<uint32_t>(src[i]) << 16);
 }
 
 void F32ToBf16(const float* src, uint16_t* dst, size_t n) {
