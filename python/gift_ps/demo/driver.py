@@ -10,7 +10,15 @@ seed on the same data order with 4 data-parallel processes, each averaging its
 gradients through its own worker after every backward. The service measures
 the relative L2 error of the averaged gradient against the exact average on
 sampled steps. At the end it prints a table and writes it as JSON, with a plot
-of the loss curves.
+of the loss curves, and each configuration's time to the FP32 run's final
+validation loss.
+
+Configurations without the service (ddp-fp32, ddp-fp16) train with
+DistributedDataParallel over gloo instead. With --netlab-rate RATE (root
+only) the demo runs itself again inside scripts/netlab.sh exec: the daemons
+on the testbed's hosts (gift-cluster --placement, UCX over TCP), each gloo
+rank on its worker host, every host's link shaped to RATE each way; the
+GIFT training processes reach their workers over Unix sockets.
 """
 
 import argparse
@@ -272,7 +280,7 @@ def main(argv=None):
                 print(f"[{name}] starting gift-cluster ({args.servers} servers, {args.workers} workers)", flush=True)
                 cluster = Cluster(cluster_bin, args.servers, args.workers, os.path.join(run_dir, "cluster"), bin_dir,
                                   placement_path)
-                policy = set_policy(giftctl, cluster.coordinator, name)
+                policy = set_policy(giftctl, cluster.coordinator, name, placement["coordinator"]["prefix"] if placement else ())
                 print(f"[{name}] cluster at {cluster.coordinator}; giftctl {policy}", flush=True)
                 spec["sockets"] = cluster.sockets
             elif placement is not None:  # gloo ranks on the worker hosts, across their links

@@ -57,7 +57,8 @@ class Cluster:
         if bin_dir:
             cmd += ["--bin-dir", bin_dir]
         if placement:  # the daemons in the netlab testbed's namespaces (scripts/netlab.sh exec)
-            cmd += ["--placement", placement]
+            # TCP only: UCX's shared-memory transports would bypass the emulated links.
+            cmd += ["--placement", placement, "--ucx-tls", "tcp"]
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, start_new_session=True
         )
@@ -100,12 +101,14 @@ class Cluster:
         return self.proc.returncode
 
 
-def set_policy(giftctl, coordinator, name):
-    cmd = [giftctl, "--coordinator", coordinator] + policy_args(name)
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+def set_policy(giftctl, coordinator, name, prefix=()):
+    """giftctl policy set for configuration `name`; `prefix` runs giftctl in the coordinator's netlab namespace
+    (plaintext gRPC to its testbed address, which is not loopback: --insecure)."""
+    cmd = [giftctl, "--coordinator", coordinator] + (["--insecure"] if prefix else []) + policy_args(name)
+    res = subprocess.run(list(prefix) + cmd, capture_output=True, text=True, timeout=60)
     if res.returncode != 0:
         raise DemoError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip() or res.stdout.strip()}")
-    return " ".join(cmd[3:])
+    return " ".join(a for a in cmd[3:] if a != "--insecure")
 
 
 def child_env():
