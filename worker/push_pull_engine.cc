@@ -302,6 +302,9 @@ void PushPullEngine::EndStep() {
   }
   // Unplaced results are not needed any more (keeping them would pin memory).
   for (ChunkSlot* slot : step_chunks_) std::vector<uint8_t>().swap(slot->unplaced);
+  open_ = false;
+  open_ids_.clear();
+  open_plan_.tensors.clear();
   // Frees what is no longer used and no longer busy, outside the lock
   // (unregistering waits for the progress thread).
   std::vector<std::unique_ptr<TensorBuffers>> unused;
@@ -327,44 +330,100 @@ void PushPullEngine::EndStep() {
 }
 
 absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
-  if (plan.world_size == 0 || plan.rank >= plan.world_size) {
+  StepPlan header;
+  header.epoch = plan.epoch;
+  header.step = plan.step;
+  header.rank = plan.rank;
+  header.world_size = plan.world_size;
+  header.push_spec = plan.push_spec;
+  if (auto s = Begin(header); !s.ok()) return s;
+  // One push order for every worker, whatever the order of its plan: by
+  // tensor id, then the tensor's chunks as planned (the shard map's order,
+  // by index), so that each server completes its chunks one after the other
+  // and streams their results while the next ones arrive.
+  std::vector<TensorStep> sorted = plan.tensors;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const TensorStep& a, const TensorStep& b) {
+    return a.tensor_id < b.tensor_id;
+  });
+  if (auto s = Add(sorted); !s.ok()) return s;
+  return Finish();
+}
+
+bool PushPullEngine::open() const { return open_; }
+
+absl::Status PushPullEngine::Begin(const StepPlan& step) {
+  if (open_) return absl::FailedPreconditionError("a step is already open");
+  if (!step.tensors.empty()) return absl::InvalidArgumentError("Begin takes no tensors");
+  if (step.world_size == 0 || step.rank >= step.world_size) {
     return absl::InvalidArgumentError(
-        absl::StrCat("rank ", plan.rank, " of world size ", plan.world_size));
+        absl::StrCat("rank ", step.rank, " of world size ", step.world_size));
   }
-  if (auto s = codec::Validate(plan.push_spec); !s.ok()) {
+  if (auto s = codec::Validate(step.push_spec); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("push codec: ", s.message()));
   }
   ++runs_;
+  open_plan_ = step;
+  open_report_ = StepReport{};
   // The step's bookkeeping reuses the last step's capacity.
-  std::vector<std::vector<dataplane::ChunkShape>>& shapes = step_shapes_;
-  auto& slots = step_slots_;
-  shapes.resize(plan.tensors.size());
+  step_shapes_.clear();
+  step_peers_.clear();
+  step_buffers_.clear();
+  step_chunks_.clear();
+  {
+    absl::MutexLock lock(&mu_);
+    inflight_.epoch = step.epoch;
+    inflight_.step = step.step;
+    inflight_.slots.clear();
+    inflight_.ready.clear();
+    inflight_.remaining = 0;
+    inflight_.aborted = absl::OkStatus();
+    active_ = true;
+  }
+  open_ = true;
+  return absl::OkStatus();
+}
+
+void PushPullEngine::Cancel() {
+  if (!open_) return;
+  EndStep();
+}
+
+absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
+  if (!open_) return absl::FailedPreconditionError("no step is open");
+  auto fail = [this](absl::Status s) {
+    EndStep();
+    return s;
+  };
+  const StepPlan& plan = open_plan_;
+  const size_t first = plan.tensors.size();
+  auto& slots = step_slots_;  // the new chunks' slots
   slots.clear();
-  for (size_t i = 0; i < plan.tensors.size(); ++i) {
-    const TensorStep& t = plan.tensors[i];
-    if (auto s = CheckTensor(t, shapes[i]); !s.ok()) return s;
-    for (const ChunkRoute& c : t.chunks) {
-      if (!slots.emplace(std::make_pair(t.tensor_id, c.index), nullptr).second) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor ", t.tensor_id, " appears twice"));
-      }
+  std::vector<std::vector<dataplane::ChunkShape>>& shapes = step_shapes_;
+  shapes.resize(first + tensors.size());
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const TensorStep& t = tensors[k];
+    if (auto s = CheckTensor(t, shapes[first + k]); !s.ok()) return fail(s);
+    if (!open_ids_.insert(t.tensor_id).second) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("tensor ", t.tensor_id,
+                                                          " appears twice")));
     }
   }
   // Connections first: Connect waits for the progress thread.
   std::vector<std::vector<transport::PeerId>>& peers = step_peers_;
-  peers.resize(plan.tensors.size());
-  for (size_t i = 0; i < plan.tensors.size(); ++i) {
-    peers[i].clear();
-    for (const ChunkRoute& c : plan.tensors[i].chunks) {
+  peers.resize(first + tensors.size());
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    peers[first + k].clear();
+    for (const ChunkRoute& c : tensors[k].chunks) {
       auto peer = PeerFor(c.server);
-      if (!peer.ok()) return peer.status();
-      peers[i].push_back(*peer);
+      if (!peer.ok()) return fail(peer.status());
+      peers[first + k].push_back(*peer);
     }
   }
-  step_buffers_.clear();
-  step_chunks_.clear();
-  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+  open_plan_.tensors.insert(open_plan_.tensors.end(), tensors.begin(), tensors.end());
+  const size_t chunks_before = step_chunks_.size();
+  for (size_t i = first; i < plan.tensors.size(); ++i) {
     auto buffers = BuffersFor(plan, i, shapes[i]);
-    if (!buffers.ok()) return buffers.status();
+    if (!buffers.ok()) return fail(buffers.status());
     step_buffers_.push_back(*buffers);
     (*buffers)->chunks_left = plan.tensors[i].chunks.size();
     for (ChunkSlot& slot : (*buffers)->chunks()) {
@@ -373,49 +432,39 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
       step_chunks_.push_back(&slot);
     }
   }
+  bool sent_before = true;
   {
     absl::MutexLock lock(&mu_);
     // A send buffer is rewritten only once its previous send completed.
-    auto sent = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      for (const ChunkSlot* slot : step_chunks_) {
-        if (slot->send_in_flight) return false;
+    auto sent = [this, chunks_before]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      for (size_t c = chunks_before; c < step_chunks_.size(); ++c) {
+        if (step_chunks_[c]->send_in_flight) return false;
       }
       return true;
     };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&sent), options_.timeout)) {
-      return absl::UnavailableError("pushes of an earlier step have not completed");
-    }
-    for (ChunkSlot* slot : step_chunks_) {
+    sent_before = mu_.AwaitWithTimeout(absl::Condition(&sent), options_.timeout);
+  }
+  if (!sent_before) {
+    return fail(absl::UnavailableError("pushes of an earlier step have not completed"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t c = chunks_before; c < step_chunks_.size(); ++c) {
+      ChunkSlot* slot = step_chunks_[c];
       slot->placed = false;
       slot->arrived = false;
       slot->result_bytes = 0;
     }
-    inflight_.epoch = plan.epoch;
-    inflight_.step = plan.step;
-    inflight_.slots.swap(slots);  // no step is in flight: nobody reads them
-    inflight_.ready.clear();
-    inflight_.remaining = step_chunks_.size();
-    inflight_.aborted = absl::OkStatus();
-    active_ = true;
+    // Results of these chunks can only come once this worker pushed them, so
+    // filing the slots now, before the pushes, loses nothing.
+    for (const auto& [key, slot] : slots) inflight_.slots[key] = slot;
+    inflight_.remaining += step_chunks_.size() - chunks_before;
   }
 
-  StepReport report;
-  auto fail = [this](absl::Status s) {
-    EndStep();
-    return s;
-  };
-  // One push order for every worker, whatever the order of its plan: by
-  // tensor id, then the tensor's chunks as planned (the shard map's order,
-  // by index), so that each server
-  // completes its chunks one after the other and streams their results
-  // while the next ones arrive.
-  push_order_.resize(plan.tensors.size());
-  for (size_t i = 0; i < push_order_.size(); ++i) push_order_[i] = i;
-  std::sort(push_order_.begin(), push_order_.end(), [&plan](size_t a, size_t b) {
-    return plan.tensors[a].tensor_id < plan.tensors[b].tensor_id;
-  });
-  auto start = Clock::now();
-  for (const size_t i : push_order_) {
+  StepReport& report = open_report_;
+  const double decode_before = report.decode_seconds;
+  const auto start = Clock::now();
+  for (size_t i = first; i < plan.tensors.size(); ++i) {
     const TensorStep& t = plan.tensors[i];
     TensorBuffers& buffers = *step_buffers_[i];
     auto x = buffers.pipeline().Prepare(t.data, buffers.work());
@@ -472,10 +521,20 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
       if (!drained.ok()) return fail(drained.status());
     }
   }
-  report.encode_seconds = SecondsSince(start) - report.decode_seconds;
-  const absl::Time deadline = absl::Now() + options_.timeout;  // for the results
+  report.encode_seconds += SecondsSince(start) - (report.decode_seconds - decode_before);
+  return absl::OkStatus();
+}
 
-  start = Clock::now();
+absl::StatusOr<StepReport> PushPullEngine::Finish() {
+  if (!open_) return absl::FailedPreconditionError("no step is open");
+  auto fail = [this](absl::Status s) {
+    EndStep();
+    return s;
+  };
+  const StepPlan& plan = open_plan_;
+  StepReport& report = open_report_;
+  const absl::Time deadline = absl::Now() + options_.timeout;  // for the results
+  const auto start = Clock::now();
   const double decode_before_wait = report.decode_seconds;
   while (true) {
     {
@@ -506,15 +565,16 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
   report.wait_seconds = SecondsSince(start) - (report.decode_seconds - decode_before_wait);
 
   // Every chunk arrived and decoded: the step succeeded.
-  start = Clock::now();
+  const auto commit = Clock::now();
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     const TensorStep& t = plan.tensors[i];
     std::memcpy(t.data, step_buffers_[i]->work(), sizeof(float) * t.rows * t.cols);
     step_buffers_[i]->pipeline().CommitResidual();
   }
-  report.decode_seconds += SecondsSince(start);
+  report.decode_seconds += SecondsSince(commit);
+  const StepReport done = report;
   EndStep();
-  return report;
+  return done;
 }
 
 }  // namespace gift::worker

@@ -39,7 +39,8 @@
 // written only when every chunk has arrived), and error feedback residuals
 // advance only with a step that succeeded.
 //
-// Thread safety: Run is not reentrant (one step at a time per engine);
+// Thread safety: Run, Begin, Add, Finish, Cancel and open() are called from
+// one thread at a time (the "Run thread"; one step at a time per engine);
 // address(), AbortEpochsBefore and stray_messages() may be called from any
 // thread. Results arrive on the transport's progress thread, which only
 // files them; decoding runs on the Run thread (and the codec pool).
@@ -55,6 +56,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -142,6 +144,28 @@ class PushPullEngine {
   // malformed result). The buffers are written only on success.
   absl::StatusOr<StepReport> Run(const StepPlan& plan);
 
+  // The same step, incrementally (Run is Begin + Add(all, by tensor id) +
+  // Finish): Begin opens the step of `step` (its tensors must be empty);
+  // each Add plans nothing, it encodes and pushes its tensors at once, in
+  // the order given, and returns without waiting for results (those that
+  // arrive meanwhile are decoded during later Adds or in Finish); Finish
+  // waits for the results of every added tensor and writes them back.
+  // Workers may add a step's tensors in different orders and batches: a
+  // server completes a chunk once every rank pushed it, and no Add waits
+  // for a result, so every worker eventually pushes every chunk and nobody
+  // deadlocks. Results are bit-identical to Run's (same payloads, same RNG
+  // keys, sums in rank order). An error of Add or Finish ends the step
+  // (nothing is written; Run's errors); Cancel ends an open step without
+  // writing anything. Add's tensors' buffers must stay valid and unchanged
+  // until the step ends. FailedPrecondition: Begin while a step is open,
+  // Add / Finish with none open.
+  absl::Status Begin(const StepPlan& step);
+  absl::Status Add(absl::Span<const TensorStep> tensors);
+  absl::StatusOr<StepReport> Finish();
+  void Cancel();
+  // Whether a step is open (Run thread only).
+  bool open() const;
+
   // Aborts the step in flight, if its epoch is below `epoch` (Run returns
   // Aborted with `why`): the cluster moved to a new epoch, and servers that
   // switched to it refuse the step's pushes. May be called from any thread;
@@ -196,8 +220,11 @@ class PushPullEngine {
   std::vector<std::unique_ptr<TensorBuffers>> retired_;  // replaced while busy
   std::vector<TensorBuffers*> step_buffers_;             // by tensor, this step
   std::vector<ChunkSlot*> step_chunks_;                  // every chunk, this step
-  std::vector<size_t> push_order_;                       // tensor indices, this step
   std::vector<ChunkSlot*> draining_;                     // swapped with inflight_.ready
+  bool open_ = false;                                    // between Begin and the step's end
+  StepPlan open_plan_;                                   // the open step; its tensors so far
+  StepReport open_report_;
+  absl::flat_hash_set<uint64_t> open_ids_;               // tensor ids added to the open step
   uint64_t runs_ = 0;
 
   mutable absl::Mutex mu_;

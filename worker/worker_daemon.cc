@@ -17,10 +17,6 @@ namespace {
 using logging::Level;
 using logging::Log;
 
-bool Retryable(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kAborted || s.code() == absl::StatusCode::kUnavailable;
-}
-
 double RelativeL2(const float* got, const float* want, uint64_t n) {
   double err = 0, norm = 0;
   for (uint64_t i = 0; i < n; ++i) {
@@ -33,6 +29,10 @@ double RelativeL2(const float* got, const float* want, uint64_t n) {
 }
 
 }  // namespace
+
+bool WorkerDaemon::Retryable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kAborted || s.code() == absl::StatusCode::kUnavailable;
+}
 
 WorkerDaemon::WorkerDaemon(std::unique_ptr<PushPullEngine> engine, control::MemberSession* session,
                            WorkerDaemonOptions options)
@@ -107,6 +107,7 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
     specs.push_back(std::move(spec));
   }
   absl::MutexLock step_lock(&step_mu_);
+  if (open_.has_value()) AbandonOpenStep("the client registered new buffers");
   auto registered = session_->RegisterTensors(specs);
   if (!registered.ok()) return registered.status();
   if (registered->tensors_size() != static_cast<int>(mapped.size())) {
@@ -201,20 +202,85 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
   }
 }
 
+absl::Status WorkerDaemon::CheckNewStep(uint64_t step) const {
+  absl::MutexLock lock(&mu_);
+  if (draining_) return absl::UnavailableError("the worker is draining; no new steps");
+  if (step & kMeasureStepBit) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", step, " is too large"));
+  }
+  if (last_step_.has_value() && step <= *last_step_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", step, " is not above the last step ", *last_step_));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<const RegisteredTensor*>> WorkerDaemon::Select(
+    const google::protobuf::RepeatedField<uint64_t>& ids) const {
+  if (registered_.empty()) {
+    return absl::FailedPreconditionError("no buffers registered: call RegisterBuffers first");
+  }
+  std::vector<const RegisteredTensor*> selected;
+  if (ids.empty()) {
+    for (const RegisteredTensor& r : registered_) selected.push_back(&r);
+    return selected;
+  }
+  absl::flat_hash_map<uint64_t, const RegisteredTensor*> by_id;
+  for (const RegisteredTensor& r : registered_) by_id[r.local.tensor_id] = &r;
+  for (uint64_t id : ids) {
+    auto it = by_id.find(id);
+    if (it == by_id.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor id ", id, " is not registered"));
+    }
+    selected.push_back(it->second);
+  }
+  return selected;
+}
+
+absl::Status WorkerDaemon::AwaitStartBarrier(absl::Time deadline) {
+  bool first;
+  {
+    absl::MutexLock lock(&mu_);
+    first = !last_step_.has_value();
+  }
+  if (!first || options_.min_workers <= 1) return absl::OkStatus();
+  const uint32_t want = options_.min_workers;
+  auto ready = session_->WaitFor(
+      [want](const gift::v1::ClusterState& s) {
+        return static_cast<uint32_t>(s.workers_size()) >= want;
+      },
+      deadline - absl::Now());
+  if (!ready.ok()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the first step waits for ", want, " workers; ",
+                     session_->state()->workers_size(), " joined within the step timeout"));
+  }
+  return absl::OkStatus();
+}
+
+void WorkerDaemon::AddOwnedSteps(const gift::v1::ClusterState& before, uint64_t step,
+                                 const std::vector<LocalTensor>& tensors,
+                                 std::vector<OwnedTensorStep>* owned) {
+  for (const LocalTensor& t : tensors) {
+    for (const gift::v1::TensorInfo& info : before.tensors()) {
+      if (info.tensor_id() != t.tensor_id) continue;
+      bool needs_own = false;
+      if (!owner_->WantsStep(before, info, step, &needs_own)) break;
+      OwnedTensorStep o{
+          .step = step, .tensor_id = t.tensor_id, .name = t.name, .rows = t.rows, .cols = t.cols};
+      if (needs_own) o.own.assign(t.data, t.data + t.rows * t.cols);
+      owned->push_back(std::move(o));
+    }
+  }
+}
+
 absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
     const gift::v1::PushPullRequest& request) {
   const auto start = std::chrono::steady_clock::now();
   const absl::Time deadline = absl::Now() + options_.step_timeout;
+  if (auto s = CheckNewStep(request.step()); !s.ok()) return s;
   {
     absl::MutexLock lock(&mu_);
-    if (draining_) return absl::UnavailableError("the worker is draining; no new steps");
-    if (request.step() & kMeasureStepBit) {
-      return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " is too large"));
-    }
-    if (last_step_.has_value() && request.step() <= *last_step_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("step ", request.step(), " is not above the last step ", *last_step_));
-    }
     in_step_ = true;
   }
   struct Done {
@@ -226,65 +292,22 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
   } done{this};
 
   absl::MutexLock step_lock(&step_mu_);
-  if (registered_.empty()) {
-    return absl::FailedPreconditionError("no buffers registered: call RegisterBuffers first");
+  if (open_.has_value()) {
+    if (open_->step == request.step()) return FinishOpenStep(request);
+    AbandonOpenStep(absl::StrCat("a PushPull of step ", request.step(), " came"));
   }
-  std::vector<const RegisteredTensor*> selected;
-  if (request.tensor_ids_size() == 0) {
-    for (const RegisteredTensor& r : registered_) selected.push_back(&r);
-  } else {
-    absl::flat_hash_map<uint64_t, const RegisteredTensor*> by_id;
-    for (const RegisteredTensor& r : registered_) by_id[r.local.tensor_id] = &r;
-    for (uint64_t id : request.tensor_ids()) {
-      auto it = by_id.find(id);
-      if (it == by_id.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor id ", id, " is not registered"));
-      }
-      selected.push_back(it->second);
-    }
-  }
+  auto selected = Select(request.tensor_ids());
+  if (!selected.ok()) return selected.status();
   std::vector<LocalTensor> tensors;
-  for (const RegisteredTensor* r : selected) {
+  for (const RegisteredTensor* r : *selected) {
     r->Widen();  // 16-bit buffers: into the FP32 staging, once per step
     tensors.push_back(r->local);
   }
-
-  bool first;
-  {
-    absl::MutexLock lock(&mu_);
-    first = !last_step_.has_value();
-  }
-  if (first && options_.min_workers > 1) {
-    const uint32_t want = options_.min_workers;
-    auto ready = session_->WaitFor(
-        [want](const gift::v1::ClusterState& s) {
-          return static_cast<uint32_t>(s.workers_size()) >= want;
-        },
-        deadline - absl::Now());
-    if (!ready.ok()) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("the first step waits for ", want, " workers; ",
-                       session_->state()->workers_size(), " joined within the step timeout"));
-    }
-  }
+  if (auto s = AwaitStartBarrier(deadline); !s.ok()) return s;
 
   // What the owner wants of this step (decided on the state before it).
-  std::shared_ptr<const gift::v1::ClusterState> before = session_->state();
   std::vector<OwnedTensorStep> owned;
-  for (const LocalTensor& t : tensors) {
-    for (const gift::v1::TensorInfo& info : before->tensors()) {
-      if (info.tensor_id() != t.tensor_id) continue;
-      bool needs_own = false;
-      if (!owner_->WantsStep(*before, info, request.step(), &needs_own)) break;
-      OwnedTensorStep o{.step = request.step(),
-                        .tensor_id = t.tensor_id,
-                        .name = t.name,
-                        .rows = t.rows,
-                        .cols = t.cols};
-      if (needs_own) o.own.assign(t.data, t.data + t.rows * t.cols);
-      owned.push_back(std::move(o));
-    }
-  }
+  AddOwnedSteps(*session_->state(), request.step(), tensors, &owned);
 
   // A measured step first averages copies of the gradients exactly (FP32,
   // direct), then runs the step itself on the buffers.
@@ -313,25 +336,42 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
   auto report =
       Exchange(request.step(), tensors, /*exact=*/false, deadline, &epoch, &world_size, &versions);
   if (!report.ok()) return report.status();
-  for (const RegisteredTensor* r : selected) r->Narrow();  // the average, in the buffer's dtype
+  return CompleteStep({.step = request.step(),
+                       .start = start,
+                       .retries_before = retries_before,
+                       .selected = std::move(*selected),
+                       .tensors = std::move(tensors),
+                       .versions = std::move(versions),
+                       .owned = std::move(owned),
+                       .exact = std::move(exact),
+                       .report = *report,
+                       .measure_report = measure_report,
+                       .epoch = epoch,
+                       .world_size = world_size});
+}
+
+gift::v1::PushPullResponse WorkerDaemon::CompleteStep(Completed c) {
+  const std::vector<LocalTensor>& tensors = c.tensors;
+  const bool measured = !c.exact.empty();
+  for (const RegisteredTensor* r : c.selected) r->Narrow();  // the average, in the buffer's dtype
   uint32_t attempts;
   {
     absl::MutexLock lock(&mu_);
-    attempts = 1 + static_cast<uint32_t>(counters_.step_retries - retries_before);
+    attempts = 1 + static_cast<uint32_t>(counters_.step_retries - c.retries_before);
   }
 
   gift::v1::PushPullResponse response;
-  response.set_step(request.step());
-  response.set_epoch(epoch);
-  response.set_world_size(world_size);
+  response.set_step(c.step);
+  response.set_epoch(c.epoch);
+  response.set_world_size(c.world_size);
   for (size_t i = 0; i < tensors.size(); ++i) {
     gift::v1::TensorResult* r = response.add_tensors();
     r->set_tensor_id(tensors[i].tensor_id);
-    r->set_basis_version(versions[i].first);
-    r->set_transformed(versions[i].second);
-    if (request.measure_error()) {
+    r->set_basis_version(c.versions[i].first);
+    r->set_transformed(c.versions[i].second);
+    if (measured) {
       r->set_rel_l2_error(
-          RelativeL2(tensors[i].data, exact[i].data(), tensors[i].rows * tensors[i].cols));
+          RelativeL2(tensors[i].data, c.exact[i].data(), tensors[i].rows * tensors[i].cols));
     }
   }
   // Per-tensor bytes: the engine reports totals; split by element count.
@@ -340,21 +380,21 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
   for (size_t i = 0; i < tensors.size(); ++i) {
     const double share = static_cast<double>(tensors[i].rows * tensors[i].cols) / elements;
     response.mutable_tensors(static_cast<int>(i))
-        ->set_bytes_sent(static_cast<uint64_t>(std::llround(share * report->bytes_pushed)));
+        ->set_bytes_sent(static_cast<uint64_t>(std::llround(share * c.report.bytes_pushed)));
   }
   const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count();
   response.set_seconds(seconds);
 
   if (options_.on_step) {
     StepStats stats{.seconds = seconds,
-                    .encode_seconds = report->encode_seconds,
-                    .wait_seconds = report->wait_seconds,
-                    .decode_seconds = report->decode_seconds,
-                    .bytes_pushed = report->bytes_pushed + measure_report.bytes_pushed,
-                    .bytes_pulled = report->bytes_pulled + measure_report.bytes_pulled,
+                    .encode_seconds = c.report.encode_seconds,
+                    .wait_seconds = c.report.wait_seconds,
+                    .decode_seconds = c.report.decode_seconds,
+                    .bytes_pushed = c.report.bytes_pushed + c.measure_report.bytes_pushed,
+                    .bytes_pulled = c.report.bytes_pulled + c.measure_report.bytes_pulled,
                     .attempts = attempts};
-    if (request.measure_error()) {
+    if (measured) {
       double sum[2] = {0, 0};
       int count[2] = {0, 0};
       for (const gift::v1::TensorResult& r : response.tensors()) {
@@ -366,19 +406,19 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
     }
     options_.on_step(stats);
   }
-  session_->SetLastStep(request.step());
+  session_->SetLastStep(c.step);
   {
     absl::MutexLock lock(&mu_);
-    last_step_ = request.step();
+    last_step_ = c.step;
     ++counters_.steps_completed;
-    counters_.bytes_pushed += report->bytes_pushed + measure_report.bytes_pushed;
-    counters_.bytes_pulled += report->bytes_pulled + measure_report.bytes_pulled;
+    counters_.bytes_pushed += c.report.bytes_pushed + c.measure_report.bytes_pushed;
+    counters_.bytes_pulled += c.report.bytes_pulled + c.measure_report.bytes_pulled;
     counters_.last_step_seconds = seconds;
   }
   // Hand the owned tensors' averages to the owner thread.
-  if (!owned.empty()) {
+  if (!c.owned.empty()) {
     std::shared_ptr<const gift::v1::ClusterState> after = session_->state();
-    for (OwnedTensorStep& o : owned) {
+    for (OwnedTensorStep& o : c.owned) {
       for (const LocalTensor& t : tensors) {
         if (t.tensor_id == o.tensor_id) o.average.assign(t.data, t.data + t.rows * t.cols);
       }
@@ -452,7 +492,7 @@ WorkerDaemon::Counters WorkerDaemon::counters() const {
 bool WorkerDaemon::Drain(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   draining_ = true;
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !in_step_; };
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !in_step_ && !step_open_; };
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 

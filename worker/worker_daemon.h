@@ -12,6 +12,9 @@
 //                    and re-sends: the buffers keep this worker's gradient
 //                    until the step completes, so nothing is lost and the
 //                    servers count each rank once per epoch;
+//   StartTensors     starts a step's tensors early (as backward finishes
+//                    them), so their pushes overlap the rest of backward;
+//                    the step's PushPull then only adds the rest and waits;
 //   owner duties     for the tensors this member owns: statistics and basis
 //                    refreshes on a background thread (basis_owner.h);
 //   acknowledgements a follower thread fetches and acknowledges every new
@@ -28,11 +31,12 @@
 //
 // Ownership: owns the engine and its threads; shares the session, which
 // must outlive the daemon. Thread safety: every public method may be called
-// from any thread; PushPull and RegisterBuffers run one at a time (a second
-// call waits).
+// from any thread; PushPull, StartTensors and RegisterBuffers run one at a
+// time (a second call waits).
 #ifndef GIFT_WORKER_WORKER_DAEMON_H_
 #define GIFT_WORKER_WORKER_DAEMON_H_
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -128,6 +132,23 @@ class WorkerDaemon {
   // errors (push_pull_engine.h). The buffers change only on success.
   absl::StatusOr<gift::v1::PushPullResponse> PushPull(const gift::v1::PushPullRequest& request);
 
+  // Starts `request.step` with some of its tensors, whose gradients are
+  // final (worker.proto StartTensors): opens the step (the first call of a
+  // step: checks as PushPull, the start barrier), plans the tensors and
+  // pushes them through the engine's open step (push_pull_engine.h Begin /
+  // Add), and returns without waiting for results. The PushPull of the same
+  // step adds the tensors not started and completes the step; its results
+  // are bit-identical to a PushPull without StartTensors. When early pushes
+  // cannot proceed (the schedule is not planned that far yet, the epoch
+  // changed, a push failed), the failure is kept and PushPull runs the
+  // whole step again the ordinary way (retrying under a new epoch as
+  // PushPull does). A StartTensors or PushPull of a later step, or a
+  // RegisterBuffers, abandons an open step (logged; nothing is written).
+  // A measured step (measure_error) cannot be started early. Errors:
+  // as PushPull's checks, InvalidArgument for a tensor started twice in a
+  // step or a step below the open one.
+  absl::Status StartTensors(const gift::v1::StartTensorsRequest& request);
+
   // Copies X^T X from the handed buffer and hands it to the owner thread.
   // InvalidArgument for an unknown tensor or a buffer of the wrong size or
   // kind; NotFound / OutOfRange as RegisterBuffers.
@@ -158,6 +179,62 @@ class WorkerDaemon {
                                       bool exact, absl::Time deadline, uint64_t* epoch,
                                       uint32_t* world_size,
                                       std::vector<std::pair<uint64_t, bool>>* versions);
+  // A step opened by StartTensors (worker_daemon_overlap.cc).
+  struct OpenStep {
+    uint64_t step = 0;
+    std::chrono::steady_clock::time_point start;
+    absl::Time deadline;
+    uint64_t retries_before = 0;
+    std::shared_ptr<const gift::v1::ClusterState> before;  // the owner's view
+    std::vector<const RegisteredTensor*> selected;         // in start order
+    std::vector<LocalTensor> tensors;                      // the same
+    std::vector<std::pair<uint64_t, bool>> versions;       // of the tensors pushed
+    std::vector<OwnedTensorStep> owned;
+    bool begun = false;  // the engine's step was begun (pushes under `epoch`)
+    uint64_t epoch = 0;
+    uint32_t world_size = 0;
+    codec::CodecSpec push_spec;
+    // Non-OK once early pushes stopped (the engine's step ended or never
+    // began): PushPull runs the whole step again.
+    absl::Status failed;
+  };
+  // What CompleteStep needs of a step that succeeded.
+  struct Completed {
+    uint64_t step = 0;
+    std::chrono::steady_clock::time_point start;
+    uint64_t retries_before = 0;
+    std::vector<const RegisteredTensor*> selected;
+    std::vector<LocalTensor> tensors;
+    std::vector<std::pair<uint64_t, bool>> versions;
+    std::vector<OwnedTensorStep> owned;
+    std::vector<std::vector<float>> exact;  // measured steps: the exact averages
+    StepReport report;
+    StepReport measure_report;
+    uint64_t epoch = 0;
+    uint32_t world_size = 0;
+  };
+
+  // Aborted / Unavailable: the step may succeed under a new epoch.
+  static bool Retryable(const absl::Status& s);
+  // PushPull's checks of a new step (draining, range, above the last one).
+  absl::Status CheckNewStep(uint64_t step) const;
+  // The registered tensors named by `ids` (empty: all).
+  absl::StatusOr<std::vector<const RegisteredTensor*>> Select(
+      const google::protobuf::RepeatedField<uint64_t>& ids) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
+  // The first step waits for min_workers workers.
+  absl::Status AwaitStartBarrier(absl::Time deadline);
+  // Appends what the owner wants of `step` for `tensors` (decided on `before`).
+  void AddOwnedSteps(const gift::v1::ClusterState& before, uint64_t step,
+                     const std::vector<LocalTensor>& tensors, std::vector<OwnedTensorStep>* owned);
+  // Narrows, builds the response, counts, and hands owned tensors on.
+  gift::v1::PushPullResponse CompleteStep(Completed c);
+  // The open step: adds `more` (widened, owned, planned and pushed).
+  void AddToOpenStep(const std::vector<const RegisteredTensor*>& more)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
+  absl::StatusOr<gift::v1::PushPullResponse> FinishOpenStep(
+      const gift::v1::PushPullRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
+  void AbandonOpenStep(absl::string_view why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   void EnqueueOwnerJob(OwnerJob job);
   void FollowLoop();
   void OwnerLoop();
@@ -168,13 +245,15 @@ class WorkerDaemon {
   BasisStore store_;
   std::unique_ptr<BufferSocket> buffer_socket_;  // set once by ServeBuffers
 
-  // Serializes RegisterBuffers and PushPull.
+  // Serializes RegisterBuffers, PushPull and StartTensors.
   absl::Mutex step_mu_;
   std::vector<RegisteredTensor> registered_ ABSL_GUARDED_BY(step_mu_);
+  std::optional<OpenStep> open_ ABSL_GUARDED_BY(step_mu_);
 
   mutable absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool in_step_ ABSL_GUARDED_BY(mu_) = false;
+  bool step_open_ ABSL_GUARDED_BY(mu_) = false;  // open_ is set
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<uint64_t> last_step_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);

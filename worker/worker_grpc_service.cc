@@ -26,6 +26,12 @@ grpc::Status WorkerGrpcService::PushPull(grpc::ServerContext*,
   return Reply(daemon_->PushPull(*request), response);
 }
 
+grpc::Status WorkerGrpcService::StartTensors(grpc::ServerContext*,
+                                             const gift::v1::StartTensorsRequest* request,
+                                             gift::v1::StartTensorsResponse*) {
+  return rpc::ToGrpcStatus(daemon_->StartTensors(*request));
+}
+
 grpc::Status WorkerGrpcService::SubmitActivationStats(
     grpc::ServerContext*, const gift::v1::SubmitActivationStatsRequest* request,
     gift::v1::SubmitActivationStatsResponse*) {

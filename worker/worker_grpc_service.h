@@ -1,6 +1,7 @@
 // The gift.v1.Worker gRPC service over a WorkerDaemon: each call forwards to
 // the daemon and maps its absl::Status to the gRPC status (same code, same
-// message). PushPull blocks its handler thread for the step.
+// message). PushPull blocks its handler thread for the step; StartTensors for
+// the encoding and pushing of its tensors.
 //
 // Ownership: does not own the daemon, which must outlive the service.
 // Thread safety: thread-safe (the daemon is).
@@ -21,6 +22,9 @@ class WorkerGrpcService final : public gift::v1::Worker::Service {
                                gift::v1::RegisterBuffersResponse* response) override;
   grpc::Status PushPull(grpc::ServerContext* context, const gift::v1::PushPullRequest* request,
                         gift::v1::PushPullResponse* response) override;
+  grpc::Status StartTensors(grpc::ServerContext* context,
+                            const gift::v1::StartTensorsRequest* request,
+                            gift::v1::StartTensorsResponse* response) override;
   grpc::Status SubmitActivationStats(grpc::ServerContext* context,
                                      const gift::v1::SubmitActivationStatsRequest* request,
                                      gift::v1::SubmitActivationStatsResponse* response) override;

@@ -11,15 +11,18 @@ GIFT_PY_GEN). See docs/clients.md.
 """
 
 from .client import PushPullResult, TensorResult, WorkerClient, WorkerInfo, worker_target
+from .ddp_hook import GiftHookState, gift_hook
 from .errors import GiftError
 from .torch_sync import GradientSync
 
 __all__ = [
     "GiftError",
+    "GiftHookState",
     "GradientSync",
     "PushPullResult",
     "TensorResult",
     "WorkerClient",
     "WorkerInfo",
+    "gift_hook",
     "worker_target",
 ]

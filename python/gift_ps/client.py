@@ -13,9 +13,10 @@ returns.
     result = client.push_pull(step)                    # grads now hold the average
     client.close()
 
-Threading: all methods may be called from any thread. push_pull and
-push_pull_async calls go to the worker one at a time in the order they were
-made (one background thread), because steps must strictly increase; do not
+Threading: all methods may be called from any thread. push_pull,
+push_pull_async and start_tensors calls go to the worker one at a time in the
+order they were made (one background thread), because steps must strictly
+increase; do not
 write the registered tensors while a push_pull of theirs is in flight.
 Errors from the worker raise GiftError (code name + the worker's message);
 bad arguments caught locally raise ValueError / TypeError.
@@ -277,13 +278,39 @@ class WorkerClient:
                         ) -> "concurrent.futures.Future[PushPullResult]":
         """push_pull on the client's thread; calls run in order, one at a time."""
         self._check_open()
-        if isinstance(step, bool) or not hasattr(step, "__index__") or operator.index(step) < 0:
-            raise ValueError(f"step {step!r} must be a non-negative integer")
-        step = operator.index(step)
+        step = self._check_step(step)
         request = self._pb.worker_pb2.PushPullRequest(step=step, measure_error=bool(measure_error))
         if names is not None:
             request.tensor_ids.extend(self.tensor_id(n) for n in names)
         return self._executor.submit(self._push_pull, request)
+
+    def start_tensors(self, step: int, names: Optional[Iterable[str]] = None
+                      ) -> "concurrent.futures.Future[None]":
+        """Starts `step` with the tensors `names` (None: every registered
+        tensor not started yet), whose gradients are final: the worker
+        encodes and pushes them at once, and the step's push_pull then only
+        adds the rest and waits (results bit-identical to a push_pull
+        alone). Returns at once; the call is queued in the same order as
+        push_pull_async calls (so it reaches the worker before a push_pull
+        made after it), and the future resolves once the worker pushed them
+        (GiftError as push_pull's, INVALID_ARGUMENT for a tensor started twice
+        in a step). Do not write those tensors until the step's push_pull
+        returns; a measured step (measure_error) cannot be started early."""
+        self._check_open()
+        step = self._check_step(step)
+        request = self._pb.worker_pb2.StartTensorsRequest(step=step)
+        if names is not None:
+            request.tensor_ids.extend(self.tensor_id(n) for n in names)
+        return self._executor.submit(self._start_tensors, request)
+
+    def _start_tensors(self, request) -> None:
+        self._call("StartTensors", self._stub.StartTensors, request, self._push_pull_timeout)
+
+    @staticmethod
+    def _check_step(step) -> int:
+        if isinstance(step, bool) or not hasattr(step, "__index__") or operator.index(step) < 0:
+            raise ValueError(f"step {step!r} must be a non-negative integer")
+        return operator.index(step)
 
     def _push_pull(self, request) -> PushPullResult:
         response = self._call("PushPull", self._stub.PushPull, request, self._push_pull_timeout)

@@ -31,9 +31,28 @@ to the step after the last synced one, or to the one named by begin_step),
 and sync() hands them to the worker for the layer's weight before averaging.
 Forward passes in eval mode or under torch.no_grad() are not counted.
 
+Communication hidden behind backward (overlap=True): a hook on each
+parameter's AccumulateGrad node (the autograd node that adds the incoming
+gradient into p.grad; its post hook runs once the gradient is in p.grad)
+marks the gradient final as soon as backward produced it, which happens in
+roughly reverse layer order. Ready gradients are collected into buckets of
+bucket_bytes (25 MiB by default, like DDP's) and each full bucket is handed to
+the worker at once (WorkerClient.start_tensors), which transforms, encodes and
+pushes it while backward goes on; sync(step) then hands in the rest and only
+waits for what is left. The averages are bit-identical to overlap=False (same
+step, same codecs, same stochastic-rounding keys). Gradient accumulation:
+run the backward passes of all micro-batches but the last under
+`with sync.no_sync():` (as with DDP), so that only the last one starts
+pushes; a second backward pass in a step outside no_sync() raises. A
+measured step (measure_error=True) is not started early: name it before its
+backward with begin_step(step, measure_error=True). Not with main_grads.
+
 Threading: one GradientSync per process and model; call sync() from the
-training thread.
+training thread (the AccumulateGrad hooks run on autograd's thread for the
+backward pass, CPU: the caller's).
 """
+
+import contextlib
 
 import fnmatch
 from typing import Dict, Iterable, List, Optional
@@ -48,7 +67,8 @@ class GradientSync:
     def __init__(self, model: nn.Module, client: WorkerClient, *,
                  collect_activations_every: int = 0,
                  activation_layers: Optional[Iterable[str]] = None,
-                 start_step: int = 0, main_grads: bool = False):
+                 start_step: int = 0, main_grads: bool = False,
+                 overlap: bool = False, bucket_bytes: int = 25 * 2 ** 20):
         """Registers the gradients of `model` with `client`'s worker.
 
         collect_activations_every: K > 0 collects input statistics of the
@@ -58,9 +78,17 @@ class GradientSync:
         start_step: the step of the first forward pass (for collection).
         main_grads: average each parameter's FP32 `main_grad` (created
           zero-filled when missing) rather than its `grad`.
+        overlap: start each bucket of gradients on the worker as soon as
+          backward finished it (see the module's documentation).
+        bucket_bytes: the size at which a bucket of ready gradients is
+          started (overlap only); 0 starts every gradient on its own.
         """
         if collect_activations_every < 0:
             raise ValueError("collect_activations_every must be >= 0")
+        if overlap and main_grads:
+            raise ValueError("GradientSync: overlap needs gradients in p.grad, not main_grads")
+        if bucket_bytes < 0:
+            raise ValueError("bucket_bytes must be >= 0")
         self.model = model
         self.client = client
         self.params: List = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -83,6 +111,22 @@ class GradientSync:
         self._next_step = start_step
         if collect_activations_every > 0:
             self._install_hooks(activation_layers)
+        # Early pushes (overlap): the step being started, the gradients
+        # copied in and not started yet, those started, the start calls.
+        self._bucket_bytes = bucket_bytes
+        self._no_sync = False
+        self._measure_step: Optional[int] = None
+        self._started_step: Optional[int] = None
+        self._pending: List[str] = []
+        self._pending_bytes = 0
+        self._started: set = set()
+        self._starts: list = []
+        self._accumulators = []  # the AccumulateGrad nodes (kept alive: they hold the hooks)
+        if overlap:
+            for name, p in self.params:
+                node = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._accumulators.append(node)
+                self._hooks.append(node.register_hook(self._make_grad_hook(name, p)))
 
     # ---- gradients ------------------------------------------------------------
 
@@ -90,18 +134,24 @@ class GradientSync:
         """After backward: averages every registered gradient across all
         workers for `step` (a collective; steps strictly increase) and leaves
         the average in p.grad. Returns the worker's report."""
+        if self._started_step is not None and self._started_step != step:
+            raise ValueError(f"GradientSync: backward started step {self._started_step}, not "
+                             f"{step}: name non-consecutive steps with begin_step(step)")
+        if measure_error and self._started:
+            raise ValueError(f"GradientSync: step {step} was started early, so it cannot measure "
+                             "errors: call begin_step(step, measure_error=True) before backward")
+        copied = set(self._pending) | self._started
         with torch.no_grad():
             for name, p in self.params:
-                buffer = self.buffers[name]
-                grad = getattr(p, self._attr, None)
-                if grad is None:
-                    buffer.zero_()
-                elif grad.data_ptr() != buffer.data_ptr() or grad.shape != buffer.shape:
-                    if grad.is_sparse:
-                        grad = grad.to_dense()
-                    buffer.copy_(grad)
+                if name not in copied:
+                    self._copy_in(name, p)
         self._submit_stats(step)
+        starts, self._starts = self._starts, []
+        self._pending, self._pending_bytes, self._started = [], 0, set()
+        self._started_step = None
         result = self.client.push_pull(step, measure_error=measure_error)
+        for start in starts:
+            start.result()  # raises the worker's refusal of an early start
         with torch.no_grad():
             for name, p in self.params:
                 buffer = self.buffers[name]
@@ -116,12 +166,58 @@ class GradientSync:
         self._next_step = step + 1
         return result
 
+    def _copy_in(self, name: str, p) -> None:
+        buffer = self.buffers[name]
+        grad = getattr(p, self._attr, None)
+        if grad is None:
+            buffer.zero_()
+        elif grad.data_ptr() != buffer.data_ptr() or grad.shape != buffer.shape:
+            if grad.is_sparse:
+                grad = grad.to_dense()
+            buffer.copy_(grad)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside accumulate gradients without starting
+        pushes (overlap): all micro-batches of a step but the last."""
+        before, self._no_sync = self._no_sync, True
+        try:
+            yield
+        finally:
+            self._no_sync = before
+
+    def _make_grad_hook(self, name: str, p):
+        nbytes = self.buffers[name].numel() * self.buffers[name].element_size()
+
+        def hook(*_):
+            step = self._next_step
+            if self._no_sync or step == self._measure_step:
+                return
+            if name in self._started or name in self._pending:
+                raise RuntimeError(f"GradientSync: a second backward pass reached '{name}' in "
+                                   f"step {step} after its gradient was final; run the "
+                                   "micro-batches but the last under sync.no_sync()")
+            with torch.no_grad():
+                self._copy_in(name, p)
+            self._started_step = step
+            self._pending.append(name)
+            self._pending_bytes += nbytes
+            if self._pending_bytes >= self._bucket_bytes:
+                self._starts.append(self.client.start_tensors(step, self._pending))
+                self._started.update(self._pending)
+                self._pending, self._pending_bytes = [], 0
+        return hook
+
     # ---- activation statistics ----------------------------------------------
 
-    def begin_step(self, step: int) -> None:
-        """Names the step the next forward passes belong to (only needed when
-        steps are not consecutive and activations are collected)."""
+    def begin_step(self, step: int, measure_error: bool = False) -> None:
+        """Names the step the next forward and backward passes belong to
+        (needed when steps are not consecutive and activations are collected
+        or gradients start early); measure_error: the step will be synced
+        with measure_error=True, so its gradients must not start early."""
         self._next_step = step
+        if measure_error:
+            self._measure_step = step
 
     @property
     def collecting(self) -> bool:
@@ -180,7 +276,8 @@ class GradientSync:
             entry["count"] = 0
 
     def close(self) -> None:
-        """Removes the forward hooks (the client stays open)."""
+        """Removes the forward and gradient hooks (the client stays open)."""
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+        self._accumulators = []

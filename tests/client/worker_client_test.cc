@@ -228,9 +228,8 @@ TEST(WorkerClientClusterTest, TwoClientsAverageExactlyAndReportCodes) {
 
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
-  uint64_t step = 0;
-  for (int round = 0; round < 3; ++round) {
-    step = 1 + round;  // steps start low: the first schedule is frozen through step 8 only
+  // Writes fresh gradients into both clients' tensors; returns them.
+  auto fill = [&] {
     std::vector<std::vector<std::vector<float>>> grads(2);
     for (int w = 0; w < 2; ++w) {
       for (SharedTensor& t : tensors[w]) {
@@ -240,6 +239,27 @@ TEST(WorkerClientClusterTest, TwoClientsAverageExactlyAndReportCodes) {
         grads[w].push_back(std::move(g));
       }
     }
+    return grads;
+  };
+  // Both clients hold exactly (g0 + g1) * 0.5.
+  auto expect_average = [&](const std::vector<std::vector<std::vector<float>>>& grads,
+                            uint64_t at) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const SharedTensor& a = tensors[0][i];
+      const SharedTensor& b = tensors[1][i];
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << a.name();
+      size_t mismatches = 0;
+      for (size_t k = 0; k < a.size(); ++k) {
+        const float expected = (grads[0][i][k] + grads[1][i][k]) * 0.5f;
+        if (std::memcmp(&expected, a.data() + k, sizeof(float)) != 0) ++mismatches;
+      }
+      EXPECT_EQ(mismatches, 0u) << a.name() << " at step " << at;
+    }
+  };
+  uint64_t step = 0;
+  for (int round = 0; round < 3; ++round) {
+    step = 1 + round;  // steps start low: the first schedule is frozen through step 8 only
+    const auto grads = fill();
     auto f0 = clients[0]->PushPullAsync(step, /*measure_error=*/true);
     auto f1 = clients[1]->PushPullAsync(step, /*measure_error=*/true);
     absl::StatusOr<PushPullResult> r0 = f0.get();
@@ -255,17 +275,7 @@ TEST(WorkerClientClusterTest, TwoClientsAverageExactlyAndReportCodes) {
       EXPECT_EQ(t.rel_l2_error, 0.0) << t.name;
       EXPECT_GT(t.bytes_sent, 0u);
     }
-    for (size_t i = 0; i < specs.size(); ++i) {
-      const SharedTensor& a = tensors[0][i];
-      const SharedTensor& b = tensors[1][i];
-      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << a.name();
-      size_t mismatches = 0;
-      for (size_t k = 0; k < a.size(); ++k) {
-        const float expected = (grads[0][i][k] + grads[1][i][k]) * 0.5f;
-        if (std::memcmp(&expected, a.data() + k, sizeof(float)) != 0) ++mismatches;
-      }
-      EXPECT_EQ(mismatches, 0u) << a.name() << " at step " << step;
-    }
+    expect_average(grads, step);
   }
 
   // A step not above the last one.
@@ -291,6 +301,27 @@ TEST(WorkerClientClusterTest, TwoClientsAverageExactlyAndReportCodes) {
   EXPECT_EQ(info->rank(), clients[1]->rank());
   EXPECT_EQ(info->last_step(), step);
   EXPECT_FALSE(info->member_id().empty());
+
+  // Early pushes: client 0 starts the bias, then the weight; client 1 starts
+  // nothing early. The step's PushPull completes it, exactly.
+  const uint64_t early_step = step + 1;
+  const auto grads = fill();
+  auto bias = clients[0]->StartTensorsAsync(early_step, {tensors[0][1].tensor_id()});
+  auto weight = clients[0]->StartTensorsAsync(early_step, {tensors[0][0].tensor_id()});
+  auto twice = clients[0]->StartTensorsAsync(early_step, {tensors[0][0].tensor_id()});
+  auto f0 = clients[0]->PushPullAsync(early_step);
+  auto f1 = clients[1]->PushPullAsync(early_step);
+  EXPECT_TRUE(bias.get().ok());
+  EXPECT_TRUE(weight.get().ok());
+  const absl::Status refused = twice.get();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "StartTensors: ")) << refused;
+  absl::StatusOr<PushPullResult> r0 = f0.get();
+  absl::StatusOr<PushPullResult> r1 = f1.get();
+  ASSERT_TRUE(r0.ok()) << r0.status() << "\n" << cluster.Logs();
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_EQ(r0->tensors.size(), specs.size());
+  expect_average(grads, early_step);
 
 }
 

@@ -7,7 +7,9 @@ v * scale + offset, computed in FP32 and rounded to the buffer's dtype (a stand-
 for "the average of all workers"), so tests see that the daemon's writes
 land in the client's tensors without a copy. It enforces the documented
 codes: FAILED_PRECONDITION before registration, INVALID_ARGUMENT for a step
-not above the last one or an unknown tensor id.
+not above the last one, an unknown tensor id or a tensor started twice in a
+step; StartTensors calls are recorded (start_calls) and completed by the
+step's PushPull.
 """
 
 import fcntl
@@ -43,6 +45,8 @@ class FakeWorker:
         self.last_step = None
         self.stats = []  # (tensor_id, step, num_samples, gram copy)
         self.push_pull_calls = []
+        self.start_calls = []  # (step, [tensor names]) per StartTensors
+        self.started = set()  # tensor ids started for the open step
         # Set to make PushPull wait (tests of async ordering).
         self.gate = threading.Event()
         self.gate.set()
@@ -54,6 +58,9 @@ class FakeWorker:
 
             def PushPull(self, request, context):
                 return fake._push_pull(request, context)
+
+            def StartTensors(self, request, context):
+                return fake._start(request, context)
 
             def SubmitActivationStats(self, request, context):
                 return fake._stats(request, context)
@@ -182,6 +189,7 @@ class FakeWorker:
                 if tid not in self.buffers:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown tensor id {tid}")
             self.last_step = request.step
+            self.started = set()
             results = []
             for tid in ids:
                 _, view, _ = self.buffers[tid]
@@ -192,6 +200,23 @@ class FakeWorker:
         return self.pb.worker_pb2.PushPullResponse(step=request.step, epoch=7,
                                                    world_size=self.world_size,
                                                    tensors=results, seconds=0.001)
+
+    def _start(self, request, context):
+        with self.lock:
+            if not self.buffers:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no buffers are registered")
+            if self.last_step is not None and request.step <= self.last_step:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"step {request.step} is not above the last step {self.last_step}")
+            ids = list(request.tensor_ids) or [t for t in self.buffers if t not in self.started]
+            for tid in ids:
+                if tid not in self.buffers:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown tensor id {tid}")
+                if tid in self.started:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"tensor id {tid} started twice")
+            self.started.update(ids)
+            self.start_calls.append((request.step, [self.buffers[t][0] for t in ids]))
+        return self.pb.worker_pb2.StartTensorsResponse()
 
     def _stats(self, request, context):
         with self.lock:

@@ -317,5 +317,88 @@ class GradientSyncFakeTest(unittest.TestCase):
         sync.close()
 
 
+
+class GradientSyncOverlapFakeTest(unittest.TestCase):
+    """GradientSync(overlap=True) against the fake (scale 0.5): which gradients
+    start when, and the refusals."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.fake = FakeWorker(os.path.join(self.dir.name, "w.sock"), scale=0.5)
+        self.client = WorkerClient(self.fake.address)
+        torch.manual_seed(0)
+        self.model = TinyNet()
+
+    def tearDown(self):
+        self.client.close()
+        self.fake.stop()
+        self.dir.cleanup()
+
+    def backward(self):
+        self.model(torch.randn(5, 4)).sum().backward()
+
+    def test_each_gradient_starts_in_backward_order(self):
+        sync = GradientSync(self.model, self.client, overlap=True, bucket_bytes=0)
+        for step in range(2):
+            self.backward()
+            expected = {n: p.grad.clone() * 0.5 for n, p in self.model.named_parameters()
+                        if p.grad is not None}
+            sync.sync(step)
+            calls = [c for c in self.fake.start_calls if c[0] == step]
+            self.assertEqual([len(names) for _, names in calls], [1, 1, 1, 1])
+            started = [names[0] for _, names in calls]
+            self.assertEqual(set(started[:2]), {"fc2.weight", "fc2.bias"})  # the last layer first
+            self.assertEqual(set(started[2:]), {"fc1.weight", "fc1.bias"})
+            for n, p in self.model.named_parameters():
+                want = expected.get(n, torch.zeros_like(p))
+                self.assertTrue(torch.equal(p.grad, want), n)  # "unused": zeros, by push_pull
+            for p in self.model.parameters():
+                p.grad.zero_()
+
+    def test_buckets_fill_up_to_bucket_bytes(self):
+        # fc2: 16 + 2 floats = 72 bytes; fc1: 32 + 8 floats = 160 bytes.
+        sync = GradientSync(self.model, self.client, overlap=True, bucket_bytes=70)
+        self.backward()
+        sync.sync(0)
+        self.assertEqual([sorted(names) for _, names in self.fake.start_calls],
+                         [["fc2.bias", "fc2.weight"], ["fc1.bias", "fc1.weight"]])
+        self.fake.start_calls.clear()
+        sync.close()
+        big = GradientSync(self.model, self.client, overlap=True, start_step=1)  # 25 MiB: none
+        self.backward()
+        big.sync(1)
+        self.assertEqual(self.fake.start_calls, [])
+
+    def test_accumulation_measured_steps_and_refusals(self):
+        sync = GradientSync(self.model, self.client, overlap=True, bucket_bytes=0, start_step=3)
+        with sync.no_sync():
+            self.backward()
+        self.assertEqual(self.fake.start_calls, [])
+        first = {n: p.grad.clone() for n, p in self.model.named_parameters() if p.grad is not None}
+        self.backward()
+        total = {n: p.grad.clone() for n, p in self.model.named_parameters() if p.grad is not None}
+        for n in first:
+            self.assertFalse(torch.equal(first[n], total[n]), n)  # the second pass accumulated
+        with self.assertRaises(RuntimeError):  # a third pass would write started buffers
+            self.backward()
+        with self.assertRaises(ValueError):
+            sync.sync(4)  # the hooks started step 3
+        with self.assertRaises(ValueError):
+            sync.sync(3, measure_error=True)
+        sync.sync(3)
+        self.assertEqual([(step, len(names)) for step, names in self.fake.start_calls],
+                         [(3, 1)] * 4)  # the second pass only
+        for p in self.model.parameters():
+            p.grad.zero_()
+        # A measured step named before backward starts nothing early.
+        self.fake.start_calls.clear()
+        sync.begin_step(4, measure_error=True)
+        self.backward()
+        self.assertEqual(self.fake.start_calls, [])
+        result = sync.sync(4, measure_error=True)
+        self.assertEqual({t.rel_l2_error for t in result.tensors}, {0.25})
+        with self.assertRaises(ValueError):
+            GradientSync(self.model, self.client, overlap=True, main_grads=True)
+
 if __name__ == "__main__":
     unittest.main()

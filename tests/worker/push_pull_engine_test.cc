@@ -410,6 +410,107 @@ TEST(PushPullEngineResults, StaleAndDuplicateResultsNeverLandOverLiveOnes) {
   engine->reset();
 }
 
+// A step opened with Begin and fed with Add in different batches and orders
+// on every worker (one tensor at a time, reversed, all at once, or the
+// basis tensor last), with results arriving meanwhile, ends with Run's bits
+// (LocalAverage) on every worker; Cancel ends an open step without writing,
+// and the next step runs.
+TEST_P(PushPullEngineTest, IncrementalAddsInAnyOrderGiveRunsBits) {
+  SetEpoch(1, kWorld);
+  const uint64_t step = 6;
+  std::vector<std::vector<std::vector<float>>> buffers(kWorld);
+  std::vector<std::vector<std::vector<TensorStep>>> batches(kWorld);
+  std::vector<StepPlan> headers;
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    for (const Tensor& t : kTensors) buffers[r].push_back(Gradient(t, r, step));
+    StepPlan plan = Plan(1, step, r, kWorld, buffers[r]);
+    std::vector<TensorStep> tensors = std::move(plan.tensors);
+    plan.tensors.clear();
+    headers.push_back(plan);
+    switch (r) {
+      case 0:
+        for (const TensorStep& t : tensors) batches[r].push_back({t});
+        break;
+      case 1:
+        for (auto it = tensors.rbegin(); it != tensors.rend(); ++it) batches[r].push_back({*it});
+        break;
+      case 2:
+        batches[r].push_back(tensors);
+        break;
+      default:
+        batches[r].push_back({tensors[2], tensors[1]});
+        batches[r].push_back({tensors[0]});
+    }
+  }
+  std::vector<absl::StatusOr<StepReport>> reports(kWorld, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      if (auto s = engines_[r]->Begin(headers[r]); !s.ok()) {
+        reports[r] = s;
+        return;
+      }
+      for (const auto& batch : batches[r]) {
+        if (auto s = engines_[r]->Add(batch); !s.ok()) {
+          reports[r] = s;
+          return;
+        }
+      }
+      reports[r] = engines_[r]->Finish();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << "rank " << r << ": " << reports[r].status();
+    EXPECT_GT(reports[r]->bytes_pushed, 0u);
+    EXPECT_FALSE(engines_[r]->open());
+    for (size_t i = 0; i < kTensors.size(); ++i) {
+      EXPECT_EQ(buffers[r][i],
+                LocalAverage(kTensors[i], step, server_addresses_,
+                             kTensors[i].transformed ? basis_.get() : nullptr))
+          << "rank " << r << " tensor " << kTensors[i].id;
+    }
+  }
+
+  // Misuse is refused; Cancel writes nothing.
+  EXPECT_EQ(engines_[0]->Add({}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engines_[0]->Finish().status().code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<float> before = Gradient(kTensors[1], 0, step + 1);
+  std::vector<float> data = before;
+  StepPlan header = headers[0];
+  header.step = step + 1;
+  ASSERT_TRUE(engines_[0]->Begin(header).ok());
+  EXPECT_EQ(engines_[0]->Begin(header).code(), absl::StatusCode::kFailedPrecondition);
+  TensorStep one{.tensor_id = kTensors[1].id,
+                 .rows = kTensors[1].rows,
+                 .cols = kTensors[1].cols,
+                 .data = data.data(),
+                 .chunks = Routes(kTensors[1], server_addresses_)};
+  ASSERT_TRUE(engines_[0]->Add({one}).ok());
+  EXPECT_EQ(engines_[0]->Add({one}).code(), absl::StatusCode::kInvalidArgument);  // ends it
+  EXPECT_FALSE(engines_[0]->open());
+  EXPECT_EQ(data, before);
+  ASSERT_TRUE(engines_[0]->Begin(header).ok());
+  engines_[0]->Cancel();
+  EXPECT_FALSE(engines_[0]->open());
+  EXPECT_EQ(data, before);
+
+  // The next step runs (on every worker, after the abandoned ones).
+  const uint64_t next = step + 2;
+  threads.clear();
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    buffers[r].clear();
+    for (const Tensor& t : kTensors) buffers[r].push_back(Gradient(t, r, next));
+    threads.emplace_back(
+        [&, r] { reports[r] = engines_[r]->Run(Plan(1, next, r, kWorld, buffers[r])); });
+  }
+  for (auto& th : threads) th.join();
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << "rank " << r << ": " << reports[r].status();
+    EXPECT_EQ(buffers[r][1], LocalAverage(kTensors[1], next, server_addresses_, nullptr));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, PushPullEngineTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "ucx" : "inproc"; });
 

@@ -203,6 +203,33 @@ std::future<absl::StatusOr<PushPullResult>> WorkerClient::PushPullAsync(
   return future;
 }
 
+absl::Status WorkerClient::StartTensors(uint64_t step, std::vector<uint64_t> tensor_ids) {
+  return StartTensorsAsync(step, std::move(tensor_ids)).get();
+}
+
+std::future<absl::Status> WorkerClient::StartTensorsAsync(uint64_t step,
+                                                          std::vector<uint64_t> tensor_ids) {
+  Call call;
+  call.start = true;
+  call.start_request.set_step(step);
+  for (uint64_t id : tensor_ids) call.start_request.add_tensor_ids(id);
+  std::future<absl::Status> future = call.started.get_future();
+  absl::MutexLock lock(&mu_);
+  calls_.push_back(std::move(call));
+  return future;
+}
+
+absl::Status WorkerClient::DoStartTensors(const gift::v1::StartTensorsRequest& request) {
+  grpc::ClientContext context;
+  if (options_.push_pull_timeout != absl::InfiniteDuration()) {
+    context.set_deadline(Deadline(options_.push_pull_timeout));
+  }
+  gift::v1::StartTensorsResponse response;
+  grpc::Status status = stub_->StartTensors(&context, request, &response);
+  if (!status.ok()) return rpc::FromGrpcStatus(status, "StartTensors");
+  return absl::OkStatus();
+}
+
 void WorkerClient::RunCalls() {
   while (true) {
     Call call;
@@ -214,7 +241,11 @@ void WorkerClient::RunCalls() {
       calls_.pop_front();
     }
     // Calls queued before destruction still run (the destructor waits).
-    call.promise.set_value(DoPushPull(call.request));
+    if (call.start) {
+      call.started.set_value(DoStartTensors(call.start_request));
+    } else {
+      call.promise.set_value(DoPushPull(call.request));
+    }
   }
 }
 

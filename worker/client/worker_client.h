@@ -185,6 +185,17 @@ class WorkerClient {
                                                             bool measure_error = false,
                                                             std::vector<uint64_t> tensor_ids = {});
 
+  // Starts `step` with `tensor_ids` (empty: every registered tensor not
+  // started yet), whose gradients are final: the worker encodes and pushes
+  // them at once (worker.proto StartTensors), and the step's PushPull then
+  // only adds the rest and waits, with results bit-identical to a PushPull
+  // alone. Queued in the same FIFO as PushPullAsync, so a StartTensors
+  // reaches the worker before a PushPull called after it; the future is
+  // ready once the worker pushed the tensors. The tensors must not be
+  // written until the step's PushPull returns.
+  std::future<absl::Status> StartTensorsAsync(uint64_t step, std::vector<uint64_t> tensor_ids);
+  absl::Status StartTensors(uint64_t step, std::vector<uint64_t> tensor_ids);
+
   // Hands in X^T X (d_in x d_in FP32, row-major, unscaled: `gram` holds
   // d_in * d_in values) of `num_samples` input rows of the layer whose weight
   // is `tensor_id`, for `step`. The values are copied into a sealed
@@ -196,9 +207,13 @@ class WorkerClient {
   absl::StatusOr<gift::v1::WorkerInfo> Info();
 
  private:
+  // A PushPull, or (start) a StartTensors.
   struct Call {
     gift::v1::PushPullRequest request;
     std::promise<absl::StatusOr<PushPullResult>> promise;
+    bool start = false;
+    gift::v1::StartTensorsRequest start_request;
+    std::promise<absl::Status> started;
   };
 
   WorkerClient(std::shared_ptr<grpc::Channel> channel, WorkerClientOptions options);
@@ -206,6 +221,7 @@ class WorkerClient {
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !calls_.empty(); }
   void RunCalls();
   absl::StatusOr<PushPullResult> DoPushPull(const gift::v1::PushPullRequest& request);
+  absl::Status DoStartTensors(const gift::v1::StartTensorsRequest& request);
   // Hands `region` to the worker (connecting to its buffer socket first).
   absl::StatusOr<std::string> Hand(const SealedRegion& region);
   // Tells the worker `handle` is no longer named (best effort).

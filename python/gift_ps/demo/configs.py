@@ -14,7 +14,19 @@ CONFIGS = {
         "tensors chosen by measured error), BF16 pull",
     ),
     "gift-e5m2": ("e5m2/tensor", "bf16", True, "GIFT in the baseline's format: E5M2 per tensor after the GIFT transform, BF16 pull"),
+    "gift-overlap": (
+        "e4m3/block128",
+        "bf16",
+        True,
+        "gift, with each bucket of gradients pushed as soon as backward finished it (GradientSync overlap)",
+    ),
+    "ddp-fp32": ("fp32", "fp32", False, "no service: DistributedDataParallel over gloo, FP32 all-reduce"),
+    "ddp-fp16": ("fp16", "fp16", False, "no service: DistributedDataParallel over gloo with fp16_compress_hook"),
 }
+# Configurations that run without the service: DDP over gloo, with this comm hook.
+DDP_HOOKS = {"ddp-fp32": None, "ddp-fp16": "fp16"}
+# Configurations whose gradients are pushed during backward.
+OVERLAP = {"gift-overlap"}
 # fp8-block is a default row because GIFT's FP8 format (E4M3, a scale per 128
 # values) alone already halves the error of the baseline's (E5M2, one scale
 # per tensor) on this model: without it, the gift row would mix the format's

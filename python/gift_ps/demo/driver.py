@@ -10,7 +10,15 @@ seed on the same data order with 4 data-parallel processes, each averaging its
 gradients through its own worker after every backward. The service measures
 the relative L2 error of the averaged gradient against the exact average on
 sampled steps. At the end it prints a table and writes it as JSON, with a plot
-of the loss curves.
+of the loss curves, and each configuration's time to the FP32 run's final
+validation loss.
+
+Configurations without the service (ddp-fp32, ddp-fp16) train with
+DistributedDataParallel over gloo instead. With --netlab-rate RATE (root
+only) the demo runs itself again inside scripts/netlab.sh exec: the daemons
+on the testbed's hosts (gift-cluster --placement, UCX over TCP), each gloo
+rank on its worker host, every host's link shaped to RATE each way; the
+GIFT training processes reach their workers over Unix sockets.
 """
 
 import argparse
@@ -18,13 +26,14 @@ import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import time
 
-from gift_ps.demo.configs import CONFIGS, DEFAULT_CONFIGS, FULL, QUICK
+from gift_ps.demo.configs import CONFIGS, DDP_HOOKS, DEFAULT_CONFIGS, FULL, OVERLAP, QUICK
 from gift_ps.demo.data import Corpus, DataError, load_bytes
-from gift_ps.demo.processes import Cluster, DemoError, free_port, run_ranks, set_policy
-from gift_ps.demo.report import plot, summarize, summary_lines, table
+from gift_ps.demo.processes import REPO, Cluster, DemoError, free_port, run_ranks, set_policy
+from gift_ps.demo.report import fmt, plot, summarize, summary_lines, table
 
 
 def parse_args(argv):
@@ -76,6 +85,28 @@ def parse_args(argv):
         "averages exactly with torch.distributed (gloo), without the service (no codecs, no errors)",
     )
     p.add_argument("--python", default=sys.executable, help="the Python that runs the training processes")
+    p.add_argument(
+        "--netlab-rate",
+        default=None,
+        metavar="RATE",
+        help="run every configuration through the netlab testbed (scripts/netlab.sh exec: one network namespace per "
+        "host, links shaped to RATE each way with tc tbf, e.g. 200mbit; needs root) instead of loopback",
+    )
+    p.add_argument(
+        "--target-tolerance",
+        type=float,
+        default=0.002,
+        metavar="X",
+        help="a configuration reaches the FP32 run's final validation loss when an evaluation is at most X above it "
+        "(nats/byte, default 0.002: exact runs differ in summation order)",
+    )
+    p.add_argument(
+        "--overlap-bucket-kib",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="gift-overlap: start gradients on the worker in buckets of N KiB (default 1024, DDP's first bucket)",
+    )
     args = p.parse_args(argv)
     size = QUICK if args.quick else FULL
     for k, v in size.items():
@@ -98,6 +129,8 @@ def parse_args(argv):
             p.error(f"--{k.replace('_', '-')} must be at least 1")
     if args.measure_every < 0:
         p.error("--measure-every must be >= 0 (0: never)")
+    if args.overlap_bucket_kib < 0:
+        p.error("--overlap-bucket-kib must be >= 0")
     if args.batch % args.workers:
         p.error(f"--batch ({args.batch}) must be a multiple of --workers ({args.workers})")
     if args.d_model % args.heads or (args.d_model // args.heads) % 2:
@@ -108,8 +141,53 @@ def parse_args(argv):
 # ---- main ---------------------------------------------------------------------------
 
 
+def run_in_netlab(args, argv):
+    """Runs this demo again inside a netlab testbed (scripts/netlab.sh exec), which tears it down at the end."""
+    if os.geteuid() != 0:
+        print(
+            "demo: --netlab-rate needs root: the netlab testbed creates network namespaces, veth links and tc qdiscs "
+            "(CAP_NET_ADMIN, CAP_SYS_ADMIN); run it as root, or without --netlab-rate on loopback",
+            file=sys.stderr,
+        )
+        return 77
+    script = os.path.join(REPO, "scripts", "netlab.sh")
+    cmd = [script, "exec", "--workers", str(args.workers), "--servers", str(args.servers), "--rates", args.netlab_rate,
+           "--run-timeout", "7200", "--", sys.executable, "-m", "gift_ps.demo"] + argv
+    print(f"demo: through netlab at {args.netlab_rate}: {' '.join(cmd[:8])} ...", flush=True)
+    return subprocess.call(cmd)
+
+
+def netlab_placement():
+    """The testbed's placement inside `netlab.sh exec` (NETLAB_PLACEMENT), else None."""
+    path = os.environ.get("NETLAB_PLACEMENT")
+    if not path:
+        return None, None
+    with open(path) as f:
+        return path, json.load(f)
+
+
+def time_to_loss(run_dir, target):
+    """(training seconds, step) at rank 0's first evaluation at or below `target`: the sum of its step times up to
+    that step, evaluations excluded; (None, None) when no evaluation reached it."""
+    seconds = 0.0
+    with open(os.path.join(run_dir, "rank0.jsonl")) as f:
+        for line in f:
+            rec = json.loads(line)
+            if "step" not in rec:
+                continue
+            seconds += rec["step_s"]
+            value = rec.get("final_val_loss", rec.get("val_loss"))
+            if value is not None and value <= target:
+                return seconds, rec["step"]
+    return None, None
+
+
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    placement_path, placement = netlab_placement()
+    if args.netlab_rate and placement is None:
+        return run_in_netlab(args, argv)
     t_begin = time.monotonic()
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
@@ -147,7 +225,8 @@ def main(argv=None):
     matrices = sorted(n for n, p in m.named_parameters() if p.dim() == 2)
     n_tensors = len(list(m.parameters()))
     del m
-    print(f"GIFT-PS demo: {', '.join(args.configs)}; backend {args.backend}", flush=True)
+    link = f"netlab at {args.netlab_rate} each way per host" if placement else "loopback"
+    print(f"GIFT-PS demo: {', '.join(args.configs)}; backend {args.backend}; {link}", flush=True)
     print(f"  data:  {corpus.describe()}", flush=True)
     print(
         f"  model: byte-level Llama-style LM, d_model {args.d_model}, {args.layers} layers, {args.heads} heads, "
@@ -188,16 +267,27 @@ def main(argv=None):
             "eval_batch": 32,
             "run_dir": run_dir,
         }
+        if name in DDP_HOOKS:
+            spec["backend"], spec["ddp_hook"], spec["measure_every"] = "ddp", DDP_HOOKS[name], 0
+        elif args.backend == "service":
+            spec["overlap"] = name in OVERLAP
+            spec["bucket_bytes"] = args.overlap_bucket_kib * 1024
         cluster, policy = None, None
         t0 = time.monotonic()
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
-            if args.backend == "service":
+            if spec["backend"] == "service":
                 print(f"[{name}] starting gift-cluster ({args.servers} servers, {args.workers} workers)", flush=True)
-                cluster = Cluster(cluster_bin, args.servers, args.workers, os.path.join(run_dir, "cluster"), bin_dir)
-                policy = set_policy(giftctl, cluster.coordinator, name)
+                cluster = Cluster(cluster_bin, args.servers, args.workers, os.path.join(run_dir, "cluster"), bin_dir,
+                                  placement_path)
+                policy = set_policy(giftctl, cluster.coordinator, name, placement["coordinator"]["prefix"] if placement else ())
                 print(f"[{name}] cluster at {cluster.coordinator}; giftctl {policy}", flush=True)
                 spec["sockets"] = cluster.sockets
+            elif placement is not None:  # gloo ranks on the worker hosts, across their links
+                workers = placement["workers"]
+                spec["local_address"] = f"{workers[0]['address']}:{free_port()}"
+                spec["rank_prefix"] = [w["prefix"] for w in workers]
+                spec["rank_env"] = {"GLOO_SOCKET_IFNAME": workers[0]["device"]}
             else:
                 spec["local_address"] = f"127.0.0.1:{free_port()}"
             t_start = time.monotonic()
@@ -251,6 +341,22 @@ def main(argv=None):
     print(text)
     for n in notes:
         print("  " + n)
+    reach = []
+    if ref is not None and ref["final_val_loss"] is not None:
+        target = ref["final_val_loss"] + args.target_tolerance
+        print()
+        print(f"time to fp32's final validation loss {ref['final_val_loss']:.4f} + {args.target_tolerance:g} ({link}; "
+              f"rank 0's training seconds, evaluations excluded; checked at each evaluation, every {args.eval_every} "
+              "steps):")
+        print(f"  {'config':14s} {'seconds':>8s} {'at step':>8s} {'step s':>7s} {'compute s':>9s} {'sync s':>7s}")
+        for r in results:
+            seconds, at = time_to_loss(os.path.join(out, r["name"]), target)
+            reach.append({"name": r["name"], "seconds": seconds, "step": at, "step_s": r["step_s"],
+                          "compute_s": r["compute_s"], "sync_s": r["sync_s"]})
+            print(f"  {r['name']:14s} {fmt(seconds, '8.1f'):>8s} {fmt(at, '8d'):>8s} {r['step_s']:7.3f} "
+                  f"{r['compute_s']:9.3f} {r['sync_s']:7.3f}")
+        print("  compute s: forward, backward and optimizer (DDP: its all-reduces run inside backward, so they are "
+              "counted here); sync s: the wait for the averages after backward")
     summary = summary_lines(results)
     if summary:
         print()
@@ -273,6 +379,8 @@ def main(argv=None):
         },
         "table": text,
         "summary": summary,
+        "link": link,
+        "time_to_fp32_loss": reach,
         "configs": results,
         "timings": dict(timings, total_s=time.monotonic() - t_begin),
     }

@@ -43,7 +43,7 @@ def _reader(stream, q, tag):
 class Cluster:
     """A gift-cluster process and the ready line it printed."""
 
-    def __init__(self, binary, servers, workers, directory, bin_dir=None):
+    def __init__(self, binary, servers, workers, directory, bin_dir=None, placement=None):
         shutil.rmtree(directory, ignore_errors=True)
         os.makedirs(directory)
         self.dir = directory
@@ -56,6 +56,9 @@ class Cluster:
                "--metrics"]
         if bin_dir:
             cmd += ["--bin-dir", bin_dir]
+        if placement:  # the daemons in the netlab testbed's namespaces (scripts/netlab.sh exec)
+            # TCP only: UCX's shared-memory transports would bypass the emulated links.
+            cmd += ["--placement", placement, "--ucx-tls", "tcp"]
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, start_new_session=True
         )
@@ -98,12 +101,14 @@ class Cluster:
         return self.proc.returncode
 
 
-def set_policy(giftctl, coordinator, name):
-    cmd = [giftctl, "--coordinator", coordinator] + policy_args(name)
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+def set_policy(giftctl, coordinator, name, prefix=()):
+    """giftctl policy set for configuration `name`; `prefix` runs giftctl in the coordinator's netlab namespace
+    (plaintext gRPC to its testbed address, which is not loopback: --insecure)."""
+    cmd = [giftctl, "--coordinator", coordinator] + (["--insecure"] if prefix else []) + policy_args(name)
+    res = subprocess.run(list(prefix) + cmd, capture_output=True, text=True, timeout=60)
     if res.returncode != 0:
         raise DemoError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip() or res.stdout.strip()}")
-    return " ".join(cmd[3:])
+    return " ".join(a for a in cmd[3:] if a != "--insecure")
 
 
 def child_env():
@@ -120,6 +125,10 @@ def run_ranks(args, spec, run_dir, progress):
     with open(spec_path, "w") as f:
         json.dump(spec, f, indent=1)
     env = child_env()
+    env.update(spec.get("rank_env", {}))
+    # Per rank, a command prefix (netlab: `ip netns exec HOST ...`, so that a gloo
+    # rank's traffic crosses its host's emulated link).
+    prefixes = spec.get("rank_prefix") or [[] for _ in range(args.workers)]
     procs, logs = [], []
     q = queue.Queue()
     spec["t_spawn"] = time.time()
@@ -129,7 +138,7 @@ def run_ranks(args, spec, run_dir, progress):
             logs.append(log)
             procs.append(
                 subprocess.Popen(
-                    [args.python, "-m", "gift_ps.demo.train", spec_path, str(r)],
+                    prefixes[r] + [args.python, "-m", "gift_ps.demo.train", spec_path, str(r)],
                     stdout=subprocess.PIPE if r == 0 else log,
                     stderr=log,
                     env=env,

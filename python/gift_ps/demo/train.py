@@ -5,7 +5,10 @@
 SPEC.json (written by the demo driver) holds the model, data, optimizer and
 backend settings. The process trains the byte model on its shard of every
 global batch, averages the gradients after each backward through the backend
-(the GIFT-PS worker of its rank, or, for development, gloo), applies AdamW,
+(the GIFT-PS worker of its rank, with or without pushes overlapping
+backward; DistributedDataParallel over gloo, FP32 or with the FP16
+compression hook, as the baseline; or, for development, a plain gloo
+all-reduce), applies AdamW,
 and writes one JSON line per step to <run_dir>/rank<RANK>.jsonl; rank 0 also
 evaluates the validation loss every `eval_every` steps and prints each
 evaluation as a JSON line on stdout (the driver's progress). At the end every
@@ -57,17 +60,50 @@ class LocalBackend:
         self.dist.destroy_process_group()
 
 
+class DDPBackend:
+    """torch DistributedDataParallel over gloo (FP32 buckets, or the FP16 compression hook):
+    the baseline the service is compared with. The all-reduces run inside backward."""
+
+    name = "ddp"
+
+    def __init__(self, model, rank, world, address, hook):
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.dist = dist
+        dist.init_process_group("gloo", init_method=f"tcp://{address}", rank=rank, world_size=world)
+        self.ddp = DistributedDataParallel(model)
+        if hook == "fp16":
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
+
+            self.ddp.register_comm_hook(None, fp16_compress_hook)
+
+    def loss(self, x, y):
+        return torch.nn.functional.cross_entropy(self.ddp(x).reshape(-1, model_lib.VOCAB), y.reshape(-1))
+
+    def sync(self, step, measure_error):
+        return {"sync_s": 0.0, "bytes": None, "errors": None, "transformed": None}
+
+    def close(self):
+        self.dist.destroy_process_group()
+
+
 class ServiceBackend:
-    """Averaging through the rank's GIFT-PS worker (gift_ps.WorkerClient + GradientSync)."""
+    """Averaging through the rank's GIFT-PS worker (gift_ps.WorkerClient + GradientSync);
+    with overlap, each bucket of gradients is pushed as soon as backward finished it."""
 
     name = "service"
 
-    def __init__(self, model, socket):
+    def __init__(self, model, socket, overlap=False, bucket_bytes=25 * 2**20):
         from gift_ps import GradientSync, WorkerClient
 
         self.client = WorkerClient(socket)
-        self.sync_ = GradientSync(model, self.client)
+        self.sync_ = GradientSync(model, self.client, overlap=overlap, bucket_bytes=bucket_bytes, start_step=1)
         self.matrices = {name for name, p in model.named_parameters() if p.dim() == 2}
+
+    def begin(self, step, measure_error):
+        """Before the step's backward: a measured step is not started early."""
+        self.sync_.begin_step(step, measure_error=measure_error)
 
     def sync(self, step, measure_error):
         t0 = time.perf_counter()
@@ -155,8 +191,11 @@ def main(argv):
         p.grad = torch.zeros_like(p)
     if spec["backend"] == "local":
         backend = LocalBackend(model, rank, world, spec["local_address"])
+    elif spec["backend"] == "ddp":
+        backend = DDPBackend(model, rank, world, spec["local_address"], spec.get("ddp_hook"))
     else:
-        backend = ServiceBackend(model, spec["sockets"][rank])
+        backend = ServiceBackend(model, spec["sockets"][rank], overlap=spec.get("overlap", False), bucket_bytes=spec.get("bucket_bytes", 25 * 2**20))
+    loss_of = getattr(backend, "loss", model.loss)
 
     setup_s = time.perf_counter() - _T_START
     log = open(os.path.join(spec["run_dir"], f"rank{rank}.jsonl"), "w")
@@ -169,10 +208,12 @@ def main(argv):
         x, y = corpus.shard(spec["seed"], step, spec["batch"], rank, world)
         for p in model.parameters():
             p.grad.zero_()
-        loss = model.loss(x, y)
+        measure = measure_every > 0 and step % measure_every == 0
+        if hasattr(backend, "begin"):
+            backend.begin(step, measure)
+        loss = loss_of(x, y)
         loss.backward()
         t1 = time.perf_counter()
-        measure = measure_every > 0 and step % measure_every == 0
         res = backend.sync(step, measure)
         for g in opt.param_groups:
             g["lr"] = lr_at(spec, step)

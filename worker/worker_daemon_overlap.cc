@@ -1,0 +1,184 @@
+// WorkerDaemon's steps started early (StartTensors, worker_daemon.h): the
+// open step, its tensors pushed as they come, and its completion by the
+// step's PushPull.
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "worker/worker_daemon.h"
+
+namespace gift::worker {
+
+using logging::Level;
+using logging::Log;
+
+absl::Status WorkerDaemon::StartTensors(const gift::v1::StartTensorsRequest& request) {
+  if (auto s = CheckNewStep(request.step()); !s.ok()) return s;
+  absl::MutexLock step_lock(&step_mu_);
+  if (open_.has_value() && open_->step != request.step()) {
+    if (request.step() < open_->step) {
+      return absl::InvalidArgumentError(absl::StrCat("step ", request.step(),
+                                                     " is below the open step ", open_->step));
+    }
+    AbandonOpenStep(absl::StrCat("step ", request.step(), " started"));
+  }
+  auto selected = Select(request.tensor_ids());
+  if (!selected.ok()) return selected.status();
+  absl::flat_hash_set<uint64_t> started;
+  if (open_.has_value()) {
+    for (const RegisteredTensor* r : open_->selected) started.insert(r->local.tensor_id);
+  }
+  std::vector<const RegisteredTensor*> more;
+  for (const RegisteredTensor* r : *selected) {
+    if (!started.insert(r->local.tensor_id).second) {
+      if (request.tensor_ids().empty()) continue;  // "every tensor not started yet"
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor id ", r->local.tensor_id, " was already started in step ", request.step()));
+    }
+    more.push_back(r);
+  }
+  if (!open_.has_value()) {
+    const absl::Time deadline = absl::Now() + options_.step_timeout;
+    if (auto s = AwaitStartBarrier(deadline); !s.ok()) return s;
+    OpenStep o;
+    o.step = request.step();
+    o.start = std::chrono::steady_clock::now();
+    o.deadline = deadline;
+    o.before = session_->state();
+    {
+      absl::MutexLock lock(&mu_);
+      o.retries_before = counters_.step_retries;
+      step_open_ = true;
+    }
+    open_ = std::move(o);
+  }
+  AddToOpenStep(more);
+  return absl::OkStatus();
+}
+
+void WorkerDaemon::AddToOpenStep(const std::vector<const RegisteredTensor*>& more) {
+  if (more.empty()) return;
+  OpenStep& o = *open_;
+  std::vector<LocalTensor> tensors;
+  for (const RegisteredTensor* r : more) {
+    r->Widen();  // 16-bit buffers: into the FP32 staging, once per step
+    tensors.push_back(r->local);
+    o.selected.push_back(r);
+    o.tensors.push_back(r->local);
+  }
+  AddOwnedSteps(*o.before, o.step, tensors, &o.owned);
+  if (!o.failed.ok()) return;  // PushPull runs the whole step again
+  const BasisLookup lookup = [this](uint64_t tensor, uint64_t version) {
+    return store_.Get(tensor, version);
+  };
+  auto plan = PlanStep(*session_->state(), session_->member_id(), o.step, tensors, lookup);
+  absl::Status s = plan.status();
+  if (s.ok() && !o.begun) {
+    StepPlan header;
+    header.epoch = plan->epoch;
+    header.step = plan->step;
+    header.rank = plan->rank;
+    header.world_size = plan->world_size;
+    header.push_spec = plan->push_spec;
+    s = engine_->Begin(header);
+    o.begun = s.ok();
+    o.epoch = plan->epoch;
+    o.world_size = plan->world_size;
+    o.push_spec = plan->push_spec;
+  } else if (s.ok() && (plan->epoch != o.epoch || !(plan->push_spec == o.push_spec))) {
+    s = absl::AbortedError(absl::StrCat("step ", o.step, ": the cluster moved from epoch ",
+                                        o.epoch, " to ", plan->epoch, " during the step"));
+  }
+  if (s.ok()) s = engine_->Add(plan->tensors);
+  if (s.ok()) {
+    for (const TensorStep& t : plan->tensors) {
+      o.versions.emplace_back(t.basis_version, t.transform != nullptr);
+    }
+    return;
+  }
+  o.failed = s;
+  engine_->Cancel();
+}
+
+absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::FinishOpenStep(
+    const gift::v1::PushPullRequest& request) {
+  if (request.measure_error()) {
+    AbandonOpenStep("its PushPull asked to measure errors");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step ", request.step(), " was started with StartTensors, so it cannot measure errors"));
+  }
+  auto selected = Select(request.tensor_ids());
+  if (!selected.ok()) {
+    AbandonOpenStep("its PushPull named unknown tensors");
+    return selected.status();
+  }
+  absl::flat_hash_set<uint64_t> started;
+  for (const RegisteredTensor* r : open_->selected) started.insert(r->local.tensor_id);
+  std::vector<const RegisteredTensor*> more;
+  for (const RegisteredTensor* r : *selected) {
+    if (started.insert(r->local.tensor_id).second) more.push_back(r);
+  }
+  AddToOpenStep(more);
+  absl::Status s = open_->failed;
+  StepReport report;
+  if (s.ok()) {
+    auto finished = engine_->Finish();
+    if (finished.ok()) {
+      report = *finished;
+    } else {
+      s = finished.status();
+    }
+  }
+  OpenStep o = *std::move(open_);
+  open_.reset();
+  {
+    absl::MutexLock lock(&mu_);
+    step_open_ = false;
+  }
+  if (!s.ok()) {
+    // FailedPrecondition: the state could not plan the step yet (Exchange
+    // waits for one that can).
+    if (!Retryable(s) && s.code() != absl::StatusCode::kFailedPrecondition) return s;
+    Log(Level::kWarning, "early_push_fallback",
+        {{"step", static_cast<int64_t>(o.step)}, {"reason", s.ToString()}});
+    if (o.begun) {
+      // Some chunks went out under o.epoch: servers count a rank once per
+      // epoch, so the step runs again once the cluster left that epoch.
+      {
+        absl::MutexLock lock(&mu_);
+        ++counters_.step_retries;
+      }
+      const uint64_t ended = o.epoch;
+      (void)session_->WaitFor(
+          [ended](const gift::v1::ClusterState& st) { return st.epoch() > ended; },
+          std::max(absl::ZeroDuration(), o.deadline - absl::Now()));
+    }
+    o.versions.clear();
+    auto again = Exchange(o.step, o.tensors, /*exact=*/false, o.deadline, &o.epoch,
+                          &o.world_size, &o.versions);
+    if (!again.ok()) return again.status();
+    report = *again;
+  }
+  return CompleteStep({.step = o.step,
+                       .start = o.start,
+                       .retries_before = o.retries_before,
+                       .selected = std::move(o.selected),
+                       .tensors = std::move(o.tensors),
+                       .versions = std::move(o.versions),
+                       .owned = std::move(o.owned),
+                       .report = report,
+                       .epoch = o.epoch,
+                       .world_size = o.world_size});
+}
+
+void WorkerDaemon::AbandonOpenStep(absl::string_view why) {
+  Log(Level::kWarning, "open_step_abandoned",
+      {{"step", static_cast<int64_t>(open_->step)}, {"reason", std::string(why)}});
+  engine_->Cancel();
+  open_.reset();
+  absl::MutexLock lock(&mu_);
+  step_open_ = false;
+}
+
+}  // namespace gift::worker
