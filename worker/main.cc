@@ -252,6 +252,13 @@ int Main(int argc, char** argv) {
                           .Help("The membership epoch this worker is in")
                           .Register(registry)
                           .Add({});
+  auto& feedback_bytes = prometheus::BuildGauge()
+                             .Name("gift_worker_error_feedback_bytes")
+                             .Help(
+                                 "Memory held by error feedback residuals (FP32, current and "
+                                 "pending, every tensor with error feedback on)")
+                             .Register(registry)
+                             .Add({});
   (*metrics)->AddRefresher([&] {
     const WorkerDaemon::Counters c = worker->counters();
     daemon::AdvanceCounterTo(steps, static_cast<double>(c.steps_completed));
@@ -261,6 +268,7 @@ int Main(int argc, char** argv) {
     daemon::AdvanceCounterTo(publications, static_cast<double>(c.basis_publications));
     daemon::AdvanceCounterTo(dropped, static_cast<double>(c.owner_jobs_dropped));
     step_seconds.Set(c.last_step_seconds);
+    feedback_bytes.Set(static_cast<double>(c.error_feedback_bytes));
     epoch_gauge.Set(static_cast<double>((*session)->epoch()));
   });
 

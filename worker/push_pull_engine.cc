@@ -210,20 +210,21 @@ absl::StatusOr<TensorBuffers*> PushPullEngine::BuffersFor(
   const codec::CodecSpec& spec = plan.push_spec;
   const BuffersKey key{t.tensor_id, spec.format, spec.scaling, spec.block_size, spec.rounding};
   std::unique_ptr<TensorBuffers>& entry = buffers_[key];
-  if (entry != nullptr && !entry->Fits(t)) {
-    bool busy = false;
-    {
-      absl::MutexLock lock(&mu_);
-      for (const ChunkSlot& c : entry->chunks()) busy = busy || c.Busy();
-    }
-    if (busy) retired_.push_back(std::move(entry));
-    entry.reset();
-  }
+  std::unique_ptr<TensorBuffers> previous;  // replaced: its residual may carry over
+  if (entry != nullptr && !entry->Fits(t)) previous = std::move(entry);
   if (entry == nullptr) {
     auto created = TensorBuffers::Create(
         t, shapes, spec,
         {.error_feedback = t.error_feedback, .codec_options = options_.codec_options},
-        transport_.get());
+        transport_.get(), previous.get());
+    if (previous != nullptr) {
+      bool busy = false;
+      {
+        absl::MutexLock lock(&mu_);
+        for (const ChunkSlot& c : previous->chunks()) busy = busy || c.Busy();
+      }
+      if (busy) retired_.push_back(std::move(previous));
+    }
     if (!created.ok()) {
       buffers_.erase(key);
       return Annotate(created.status(), t.tensor_id);
@@ -327,15 +328,28 @@ void PushPullEngine::EndStep() {
     }
     absl::erase_if(buffers_, [](const auto& entry) { return entry.second == nullptr; });
   }
+  uint64_t feedback_bytes = 0;
+  for (const auto& [key, b] : buffers_) feedback_bytes += b->error_feedback_bytes();
+  error_feedback_bytes_.store(feedback_bytes, std::memory_order_relaxed);
 }
 
-absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
+uint64_t PushPullEngine::error_feedback_bytes() const {
+  return error_feedback_bytes_.load(std::memory_order_relaxed);
+}
+
+StepPlan StepHeader(const StepPlan& plan) {
   StepPlan header;
   header.epoch = plan.epoch;
   header.step = plan.step;
   header.rank = plan.rank;
   header.world_size = plan.world_size;
+  header.worker_set = plan.worker_set;
   header.push_spec = plan.push_spec;
+  return header;
+}
+
+absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
+  const StepPlan header = StepHeader(plan);
   if (auto s = Begin(header); !s.ok()) return s;
   // One push order for every worker, whatever the order of its plan: by
   // tensor id, then the tensor's chunks as planned (the shard map's order,
@@ -362,6 +376,13 @@ absl::Status PushPullEngine::Begin(const StepPlan& step) {
     return absl::InvalidArgumentError(absl::StrCat("push codec: ", s.message()));
   }
   ++runs_;
+  // Error feedback residuals belong to one world: a new set of workers
+  // starts them from zero (a step retried in the same world keeps them).
+  const std::pair<uint32_t, uint64_t> world{step.world_size, step.worker_set};
+  if (world_.has_value() && *world_ != world) {
+    for (auto& [key, buffers] : buffers_) buffers->pipeline().ResetResidual();
+  }
+  world_ = world;
   open_plan_ = step;
   open_report_ = StepReport{};
   // The step's bookkeeping reuses the last step's capacity.

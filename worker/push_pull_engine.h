@@ -13,8 +13,8 @@
 // Pushes leave as soon as each chunk is encoded, so encoding overlaps the
 // transfer of earlier chunks, in one order for every worker (by tensor id,
 // whatever the order of the plan's tensors), so that a server completes chunk
-// k while chunk k+1 arrives and its results stream back meanwhile; each result chunk is decoded on the Run thread
-// as soon as it arrives (between encodes, or while waiting), and a tensor is
+// k while chunk k+1 arrives and its results stream back meanwhile; each result chunk is decoded on
+// the Run thread as soon as it arrives (between encodes, or while waiting), and a tensor is
 // inverse-transformed as soon as all its chunks are in. Stochastic rounding
 // is keyed dataplane::ChunkRngKey(tensor, chunk, step, rank), so chunks of
 // one tensor draw independent streams.
@@ -47,9 +47,11 @@
 #ifndef GIFT_WORKER_PUSH_PULL_ENGINE_H_
 #define GIFT_WORKER_PUSH_PULL_ENGINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -92,8 +94,10 @@ struct TensorStep {
   uint64_t basis_version = 0;
   std::vector<ChunkRoute> chunks;  // must cover the tensor exactly once
   // Error feedback in the tensor's encoder pipeline (encoder_pipeline.h):
-  // the residual is kept per (tensor, push spec) and advances only with a
-  // step that succeeded. Off until the policy switches it on.
+  // the residual is kept per (tensor, push spec), advances only with a step
+  // that succeeded, is remapped when the transform changes and is cleared
+  // when the world changes (StepPlan::worker_set). Set per tensor from the
+  // policy (step_planner.h); off by default.
   bool error_feedback = false;
 };
 
@@ -102,9 +106,18 @@ struct StepPlan {
   uint64_t step = 0;
   uint32_t rank = 0;
   uint32_t world_size = 0;
+  // Identifies the set of workers (their member ids and ranks; the step
+  // planner hashes them). A plan whose (world_size, worker_set) differs from
+  // the previous plan's clears every error feedback residual first: a
+  // residual of another world is not this one's quantization error. Kept
+  // across epochs that keep the set (a server joined or left).
+  uint64_t worker_set = 0;
   codec::CodecSpec push_spec;
   std::vector<TensorStep> tensors;
 };
+
+// `plan` without its tensors: what PushPullEngine::Begin takes.
+StepPlan StepHeader(const StepPlan& plan);
 
 struct StepReport {
   uint64_t bytes_pushed = 0;  // payload bytes sent
@@ -176,6 +189,10 @@ class PushPullEngine {
   // or foreign), for diagnostics.
   uint64_t stray_messages() const;
 
+  // Bytes held by error feedback residuals (each tensor's current and
+  // pending residual, FP32), as of the end of the last Run. Any thread.
+  uint64_t error_feedback_bytes() const;
+
  private:
   struct Inflight {
     uint64_t epoch = 0;
@@ -226,6 +243,9 @@ class PushPullEngine {
   StepReport open_report_;
   absl::flat_hash_set<uint64_t> open_ids_;               // tensor ids added to the open step
   uint64_t runs_ = 0;
+  // The (world_size, worker_set) of the last plan run; nullopt before the first.
+  std::optional<std::pair<uint32_t, uint64_t>> world_;
+  std::atomic<uint64_t> error_feedback_bytes_{0};
 
   mutable absl::Mutex mu_;
   bool active_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,6 +1,12 @@
 #include "worker/step_planner.h"
 
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "common/codec/codec_spec_proto.h"
 #include "common/policy/policy.h"
@@ -18,6 +24,13 @@ const gift::v1::BasisVersion* ActiveVersion(const gift::v1::TensorBasisState& ba
     }
   }
   return active;
+}
+
+uint64_t WorkerSetOf(const gift::v1::ClusterState& state) {
+  std::vector<std::pair<uint32_t, absl::string_view>> workers;
+  for (const gift::v1::Member& w : state.workers()) workers.emplace_back(w.rank(), w.member_id());
+  std::sort(workers.begin(), workers.end());
+  return absl::HashOf(workers);
 }
 
 absl::StatusOr<StepPlan> PlanStep(const gift::v1::ClusterState& state, absl::string_view member_id,
@@ -72,6 +85,7 @@ absl::StatusOr<StepPlan> PlanStep(const gift::v1::ClusterState& state, absl::str
                 .step = step,
                 .rank = self->rank(),
                 .world_size = static_cast<uint32_t>(state.workers_size()),
+                .worker_set = WorkerSetOf(state),
                 .push_spec = *push_spec};
   for (const LocalTensor& local : tensors) {
     auto info = infos.find(local.tensor_id);
@@ -93,7 +107,10 @@ absl::StatusOr<StepPlan> PlanStep(const gift::v1::ClusterState& state, absl::str
                  .rows = local.rows,
                  .cols = local.cols,
                  .data = local.data,
-                 .chunks = chunks->second};
+                 .chunks = chunks->second,
+                 .error_feedback = policy::ResolveTensorSettings(policy, info->second->name(),
+                                                                 info->second->shape())
+                                       .transform.error_feedback()};
     auto basis = bases.find(local.tensor_id);
     const gift::v1::BasisVersion* active =
         basis == bases.end() ? nullptr : ActiveVersion(*basis->second, step);

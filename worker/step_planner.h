@@ -1,9 +1,11 @@
 // Turns the coordinator's cluster state into the data-plane plan of one step
 // for this worker (push_pull_engine.h StepPlan): the epoch, this member's
-// rank and the world, the push codec of the policy, and for every local
-// tensor the basis version active at the step (cluster.proto: the committed
-// version with the largest activation step <= step), its transform, and its
-// chunks with the aggregator address of each.
+// rank and the world (and a fingerprint of its workers), the push codec of
+// the policy, and for every local tensor the basis version active at the step
+// (cluster.proto: the committed version with the largest activation step <=
+// step), its transform, its chunks with the aggregator address of each, and
+// whether its push uses error feedback (the policy's error_feedback after the
+// tensor's overrides, policy::ResolveTensorSettings).
 //
 // Thread safety: pure functions.
 #ifndef GIFT_WORKER_STEP_PLANNER_H_
@@ -41,6 +43,11 @@ using BasisLookup =
 // The committed version of `basis` active at `step`, or null when none is
 // (version 0, direct, is implied before the first one).
 const gift::v1::BasisVersion* ActiveVersion(const gift::v1::TensorBasisState& basis, uint64_t step);
+
+// StepPlan::worker_set of `state`: a hash of its workers' (rank, member id)
+// pairs, equal for states with the same workers in any order. Stable within
+// a process only (absl::Hash).
+uint64_t WorkerSetOf(const gift::v1::ClusterState& state);
 
 // The plan of `step` for `member_id`. Errors:
 //   FailedPrecondition: the state cannot carry the step yet, and a later

@@ -28,7 +28,7 @@ std::unique_ptr<transport::MemoryRegion> Register(transport::Transport* transpor
 absl::StatusOr<std::unique_ptr<TensorBuffers>> TensorBuffers::Create(
     const TensorStep& t, absl::Span<const dataplane::ChunkShape> shapes,
     const codec::CodecSpec& spec, const transform::EncoderPipelineOptions& pipeline_options,
-    transport::Transport* transport) {
+    transport::Transport* transport, TensorBuffers* previous) {
   if (shapes.size() != t.chunks.size()) {
     return absl::InvalidArgumentError("one shape per chunk expected");
   }
@@ -38,12 +38,17 @@ absl::StatusOr<std::unique_ptr<TensorBuffers>> TensorBuffers::Create(
   auto identity_ptr = std::make_shared<transform::IdentityTransform>(std::move(identity));
   transform::EncoderPipelineOptions options = pipeline_options;
   options.spec = spec;
-  GIFT_ASSIGN_OR_RETURN(transform::EncoderPipeline pipeline,
-                        transform::EncoderPipeline::Create(
-                            t.transform != nullptr
-                                ? t.transform
-                                : std::shared_ptr<const transform::GradientTransform>(identity_ptr),
-                            options));
+  const bool keep_residual = previous != nullptr && t.error_feedback &&
+                             previous->pipeline_.options().error_feedback &&
+                             previous->rows_ == t.rows && previous->cols_ == t.cols;
+  GIFT_ASSIGN_OR_RETURN(
+      transform::EncoderPipeline pipeline,
+      keep_residual ? absl::StatusOr<transform::EncoderPipeline>(std::move(previous->pipeline_))
+                    : transform::EncoderPipeline::Create(
+                          t.transform != nullptr
+                              ? t.transform
+                              : std::shared_ptr<const transform::GradientTransform>(identity_ptr),
+                          options));
   std::unique_ptr<TensorBuffers> buffers(
       new TensorBuffers(std::move(pipeline), std::move(identity_ptr), transport));
   buffers->rows_ = t.rows;

@@ -73,12 +73,16 @@ class TensorBuffers {
  public:
   // Builds the buffers for `t` (checked by the caller: shapes[i] is the
   // shape of t.chunks[i]) with `spec` as the push codec. `transport` is used
-  // to register the buffers and must outlive this object. Errors:
-  // InvalidArgument (the spec, the pipeline).
+  // to register the buffers and must outlive this object. `previous`, when
+  // not null, is the tensor's buffers these replace (same push spec): when
+  // both have error feedback and the same shape (a new chunking, e.g. after a
+  // server joined or left), its pipeline, residual included, moves to the
+  // new buffers; `previous` may then only be released and destroyed.
+  // Errors: InvalidArgument (the spec, the pipeline).
   static absl::StatusOr<std::unique_ptr<TensorBuffers>> Create(
       const TensorStep& t, absl::Span<const dataplane::ChunkShape> shapes,
       const codec::CodecSpec& spec, const transform::EncoderPipelineOptions& pipeline_options,
-      transport::Transport* transport);
+      transport::Transport* transport, TensorBuffers* previous = nullptr);
   ~TensorBuffers();
 
   // Whether these buffers serve `t` as planned: same shape, same chunks in
@@ -97,6 +101,8 @@ class TensorBuffers {
   void ReleaseRegions();
 
   transform::EncoderPipeline& pipeline() { return pipeline_; }
+  // FP32 bytes of the error feedback residual and its pending copy (0 without).
+  uint64_t error_feedback_bytes() const { return 2 * sizeof(float) * pipeline_.residual().size(); }
   float* work() { return work_.data(); }
   std::vector<ChunkSlot>& chunks() { return chunks_; }
   const std::vector<ChunkSlot>& chunks() const { return chunks_; }

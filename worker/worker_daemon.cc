@@ -172,6 +172,7 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
       for (TensorStep& t : plan->tensors) {
         t.transform = nullptr;
         t.basis_version = 0;
+        t.error_feedback = false;  // FP32 has no rounding error to feed back
       }
     }
     auto report = engine_->Run(*plan);
@@ -485,8 +486,13 @@ gift::v1::WorkerInfo WorkerDaemon::Info() const {
 }
 
 WorkerDaemon::Counters WorkerDaemon::counters() const {
-  absl::MutexLock lock(&mu_);
-  return counters_;
+  Counters c;
+  {
+    absl::MutexLock lock(&mu_);
+    c = counters_;
+  }
+  c.error_feedback_bytes = engine_->error_feedback_bytes();
+  return c;
 }
 
 bool WorkerDaemon::Drain(absl::Duration timeout) {

@@ -105,6 +105,7 @@ class WorkerDaemon {
     uint64_t owner_jobs_dropped = 0;
     uint64_t basis_publications = 0;
     double last_step_seconds = 0;
+    uint64_t error_feedback_bytes = 0;  // PushPullEngine::error_feedback_bytes
   };
 
   // Starts the follower and owner threads.

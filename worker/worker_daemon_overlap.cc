@@ -75,13 +75,7 @@ void WorkerDaemon::AddToOpenStep(const std::vector<const RegisteredTensor*>& mor
   auto plan = PlanStep(*session_->state(), session_->member_id(), o.step, tensors, lookup);
   absl::Status s = plan.status();
   if (s.ok() && !o.begun) {
-    StepPlan header;
-    header.epoch = plan->epoch;
-    header.step = plan->step;
-    header.rank = plan->rank;
-    header.world_size = plan->world_size;
-    header.push_spec = plan->push_spec;
-    s = engine_->Begin(header);
+    s = engine_->Begin(StepHeader(*plan));
     o.begun = s.ok();
     o.epoch = plan->epoch;
     o.world_size = plan->world_size;

@@ -259,6 +259,7 @@ TensorSettings ResolveTensorSettings(const Policy& policy, absl::string_view nam
     if (o.has_residual()) out.transform.set_residual(o.residual());
     if (o.has_period_steps()) out.period_steps = o.period_steps();
     if (o.has_enabled()) enabled = o.enabled();
+    if (o.has_error_feedback()) out.transform.set_error_feedback(o.error_feedback());
   }
 
   const gift::v1::SelectionPolicy& s = policy.selection();

@@ -72,6 +72,24 @@ TEST(PolicyEditTest, EditsTheOverrideOfItsGlob) {
   EXPECT_EQ(policy.overrides(2).glob(), "c*");
 }
 
+TEST(PolicyEditTest, ErrorFeedbackGlobalOrPerTensor) {
+  v1::Policy policy;
+  PolicyEdit edit;
+  edit.error_feedback = true;
+  ASSERT_TRUE(ValidatePolicyEdit(edit).ok());
+  ApplyPolicyEdit(edit, &policy);
+  EXPECT_TRUE(policy.transform().error_feedback());
+  EXPECT_TRUE(policy.overrides().empty());
+  edit.tensor_glob = "*.norm*";
+  edit.error_feedback = false;
+  ASSERT_TRUE(ValidatePolicyEdit(edit).ok());
+  ApplyPolicyEdit(edit, &policy);
+  ASSERT_EQ(policy.overrides_size(), 1);
+  EXPECT_TRUE(policy.overrides(0).has_error_feedback());
+  EXPECT_FALSE(policy.overrides(0).error_feedback());
+  EXPECT_TRUE(policy.transform().error_feedback());  // the global value is kept
+}
+
 TEST(PolicyEditTest, RejectsOutOfRangeValuesAndGlobalOnlyFieldsInOverrides) {
   PolicyEdit edit;
   edit.powers = std::vector<double>{0.25, -1};
@@ -112,6 +130,9 @@ TEST(GiftctlTest, UsageErrorsExit64WithAMessage) {
   EXPECT_EQ(bad_codec.code, kExitUsage);
   EXPECT_NE(bad_codec.err.find("--push-codec"), std::string::npos) << bad_codec.err;
   EXPECT_EQ(RunArgs({"policy", "set", "--period", "x"}).code, kExitUsage);
+  Result bad_feedback = RunArgs({"policy", "set", "--error-feedback", "yes"});
+  EXPECT_EQ(bad_feedback.code, kExitUsage);
+  EXPECT_NE(bad_feedback.err.find("on or off"), std::string::npos) << bad_feedback.err;
   EXPECT_EQ(RunArgs({"policy"}).code, kExitUsage);
   EXPECT_EQ(RunArgs({"rank", "set"}).code, kExitUsage);
   EXPECT_EQ(RunArgs({"drain"}).code, kExitUsage);

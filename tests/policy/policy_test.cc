@@ -218,6 +218,28 @@ TEST(ResolveTest, OverridesApplyInOrderFieldByField) {
   EXPECT_EQ(head.transform.sides(), gift::v1::SIDES_BOTH);
 }
 
+TEST(ResolveTest, ErrorFeedbackGlobalAndPerTensor) {
+  gift::v1::Policy p = Defaults();
+  p.mutable_transform()->set_error_feedback(true);
+  auto* off = p.add_overrides();
+  off->set_glob("*.norm*");
+  off->set_error_feedback(false);
+  auto* rank_only = p.add_overrides();  // matches too, leaves error feedback alone
+  rank_only->set_glob("*");
+  rank_only->set_rank(8);
+  ASSERT_TRUE(Validate(p).ok());
+  const std::vector<int64_t> shape = {512, 512};
+  EXPECT_TRUE(ResolveTensorSettings(p, "layers.0.mlp.up", shape).transform.error_feedback());
+  EXPECT_FALSE(ResolveTensorSettings(p, "layers.0.norm.weight", shape).transform.error_feedback());
+
+  p.mutable_transform()->set_error_feedback(false);
+  auto* on = p.add_overrides();
+  on->set_glob("head");
+  on->set_error_feedback(true);
+  EXPECT_TRUE(ResolveTensorSettings(p, "head", shape).transform.error_feedback());
+  EXPECT_FALSE(ResolveTensorSettings(p, "layers.0.mlp.up", shape).transform.error_feedback());
+}
+
 TEST(ResolveTest, Selection) {
   gift::v1::Policy p = Defaults();
   const std::vector<int64_t> big = {256, 256}, small = {32, 32}, vec = {65536};

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <future>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <set>
@@ -372,6 +373,75 @@ TEST_F(ClusterIntegrationTest, TrainingGoesOnThroughACoordinatorCrash) {
       }
     }
   }
+  EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
+}
+
+// Error feedback through the real daemons: every step the same gradients,
+// E4M3 pushes, FP32 pulls (so the push is the only rounding) and a basis
+// refresh every 10 steps. Without error feedback every step repeats its
+// rounding error and the running sum of the averages drifts from the exact
+// sum linearly; with it the drift stays bounded by the last residual, so the
+// running sum's error relative to the exact sum shrinks like 1/steps, across
+// the basis switches.
+TEST_F(ClusterIntegrationTest, ErrorFeedbackMakesTheRunningSumConverge) {
+  StartCluster();
+  SetPolicy({"--push-codec", "e4m3/block128", "--pull-codec", "fp32", "--selection", "list",
+             "--include", "*", "--period", "10", "--error-feedback", "on"});
+  Register();
+  const std::vector<int> all = {0, 1, 2, 3};
+  std::vector<std::vector<double>> exact(Shapes().size());  // the exact average
+  for (size_t i = 0; i < Shapes().size(); ++i) {
+    exact[i].assign(Shapes()[i].elements(), 0.0);
+    for (int w : all) {
+      std::vector<float> g(Shapes()[i].elements());
+      FillGradient(g.data(), Shapes()[i], 0, w);
+      for (size_t k = 0; k < g.size(); ++k) exact[i][k] += g[k] / kWorkers;
+    }
+  }
+  // |running sum - exact sum| (all tensors) after 10 and after 100 steps.
+  auto drift = [&](uint64_t first_step) {
+    std::vector<std::vector<double>> sum(Shapes().size());
+    for (size_t i = 0; i < Shapes().size(); ++i) sum[i].assign(Shapes()[i].elements(), 0.0);
+    std::pair<double, double> out;  // (after 10, after 100)
+    for (uint64_t s = 1; s <= 100; ++s) {
+      for (int w : all) {
+        for (size_t i = 0; i < Shapes().size(); ++i) {
+          FillGradient(trainers_[w].buffers[i]->data(), Shapes()[i], 0, w);
+        }
+      }
+      for (const auto& [status, response] : Step(all, first_step + s)) {
+        EXPECT_TRUE(status.ok()) << status.error_message() << Logs();
+      }
+      double err = 0;
+      for (size_t i = 0; i < Shapes().size(); ++i) {
+        const float* avg = trainers_[0].buffers[i]->data();
+        for (size_t k = 0; k < sum[i].size(); ++k) {
+          sum[i][k] += avg[k];
+          const double d = sum[i][k] - static_cast<double>(s) * exact[i][k];
+          err += d * d;
+        }
+      }
+      if (s == 10) out.first = std::sqrt(err);
+      if (s == 100) out.second = std::sqrt(err);
+    }
+    return out;
+  };
+  const auto with = drift(0);
+  SetPolicy({"--error-feedback", "off"});
+  const auto without = drift(100);
+  // Relative to the exact sum, s * |exact average| after s steps:
+  double norm = 0;
+  for (const auto& e : exact) {
+    for (double v : e) norm += v * v;
+  }
+  norm = std::sqrt(norm);
+  std::cout << "[ ef       ] running-sum error relative to the exact sum after 10 / 100 steps: "
+            << "with EF " << with.first / (10 * norm) << " / " << with.second / (100 * norm)
+            << ", without " << without.first / (10 * norm) << " / " << without.second / (100 * norm)
+            << "\n";
+  EXPECT_LT(with.second / 100, with.first / 10 / 5);  // converges
+  EXPECT_GT(without.second, 5 * without.first);       // grows ~linearly
+  EXPECT_LT(with.second, 0.1 * without.second);
   EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
 }
 

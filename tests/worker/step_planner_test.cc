@@ -139,6 +139,49 @@ TEST(StepPlannerTest, WaitsForAStateThatCanCarryTheStep) {
   EXPECT_EQ(code(s, "m-a", 1), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(StepPlannerTest, ErrorFeedbackComesFromThePolicyPerTensor) {
+  std::vector<float> w(32), b(8);
+  Lookup lookup;
+  gift::v1::ClusterState s = State();
+  auto plan = PlanStep(s, "m-a", 1, Tensors(w, b), lookup.fn());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->tensors[0].error_feedback);  // off by default
+  EXPECT_FALSE(plan->tensors[1].error_feedback);
+
+  s.mutable_policy()->mutable_transform()->set_error_feedback(true);
+  gift::v1::TensorOverride* o = s.mutable_policy()->add_overrides();
+  o->set_glob("b");
+  o->set_error_feedback(false);
+  plan = PlanStep(s, "m-a", 1, Tensors(w, b), lookup.fn());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->tensors[0].error_feedback);   // "w": the global value
+  EXPECT_FALSE(plan->tensors[1].error_feedback);  // "b": its override
+}
+
+TEST(StepPlannerTest, WorkerSetChangesWithTheWorkersOnly) {
+  std::vector<float> w(32), b(8);
+  Lookup lookup;
+  const gift::v1::ClusterState base = State();
+  const uint64_t set = PlanStep(base, "m-a", 1, Tensors(w, b), lookup.fn())->worker_set;
+  EXPECT_EQ(set, WorkerSetOf(base));
+
+  gift::v1::ClusterState next_epoch = base;  // a new epoch, a new server, same workers
+  next_epoch.set_epoch(3);
+  next_epoch.mutable_shard_map()->set_epoch(3);
+  next_epoch.add_servers()->set_member_id("m-s2");
+  next_epoch.mutable_workers()->SwapElements(0, 1);  // order does not matter
+  EXPECT_EQ(PlanStep(next_epoch, "m-a", 1, Tensors(w, b), lookup.fn())->worker_set, set);
+
+  gift::v1::ClusterState replaced = base;  // same world size, another member
+  replaced.mutable_workers(1)->set_member_id("m-c");
+  EXPECT_NE(WorkerSetOf(replaced), set);
+  gift::v1::ClusterState grown = base;
+  gift::v1::Member* c = grown.add_workers();
+  c->set_member_id("m-c");
+  c->set_rank(2);
+  EXPECT_NE(WorkerSetOf(grown), set);
+}
+
 TEST(StepPlannerTest, LookupErrorsArePassedOn) {
   std::vector<float> w(32), b(8);
   BasisLookup failing =

@@ -336,14 +336,16 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
   g.Print(out);
   if (p.overrides().empty()) return;
   out << "\noverrides (the last matching glob wins, field by field):\n";
-  Table o({"GLOB", "SIDES", "POWERS", "SOURCE", "RANK", "RESIDUAL", "PERIOD", "ENABLED"});
+  Table o({"GLOB", "SIDES", "POWERS", "SOURCE", "RANK", "RESIDUAL", "PERIOD", "ENABLED",
+           "ERROR_FEEDBACK"});
   for (const v1::TensorOverride& x : p.overrides()) {
     o.Add({x.glob(), x.has_sides() ? SidesName(x.sides()) : "-", Powers(x.powers()),
            x.has_source() ? SourceName(x.source()) : "-",
            x.has_rank() ? absl::StrCat(x.rank()) : "-",
            x.has_residual() ? ResidualName(x.residual()) : "-",
            x.has_period_steps() ? absl::StrCat(x.period_steps()) : "-",
-           x.has_enabled() ? (x.enabled() ? "true" : "false") : "-"});
+           x.has_enabled() ? (x.enabled() ? "true" : "false") : "-",
+           x.has_error_feedback() ? (x.error_feedback() ? "on" : "off") : "-"});
   }
   o.Print(out);
 }
@@ -435,7 +437,7 @@ struct PolicyFlags {
   uint32_t period = 0;
   uint32_t rank = 0;
   std::vector<double> powers;
-  std::string sides, source, residual, selection, enabled;
+  std::string sides, source, residual, selection, enabled, error_feedback;
   double ema_decay = 0, drift = 0, margin = 0;
   std::string push_codec, pull_codec;
   std::vector<std::string> include, exclude;
@@ -461,6 +463,9 @@ void AddPolicyFlags(CLI::App* cmd, PolicyFlags* f) {
   o["enabled"] = cmd->add_option("--enabled", f->enabled,
                                  "with --tensor: true (always transformed) or false (always "
                                  "direct)");
+  o["error-feedback"] = cmd->add_option("--error-feedback", f->error_feedback,
+                                        "on|off: feed each push's quantization error into the "
+                                        "next (global, or with --tensor for its override)");
   o["ema-decay"] = cmd->add_option("--ema-decay", f->ema_decay, "EMA decay in [0, 1)");
   o["push-codec"] = cmd->add_option("--push-codec", f->push_codec,
                                     "codec workers -> servers, e.g. e4m3/block128");
@@ -513,6 +518,12 @@ absl::StatusOr<PolicyEdit> ToPolicyEdit(const PolicyFlags& f) {
       return absl::InvalidArgumentError("--enabled takes true or false");
     }
     e.enabled = f.enabled == "true";
+  }
+  if (f.given("error-feedback")) {
+    if (f.error_feedback != "on" && f.error_feedback != "off") {
+      return absl::InvalidArgumentError("--error-feedback takes on or off");
+    }
+    e.error_feedback = f.error_feedback == "on";
   }
   if (f.given("ema-decay")) e.ema_decay = f.ema_decay;
   if (f.given("push-codec")) {

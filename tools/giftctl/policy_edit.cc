@@ -80,8 +80,8 @@ std::string CodecName(const v1::CodecSpec& spec) {
 
 bool PolicyEdit::empty() const {
   return !period_steps && !rank && !powers && !sides && !source && !residual && !enabled &&
-         !ema_decay && !push_codec && !pull_codec && !drift_threshold && !margin && !selection &&
-         !include && !exclude;
+         !error_feedback && !ema_decay && !push_codec && !pull_codec && !drift_threshold &&
+         !margin && !selection && !include && !exclude;
 }
 
 absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
@@ -121,10 +121,10 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
   if (edit.include) global_only.push_back("--include");
   if (edit.exclude) global_only.push_back("--exclude");
   if (!global_only.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(absl::StrJoin(global_only, ", "),
-                     " apply to the global policy only; a --tensor override can set --period, "
-                     "--rank, --power, --sides, --source, --residual and --enabled"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        absl::StrJoin(global_only, ", "),
+        " apply to the global policy only; a --tensor override can set --period, "
+        "--rank, --power, --sides, --source, --residual, --enabled and --error-feedback"));
   }
   return absl::OkStatus();
 }
@@ -146,6 +146,7 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
     if (edit.source) o->set_source(*edit.source);
     if (edit.residual) o->set_residual(*edit.residual);
     if (edit.enabled) o->set_enabled(*edit.enabled);
+    if (edit.error_feedback) o->set_error_feedback(*edit.error_feedback);
     return;
   }
   v1::TransformPolicy* t = policy->mutable_transform();
@@ -158,6 +159,7 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
   if (edit.source) t->set_source(*edit.source);
   if (edit.residual) t->set_residual(*edit.residual);
   if (edit.ema_decay) t->set_ema_decay(*edit.ema_decay);
+  if (edit.error_feedback) t->set_error_feedback(*edit.error_feedback);
   if (edit.push_codec) *t->mutable_push_codec() = *edit.push_codec;
   if (edit.pull_codec) *t->mutable_pull_codec() = *edit.pull_codec;
   if (edit.drift_threshold) r->set_drift_threshold(*edit.drift_threshold);

@@ -30,6 +30,7 @@ struct PolicyEdit {
   std::optional<gift::v1::GeometrySource> source;
   std::optional<gift::v1::ResidualModel> residual;
   std::optional<bool> enabled;  // overrides only
+  std::optional<bool> error_feedback;
   // Global policy only:
   std::optional<double> ema_decay;
   std::optional<gift::v1::CodecSpec> push_codec;
