@@ -6,6 +6,8 @@
 
 #include <sstream>
 
+#include "common/codec/codec_spec.h"
+#include "common/codec/codec_spec_proto.h"
 #include "gtest/gtest.h"
 #include "tools/giftctl/policy_edit.h"
 
@@ -70,6 +72,27 @@ TEST(PolicyEditTest, EditsTheOverrideOfItsGlob) {
   ApplyPolicyEdit(edit, &policy);
   ASSERT_EQ(policy.overrides_size(), 3);
   EXPECT_EQ(policy.overrides(2).glob(), "c*");
+}
+
+TEST(PolicyEditTest, CodecsGoToTheOverrideOrTheGlobalPolicy) {
+  v1::Policy policy;
+  const v1::CodecSpec nvfp4 = codec::ToProto(codec::ParseCodecSpec("nvfp4").value());
+  PolicyEdit edit;
+  edit.tensor_glob = "*.norm";
+  edit.pull_codec = nvfp4;
+  ASSERT_TRUE(ValidatePolicyEdit(edit).ok());
+  ApplyPolicyEdit(edit, &policy);
+  ASSERT_EQ(policy.overrides_size(), 1);
+  EXPECT_FALSE(policy.overrides(0).has_push_codec());
+  EXPECT_EQ(CodecName(policy.overrides(0).pull_codec()), "nvfp4");
+  EXPECT_FALSE(policy.transform().has_pull_codec());
+
+  edit.tensor_glob.clear();
+  edit.pull_codec.reset();
+  edit.push_codec = nvfp4;
+  ApplyPolicyEdit(edit, &policy);
+  EXPECT_EQ(CodecName(policy.transform().push_codec()), "nvfp4");
+  EXPECT_FALSE(policy.overrides(0).has_push_codec());
 }
 
 TEST(PolicyEditTest, RejectsOutOfRangeValuesAndGlobalOnlyFieldsInOverrides) {

@@ -113,8 +113,6 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
   }
   std::vector<std::string> global_only;
   if (edit.ema_decay) global_only.push_back("--ema-decay");
-  if (edit.push_codec) global_only.push_back("--push-codec");
-  if (edit.pull_codec) global_only.push_back("--pull-codec");
   if (edit.drift_threshold) global_only.push_back("--drift");
   if (edit.margin) global_only.push_back("--margin");
   if (edit.selection) global_only.push_back("--selection");
@@ -124,7 +122,8 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
     return absl::InvalidArgumentError(
         absl::StrCat(absl::StrJoin(global_only, ", "),
                      " apply to the global policy only; a --tensor override can set --period, "
-                     "--rank, --power, --sides, --source, --residual and --enabled"));
+                     "--rank, --power, --sides, --source, --residual, --enabled, --push-codec "
+                     "and --pull-codec"));
   }
   return absl::OkStatus();
 }
@@ -146,6 +145,8 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
     if (edit.source) o->set_source(*edit.source);
     if (edit.residual) o->set_residual(*edit.residual);
     if (edit.enabled) o->set_enabled(*edit.enabled);
+    if (edit.push_codec) *o->mutable_push_codec() = *edit.push_codec;
+    if (edit.pull_codec) *o->mutable_pull_codec() = *edit.pull_codec;
     return;
   }
   v1::TransformPolicy* t = policy->mutable_transform();
