@@ -36,6 +36,9 @@ absl::Status CheckTensor(const TensorStep& t, std::vector<dataplane::ChunkShape>
   if (t.rows == 0 || t.cols == 0) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": empty shape"));
   }
+  if (auto s = codec::Validate(t.push_spec); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": push codec: ", s.message()));
+  }
   if (t.transform != nullptr && (static_cast<uint64_t>(t.transform->d_out()) != t.rows ||
                                  static_cast<uint64_t>(t.transform->d_in()) != t.cols)) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": transform shape ", t.transform->d_out(),
@@ -207,7 +210,7 @@ void PushPullEngine::OnMessage(transport::Message message) {
 absl::StatusOr<TensorBuffers*> PushPullEngine::BuffersFor(
     const StepPlan& plan, size_t i, absl::Span<const dataplane::ChunkShape> shapes) {
   const TensorStep& t = plan.tensors[i];
-  const codec::CodecSpec& spec = plan.push_spec;
+  const codec::CodecSpec& spec = t.push_spec;
   const BuffersKey key{t.tensor_id, spec.format, spec.scaling, spec.block_size, spec.rounding};
   std::unique_ptr<TensorBuffers>& entry = buffers_[key];
   if (entry != nullptr && !entry->Fits(t)) {
@@ -331,9 +334,6 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", plan.rank, " of world size ", plan.world_size));
   }
-  if (auto s = codec::Validate(plan.push_spec); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("push codec: ", s.message()));
-  }
   ++runs_;
   // The step's bookkeeping reuses the last step's capacity.
   std::vector<std::vector<dataplane::ChunkShape>>& shapes = step_shapes_;
@@ -423,7 +423,7 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
     for (size_t c = 0; c < t.chunks.size(); ++c) {
       ChunkSlot& slot = buffers.chunks()[c];
       const uint64_t dims[] = {slot.shape.rows, slot.shape.cols};
-      auto view = codec::StartPayload(plan.push_spec, dims, slot.send);
+      auto view = codec::StartPayload(t.push_spec, dims, slot.send);
       absl::Status s = view.status();
       if (s.ok()) {
         s = buffers.pipeline().EncodeChunk(

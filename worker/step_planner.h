@@ -1,7 +1,8 @@
 // Turns the coordinator's cluster state into the data-plane plan of one step
 // for this worker (push_pull_engine.h StepPlan): the epoch, this member's
-// rank and the world, the push codec of the policy, and for every local
-// tensor the basis version active at the step (cluster.proto: the committed
+// rank and the world, and for every local tensor its push codec (resolved
+// by policy::ResolveTensorSettings, as the servers resolve its pull codec),
+// the basis version active at the step (cluster.proto: the committed
 // version with the largest activation step <= step), its transform, and its
 // chunks with the aggregator address of each.
 //

@@ -167,8 +167,8 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
     }
     if (exact) {
       plan->step = step | kMeasureStepBit;
-      plan->push_spec = {.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
       for (TensorStep& t : plan->tensors) {
+        t.push_spec = {.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
         t.transform = nullptr;
         t.basis_version = 0;
       }
