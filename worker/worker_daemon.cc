@@ -341,6 +341,8 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
     const double share = static_cast<double>(tensors[i].rows * tensors[i].cols) / elements;
     response.mutable_tensors(static_cast<int>(i))
         ->set_bytes_sent(static_cast<uint64_t>(std::llround(share * report->bytes_pushed)));
+    response.mutable_tensors(static_cast<int>(i))
+        ->set_bytes_received(static_cast<uint64_t>(std::llround(share * report->bytes_pulled)));
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -14,6 +14,13 @@ CONFIGS = {
         "tensors chosen by measured error), BF16 pull",
     ),
     "gift-e5m2": ("e5m2/tensor", "bf16", True, "GIFT in the baseline's format: E5M2 per tensor after the GIFT transform, BF16 pull"),
+    # FP8 both ways (the paper's all-reduce) and NVFP4 push, each without and
+    # with the transform; 1-D tensors go bf16 both ways in all of them (the
+    # policy's default for tensors that are not transformable).
+    "fp8-both": ("e4m3/block128", "e4m3/block128", False, "direct FP8 both ways: E4M3, a scale per 128 values, push and pull"),
+    "gift-fp8-both": ("e4m3/block128", "e4m3/block128", True, "GIFT FP8 both ways: E4M3/block128 push and pull in the GIFT basis"),
+    "nvfp4": ("nvfp4", "e4m3/block128", False, "direct NVFP4 push (E2M1, an E4M3 scale per 16 values), E4M3/block128 pull"),
+    "gift-nvfp4": ("nvfp4", "e4m3/block128", True, "GIFT NVFP4 push, E4M3/block128 pull, both in the GIFT basis"),
 }
 # fp8-block is a default row because GIFT's FP8 format (E4M3, a scale per 128
 # values) alone already halves the error of the baseline's (E5M2, one scale
