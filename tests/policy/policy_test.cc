@@ -31,7 +31,9 @@ TEST(PolicyDefaultsTest, FillsTheDocumentedDefaults) {
   EXPECT_EQ(p.transform().push_codec().format(), gift::v1::ELEMENT_FORMAT_E4M3);
   EXPECT_EQ(p.transform().push_codec().scaling(), gift::v1::SCALING_PER_BLOCK_FP32);
   EXPECT_EQ(p.transform().push_codec().block_size(), 128u);
-  EXPECT_EQ(p.transform().pull_codec().format(), gift::v1::ELEMENT_FORMAT_BF16);
+  EXPECT_EQ(p.transform().pull_codec().format(), gift::v1::ELEMENT_FORMAT_E4M3);
+  EXPECT_EQ(p.transform().pull_codec().scaling(), gift::v1::SCALING_PER_BLOCK_FP32);
+  EXPECT_EQ(p.transform().pull_codec().block_size(), 128u);
   EXPECT_FALSE(p.transform().error_feedback());
   EXPECT_EQ(p.refresh().period_steps(), 10u);
   EXPECT_DOUBLE_EQ(p.refresh().drift_threshold(), 0.2);
