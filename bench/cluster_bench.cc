@@ -398,14 +398,10 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
   ClusterRun run;
   const std::string push_name =
       !o.codec.empty() ? o.codec : (o.mode == "fp32" ? "fp32" : "e4m3/block128");
-  // direct: FP8 both ways, as the FP8 all-reduce it stands for (netlab at
-  // 200mbit: the servers' links carry half the bytes of a bf16 pull for a
-  // relative L2 error of 0.035 instead of 0.026); gift: the service's
-  // default pull (bf16).
+  // FP8 both ways, the service's default pull (and the FP8 all-reduce direct
+  // mode stands for): half the bytes of a bf16 pull for 1.4x the error.
   const std::string pull_name =
-      !o.pull_codec.empty()
-          ? o.pull_codec
-          : (o.mode == "fp32" ? "fp32" : (o.mode == "direct" ? "e4m3/block128" : "bf16"));
+      !o.pull_codec.empty() ? o.pull_codec : (o.mode == "fp32" ? "fp32" : "e4m3/block128");
   GIFT_ASSIGN_OR_RETURN(run.push_spec, codec::ParseCodecSpec(push_name));
   GIFT_ASSIGN_OR_RETURN(run.pull_spec, codec::ParseCodecSpec(pull_name));
   run.tensors = ModelTensors(o.d_model, o.layers);
@@ -852,8 +848,8 @@ Command AddClusterCommand(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--codec", o->codec, "push codec (default: e4m3/block128; fp32 in fp32 mode)")
       ->check(CodecSpecValidator());
-  app->add_option("--pull-codec", o->pull_codec, "pull codec (default: e4m3/block128 in direct mode, as its push; fp32 in fp32 "
-                  "mode; bf16, the service's default, in gift mode)")
+  app->add_option("--pull-codec", o->pull_codec,
+                  "pull codec (default: e4m3/block128, the service's default; fp32 in fp32 mode)")
       ->check(CodecSpecValidator());
   app->add_option("--period", o->period, "gift mode: basis refresh period in steps")
       ->check(CLI::Range(1u, 1000000000u))

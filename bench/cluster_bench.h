@@ -63,7 +63,7 @@ struct ClusterBenchOptions {
   int layers = 2;
   std::string mode = "gift";  // gift | direct | fp32
   std::string codec;          // push codec ("": e4m3/block128; fp32 mode: fp32)
-  std::string pull_codec;     // "": e4m3/block128 (direct), fp32 (fp32), bf16 (gift)
+  std::string pull_codec;     // "": e4m3/block128, fp32 in fp32 mode
   uint32_t period = 1000000;  // refresh period in steps (gift mode)
   std::string ucx_tls;        // "": UCX's choice, for the cluster and ucx_perftest
   int server_threads = 1;

@@ -137,7 +137,7 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
                                  const OwnedTensorStep& data, Owned& owned,
                                  transform::RefreshReason reason) {
   const gift::v1::Policy policy = policy::WithDefaults(state.policy());
-  auto spec = codec::FromProto(policy.transform().push_codec());
+  auto spec = codec::FromProto(owned.settings.transform.push_codec());  // the tensor's own
   if (!spec.ok()) return spec.status();
   const uint64_t version = NextVersion(basis);
   const gift::v1::TransformPolicy& tp = owned.settings.transform;

@@ -36,6 +36,9 @@ absl::Status CheckTensor(const TensorStep& t, std::vector<dataplane::ChunkShape>
   if (t.rows == 0 || t.cols == 0) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": empty shape"));
   }
+  if (auto s = codec::Validate(t.push_spec); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": push codec: ", s.message()));
+  }
   if (t.transform != nullptr && (static_cast<uint64_t>(t.transform->d_out()) != t.rows ||
                                  static_cast<uint64_t>(t.transform->d_in()) != t.cols)) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": transform shape ", t.transform->d_out(),
@@ -207,7 +210,7 @@ void PushPullEngine::OnMessage(transport::Message message) {
 absl::StatusOr<TensorBuffers*> PushPullEngine::BuffersFor(
     const StepPlan& plan, size_t i, absl::Span<const dataplane::ChunkShape> shapes) {
   const TensorStep& t = plan.tensors[i];
-  const codec::CodecSpec& spec = plan.push_spec;
+  const codec::CodecSpec& spec = t.push_spec;
   const BuffersKey key{t.tensor_id, spec.format, spec.scaling, spec.block_size, spec.rounding};
   std::unique_ptr<TensorBuffers>& entry = buffers_[key];
   std::unique_ptr<TensorBuffers> previous;  // replaced: its residual may carry over
@@ -344,7 +347,6 @@ StepPlan StepHeader(const StepPlan& plan) {
   header.rank = plan.rank;
   header.world_size = plan.world_size;
   header.worker_set = plan.worker_set;
-  header.push_spec = plan.push_spec;
   return header;
 }
 
@@ -371,9 +373,6 @@ absl::Status PushPullEngine::Begin(const StepPlan& step) {
   if (step.world_size == 0 || step.rank >= step.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", step.rank, " of world size ", step.world_size));
-  }
-  if (auto s = codec::Validate(step.push_spec); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("push codec: ", s.message()));
   }
   ++runs_;
   // Error feedback residuals belong to one world: a new set of workers
@@ -493,7 +492,7 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
     for (size_t c = 0; c < t.chunks.size(); ++c) {
       ChunkSlot& slot = buffers.chunks()[c];
       const uint64_t dims[] = {slot.shape.rows, slot.shape.cols};
-      auto view = codec::StartPayload(plan.push_spec, dims, slot.send);
+      auto view = codec::StartPayload(t.push_spec, dims, slot.send);
       absl::Status s = view.status();
       if (s.ok()) {
         s = buffers.pipeline().EncodeChunk(

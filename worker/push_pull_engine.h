@@ -5,9 +5,10 @@
 // write the average back into the tensor's buffer.
 //
 //   auto engine = PushPullEngine::Create(make_transport, {});
-//   StepPlan plan{.epoch = e, .step = s, .rank = r, .world_size = p, .push_spec = spec,
+//   StepPlan plan{.epoch = e, .step = s, .rank = r, .world_size = p,
 //                 .tensors = {{.tensor_id = 7, .rows = m, .cols = n, .data = grad,
-//                              .transform = basis, .basis_version = 3, .chunks = routes}}};
+//                              .transform = basis, .basis_version = 3, .chunks = routes,
+//                              .push_spec = spec}}};
 //   auto report = engine->Run(plan);   // grad now holds the average
 //
 // Pushes leave as soon as each chunk is encoded, so encoding overlaps the
@@ -93,6 +94,10 @@ struct TensorStep {
   std::shared_ptr<const transform::GradientTransform> transform;
   uint64_t basis_version = 0;
   std::vector<ChunkRoute> chunks;  // must cover the tensor exactly once
+  // How this tensor's chunks are encoded (the policy's per-tensor push
+  // codec). Results come back in whatever codec the servers chose: each
+  // result payload names its own format.
+  codec::CodecSpec push_spec;
   // Error feedback in the tensor's encoder pipeline (encoder_pipeline.h):
   // the residual is kept per (tensor, push spec), advances only with a step
   // that succeeded, is remapped when the transform changes and is cleared
@@ -112,7 +117,6 @@ struct StepPlan {
   // residual of another world is not this one's quantization error. Kept
   // across epochs that keep the set (a server joined or left).
   uint64_t worker_set = 0;
-  codec::CodecSpec push_spec;
   std::vector<TensorStep> tensors;
 };
 
@@ -149,7 +153,7 @@ class PushPullEngine {
   std::string address() const;
 
   // Runs one step as described above. Errors: InvalidArgument (a bad plan:
-  // shapes, chunk coverage, spec), Unavailable (a server cannot be reached,
+  // shapes, chunk coverage, a tensor's push spec), Unavailable (a server cannot be reached,
   // or the previous step's pushes from the same buffers did not complete
   // within the timeout),
   // Aborted (a server aborted the step's epoch), DeadlineExceeded (no

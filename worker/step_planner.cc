@@ -54,11 +54,6 @@ absl::StatusOr<StepPlan> PlanStep(const gift::v1::ClusterState& state, absl::str
                      state.frozen_through_step(), ")"));
   }
   const gift::v1::Policy policy = policy::WithDefaults(state.policy());
-  auto push_spec = codec::FromProto(policy.transform().push_codec());
-  if (!push_spec.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("policy push codec: ", push_spec.status().message()));
-  }
   absl::flat_hash_map<uint32_t, const std::string*> servers;
   for (const gift::v1::Member& s : state.servers()) {
     if (!s.data_address().empty()) servers[s.rank()] = &s.data_address();
@@ -85,8 +80,7 @@ absl::StatusOr<StepPlan> PlanStep(const gift::v1::ClusterState& state, absl::str
                 .step = step,
                 .rank = self->rank(),
                 .world_size = static_cast<uint32_t>(state.workers_size()),
-                .worker_set = WorkerSetOf(state),
-                .push_spec = *push_spec};
+                .worker_set = WorkerSetOf(state)};
   for (const LocalTensor& local : tensors) {
     auto info = infos.find(local.tensor_id);
     if (info == infos.end()) {
@@ -103,14 +97,21 @@ absl::StatusOr<StepPlan> PlanStep(const gift::v1::ClusterState& state, absl::str
       return absl::FailedPreconditionError(
           absl::StrCat("tensor '", local.name, "' has no chunks in the shard map yet"));
     }
+    // The tensor's codec, resolved as the servers resolve its pull codec.
+    const policy::TensorSettings settings =
+        policy::ResolveTensorSettings(policy, info->second->name(), info->second->shape());
+    auto push_spec = codec::FromProto(settings.transform.push_codec());
+    if (!push_spec.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("policy push codec of tensor '", local.name,
+                                                     "': ", push_spec.status().message()));
+    }
     TensorStep t{.tensor_id = local.tensor_id,
                  .rows = local.rows,
                  .cols = local.cols,
                  .data = local.data,
                  .chunks = chunks->second,
-                 .error_feedback = policy::ResolveTensorSettings(policy, info->second->name(),
-                                                                 info->second->shape())
-                                       .transform.error_feedback()};
+                 .push_spec = *push_spec,
+                 .error_feedback = settings.transform.error_feedback()};
     auto basis = bases.find(local.tensor_id);
     const gift::v1::BasisVersion* active =
         basis == bases.end() ? nullptr : ActiveVersion(*basis->second, step);

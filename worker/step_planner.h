@@ -1,11 +1,12 @@
 // Turns the coordinator's cluster state into the data-plane plan of one step
 // for this worker (push_pull_engine.h StepPlan): the epoch, this member's
-// rank and the world (and a fingerprint of its workers), the push codec of
-// the policy, and for every local tensor the basis version active at the step
+// rank and the world (and a fingerprint of its workers), and for every local
+// tensor its push codec (resolved by policy::ResolveTensorSettings, as the
+// servers resolve its pull codec), the basis version active at the step
 // (cluster.proto: the committed version with the largest activation step <=
 // step), its transform, its chunks with the aggregator address of each, and
 // whether its push uses error feedback (the policy's error_feedback after the
-// tensor's overrides, policy::ResolveTensorSettings).
+// tensor's overrides, the same resolution).
 //
 // Thread safety: pure functions.
 #ifndef GIFT_WORKER_STEP_PLANNER_H_

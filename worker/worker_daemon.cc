@@ -168,8 +168,8 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
     }
     if (exact) {
       plan->step = step | kMeasureStepBit;
-      plan->push_spec = {.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
       for (TensorStep& t : plan->tensors) {
+        t.push_spec = {.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
         t.transform = nullptr;
         t.basis_version = 0;
         t.error_feedback = false;  // FP32 has no rounding error to feed back
@@ -382,6 +382,8 @@ gift::v1::PushPullResponse WorkerDaemon::CompleteStep(Completed c) {
     const double share = static_cast<double>(tensors[i].rows * tensors[i].cols) / elements;
     response.mutable_tensors(static_cast<int>(i))
         ->set_bytes_sent(static_cast<uint64_t>(std::llround(share * c.report.bytes_pushed)));
+    response.mutable_tensors(static_cast<int>(i))
+        ->set_bytes_received(static_cast<uint64_t>(std::llround(share * c.report.bytes_pulled)));
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count();

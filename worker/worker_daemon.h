@@ -194,7 +194,6 @@ class WorkerDaemon {
     bool begun = false;  // the engine's step was begun (pushes under `epoch`)
     uint64_t epoch = 0;
     uint32_t world_size = 0;
-    codec::CodecSpec push_spec;
     // Non-OK once early pushes stopped (the engine's step ended or never
     // began): PushPull runs the whole step again.
     absl::Status failed;

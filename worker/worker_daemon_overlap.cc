@@ -79,8 +79,7 @@ void WorkerDaemon::AddToOpenStep(const std::vector<const RegisteredTensor*>& mor
     o.begun = s.ok();
     o.epoch = plan->epoch;
     o.world_size = plan->world_size;
-    o.push_spec = plan->push_spec;
-  } else if (s.ok() && (plan->epoch != o.epoch || !(plan->push_spec == o.push_spec))) {
+  } else if (s.ok() && plan->epoch != o.epoch) {
     s = absl::AbortedError(absl::StrCat("step ", o.step, ": the cluster moved from epoch ",
                                         o.epoch, " to ", plan->epoch, " during the step"));
   }

@@ -23,7 +23,8 @@ constexpr double kDefaultEmaDecay = 0.95;
 constexpr uint32_t kDefaultCollectPeriod = 1;
 constexpr double kDefaultDampingEps = 1e-3;
 constexpr char kDefaultPushCodec[] = "e4m3/block128/rne";
-constexpr char kDefaultPullCodec[] = "bf16";
+constexpr char kDefaultPullCodec[] = "e4m3/block128/rne";
+constexpr char kNonTransformableCodec[] = "bf16";
 constexpr uint32_t kDefaultPeriodSteps = 10;
 constexpr double kDefaultDriftThreshold = 0.2;
 constexpr uint32_t kDefaultActivationLeadSteps = 4;
@@ -213,6 +214,12 @@ absl::Status Validate(const Policy& policy) {
       return Invalid(absl::StrCat(prefix, "period_steps"), o.period_steps(),
                      absl::StrCat("must be in [1, ", kMaxSteps, "]"));
     }
+    if (o.has_push_codec()) {
+      GIFT_RETURN_IF_ERROR(ValidateCodec(absl::StrCat(prefix, "push_codec"), o.push_codec()));
+    }
+    if (o.has_pull_codec()) {
+      GIFT_RETURN_IF_ERROR(ValidateCodec(absl::StrCat(prefix, "pull_codec"), o.pull_codec()));
+    }
   }
   return absl::OkStatus();
 }
@@ -250,6 +257,17 @@ TensorSettings ResolveTensorSettings(const Policy& policy, absl::string_view nam
   out.transform = policy.transform();
   out.period_steps = policy.refresh().period_steps();
   std::optional<bool> enabled;
+  if (!IsTransformable(shape)) {
+    // Norm gains, biases, scalars: few bytes, and an FP8 block scale cannot
+    // separate their entries' magnitudes; bf16 unless fp32 was asked for.
+    static const gift::v1::CodecSpec bf16 = DefaultCodec(kNonTransformableCodec);
+    if (out.transform.push_codec().format() != gift::v1::ELEMENT_FORMAT_F32) {
+      *out.transform.mutable_push_codec() = bf16;
+    }
+    if (out.transform.pull_codec().format() != gift::v1::ELEMENT_FORMAT_F32) {
+      *out.transform.mutable_pull_codec() = bf16;
+    }
+  }
   for (const gift::v1::TensorOverride& o : policy.overrides()) {
     if (!GlobMatch(o.glob(), name)) continue;
     if (o.has_sides()) out.transform.set_sides(o.sides());
@@ -260,6 +278,8 @@ TensorSettings ResolveTensorSettings(const Policy& policy, absl::string_view nam
     if (o.has_period_steps()) out.period_steps = o.period_steps();
     if (o.has_enabled()) enabled = o.enabled();
     if (o.has_error_feedback()) out.transform.set_error_feedback(o.error_feedback());
+    if (o.has_push_codec()) *out.transform.mutable_push_codec() = o.push_codec();
+    if (o.has_pull_codec()) *out.transform.mutable_pull_codec() = o.pull_codec();
   }
 
   const gift::v1::SelectionPolicy& s = policy.selection();

@@ -64,7 +64,9 @@ enum class Selection {
 
 // The settings for one tensor: the global transform and refresh settings with
 // the matching overrides applied in order (the last match wins field by
-// field), and the selection.
+// field), and the selection. transform.push_codec / pull_codec are the
+// tensor's codecs both ways: a worker encodes its pushes with push_codec and
+// a server its results with pull_codec, each resolving them here.
 struct TensorSettings {
   gift::v1::TransformPolicy transform;
   uint32_t period_steps = 0;
@@ -82,6 +84,9 @@ bool IsTransformable(absl::Span<const int64_t> shape);
 // include match transforms it, anything else is direct;
 // SELECTION_MODE_MEASURED: a non-empty include list it does not match, or
 // fewer than selection.min_elements elements, make it direct; else measured.
+// Codecs: the global ones for a transformable tensor, bf16 (or fp32 where the
+// global codec is fp32) for one that is not; then a matching override's
+// push_codec / pull_codec, the last match winning.
 TensorSettings ResolveTensorSettings(const gift::v1::Policy& policy, absl::string_view name,
                                      absl::Span<const int64_t> shape);
 

@@ -49,6 +49,7 @@ class TensorResult:
     transformed: bool
     bytes_sent: int
     rel_l2_error: Optional[float]  # None unless the step measured errors
+    bytes_received: int = 0  # results, in the servers' pull codecs
 
 
 @dataclass(frozen=True)
@@ -323,7 +324,8 @@ class WorkerClient:
                 name=names.get(t.tensor_id, ""), tensor_id=t.tensor_id,
                 basis_version=t.basis_version, transformed=t.transformed,
                 bytes_sent=t.bytes_sent,
-                rel_l2_error=t.rel_l2_error if request.measure_error else None)
+                rel_l2_error=t.rel_l2_error if request.measure_error else None,
+                bytes_received=t.bytes_received)
                 for t in response.tensors])
 
     # ---- activation statistics ---------------------------------------------

@@ -91,6 +91,7 @@ absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
   if (epoch.pull_spec.has_value()) {
     if (auto s = reducer_->SetPullSpec(*epoch.pull_spec); !s.ok()) return s;
   }
+  if (auto s = reducer_->SetTensorPullSpecs(epoch.tensor_pull_specs); !s.ok()) return s;
   // Tell the previous epoch's workers about its aborted chunks before
   // switching to the new peers; completions of deferred pushes go to the new
   // epoch's workers.
@@ -130,6 +131,7 @@ absl::Status AggregatorShard::Apply(const ShardEpoch& epoch) {
   if (epoch.pull_spec.has_value()) {
     if (auto s = reducer_->SetPullSpec(*epoch.pull_spec); !s.ok()) return s;
   }
+  if (auto s = reducer_->SetTensorPullSpecs(epoch.tensor_pull_specs); !s.ok()) return s;
   auto update = reducer_->AddChunks(epoch.epoch, epoch.chunks);
   if (!update.ok()) return update.status();
   Deliver(*std::move(update));

@@ -52,6 +52,10 @@ struct ShardEpoch {
   absl::flat_hash_map<ChunkId, ChunkShape> chunks;
   // The policy's pull codec, when it names one; else the shard keeps its own.
   std::optional<codec::CodecSpec> pull_spec;
+  // Each tensor's pull codec under the policy (policy::ResolveTensorSettings,
+  // as the workers resolve their push codecs); tensors absent use the one
+  // above. Replaces the shard's previous per-tensor codecs.
+  absl::flat_hash_map<uint64_t, codec::CodecSpec> tensor_pull_specs;
 };
 
 struct AggregatorShardOptions {

@@ -208,6 +208,25 @@ codec::CodecSpec ChunkReducer::pull_spec() const {
   return pull_spec_;
 }
 
+absl::Status ChunkReducer::SetTensorPullSpecs(
+    absl::flat_hash_map<uint64_t, codec::CodecSpec> specs) {
+  for (const auto& [tensor, spec] : specs) {
+    if (auto s = codec::Validate(spec); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pull codec of tensor ", tensor, ": ", s.message()));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  tensor_pull_specs_ = std::move(specs);
+  return absl::OkStatus();
+}
+
+codec::CodecSpec ChunkReducer::pull_spec(uint64_t tensor_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = tensor_pull_specs_.find(tensor_id);
+  return it == tensor_pull_specs_.end() ? pull_spec_ : it->second;
+}
+
 StepInputs& ChunkReducer::OpenStepLocked(ChunkState& chunk, uint64_t step) {
   auto it = chunk.steps.find(step);
   if (it != chunk.steps.end()) return *it->second;
@@ -289,7 +308,8 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::StoreLocked(
   ReductionJob job;
   job.header_ = header;
   job.shape_ = chunk.shape;
-  job.pull_spec_ = pull_spec_;
+  auto tensor_spec = tensor_pull_specs_.find(header.tensor_id);
+  job.pull_spec_ = tensor_spec == tensor_pull_specs_.end() ? pull_spec_ : tensor_spec->second;
   job.chunk_ = chunks_.at(ChunkId{header.tensor_id, header.chunk_index});
   job.inputs_ = std::move(it->second);
   chunk.steps.erase(it);

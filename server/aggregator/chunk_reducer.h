@@ -17,9 +17,10 @@
 //     AddChunks installs what it needs; a deferred push whose epoch ends
 //     first is refused then. Deferred bytes are bounded
 //     (max_deferred_bytes).
-//   - results are encoded with the pull spec (SetPullSpec follows the
-//     policy), except that FP32 pushes get an FP32 result: an exact
-//     reduction is never rounded on its way back.
+//   - results are encoded with the tensor's pull spec (SetTensorPullSpecs,
+//     else SetPullSpec's; both follow the policy), except that FP32 pushes
+//     get an FP32 result: an exact reduction is never rounded on its way
+//     back. The payload names its format, so workers decode any of them.
 //
 // Determinism: the payloads are kept until the last rank arrives and then
 // reduced in rank order (codec::ReduceEncodedBlocked, bit for bit
@@ -161,6 +162,13 @@ class ChunkReducer {
   // invalid spec, and nothing changes).
   absl::Status SetPullSpec(const codec::CodecSpec& spec);
   codec::CodecSpec pull_spec() const;
+  // Per-tensor result encodings (the policy's per-tensor pull codecs),
+  // replacing the previous ones; a tensor absent uses pull_spec(). For
+  // results completed from now on. InvalidArgument naming the tensor on an
+  // invalid spec, and nothing changes.
+  absl::Status SetTensorPullSpecs(absl::flat_hash_map<uint64_t, codec::CodecSpec> specs);
+  // The encoding of `tensor_id`'s next results.
+  codec::CodecSpec pull_spec(uint64_t tensor_id) const;
 
   // Zero-copy receive: a buffer of exactly `payload_bytes` for the payload
   // of an arriving push (the rank's slot of its chunk and step), reserved
@@ -274,6 +282,7 @@ class ChunkReducer {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Closed> closed_buffers_ ABSL_GUARDED_BY(mu_);
   codec::CodecSpec pull_spec_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, codec::CodecSpec> tensor_pull_specs_ ABSL_GUARDED_BY(mu_);
   std::vector<Deferred> deferred_ ABSL_GUARDED_BY(mu_);
   uint64_t deferred_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -46,12 +46,14 @@
 #include "absl/time/time.h"
 #include "common/base/logging.h"
 #include "common/codec/codec_spec.h"
+#include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
 #include "common/control/member_session.h"
 #include "common/daemon/daemon_flags.h"
 #include "common/daemon/metrics_server.h"
 #include "common/daemon/shutdown.h"
 #include "common/daemon/systemd_notify.h"
+#include "common/policy/policy.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -249,7 +251,8 @@ int Main(int argc, char** argv) {
   // The pull codec is the policy's (giftctl policy set --pull-codec); every
   // epoch the shard applies carries it. Until the first one, the policy
   // default.
-  options.reducer.pull_spec = codec::ParseCodecSpec("bf16").value();
+  options.reducer.pull_spec =
+      codec::FromProto(policy::WithDefaults(gift::v1::Policy()).transform().pull_codec()).value();
   options.on_reject = [](const absl::Status& why) {  // counted by the shard (metrics)
     Log(Level::kWarning, "message_rejected",
         {{"code", absl::StatusCodeToString(why.code())}, {"reason", why.message()}});

@@ -60,12 +60,24 @@ absl::StatusOr<ShardEpoch> ShardEpochFromState(const gift::v1::ClusterState& sta
     out.chunks[{c.tensor_id(), c.index()}] = *shape;
   }
   if (state.has_policy()) {
-    auto pull = codec::FromProto(policy::WithDefaults(state.policy()).transform().pull_codec());
+    const gift::v1::Policy policy = policy::WithDefaults(state.policy());
+    auto pull = codec::FromProto(policy.transform().pull_codec());
     if (!pull.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("policy pull codec: ", pull.status().message()));
     }
     out.pull_spec = *pull;
+    // Each tensor's own, resolved as its workers resolve their push codecs.
+    for (const gift::v1::TensorInfo& t : state.tensors()) {
+      const policy::TensorSettings settings =
+          policy::ResolveTensorSettings(policy, t.name(), t.shape());
+      auto spec = codec::FromProto(settings.transform.pull_codec());
+      if (!spec.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("policy pull codec of tensor '", t.name(),
+                                                       "': ", spec.status().message()));
+      }
+      out.tensor_pull_specs[t.tensor_id()] = *spec;
+    }
   }
   return out;
 }

@@ -64,8 +64,7 @@ double RunStep(std::vector<TestWorker>& workers, const gift::v1::ClusterState& c
     plans[w] = {.epoch = cs.epoch(),
                 .step = step,
                 .rank = workers[w].session->rank(),
-                .world_size = static_cast<uint32_t>(n),
-                .push_spec = codec::ParseCodecSpec("e4m3/block32").value()};
+                .world_size = static_cast<uint32_t>(n)};
     for (const auto& t : cs.tensors()) {
       std::mt19937 rng(uint32_t(step * 100 + t.tensor_id() * 10 + plans[w].rank));
       std::normal_distribution<float> normal;
@@ -76,7 +75,8 @@ double RunStep(std::vector<TestWorker>& workers, const gift::v1::ClusterState& c
       worker::TensorStep ts{.tensor_id = t.tensor_id(),
                             .rows = t.num_elements() / cols,
                             .cols = cols,
-                            .data = buffers[w].back().data()};
+                            .data = buffers[w].back().data(),
+                            .push_spec = codec::ParseCodecSpec("e4m3/block32").value()};
       for (const auto& c : cs.shard_map().chunks()) {
         if (c.tensor_id() != t.tensor_id()) continue;
         ts.chunks.push_back({.index = c.index(),

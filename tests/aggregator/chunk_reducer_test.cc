@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <optional>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/codec/codec.h"
@@ -250,6 +252,56 @@ TEST(ChunkReducerTest, PullSpecFollowsSetPullSpec) {
   bad.block_size = 7;
   EXPECT_EQ(reducer->SetPullSpec(bad).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(reducer->pull_spec(), Spec("e4m3/block128"));
+}
+
+// Each tensor's results in its own pull codec (the policy's per-tensor
+// codec), bit for bit the rank-order reduction encoded in it; tensors without
+// one use the reducer's.
+TEST(ChunkReducerTest, PullSpecPerTensor) {
+  auto r = ChunkReducer::Create({.pull_spec = Spec("bf16")});
+  ASSERT_TRUE(r.ok());
+  ChunkReducer& reducer = **r;
+  ASSERT_TRUE(reducer.SetEpoch(1, kWorld, {{{7, 0}, {kRows, kCols}}, {{8, 0}, {kRows, kCols}},
+                                           {{9, 0}, {kRows, kCols}}})
+                  .ok());
+  ASSERT_TRUE(
+      reducer.SetTensorPullSpecs({{8, Spec("nvfp4")}, {9, Spec("e4m3/block128")}}).ok());
+  EXPECT_EQ(reducer.pull_spec(7), Spec("bf16"));
+  EXPECT_EQ(reducer.pull_spec(8), Spec("nvfp4"));
+  codec::CodecSpec bad = Spec("e4m3/block128");
+  bad.block_size = 7;
+  const absl::Status refused = reducer.SetTensorPullSpecs({{7, Spec("nvfp4")}, {9, bad}});
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("tensor 9"), std::string::npos) << refused;
+  EXPECT_EQ(reducer.pull_spec(7), Spec("bf16"));  // unchanged
+
+  std::vector<codec::EncodedTensor> encoded;
+  std::vector<codec::EncodedView> views;
+  for (uint32_t rank = 0; rank < kWorld; ++rank) encoded.push_back(Encode(Gradient(rank), rank, 2));
+  for (const auto& e : encoded) views.push_back(e.view());
+  for (const auto& [tensor, pull] :
+       {std::pair{7u, "bf16"}, std::pair{8u, "nvfp4"}, std::pair{9u, "e4m3/block128"}}) {
+    std::optional<ReducedChunk> result;
+    for (uint32_t rank = 0; rank < kWorld; ++rank) {
+      ChunkHeader h = Push(1, 2, rank);
+      h.tensor_id = tensor;
+      auto added = reducer.AddPush(h, Payload(encoded[rank]));
+      ASSERT_TRUE(added.ok()) << added.status();
+      if (added->has_value()) result = **std::move(added);
+    }
+    ASSERT_TRUE(result.has_value()) << tensor;
+    auto parsed = codec::ParsePayload(result->payload);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->view.spec, Spec(pull)) << tensor;
+    auto want = codec::EncodedTensor::Create(Spec(pull), kRows, kCols).value();
+    std::vector<float> sum(kRows * kCols);
+    ASSERT_TRUE(codec::ReduceEncoded(views, sum.data(), 1.0f / kWorld, want.mutable_view()).ok());
+    const uint64_t dims[] = {kRows, kCols};
+    EXPECT_EQ(result->payload, codec::SerializePayload(want.view(), dims).value()) << tensor;
+  }
+  // Replacing the map drops what it no longer names.
+  ASSERT_TRUE(reducer.SetTensorPullSpecs({}).ok());
+  EXPECT_EQ(reducer.pull_spec(8), Spec("bf16"));
 }
 
 TEST(ChunkReducerTest, RejectsAnInvalidPullSpec) {

@@ -114,8 +114,7 @@ TEST(ServerDaemonTest, WorkersAverageThroughTwoServerProcesses) {
       plans[w] = {.epoch = cs.epoch(),
                   .step = step,
                   .rank = sessions[w]->rank(),
-                  .world_size = kWorkers,
-                  .push_spec = codec::ParseCodecSpec("e4m3/block32").value()};
+                  .world_size = kWorkers};
       for (const auto& t : cs.tensors()) {
         const uint64_t cols = t.shape(t.shape_size() - 1);
         buffers[w].push_back(Gradient(
@@ -123,7 +122,8 @@ TEST(ServerDaemonTest, WorkersAverageThroughTwoServerProcesses) {
         worker::TensorStep ts{.tensor_id = t.tensor_id(),
                               .rows = t.num_elements() / cols,
                               .cols = cols,
-                              .data = buffers[w].back().data()};
+                              .data = buffers[w].back().data(),
+                              .push_spec = codec::ParseCodecSpec("e4m3/block32").value()};
         for (const auto& c : cs.shard_map().chunks()) {
           if (c.tensor_id() != t.tensor_id()) continue;
           ts.chunks.push_back({.index = c.index(),

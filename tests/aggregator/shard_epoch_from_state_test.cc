@@ -1,6 +1,8 @@
 #include "server/aggregator/shard_epoch_from_state.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/codec/codec_spec.h"
+#include "common/codec/codec_spec_proto.h"
 #include "gtest/gtest.h"
 
 namespace gift::server {
@@ -62,6 +64,46 @@ TEST(ShardEpochFromStateTest, NotReadyOrInconsistentStates) {
   s = State();
   s.mutable_shard_map()->mutable_chunks(0)->set_num_elements(450);  // crosses a row
   EXPECT_EQ(ShardEpochFromState(s, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+gift::v1::CodecSpec Codec(const char* text) {
+  return codec::ToProto(codec::ParseCodecSpec(text).value());
+}
+
+// The pull codec of each tensor, resolved as the workers resolve their push
+// codecs: the policy's for a 2-D tensor, bf16 for a 1-D one, an override's
+// where one matches.
+TEST(ShardEpochFromStateTest, PullCodecPerTensor) {
+  gift::v1::ClusterState s = State();
+  auto* t = s.add_tensors();
+  t->set_tensor_id(4);
+  t->set_name("norm");
+  t->add_shape(64);
+  t->set_num_elements(64);
+  s.mutable_tensors(0)->set_name("w");
+  *s.mutable_policy()->mutable_transform()->mutable_pull_codec() = Codec("e4m3/block128");
+  auto e = ShardEpochFromState(s, 0);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->pull_spec, codec::ParseCodecSpec("e4m3/block128").value());
+  EXPECT_EQ(codec::ToString(e->tensor_pull_specs.at(3)), "e4m3/block128");
+  EXPECT_EQ(codec::ToString(e->tensor_pull_specs.at(4)), "bf16");
+
+  auto* o = s.mutable_policy()->add_overrides();
+  o->set_glob("w");
+  *o->mutable_pull_codec() = Codec("nvfp4");
+  e = ShardEpochFromState(s, 0);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(codec::ToString(e->tensor_pull_specs.at(3)), "nvfp4");
+  EXPECT_EQ(codec::ToString(e->tensor_pull_specs.at(4)), "bf16");
+
+  o->mutable_pull_codec()->set_block_size(3);
+  EXPECT_EQ(ShardEpochFromState(s, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  // Without a policy the shard keeps its own codec for every tensor.
+  s.clear_policy();
+  e = ShardEpochFromState(s, 0);
+  ASSERT_TRUE(e.ok());
+  EXPECT_FALSE(e->pull_spec.has_value());
+  EXPECT_TRUE(e->tensor_pull_specs.empty());
 }
 
 }  // namespace

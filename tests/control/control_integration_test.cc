@@ -461,6 +461,36 @@ TEST_F(ControlIntegrationTest, RefreshWaitsForTheLateAckAndNeverMixesVersions) {
   EXPECT_GT(acked->activation_step(), max_frozen_before_commit);
 }
 
+// Per-tensor codecs through the giftctl binary: set on an override, stored
+// and validated by the coordinator, shown by `policy get` in both forms.
+TEST_F(ControlIntegrationTest, PerTensorCodecsThroughGiftctl) {
+  CommandResult set =
+      Giftctl({"--coordinator", coordinator_->address(), "policy", "set", "--tensor", "*.norm",
+               "--push-codec", "nvfp4", "--pull-codec", "e4m3/block128"});
+  ASSERT_EQ(set.code, 0) << set.err;
+  CommandResult global = Giftctl(
+      {"--coordinator", coordinator_->address(), "policy", "set", "--pull-codec", "e4m3/block32"});
+  ASSERT_EQ(global.code, 0) << global.err;
+  CommandResult table = Giftctl({"--coordinator", coordinator_->address(), "policy", "get"});
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("PUSH"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("nvfp4"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("e4m3/block128"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("e4m3/block32"), std::string::npos) << table.out;
+  CommandResult get =
+      Giftctl({"--coordinator", coordinator_->address(), "--json", "policy", "get"});
+  ASSERT_EQ(get.code, 0) << get.err;
+  const nlohmann::json j = nlohmann::json::parse(get.out);
+  ASSERT_EQ(j["overrides"].size(), 1u);
+  EXPECT_EQ(j["overrides"][0]["push_codec"]["format"], "ELEMENT_FORMAT_NVFP4");
+  EXPECT_EQ(j["overrides"][0]["pull_codec"]["block_size"], 128);
+  // The coordinator refuses an override codec that does not validate.
+  v1::Policy bad = *client_->GetPolicy();
+  bad.mutable_overrides(0)->mutable_push_codec()->set_block_size(7);
+  EXPECT_EQ(client_->SetPolicy(bad, bad.version()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(ControlIntegrationTest, PolicyChangeThroughGiftctlReachesAWatcher) {
   MemberSession& watcher = Join("w0");
   const uint64_t version = client_->GetPolicy()->version();

@@ -6,6 +6,8 @@
 
 #include <sstream>
 
+#include "common/codec/codec_spec.h"
+#include "common/codec/codec_spec_proto.h"
 #include "gtest/gtest.h"
 #include "tools/giftctl/policy_edit.h"
 
@@ -88,6 +90,27 @@ TEST(PolicyEditTest, ErrorFeedbackGlobalOrPerTensor) {
   EXPECT_TRUE(policy.overrides(0).has_error_feedback());
   EXPECT_FALSE(policy.overrides(0).error_feedback());
   EXPECT_TRUE(policy.transform().error_feedback());  // the global value is kept
+}
+
+TEST(PolicyEditTest, CodecsGoToTheOverrideOrTheGlobalPolicy) {
+  v1::Policy policy;
+  const v1::CodecSpec nvfp4 = codec::ToProto(codec::ParseCodecSpec("nvfp4").value());
+  PolicyEdit edit;
+  edit.tensor_glob = "*.norm";
+  edit.pull_codec = nvfp4;
+  ASSERT_TRUE(ValidatePolicyEdit(edit).ok());
+  ApplyPolicyEdit(edit, &policy);
+  ASSERT_EQ(policy.overrides_size(), 1);
+  EXPECT_FALSE(policy.overrides(0).has_push_codec());
+  EXPECT_EQ(CodecName(policy.overrides(0).pull_codec()), "nvfp4");
+  EXPECT_FALSE(policy.transform().has_pull_codec());
+
+  edit.tensor_glob.clear();
+  edit.pull_codec.reset();
+  edit.push_codec = nvfp4;
+  ApplyPolicyEdit(edit, &policy);
+  EXPECT_EQ(CodecName(policy.transform().push_codec()), "nvfp4");
+  EXPECT_FALSE(policy.overrides(0).has_push_codec());
 }
 
 TEST(PolicyEditTest, RejectsOutOfRangeValuesAndGlobalOnlyFieldsInOverrides) {

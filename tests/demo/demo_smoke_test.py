@@ -91,6 +91,8 @@ def main():
             for name, r in rows.items():
                 if not r["bytes_per_step"] or r["bytes_per_step"] <= 0:
                     fail(f"{name}: bytes per step {r['bytes_per_step']}")
+                if not r["pull_bytes_per_step"] or r["pull_bytes_per_step"] <= 0:
+                    fail(f"{name}: pulled bytes per step {r['pull_bytes_per_step']}")
                 if len(r["errors"]) != 3:
                     fail(f"{name}: {len(r['errors'])} steps with measured errors, expected 3")
                 for e in r["errors"]:

@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "common/codec/codec_spec.h"
+#include "common/codec/codec_spec_proto.h"
+
 namespace gift::policy {
 namespace {
 
@@ -28,7 +31,9 @@ TEST(PolicyDefaultsTest, FillsTheDocumentedDefaults) {
   EXPECT_EQ(p.transform().push_codec().format(), gift::v1::ELEMENT_FORMAT_E4M3);
   EXPECT_EQ(p.transform().push_codec().scaling(), gift::v1::SCALING_PER_BLOCK_FP32);
   EXPECT_EQ(p.transform().push_codec().block_size(), 128u);
-  EXPECT_EQ(p.transform().pull_codec().format(), gift::v1::ELEMENT_FORMAT_BF16);
+  EXPECT_EQ(p.transform().pull_codec().format(), gift::v1::ELEMENT_FORMAT_E4M3);
+  EXPECT_EQ(p.transform().pull_codec().scaling(), gift::v1::SCALING_PER_BLOCK_FP32);
+  EXPECT_EQ(p.transform().pull_codec().block_size(), 128u);
   EXPECT_FALSE(p.transform().error_feedback());
   EXPECT_EQ(p.refresh().period_steps(), 10u);
   EXPECT_DOUBLE_EQ(p.refresh().drift_threshold(), 0.2);
@@ -121,6 +126,20 @@ TEST(PolicyValidateTest, NamesTheFieldAndValue) {
        [](gift::v1::Policy* p) { p->mutable_selection()->add_exclude("a\nb"); }},
       {"selection.margin = nan",
        [](gift::v1::Policy* p) { p->mutable_selection()->set_margin(std::nan("")); }},
+      {"overrides[0].push_codec",
+       [](gift::v1::Policy* p) {
+         auto* o = p->add_overrides();
+         o->set_glob("*");
+         o->mutable_push_codec()->set_format(gift::v1::ELEMENT_FORMAT_NVFP4);
+         o->mutable_push_codec()->set_scaling(gift::v1::SCALING_PER_BLOCK_FP32);
+       }},
+      {"overrides[1].pull_codec",
+       [](gift::v1::Policy* p) {
+         p->add_overrides()->set_glob("a");
+         auto* o = p->add_overrides();
+         o->set_glob("*");
+         o->mutable_pull_codec();  // present but empty: no format
+       }},
   };
   for (const BadCase& c : cases) {
     gift::v1::Policy p = Defaults();
@@ -258,6 +277,60 @@ TEST(ResolveTest, Selection) {
   p.mutable_selection()->add_include("layers.*");
   EXPECT_EQ(ResolveTensorSettings(p, "layers.0.w", big).selection, Selection::kTransform);
   EXPECT_EQ(ResolveTensorSettings(p, "head", big).selection, Selection::kDirect);
+}
+
+gift::v1::CodecSpec Codec(const char* text) { return codec::ToProto(*codec::ParseCodecSpec(text)); }
+
+std::string Name(const gift::v1::CodecSpec& spec) { return codec::ToString(*codec::FromProto(spec)); }
+
+TEST(ResolveTest, CodecsGlobalForTransformableBf16ForTheRest) {
+  gift::v1::Policy p = Defaults();
+  const std::vector<int64_t> big = {256, 256}, small = {32, 32}, vec = {512}, row = {1, 512};
+  for (const auto& shape : {big, small}) {
+    const TensorSettings s = ResolveTensorSettings(p, "w", shape);
+    EXPECT_EQ(Name(s.transform.push_codec()), "e4m3/block128");
+    EXPECT_EQ(Name(s.transform.pull_codec()), Name(p.transform().pull_codec()));
+  }
+  for (const auto& shape : {vec, row}) {  // not transformable: bf16 both ways
+    const TensorSettings s = ResolveTensorSettings(p, "b", shape);
+    EXPECT_EQ(Name(s.transform.push_codec()), "bf16");
+    EXPECT_EQ(Name(s.transform.pull_codec()), "bf16");
+  }
+  // A global fp32 codec stays fp32 for every tensor (nothing is narrowed).
+  *p.mutable_transform()->mutable_push_codec() = Codec("fp32");
+  EXPECT_EQ(Name(ResolveTensorSettings(p, "b", vec).transform.push_codec()), "fp32");
+  EXPECT_EQ(Name(ResolveTensorSettings(p, "b", vec).transform.pull_codec()), "bf16");
+}
+
+TEST(ResolveTest, CodecOverridesLastMatchWinsPerDirection) {
+  gift::v1::Policy p = Defaults();
+  auto* a = p.add_overrides();
+  a->set_glob("layers.*");
+  *a->mutable_push_codec() = Codec("nvfp4");
+  *a->mutable_pull_codec() = Codec("e4m3/block128");
+  auto* b = p.add_overrides();
+  b->set_glob("*.mlp.*");
+  *b->mutable_pull_codec() = Codec("nvfp4");
+  auto* c = p.add_overrides();
+  c->set_glob("*.norm");
+  *c->mutable_push_codec() = Codec("e4m3/block32");
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p);
+
+  const std::vector<int64_t> big = {256, 256}, vec = {256};
+  const TensorSettings mlp = ResolveTensorSettings(p, "layers.0.mlp.up", big);
+  EXPECT_EQ(Name(mlp.transform.push_codec()), "nvfp4");  // kept from the first match
+  EXPECT_EQ(Name(mlp.transform.pull_codec()), "nvfp4");  // the last match wins
+  const TensorSettings attn = ResolveTensorSettings(p, "layers.0.attn.q", big);
+  EXPECT_EQ(Name(attn.transform.push_codec()), "nvfp4");
+  EXPECT_EQ(Name(attn.transform.pull_codec()), "e4m3/block128");
+  // An override names codecs for 1-D tensors too; an unset direction stays bf16.
+  const TensorSettings norm = ResolveTensorSettings(p, "final.norm", vec);
+  EXPECT_EQ(Name(norm.transform.push_codec()), "e4m3/block32");
+  EXPECT_EQ(Name(norm.transform.pull_codec()), "bf16");
+  const TensorSettings head = ResolveTensorSettings(p, "head", big);
+  EXPECT_EQ(Name(head.transform.push_codec()), "e4m3/block128");
+  // Codec overrides leave the selection alone.
+  EXPECT_EQ(mlp.selection, Selection::kMeasure);
 }
 
 }  // namespace

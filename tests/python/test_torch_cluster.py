@@ -8,7 +8,7 @@ through a real local cluster (coordinator + 2 servers + 2 workers).
   model, whose reference rounds that FP32 average to the model's dtype (the
   worker widens 16-bit gradients, averages in FP32 and rounds to nearest
   even).
-- e4m3/block128 push, bf16 pull (the default codecs): both processes end
+- e4m3/block128 push, bf16 pull: both processes end
   with identical parameters; every tensor's measured relative L2 error of the
   averaged gradient, and the L2 distance of the final parameters from the
   reference's relative to the reference's parameter change, stay below

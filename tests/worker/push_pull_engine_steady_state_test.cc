@@ -213,7 +213,7 @@ TEST(PushPullEngineSteadyState, StepsAllocateAndFaultInNothingOfTheirSize) {
   }
   for (uint32_t r = 0; r < kWorld; ++r) {
     buffers[r] = grads[0][r];
-    plans[r] = {.epoch = 1, .rank = r, .world_size = kWorld, .push_spec = push};
+    plans[r] = {.epoch = 1, .rank = r, .world_size = kWorld};
     for (size_t i = 0; i < kTensors.size(); ++i) {
       const Tensor& t = kTensors[i];
       plans[r].tensors.push_back({.tensor_id = t.id,
@@ -222,7 +222,8 @@ TEST(PushPullEngineSteadyState, StepsAllocateAndFaultInNothingOfTheirSize) {
                                   .data = buffers[r][i].data(),
                                   .transform = t.transformed ? doubling : nullptr,
                                   .basis_version = t.transformed ? 1u : 0u,
-                                  .chunks = testing::Routes(t, servers)});
+                                  .chunks = testing::Routes(t, servers),
+                                  .push_spec = push});
     }
   }
 

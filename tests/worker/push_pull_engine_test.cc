@@ -93,8 +93,7 @@ class PushPullEngineTest : public ::testing::TestWithParam<bool /*ucx*/> {
     StepPlan plan{.epoch = epoch,
                   .step = step,
                   .rank = rank,
-                  .world_size = world,
-                  .push_spec = codec::ParseCodecSpec("e4m3/block32").value()};
+                  .world_size = world};
     for (size_t i = 0; i < kTensors.size(); ++i) {
       const Tensor& t = kTensors[i];
       plan.tensors.push_back({.tensor_id = t.id,
@@ -103,7 +102,8 @@ class PushPullEngineTest : public ::testing::TestWithParam<bool /*ucx*/> {
                               .data = buffers[i].data(),
                               .transform = t.transformed ? basis_ : nullptr,
                               .basis_version = t.transformed ? 1u : 0u,
-                              .chunks = Routes(t, server_addresses_)});
+                              .chunks = Routes(t, server_addresses_),
+                              .push_spec = codec::ParseCodecSpec("e4m3/block32").value()});
     }
     return plan;
   }
@@ -270,7 +270,7 @@ TEST_P(PushPullEngineTest, BuffersFollowSpecAndTransformChanges) {
     for (uint32_t r = 0; r < kWorld; ++r) {
       for (const Tensor& t : kTensors) buffers[r].push_back(Gradient(t, r, step));
       plans.push_back(Plan(1, step, r, kWorld, buffers[r]));
-      plans.back().push_spec = spec;
+      for (TensorStep& t : plans.back().tensors) t.push_spec = spec;
       if (!transformed) plans.back().tensors[0].transform = nullptr;
     }
     std::vector<absl::StatusOr<StepReport>> reports(kWorld, absl::UnknownError("not run"));
@@ -377,13 +377,13 @@ TEST(PushPullEngineResults, StaleAndDuplicateResultsNeverLandOverLiveOnes) {
   std::vector<float> grad(2 * kCols, 0.5f);
   StepPlan plan{.epoch = 1,
                 .world_size = 1,
-                .push_spec = codec::ParseCodecSpec("e4m3/block32").value(),
                 .tensors = {{.tensor_id = 5,
                              .rows = 1,
                              .cols = 2 * kCols,
                              .data = grad.data(),
                              .chunks = {{.index = 0, .num_elements = kCols, .server = ""},
-                                        {.index = 1, .offset = kCols, .num_elements = kCols}}}}};
+                                        {.index = 1, .offset = kCols, .num_elements = kCols}},
+                             .push_spec = codec::ParseCodecSpec("e4m3/block32").value()}}};
   plan.tensors[0].chunks[0].server = plan.tensors[0].chunks[1].server = (*server)->address();
   for (uint64_t step = 1; step <= 3; ++step) {
     plan.step = step;

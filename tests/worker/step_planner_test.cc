@@ -1,8 +1,11 @@
 #include "worker/step_planner.h"
 
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "common/codec/codec_spec.h"
+#include "common/codec/codec_spec_proto.h"
 #include "common/transform/identity_transform.h"
 #include "gtest/gtest.h"
 
@@ -191,6 +194,35 @@ TEST(StepPlannerTest, LookupErrorsArePassedOn) {
   };
   EXPECT_EQ(PlanStep(State(), "m-a", 12, Tensors(w, b), failing).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Each tensor carries its own push codec: the policy's for the 2-D tensor,
+// bf16 for the 1-D one, and an override's where one matches.
+TEST(StepPlannerTest, PushCodecPerTensor) {
+  std::vector<float> w(32), b(8);
+  Lookup lookup;
+  gift::v1::ClusterState s = State();
+  auto plan = PlanStep(s, "m-a", 1, Tensors(w, b), lookup.fn());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(codec::ToString(plan->tensors[0].push_spec), "e4m3/block128");
+  EXPECT_EQ(codec::ToString(plan->tensors[1].push_spec), "bf16");
+
+  gift::v1::TensorOverride* o = s.mutable_policy()->add_overrides();
+  o->set_glob("w");
+  *o->mutable_push_codec() = codec::ToProto(codec::ParseCodecSpec("nvfp4").value());
+  o = s.mutable_policy()->add_overrides();
+  o->set_glob("b");
+  *o->mutable_push_codec() = codec::ToProto(codec::ParseCodecSpec("e4m3/block32").value());
+  plan = PlanStep(s, "m-a", 1, Tensors(w, b), lookup.fn());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(codec::ToString(plan->tensors[0].push_spec), "nvfp4");
+  EXPECT_EQ(codec::ToString(plan->tensors[1].push_spec), "e4m3/block32");
+
+  // A bad override codec is the plan's error, naming the tensor.
+  o->mutable_push_codec()->set_block_size(7);
+  auto bad = PlanStep(s, "m-a", 1, Tensors(w, b), lookup.fn());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("'b'"), std::string::npos) << bad.status();
 }
 
 }  // namespace

@@ -336,8 +336,8 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
   g.Print(out);
   if (p.overrides().empty()) return;
   out << "\noverrides (the last matching glob wins, field by field):\n";
-  Table o({"GLOB", "SIDES", "POWERS", "SOURCE", "RANK", "RESIDUAL", "PERIOD", "ENABLED",
-           "ERROR_FEEDBACK"});
+  Table o({"GLOB", "SIDES", "POWERS", "SOURCE", "RANK", "RESIDUAL", "PERIOD", "ENABLED", "PUSH",
+           "PULL", "ERROR_FEEDBACK"});
   for (const v1::TensorOverride& x : p.overrides()) {
     o.Add({x.glob(), x.has_sides() ? SidesName(x.sides()) : "-", Powers(x.powers()),
            x.has_source() ? SourceName(x.source()) : "-",
@@ -345,6 +345,8 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
            x.has_residual() ? ResidualName(x.residual()) : "-",
            x.has_period_steps() ? absl::StrCat(x.period_steps()) : "-",
            x.has_enabled() ? (x.enabled() ? "true" : "false") : "-",
+           x.has_push_codec() ? CodecName(x.push_codec()) : "-",
+           x.has_pull_codec() ? CodecName(x.pull_codec()) : "-",
            x.has_error_feedback() ? (x.error_feedback() ? "on" : "off") : "-"});
   }
   o.Print(out);

@@ -113,18 +113,17 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
   }
   std::vector<std::string> global_only;
   if (edit.ema_decay) global_only.push_back("--ema-decay");
-  if (edit.push_codec) global_only.push_back("--push-codec");
-  if (edit.pull_codec) global_only.push_back("--pull-codec");
   if (edit.drift_threshold) global_only.push_back("--drift");
   if (edit.margin) global_only.push_back("--margin");
   if (edit.selection) global_only.push_back("--selection");
   if (edit.include) global_only.push_back("--include");
   if (edit.exclude) global_only.push_back("--exclude");
   if (!global_only.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        absl::StrJoin(global_only, ", "),
-        " apply to the global policy only; a --tensor override can set --period, "
-        "--rank, --power, --sides, --source, --residual, --enabled and --error-feedback"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(absl::StrJoin(global_only, ", "),
+                     " apply to the global policy only; a --tensor override can set --period, "
+                     "--rank, --power, --sides, --source, --residual, --enabled, --push-codec, "
+                     "--pull-codec and --error-feedback"));
   }
   return absl::OkStatus();
 }
@@ -147,6 +146,8 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
     if (edit.residual) o->set_residual(*edit.residual);
     if (edit.enabled) o->set_enabled(*edit.enabled);
     if (edit.error_feedback) o->set_error_feedback(*edit.error_feedback);
+    if (edit.push_codec) *o->mutable_push_codec() = *edit.push_codec;
+    if (edit.pull_codec) *o->mutable_pull_codec() = *edit.pull_codec;
     return;
   }
   v1::TransformPolicy* t = policy->mutable_transform();

@@ -31,10 +31,11 @@ struct PolicyEdit {
   std::optional<gift::v1::ResidualModel> residual;
   std::optional<bool> enabled;  // overrides only
   std::optional<bool> error_feedback;
-  // Global policy only:
-  std::optional<double> ema_decay;
+  // Global, or the override's codecs for the tensors it matches:
   std::optional<gift::v1::CodecSpec> push_codec;
   std::optional<gift::v1::CodecSpec> pull_codec;
+  // Global policy only:
+  std::optional<double> ema_decay;
   std::optional<double> drift_threshold;
   std::optional<double> margin;
   std::optional<gift::v1::SelectionMode> selection;

@@ -272,6 +272,7 @@ absl::StatusOr<PushPullResult> WorkerClient::DoPushPull(const gift::v1::PushPull
     r.basis_version = t.basis_version();
     r.transformed = t.transformed();
     r.bytes_sent = t.bytes_sent();
+    r.bytes_received = t.bytes_received();
     r.rel_l2_error = request.measure_error() ? t.rel_l2_error() : std::nan("");
     result.tensors.push_back(std::move(r));
   }

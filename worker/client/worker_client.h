@@ -120,6 +120,7 @@ struct TensorResult {
   uint64_t basis_version = 0;
   bool transformed = false;
   uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;  // results, in the servers' pull codecs
   // ||avg_q - avg|| / ||avg||; NaN unless the step measured errors.
   double rel_l2_error = 0.0;
 };

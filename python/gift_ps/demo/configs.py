@@ -22,6 +22,13 @@ CONFIGS = {
     ),
     "ddp-fp32": ("fp32", "fp32", False, "no service: DistributedDataParallel over gloo, FP32 all-reduce"),
     "ddp-fp16": ("fp16", "fp16", False, "no service: DistributedDataParallel over gloo with fp16_compress_hook"),
+    # FP8 both ways (the paper's all-reduce) and NVFP4 push, each without and
+    # with the transform; 1-D tensors go bf16 both ways in all of them (the
+    # policy's default for tensors that are not transformable).
+    "fp8-both": ("e4m3/block128", "e4m3/block128", False, "direct FP8 both ways: E4M3, a scale per 128 values, push and pull"),
+    "gift-fp8-both": ("e4m3/block128", "e4m3/block128", True, "GIFT FP8 both ways: E4M3/block128 push and pull in the GIFT basis"),
+    "nvfp4": ("nvfp4", "e4m3/block128", False, "direct NVFP4 push (E2M1, an E4M3 scale per 16 values), E4M3/block128 pull"),
+    "gift-nvfp4": ("nvfp4", "e4m3/block128", True, "GIFT NVFP4 push, E4M3/block128 pull, both in the GIFT basis"),
 }
 # Configurations that run without the service: DDP over gloo, with this comm hook.
 DDP_HOOKS = {"ddp-fp32": None, "ddp-fp16": "fp16"}

@@ -41,6 +41,7 @@ def summarize(name, args, run_dir, matrices, wall_s, policy, t_spawn):
             )
     second_half = [e for e in errors if e["step"] > n // 2] or errors
     bytes_ = [rec["bytes"] for rec in r0 if rec.get("bytes") is not None]
+    pulled = [rec["bytes_pulled"] for rec in r0 if rec.get("bytes_pulled") is not None]
     timed = [rec for rec in r0 if "errors" not in rec] or r0
     transformed = [rec["transformed"] for rec in r0 if rec.get("transformed") is not None]
     push, pull, gift, desc = CONFIGS[name]
@@ -57,6 +58,7 @@ def summarize(name, args, run_dir, matrices, wall_s, policy, t_spawn):
         "final_val_loss": r0[-1].get("final_val_loss"),
         "val_gap_to_fp32": None,
         "bytes_per_step": statistics.fmean(bytes_) if bytes_ else None,
+        "pull_bytes_per_step": statistics.fmean(pulled) if pulled else None,
         # Timed over the steps that did not measure errors (a measured step
         # also exchanges an exact FP32 copy of every gradient).
         "step_s": statistics.fmean(rec["step_s"] for rec in timed),
@@ -82,7 +84,7 @@ def fmt(x, spec, none="-"):
 
 
 def table(results, args):
-    head = ["config", "push / pull", "train loss", "val loss", "gap to fp32", "KiB/step", "step s", "sync s", "grad err", "err 2-D"]
+    head = ["config", "push / pull", "train loss", "val loss", "gap to fp32", "push KiB", "pull KiB", "step s", "sync s", "grad err", "err 2-D"]
     rows = []
     for r in results:
         rows.append(
@@ -93,6 +95,7 @@ def table(results, args):
                 fmt(r["final_val_loss"], ".4f"),
                 fmt(r["val_gap_to_fp32"], "+.4f"),
                 fmt(None if r["bytes_per_step"] is None else r["bytes_per_step"] / 1024, ".1f"),
+                fmt(None if r.get("pull_bytes_per_step") is None else r["pull_bytes_per_step"] / 1024, ".1f"),
                 fmt(r["step_s"], ".3f"),
                 fmt(r["sync_s"], ".3f"),
                 fmt(r["rel_err_mean"], ".2e"),
@@ -105,7 +108,8 @@ def table(results, args):
     notes = [
         f"train loss: mean over the 4 ranks and the last {results[0]['final_train_loss_window']} steps; val loss: "
         f"{args.final_val_windows} held-out windows after the last step (nats/byte)",
-        "KiB/step: bytes one worker pushes per step (sum of its tensors' bytes_sent); step s: mean wall time of a "
+        "push KiB / pull KiB: payload bytes one worker pushes / receives per step (sums of its tensors' bytes_sent / "
+        "bytes_received); step s: mean wall time of a "
         "training step on rank 0 (sync s: of it, the gradient averaging), over the steps that do not measure errors",
         "grad err: relative L2 error of the averaged gradient against the exact average, measured by the service every "
         f"{args.measure_every} steps, mean over the second half of the run and over all tensors; err 2-D: over the weight "
@@ -130,6 +134,8 @@ def summary_lines(results):
         ("gift", "fp8-block", "the same FP8 format, E4M3/block128: what the transform buys"),
         ("gift-e5m2", "fp8", "the same FP8 format, E5M2/tensor: what the transform buys"),
         ("gift", "fp8", "GIFT against the published baseline: format and transform together"),
+        ("gift-fp8-both", "fp8-both", "FP8 both ways: what the transform buys"),
+        ("gift-nvfp4", "nvfp4", "NVFP4 push, FP8 pull: what the transform buys"),
     ]
     for g, base, what in pairs:
         if base in rows and g in rows and rows[base]["rel_err_matrices_mean"] and rows[g]["rel_err_matrices_mean"]:

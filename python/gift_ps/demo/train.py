@@ -54,7 +54,7 @@ class LocalBackend:
             n = p.numel()
             p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
             offset += n
-        return {"sync_s": time.perf_counter() - t0, "bytes": None, "errors": None, "transformed": None}
+        return {"sync_s": time.perf_counter() - t0, "bytes": None, "bytes_pulled": None, "errors": None, "transformed": None}
 
     def close(self):
         self.dist.destroy_process_group()
@@ -111,6 +111,7 @@ class ServiceBackend:
         out = {
             "sync_s": time.perf_counter() - t0,
             "bytes": int(sum(t.bytes_sent for t in res.tensors)),
+            "bytes_pulled": int(sum(t.bytes_received for t in res.tensors)),
             "transformed": sum(1 for t in res.tensors if t.transformed),
             "errors": None,
         }
@@ -226,6 +227,7 @@ def main(argv):
             "compute_s": (t1 - t0) + (t2 - t1 - res["sync_s"]),
             "sync_s": res["sync_s"],
             "bytes": res["bytes"],
+            "bytes_pulled": res["bytes_pulled"],
             "transformed": res["transformed"],
         }
         if res["errors"] is not None:
