@@ -473,7 +473,8 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
     }
   }
   report.encode_seconds = SecondsSince(start) - report.decode_seconds;
-  const absl::Time deadline = absl::Now() + options_.timeout;  // for the results
+  const absl::Duration result_timeout = plan.result_timeout.value_or(options_.timeout);
+  const absl::Time deadline = absl::Now() + result_timeout;  // for the results
 
   start = Clock::now();
   const double decode_before_wait = report.decode_seconds;
@@ -492,7 +493,7 @@ absl::StatusOr<StepReport> PushPullEngine::Run(const StepPlan& plan) {
       }
       return fail(absl::DeadlineExceededError(absl::StrCat(
           "step ", plan.step, " of epoch ", plan.epoch, ": ", missing, " of ", step_chunks_.size(),
-          " chunks missing after ", absl::FormatDuration(options_.timeout))));
+          " chunks missing after ", absl::FormatDuration(result_timeout))));
     }
   }
   absl::Status aborted;

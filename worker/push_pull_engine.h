@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -102,6 +103,9 @@ struct StepPlan {
   uint32_t world_size = 0;
   codec::CodecSpec push_spec;
   std::vector<TensorStep> tensors;
+  // How long Run waits for the results after the last push; unset: the
+  // engine's timeout. (The daemon bounds its statistics exchanges with it.)
+  std::optional<absl::Duration> result_timeout;
 };
 
 struct StepReport {

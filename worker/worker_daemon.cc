@@ -36,7 +36,18 @@ double RelativeL2(const float* got, const float* want, uint64_t n) {
 
 WorkerDaemon::WorkerDaemon(std::unique_ptr<PushPullEngine> engine, control::MemberSession* session,
                            WorkerDaemonOptions options)
-    : options_(std::move(options)), session_(session), engine_(std::move(engine)), store_(session) {
+    : options_(std::move(options)),
+      session_(session),
+      engine_(std::move(engine)),
+      store_(session),
+      sketches_([this](const gift::v1::TensorSpec& spec) -> absl::StatusOr<uint64_t> {
+        auto registered = session_->RegisterTensors({spec});
+        if (!registered.ok()) return registered.status();
+        if (registered->tensors_size() != 1) {
+          return absl::InternalError("the coordinator answered for another number of tensors");
+        }
+        return registered->tensors(0).tensor_id();
+      }) {
   owner_ = std::make_unique<BasisOwner>(
       session_, &store_,
       BasisOwnerOptions{.codec_options = options_.codec_options,
@@ -132,8 +143,9 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
 }
 
 absl::StatusOr<StepReport> WorkerDaemon::Exchange(
-    uint64_t step, const std::vector<LocalTensor>& tensors, bool exact, absl::Time deadline,
-    uint64_t* epoch, uint32_t* world_size, std::vector<std::pair<uint64_t, bool>>* versions) {
+    uint64_t step, const std::vector<LocalTensor>& tensors, uint64_t exact_bit, absl::Time deadline,
+    uint64_t* epoch, uint32_t* world_size, std::vector<std::pair<uint64_t, bool>>* versions,
+    std::optional<absl::Duration> result_timeout) {
   const BasisLookup lookup = [this](uint64_t tensor, uint64_t version) {
     return store_.Get(tensor, version);
   };
@@ -165,14 +177,15 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
                                       std::min(left, absl::Milliseconds(500)));
       continue;
     }
-    if (exact) {
-      plan->step = step | kMeasureStepBit;
+    if (exact_bit != 0) {
+      plan->step = step | exact_bit;
       plan->push_spec = {.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
       for (TensorStep& t : plan->tensors) {
         t.transform = nullptr;
         t.basis_version = 0;
       }
     }
+    plan->result_timeout = result_timeout;
     auto report = engine_->Run(*plan);
     if (report.ok()) {
       *epoch = plan->epoch;
@@ -208,7 +221,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
   {
     absl::MutexLock lock(&mu_);
     if (draining_) return absl::UnavailableError("the worker is draining; no new steps");
-    if (request.step() & kMeasureStepBit) {
+    if (request.step() & (kMeasureStepBit | kSketchStepBit)) {
       return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " is too large"));
     }
     if (last_step_.has_value() && request.step() <= *last_step_) {
@@ -286,6 +299,15 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
     }
   }
 
+  // This worker's sketches, from its gradient before the exchange.
+  std::vector<LocalTensor> sketches;
+  if (auto prepared = sketches_.Prepare(*before, request.step(), tensors); prepared.ok()) {
+    sketches = *std::move(prepared);
+  } else {
+    CountSketchFailure(request.step(), prepared.status());
+  }
+  const double sketch_compute_seconds = sketches_.last_prepare_seconds();
+
   // A measured step first averages copies of the gradients exactly (FP32,
   // direct), then runs the step itself on the buffers.
   std::vector<std::vector<float>> exact;
@@ -300,7 +322,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
       copies[i].data = exact[i].data();
     }
     auto r =
-        Exchange(request.step(), copies, /*exact=*/true, deadline, &epoch, &world_size, nullptr);
+        Exchange(request.step(), copies, kMeasureStepBit, deadline, &epoch, &world_size, nullptr);
     if (!r.ok()) return r.status();
     measure_report = *r;
   }
@@ -311,8 +333,9 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
   }
   std::vector<std::pair<uint64_t, bool>> versions;
   auto report =
-      Exchange(request.step(), tensors, /*exact=*/false, deadline, &epoch, &world_size, &versions);
+      Exchange(request.step(), tensors, /*exact_bit=*/0, deadline, &epoch, &world_size, &versions);
   if (!report.ok()) return report.status();
+  const StepReport sketch_report = ExchangeSketches(request.step(), sketches, deadline);
   for (const RegisteredTensor* r : selected) r->Narrow();  // the average, in the buffer's dtype
   uint32_t attempts;
   {
@@ -353,7 +376,13 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
                     .decode_seconds = report->decode_seconds,
                     .bytes_pushed = report->bytes_pushed + measure_report.bytes_pushed,
                     .bytes_pulled = report->bytes_pulled + measure_report.bytes_pulled,
-                    .attempts = attempts};
+                    .attempts = attempts,
+                    .sketch_bytes_pushed = sketch_report.bytes_pushed,
+                    .sketch_bytes_pulled = sketch_report.bytes_pulled,
+                    .sketch_compute_seconds = sketch_compute_seconds,
+                    .sketch_exchange_seconds = sketch_report.encode_seconds +
+                                               sketch_report.wait_seconds +
+                                               sketch_report.decode_seconds};
     if (request.measure_error()) {
       double sum[2] = {0, 0};
       int count[2] = {0, 0};
@@ -374,6 +403,10 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
     counters_.bytes_pushed += report->bytes_pushed + measure_report.bytes_pushed;
     counters_.bytes_pulled += report->bytes_pulled + measure_report.bytes_pulled;
     counters_.last_step_seconds = seconds;
+    counters_.sketch_bytes_pushed += sketch_report.bytes_pushed;
+    counters_.sketch_bytes_pulled += sketch_report.bytes_pulled;
+    counters_.sketch_seconds += sketch_compute_seconds + sketch_report.encode_seconds +
+                                sketch_report.wait_seconds + sketch_report.decode_seconds;
   }
   // Hand the owned tensors' averages to the owner thread.
   if (!owned.empty()) {
@@ -382,10 +415,39 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
       for (const LocalTensor& t : tensors) {
         if (t.tensor_id == o.tensor_id) o.average.assign(t.data, t.data + t.rows * t.cols);
       }
+      const absl::Span<const float> sketch = sketches_.Average(o.tensor_id);
+      o.sketch.assign(sketch.begin(), sketch.end());
       EnqueueOwnerJob({.state = after, .step = std::move(o)});
     }
   }
   return response;
+}
+
+StepReport WorkerDaemon::ExchangeSketches(uint64_t step, const std::vector<LocalTensor>& sketches,
+                                          absl::Time step_deadline) {
+  if (sketches.empty()) return {};
+  const absl::Time deadline = std::min(step_deadline, absl::Now() + options_.sketch_timeout);
+  uint64_t epoch = 0;
+  uint32_t world_size = 0;
+  auto report = Exchange(step, sketches, kSketchStepBit, deadline, &epoch, &world_size, nullptr,
+                         options_.sketch_timeout);
+  if (!report.ok()) {
+    sketches_.Forget();  // the owner gets no statistics of this step
+    CountSketchFailure(step, report.status());
+    return {};
+  }
+  absl::MutexLock lock(&mu_);
+  ++counters_.sketch_exchanges;
+  return *report;
+}
+
+void WorkerDaemon::CountSketchFailure(uint64_t step, const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++counters_.sketch_failures;
+  }
+  Log(Level::kWarning, "sketch_exchange_failed",
+      {{"step", static_cast<int64_t>(step)}, {"error", why.ToString()}});
 }
 
 absl::Status WorkerDaemon::SubmitActivationStats(
@@ -449,6 +511,11 @@ WorkerDaemon::Counters WorkerDaemon::counters() const {
   return counters_;
 }
 
+std::vector<gift::v1::TensorErrorRatio> WorkerDaemon::error_ratios() const {
+  absl::MutexLock lock(&mu_);
+  return error_ratios_;
+}
+
 bool WorkerDaemon::Drain(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   draining_ = true;
@@ -491,6 +558,11 @@ void WorkerDaemon::OwnerLoop() {
       Log(Level::kWarning, "owner_error",
           {{"tensor", static_cast<int64_t>(tensor)}, {"error", s.ToString()}});
     }
+    // The latest error ratios, for metrics and the coordinator (heartbeats).
+    std::vector<gift::v1::TensorErrorRatio> ratios = owner_->error_ratios();
+    session_->SetErrorRatios(ratios);
+    absl::MutexLock lock(&mu_);
+    error_ratios_ = std::move(ratios);
   }
 }
 
