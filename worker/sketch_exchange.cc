@@ -43,6 +43,17 @@ std::string StatisticsTensorName(const std::string& name, const policy::TensorSe
   return absl::StrCat(name, "#sketch.", sides);
 }
 
+SketchExchange::Registrar SketchExchange::RegistrarOf(const control::MemberSession* session) {
+  return [session](const gift::v1::TensorSpec& spec) -> absl::StatusOr<uint64_t> {
+    auto registered = session->RegisterTensors({spec});
+    if (!registered.ok()) return registered.status();
+    if (registered->tensors_size() != 1) {
+      return absl::InternalError("the coordinator answered for another number of tensors");
+    }
+    return registered->tensors(0).tensor_id();
+  };
+}
+
 absl::StatusOr<SketchExchange::Entry*> SketchExchange::EntryFor(
     const gift::v1::TensorInfo& info, const policy::TensorSettings& settings) {
   const std::string key = settings.transform.SerializeAsString();

@@ -42,6 +42,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/control/member_session.h"
 #include "common/policy/policy.h"
 #include "common/transform/tensor_geometry.h"
 #include "gift/v1/cluster.pb.h"
@@ -71,6 +72,9 @@ class SketchExchange {
   // Registers a statistics tensor with the coordinator (idempotent per name)
   // and returns its tensor id.
   using Registrar = std::function<absl::StatusOr<uint64_t>(const gift::v1::TensorSpec& spec)>;
+
+  // Registers through `session` (RegisterTensors), which must outlive it.
+  static Registrar RegistrarOf(const control::MemberSession* session);
 
   explicit SketchExchange(Registrar registrar) : registrar_(std::move(registrar)) {}
 

@@ -40,14 +40,7 @@ WorkerDaemon::WorkerDaemon(std::unique_ptr<PushPullEngine> engine, control::Memb
       session_(session),
       engine_(std::move(engine)),
       store_(session),
-      sketches_([this](const gift::v1::TensorSpec& spec) -> absl::StatusOr<uint64_t> {
-        auto registered = session_->RegisterTensors({spec});
-        if (!registered.ok()) return registered.status();
-        if (registered->tensors_size() != 1) {
-          return absl::InternalError("the coordinator answered for another number of tensors");
-        }
-        return registered->tensors(0).tensor_id();
-      }) {
+      sketches_(SketchExchange::RegistrarOf(session)) {
   owner_ = std::make_unique<BasisOwner>(
       session_, &store_,
       BasisOwnerOptions{.codec_options = options_.codec_options,
