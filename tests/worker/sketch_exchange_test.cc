@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/codec/codec_spec.h"
+#include "common/codec/payload.h"
 #include "common/dataplane/chunk_shape.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
@@ -168,6 +169,7 @@ TEST(SketchExchangeTest, ServersSumTheWorkersSketchesInFp32) {
   }
 
   std::vector<absl::Status> done(kWorld);
+  std::vector<StepReport> reports(kWorld);
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < kWorld; ++r) {
     threads.emplace_back([&, r] {
@@ -181,7 +183,9 @@ TEST(SketchExchangeTest, ServersSumTheWorkersSketchesInFp32) {
                               .cols = cols,
                               .data = stats[r][0].data,
                               .chunks = routes});
-      done[r] = engines[r]->Run(plan).status();
+      auto report = engines[r]->Run(plan);
+      done[r] = report.status();
+      if (report.ok()) reports[r] = *report;
     });
   }
   for (auto& t : threads) t.join();
@@ -211,6 +215,21 @@ TEST(SketchExchangeTest, ServersSumTheWorkersSketchesInFp32) {
     EXPECT_EQ(std::memcmp(avg.data(), avg0.data(), avg.size() * sizeof(float)), 0)
         << "worker " << r;
   }
+  // FP32 both ways: each chunk's payload is its FP32 bytes plus the payload
+  // header, pushed once and pulled once by every worker.
+  uint64_t fp32_payloads = 0;
+  for (const ChunkRoute& c : routes) {
+    const auto shape = dataplane::ChunkShapeOf(rows * cols, cols, c.offset, c.num_elements).value();
+    const uint64_t dims[] = {shape.rows, shape.cols};
+    fp32_payloads += codec::PayloadSizeFor(codec::ParseCodecSpec("fp32").value(), dims).value();
+  }
+  EXPECT_GE(fp32_payloads, rows * cols * sizeof(float));
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(reports[r].bytes_pushed, fp32_payloads) << "worker " << r;
+    EXPECT_EQ(reports[r].bytes_pulled, fp32_payloads) << "worker " << r;
+  }
+  std::cout << "sketch bytes per worker and step, each way: " << fp32_payloads << " (contribution "
+            << size * sizeof(float) << ", gradient FP32 " << kRows * kCols * sizeof(float) << ")\n";
   // The padding past the contribution stays zero.
   for (uint64_t i = size; i < rows * cols; ++i) ASSERT_EQ(stats[0][0].data[i], 0.0f);
 }
