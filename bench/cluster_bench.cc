@@ -162,6 +162,12 @@ absl::Status SetPolicy(const std::string& address, const ClusterBenchOptions& o,
   if (o.mode == "gift") {
     policy.mutable_selection()->add_include("*");  // every 2-D tensor, always
     policy.mutable_refresh()->set_period_steps(o.period);
+    if (o.source == "per-worker") {  // sketches exchanged on every step (collect period 1)
+      policy.mutable_transform()->set_source(gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS);
+    } else if (o.source != "gradients") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--source ", o.source, ": gradients or per-worker"));
+    }
   } else {
     policy.mutable_selection()->add_exclude("*");  // none: direct quantization
   }
@@ -851,6 +857,8 @@ Command AddClusterCommand(CLI::App& parent) {
   app->add_option("--pull-codec", o->pull_codec,
                   "pull codec (default: e4m3/block128, the service's default; fp32 in fp32 mode)")
       ->check(CodecSpecValidator());
+  app->add_option("--source", o->source, "gift mode: geometry source, gradients|per-worker")
+      ->capture_default_str();
   app->add_option("--period", o->period, "gift mode: basis refresh period in steps")
       ->check(CLI::Range(1u, 1000000000u))
       ->capture_default_str();

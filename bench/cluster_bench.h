@@ -3,7 +3,7 @@
 //
 // Starts a LocalCluster (gift-coordinator, --servers gift-server shards and
 // --workers gift-worker daemons as real processes on loopback), sets the
-// policy (--mode gift|direct|fp32), registers synthetic gradients of a
+// policy (--mode gift|direct|fp32; --source gradients|per-worker in gift mode), registers synthetic gradients of a
 // Llama-style model (--layers blocks of --d-model: q, k, v, o d x d; mlp up
 // and gate 2.75d x d; down d x 2.75d; two norms of d) with every worker
 // through the Worker API (gift_worker_client, POSIX shm), and drives all
@@ -65,6 +65,7 @@ struct ClusterBenchOptions {
   std::string codec;          // push codec ("": e4m3/block128; fp32 mode: fp32)
   std::string pull_codec;     // "": e4m3/block128, fp32 in fp32 mode
   uint32_t period = 1000000;  // refresh period in steps (gift mode)
+  std::string source = "gradients";  // gift mode: geometry source, gradients | per-worker
   std::string ucx_tls;        // "": UCX's choice, for the cluster and ucx_perftest
   int server_threads = 1;
   int worker_threads = 1;

@@ -9,16 +9,11 @@
 #include "common/transform/basis_serialization.h"
 #include "common/transform/tensor_basis_transform.h"
 #include "common/transform/transform_selector.h"
+#include "worker/sketch_exchange.h"
 #include "worker/step_planner.h"
 
 namespace gift::worker {
 namespace {
-
-transform::GeometrySource SourceOf(gift::v1::GeometrySource source) {
-  // kPerWorkerGradients needs sketches on the data path (not carried yet).
-  return source == gift::v1::GEOMETRY_SOURCE_ACTIVATIONS ? transform::GeometrySource::kActivations
-                                                         : transform::GeometrySource::kGradients;
-}
 
 std::string SettingsKey(const policy::TensorSettings& s, const gift::v1::Policy& policy) {
   return absl::StrCat(s.transform.SerializeAsString(), "|", s.period_steps, "|",
@@ -43,37 +38,57 @@ const gift::v1::TensorBasisState* FindBasisState(const gift::v1::ClusterState& s
   return nullptr;
 }
 
+bool BasisOwner::Eligible(const gift::v1::ClusterState& state, const gift::v1::TensorInfo& tensor,
+                          policy::TensorSettings* settings, std::string* key) const {
+  const gift::v1::TensorBasisState* basis = FindBasisState(state, tensor.tensor_id());
+  if (basis == nullptr || basis->owner_member_id() != session_->member_id()) return false;
+  const std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
+  const gift::v1::Policy policy = policy::WithDefaults(state.policy());
+  *settings = policy::ResolveTensorSettings(policy, tensor.name(), shape);
+  if (settings->selection == policy::Selection::kDirect || !policy::IsTransformable(shape)) {
+    return false;
+  }
+  *key = SettingsKey(*settings, policy);
+  return true;
+}
+
+void BasisOwner::SyncView(uint64_t tensor_id) {
+  auto it = owned_.find(tensor_id);
+  absl::MutexLock lock(&views_mu_);
+  if (it == owned_.end() || !it->second.schedule.has_value()) {
+    views_.erase(tensor_id);
+    return;
+  }
+  const Owned& owned = it->second;
+  views_.insert_or_assign(
+      tensor_id, StepView{.settings_key = owned.settings_key,
+                          .schedule = *owned.schedule,
+                          .measures = owned.schedule->options().drift_threshold > 0.0 &&
+                                      owned.reference_version != 0});
+}
+
 BasisOwner::Owned* BasisOwner::Entry(const gift::v1::ClusterState& state,
                                      const gift::v1::TensorInfo& tensor) {
-  const gift::v1::TensorBasisState* basis = FindBasisState(state, tensor.tensor_id());
-  if (basis == nullptr || basis->owner_member_id() != session_->member_id()) {
+  policy::TensorSettings settings;
+  std::string key;
+  if (!Eligible(state, tensor, &settings, &key)) {
     owned_.erase(tensor.tensor_id());
     return nullptr;
   }
   const std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
   const gift::v1::Policy policy = policy::WithDefaults(state.policy());
-  const policy::TensorSettings settings =
-      policy::ResolveTensorSettings(policy, tensor.name(), shape);
-  if (settings.selection == policy::Selection::kDirect || !policy::IsTransformable(shape)) {
-    owned_.erase(tensor.tensor_id());
-    return nullptr;
-  }
-  const std::string key = SettingsKey(settings, policy);
   Owned& owned = owned_[tensor.tensor_id()];
   if (owned.settings_key == key && owned.geometry.has_value()) return &owned;
   // New, or the policy changed: start the statistics and the schedule over.
   owned = Owned{.settings_key = key, .settings = settings};
   auto geometry = transform::TensorGeometry::Create(
-      shape[0], shape[1],
-      {.sides = static_cast<transform::Sides>(settings.transform.sides()),
-       .source = SourceOf(settings.transform.source()),
-       .ema_decay = settings.transform.ema_decay(),
-       .sketch_seed = tensor.tensor_id()});
+      shape[0], shape[1], GeometryOptionsFor(settings, tensor.tensor_id()));
   auto schedule = transform::RefreshSchedule::Create(
       {.period_steps = static_cast<int64_t>(std::max<uint32_t>(1, settings.period_steps)),
        .drift_threshold = policy.refresh().drift_threshold(),
        .collect_period =
-           static_cast<int64_t>(std::max<uint32_t>(1, settings.transform.collect_period()))});
+           static_cast<int64_t>(std::max<uint32_t>(1, settings.transform.collect_period())),
+       .drift_when_worse_than_direct = settings.selection != policy::Selection::kTransform});
   if (!geometry.ok() || !schedule.ok()) {
     const absl::Status s = !geometry.ok() ? geometry.status() : schedule.status();
     if (options_.on_error) options_.on_error(tensor.tensor_id(), s);
@@ -85,19 +100,63 @@ BasisOwner::Owned* BasisOwner::Entry(const gift::v1::ClusterState& state,
   return &owned;
 }
 
+bool BasisOwner::MeasuresAt(const Owned& owned, uint64_t step) const {
+  return owned.schedule->options().drift_threshold > 0.0 && owned.reference_version != 0 &&
+         owned.schedule->ShouldCollect(step);
+}
+
 bool BasisOwner::WantsStep(const gift::v1::ClusterState& state, const gift::v1::TensorInfo& tensor,
-                           uint64_t step, bool* needs_own) {
+                           uint64_t step, bool* needs_own) const {
   *needs_own = false;
-  Owned* owned = Entry(state, tensor);
-  if (owned == nullptr) return false;
+  policy::TensorSettings settings;
+  std::string key;
+  if (!Eligible(state, tensor, &settings, &key)) return false;
   const gift::v1::TensorBasisState* basis = FindBasisState(state, tensor.tensor_id());
-  const bool due = owned->schedule->Due(step, std::nullopt, basis->refresh_requests()) !=
+  absl::MutexLock lock(&views_mu_);
+  auto it = views_.find(tensor.tensor_id());
+  if (it == views_.end() || it->second.settings_key != key) {
+    // New to the owner thread, or its settings changed: the statistics start
+    // over, and the first refresh is due once they exist.
+    *needs_own = true;
+    return true;
+  }
+  const StepView& view = it->second;
+  const bool due = view.schedule.Due(step, std::nullopt, basis->refresh_requests()) !=
                    transform::RefreshReason::kNone;
-  *needs_own = due;
-  return due || owned->schedule->ShouldCollect(step);
+  *needs_own = due || (view.measures && view.schedule.ShouldCollect(step));
+  return due || view.schedule.ShouldCollect(step);
+}
+
+absl::StatusOr<std::optional<double>> BasisOwner::MeasureRatio(const gift::v1::ClusterState& state,
+                                                               const OwnedTensorStep& data,
+                                                               uint64_t version) {
+  auto spec = codec::FromProto(policy::WithDefaults(state.policy()).transform().push_codec());
+  if (!spec.ok()) return spec.status();
+  auto active = store_->Get(data.tensor_id, version);
+  if (!active.ok()) return active.status();
+  const transform::SelectionCandidate candidates[] = {{.label = "active", .transform = *active}};
+  const float* grads[] = {data.own.data()};
+  auto selection = transform::SelectTransform(
+      grads, static_cast<int64_t>(data.rows), static_cast<int64_t>(data.cols), candidates,
+      {.spec = *spec,
+       .margin = 0.0,
+       .min_elements = 0,
+       .tensor_id = data.tensor_id,
+       .step = data.step,
+       .codec_options = options_.codec_options});
+  if (!selection.ok()) return selection.status();
+  if (!selection->measured() || !(selection->errors[0].rel_l2 > 0)) return std::nullopt;
+  return selection->errors[1].rel_l2 / selection->errors[0].rel_l2;
 }
 
 absl::Status BasisOwner::Observe(const gift::v1::ClusterState& state, const OwnedTensorStep& data) {
+  const absl::Status s = ObserveTensor(state, data);
+  SyncView(data.tensor_id);
+  return s;
+}
+
+absl::Status BasisOwner::ObserveTensor(const gift::v1::ClusterState& state,
+                                       const OwnedTensorStep& data) {
   const gift::v1::TensorInfo* tensor = nullptr;
   for (const gift::v1::TensorInfo& t : state.tensors()) {
     if (t.tensor_id() == data.tensor_id) tensor = &t;
@@ -113,14 +172,39 @@ absl::Status BasisOwner::Observe(const gift::v1::ClusterState& state, const Owne
                                                    data.average.size(), " values)"));
   }
   if (owned->schedule->ShouldCollect(data.step)) {
-    if (auto s = owned->geometry->AddReducedGradient(data.average.data()); !s.ok()) return s;
+    if (owned->geometry->options().source == transform::GeometrySource::kPerWorkerGradients) {
+      // A step whose sketch exchange failed adds nothing.
+      if (!data.sketch.empty()) {
+        if (auto s = owned->geometry->AddPerWorkerAverage(data.sketch); !s.ok()) return s;
+      }
+    } else if (auto s = owned->geometry->AddReducedGradient(data.average.data()); !s.ok()) {
+      return s;
+    }
   }
   const gift::v1::TensorBasisState* basis = FindBasisState(state, data.tensor_id);
-  // Nothing is measured between refreshes yet, so there is no current ratio
-  // to compare with the reference: refreshes are first, periodic or
-  // requested (the ratio at the refresh is logged and kept as reference).
+  std::optional<double> measured;
+  if (data.own.size() == data.average.size() && MeasuresAt(*owned, data.step)) {
+    auto ratio = MeasureRatio(state, data, owned->reference_version);
+    if (!ratio.ok()) return ratio.status();
+    measured = *ratio;
+    if (measured.has_value()) {
+      // The first measurement of a new basis is its reference: out of
+      // sample, unlike the selection's ratio on the refresh step's gradient,
+      // which the statistics include (optimistic, most of all for a first
+      // basis built from one step).
+      if (!owned->schedule->reference_ratio().has_value()) {
+        owned->schedule->SetReference(*measured);
+      }
+      gift::v1::TensorErrorRatio report;
+      report.set_tensor_id(data.tensor_id);
+      report.set_ratio(*measured);
+      report.set_step(data.step);
+      report.set_reference(*owned->schedule->reference_ratio());
+      owned->report = report;
+    }
+  }
   const transform::RefreshReason reason =
-      owned->schedule->Due(data.step, std::nullopt, basis->refresh_requests());
+      owned->schedule->Due(data.step, measured, basis->refresh_requests());
   if (reason == transform::RefreshReason::kNone || !owned->geometry->ready() ||
       data.own.size() != data.average.size()) {
     return absl::OkStatus();
@@ -130,6 +214,17 @@ absl::Status BasisOwner::Observe(const gift::v1::ClusterState& state, const Owne
     return absl::OkStatus();
   }
   return Refresh(state, *basis, data, *owned, reason);
+}
+
+std::vector<gift::v1::TensorErrorRatio> BasisOwner::error_ratios() const {
+  std::vector<gift::v1::TensorErrorRatio> out;
+  for (const auto& [id, owned] : owned_) {
+    if (owned.report.has_value()) out.push_back(*owned.report);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.tensor_id() < b.tensor_id();
+  });
+  return out;
 }
 
 absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
@@ -207,6 +302,7 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
       if (options_.on_publish)
         options_.on_publish(data.tensor_id, version, "direct", reason, ratio);
     }
+    owned.reference_version = 0;
   } else {
     const transform::TensorBasis& chosen_basis = bases[chosen]->basis();
     const std::string bytes = transform::SerializeTensorBasis(chosen_basis);
@@ -217,9 +313,18 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
     if (options_.on_publish) {
       options_.on_publish(data.tensor_id, version, candidates[chosen].label, reason, ratio);
     }
+    owned.reference_version = version;
   }
   owned.ratio = ratio;
-  owned.schedule->MarkRefreshed(data.step, ratio, basis.refresh_requests());
+  if (ratio.has_value()) {  // until the new basis is measured (reference 0: none yet)
+    gift::v1::TensorErrorRatio report;
+    report.set_tensor_id(data.tensor_id);
+    report.set_ratio(*ratio);
+    report.set_step(data.step);
+    owned.report = report;
+  }
+  // The drift reference is the new basis's first measurement once active.
+  owned.schedule->MarkRefreshed(data.step, std::nullopt, basis.refresh_requests());
   return absl::OkStatus();
 }
 
@@ -232,6 +337,7 @@ absl::Status BasisOwner::AddActivationFactor(const gift::v1::ClusterState& state
   }
   if (tensor == nullptr) return absl::OkStatus();
   Owned* owned = Entry(state, *tensor);
+  SyncView(tensor_id);
   if (owned == nullptr ||
       owned->geometry->options().source != transform::GeometrySource::kActivations) {
     return absl::OkStatus();

@@ -10,11 +10,11 @@
 //   // after each completed step, for a tensor this member owns:
 //   if (owner.WantsStep(state, tensor, step)) owner.Observe({...});
 //
-// Sources: kGradients (the reduced gradient of collect steps) and
+// Sources: kGradients (the reduced gradient of collect steps),
+// kPerWorkerGradients (the servers' average of the workers' sketches of
+// collect steps, exchanged by the daemon: sketch_exchange.h) and
 // kActivations (X^T X / N handed in through SubmitActivationStats, output
-// side from the reduced gradient). kPerWorkerGradients needs an exchange of
-// sketches the data path does not carry yet; such tensors fall back to
-// kGradients (logged once).
+// side from the reduced gradient).
 //
 // Bounded work: a refresh builds one basis per candidate power, each of a
 // rank clamped to the tensor's dimensions (the coordinator also refuses
@@ -23,11 +23,23 @@
 //
 // Measurement: the selection compares, on this worker's own gradient of the
 // refresh step (P = 1), the quantization error through each candidate with
-// direct quantization. Between refreshes nothing is measured yet, so drift
-// refreshes do not fire: refreshes are the first, periodic, or requested.
+// direct quantization. On every collect step after that, while its last
+// refresh published a basis (the one in use once active), it measures that
+// basis again on its own gradient of the step (one encode / decode through
+// the basis and one direct, with the push codec). The first such ratio of a
+// basis is its drift reference (out of sample; the selection's ratio on the
+// refresh step is optimistic: the statistics include that gradient), so a
+// change of geometry between a refresh and its activation step is still
+// seen as drift; a later one above
+// reference * (1 + drift_threshold), or >= 1, refreshes early (kDrift,
+// refresh_schedule.h). error_ratios() holds the latest measurement per
+// tensor, for metrics and the coordinator.
 //
 // Ownership: does not own the session or the store (both must outlive it).
-// Thread safety: thread-compatible; the daemon calls it from one thread.
+// Thread safety: WantsStep may run on any thread, concurrently with the
+// rest (it reads a copy of each tensor's schedule that Observe and
+// AddActivationFactor update under a lock when they return); every other
+// method from one thread at a time (the daemon's owner thread).
 #ifndef GIFT_WORKER_BASIS_OWNER_H_
 #define GIFT_WORKER_BASIS_OWNER_H_
 
@@ -39,6 +51,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "common/codec/codec.h"
 #include "common/control/member_session.h"
 #include "common/policy/policy.h"
@@ -74,7 +87,13 @@ struct OwnedTensorStep {
   uint64_t rows = 0;
   uint64_t cols = 0;
   std::vector<float> average;  // the reduced gradient of the step
-  std::vector<float> own;      // this worker's gradient (refresh steps only)
+  // This worker's gradient: on refresh steps, and on collect steps when
+  // WantsStep said needs_own (the drift measurement).
+  std::vector<float> own;
+  // kPerWorkerGradients, collect steps: the servers' average of the
+  // workers' sketch contributions (TensorGeometry::PerWorkerContribution
+  // layout); empty when the step's sketch exchange did not complete.
+  std::vector<float> sketch;
 };
 
 class BasisOwner {
@@ -86,7 +105,7 @@ class BasisOwner {
   // or refresh step for it (then Observe wants its average); `needs_own`
   // says whether it also wants this worker's gradient from before the step.
   bool WantsStep(const gift::v1::ClusterState& state, const gift::v1::TensorInfo& tensor,
-                 uint64_t step, bool* needs_own);
+                 uint64_t step, bool* needs_own) const;
 
   // Folds in the step's statistics and refreshes when due.
   absl::Status Observe(const gift::v1::ClusterState& state, const OwnedTensorStep& data);
@@ -99,6 +118,10 @@ class BasisOwner {
 
   uint64_t publications() const { return publications_; }
 
+  // The latest error ratio of every owned tensor that has one (measured on a
+  // collect step, or at its last refresh), by tensor id.
+  std::vector<gift::v1::TensorErrorRatio> error_ratios() const;
+
  private:
   struct Owned {
     std::string settings_key;  // the resolved settings the state below was built for
@@ -106,7 +129,34 @@ class BasisOwner {
     std::optional<transform::TensorGeometry> geometry;
     std::optional<transform::RefreshSchedule> schedule;
     std::optional<double> ratio;  // measured at the last refresh
+    // The transformed version the last refresh published (0: none or
+    // direct), which the drift measurement uses.
+    uint64_t reference_version = 0;
+    std::optional<gift::v1::TensorErrorRatio> report;  // the latest ratio
   };
+
+  // What WantsStep reads of an owned tensor (a copy, see Thread safety).
+  struct StepView {
+    std::string settings_key;
+    transform::RefreshSchedule schedule;
+    bool measures = false;  // collect steps measure the drift
+  };
+
+  // Whether this member owns `tensor` and its resolved settings may carry a
+  // basis; those settings and their key.
+  bool Eligible(const gift::v1::ClusterState& state, const gift::v1::TensorInfo& tensor,
+                policy::TensorSettings* settings, std::string* key) const;
+  // Copies the tensor's schedule (or its absence) for WantsStep.
+  void SyncView(uint64_t tensor_id);
+  absl::Status ObserveTensor(const gift::v1::ClusterState& state, const OwnedTensorStep& data);
+  // Whether a collect step measures the last published basis (see
+  // Measurement).
+  bool MeasuresAt(const Owned& owned, uint64_t step) const;
+  // GIFT / direct error of basis `version` on data.own; nullopt when direct
+  // quantization has no error to compare with.
+  absl::StatusOr<std::optional<double>> MeasureRatio(const gift::v1::ClusterState& state,
+                                                     const OwnedTensorStep& data,
+                                                     uint64_t version);
 
   // The tensor's entry, (re)built when its resolved settings changed; null
   // when it is direct by policy or not transformable.
@@ -118,6 +168,8 @@ class BasisOwner {
   BasisStore* const store_;
   const BasisOwnerOptions options_;
   absl::flat_hash_map<uint64_t, Owned> owned_;
+  mutable absl::Mutex views_mu_;
+  absl::flat_hash_map<uint64_t, StepView> views_ ABSL_GUARDED_BY(views_mu_);
   uint64_t publications_ = 0;
 };
 

@@ -259,8 +259,44 @@ int Main(int argc, char** argv) {
                                  "pending, every tensor with error feedback on)")
                              .Register(registry)
                              .Add({});
+  auto& sketch_bytes = prometheus::BuildCounter()
+                           .Name("gift_worker_sketch_bytes_total")
+                           .Help("Payload bytes of per-worker statistics (sketch) exchanges")
+                           .Register(registry);
+  auto& sketch_pushed = sketch_bytes.Add({{"direction", "push"}});
+  auto& sketch_pulled = sketch_bytes.Add({{"direction", "pull"}});
+  auto& sketch_seconds = prometheus::BuildCounter()
+                             .Name("gift_worker_sketch_seconds_total")
+                             .Help("Seconds computing and exchanging per-worker sketches")
+                             .Register(registry)
+                             .Add({});
+  auto& sketch_exchanges = prometheus::BuildCounter()
+                               .Name("gift_worker_sketch_exchanges_total")
+                               .Help("Steps' sketch exchanges, by result")
+                               .Register(registry);
+  auto& sketch_ok = sketch_exchanges.Add({{"result", "ok"}});
+  auto& sketch_failed = sketch_exchanges.Add({{"result", "failed"}});
+  auto& error_ratio = prometheus::BuildGauge()
+                          .Name("gift_worker_basis_error_ratio")
+                          .Help(
+                              "Owner's last GIFT / direct quantization error ratio of its own "
+                              "gradient, per owned tensor (the drift measurement)")
+                          .Register(registry);
   (*metrics)->AddRefresher([&] {
     const WorkerDaemon::Counters c = worker->counters();
+    daemon::AdvanceCounterTo(sketch_pushed, static_cast<double>(c.sketch_bytes_pushed));
+    daemon::AdvanceCounterTo(sketch_pulled, static_cast<double>(c.sketch_bytes_pulled));
+    daemon::AdvanceCounterTo(sketch_seconds, c.sketch_seconds);
+    daemon::AdvanceCounterTo(sketch_ok, static_cast<double>(c.sketch_exchanges));
+    daemon::AdvanceCounterTo(sketch_failed, static_cast<double>(c.sketch_failures));
+    const std::shared_ptr<const gift::v1::ClusterState> state = (*session)->state();
+    for (const gift::v1::TensorErrorRatio& r : worker->error_ratios()) {
+      std::string name = absl::StrCat(r.tensor_id());
+      for (const gift::v1::TensorInfo& t : state->tensors()) {
+        if (t.tensor_id() == r.tensor_id()) name = t.name();
+      }
+      error_ratio.Add({{"tensor", name}}).Set(r.ratio());
+    }
     daemon::AdvanceCounterTo(steps, static_cast<double>(c.steps_completed));
     daemon::AdvanceCounterTo(retries, static_cast<double>(c.step_retries));
     daemon::AdvanceCounterTo(pushed, static_cast<double>(c.bytes_pushed));

@@ -347,6 +347,7 @@ StepPlan StepHeader(const StepPlan& plan) {
   header.rank = plan.rank;
   header.world_size = plan.world_size;
   header.worker_set = plan.worker_set;
+  header.result_timeout = plan.result_timeout;
   return header;
 }
 
@@ -553,7 +554,8 @@ absl::StatusOr<StepReport> PushPullEngine::Finish() {
   };
   const StepPlan& plan = open_plan_;
   StepReport& report = open_report_;
-  const absl::Time deadline = absl::Now() + options_.timeout;  // for the results
+  const absl::Duration result_timeout = plan.result_timeout.value_or(options_.timeout);
+  const absl::Time deadline = absl::Now() + result_timeout;  // for the results
   const auto start = Clock::now();
   const double decode_before_wait = report.decode_seconds;
   while (true) {
@@ -571,7 +573,7 @@ absl::StatusOr<StepReport> PushPullEngine::Finish() {
       }
       return fail(absl::DeadlineExceededError(absl::StrCat(
           "step ", plan.step, " of epoch ", plan.epoch, ": ", missing, " of ", step_chunks_.size(),
-          " chunks missing after ", absl::FormatDuration(options_.timeout))));
+          " chunks missing after ", absl::FormatDuration(result_timeout))));
     }
   }
   absl::Status aborted;

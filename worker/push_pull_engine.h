@@ -118,6 +118,9 @@ struct StepPlan {
   // across epochs that keep the set (a server joined or left).
   uint64_t worker_set = 0;
   std::vector<TensorStep> tensors;
+  // How long Run waits for the results after the last push; unset: the
+  // engine's timeout. (The daemon bounds its statistics exchanges with it.)
+  std::optional<absl::Duration> result_timeout;
 };
 
 // `plan` without its tensors: what PushPullEngine::Begin takes.

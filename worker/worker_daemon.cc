@@ -36,7 +36,11 @@ bool WorkerDaemon::Retryable(const absl::Status& s) {
 
 WorkerDaemon::WorkerDaemon(std::unique_ptr<PushPullEngine> engine, control::MemberSession* session,
                            WorkerDaemonOptions options)
-    : options_(std::move(options)), session_(session), engine_(std::move(engine)), store_(session) {
+    : options_(std::move(options)),
+      session_(session),
+      engine_(std::move(engine)),
+      store_(session),
+      sketches_(SketchExchange::RegistrarOf(session)) {
   owner_ = std::make_unique<BasisOwner>(
       session_, &store_,
       BasisOwnerOptions{.codec_options = options_.codec_options,
@@ -133,8 +137,9 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
 }
 
 absl::StatusOr<StepReport> WorkerDaemon::Exchange(
-    uint64_t step, const std::vector<LocalTensor>& tensors, bool exact, absl::Time deadline,
-    uint64_t* epoch, uint32_t* world_size, std::vector<std::pair<uint64_t, bool>>* versions) {
+    uint64_t step, const std::vector<LocalTensor>& tensors, uint64_t exact_bit, absl::Time deadline,
+    uint64_t* epoch, uint32_t* world_size, std::vector<std::pair<uint64_t, bool>>* versions,
+    std::optional<absl::Duration> result_timeout) {
   const BasisLookup lookup = [this](uint64_t tensor, uint64_t version) {
     return store_.Get(tensor, version);
   };
@@ -166,8 +171,8 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
                                       std::min(left, absl::Milliseconds(500)));
       continue;
     }
-    if (exact) {
-      plan->step = step | kMeasureStepBit;
+    if (exact_bit != 0) {
+      plan->step = step | exact_bit;
       for (TensorStep& t : plan->tensors) {
         t.push_spec = {.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
         t.transform = nullptr;
@@ -175,6 +180,7 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
         t.error_feedback = false;  // FP32 has no rounding error to feed back
       }
     }
+    plan->result_timeout = result_timeout;
     auto report = engine_->Run(*plan);
     if (report.ok()) {
       *epoch = plan->epoch;
@@ -206,7 +212,7 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
 absl::Status WorkerDaemon::CheckNewStep(uint64_t step) const {
   absl::MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("the worker is draining; no new steps");
-  if (step & kMeasureStepBit) {
+  if (step & (kMeasureStepBit | kSketchStepBit)) {
     return absl::InvalidArgumentError(absl::StrCat("step ", step, " is too large"));
   }
   if (last_step_.has_value() && step <= *last_step_) {
@@ -307,8 +313,18 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
   if (auto s = AwaitStartBarrier(deadline); !s.ok()) return s;
 
   // What the owner wants of this step (decided on the state before it).
+  const std::shared_ptr<const gift::v1::ClusterState> before = session_->state();
   std::vector<OwnedTensorStep> owned;
-  AddOwnedSteps(*session_->state(), request.step(), tensors, &owned);
+  AddOwnedSteps(*before, request.step(), tensors, &owned);
+
+  // This worker's sketches, from its gradient before the exchange.
+  std::vector<LocalTensor> sketches;
+  if (auto prepared = sketches_.Prepare(*before, request.step(), tensors); prepared.ok()) {
+    sketches = *std::move(prepared);
+  } else {
+    CountSketchFailure(request.step(), prepared.status());
+  }
+  const double sketch_compute_seconds = sketches_.last_prepare_seconds();
 
   // A measured step first averages copies of the gradients exactly (FP32,
   // direct), then runs the step itself on the buffers.
@@ -324,7 +340,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
       copies[i].data = exact[i].data();
     }
     auto r =
-        Exchange(request.step(), copies, /*exact=*/true, deadline, &epoch, &world_size, nullptr);
+        Exchange(request.step(), copies, kMeasureStepBit, deadline, &epoch, &world_size, nullptr);
     if (!r.ok()) return r.status();
     measure_report = *r;
   }
@@ -335,8 +351,9 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
   }
   std::vector<std::pair<uint64_t, bool>> versions;
   auto report =
-      Exchange(request.step(), tensors, /*exact=*/false, deadline, &epoch, &world_size, &versions);
+      Exchange(request.step(), tensors, /*exact_bit=*/0, deadline, &epoch, &world_size, &versions);
   if (!report.ok()) return report.status();
+  const StepReport sketch_report = ExchangeSketches(request.step(), sketches, deadline);
   return CompleteStep({.step = request.step(),
                        .start = start,
                        .retries_before = retries_before,
@@ -347,6 +364,8 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
                        .exact = std::move(exact),
                        .report = *report,
                        .measure_report = measure_report,
+                       .sketch_report = sketch_report,
+                       .sketch_compute_seconds = sketch_compute_seconds,
                        .epoch = epoch,
                        .world_size = world_size});
 }
@@ -354,6 +373,8 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
 gift::v1::PushPullResponse WorkerDaemon::CompleteStep(Completed c) {
   const std::vector<LocalTensor>& tensors = c.tensors;
   const bool measured = !c.exact.empty();
+  const StepReport& sketch_report = c.sketch_report;
+  const double sketch_compute_seconds = c.sketch_compute_seconds;
   for (const RegisteredTensor* r : c.selected) r->Narrow();  // the average, in the buffer's dtype
   uint32_t attempts;
   {
@@ -396,7 +417,13 @@ gift::v1::PushPullResponse WorkerDaemon::CompleteStep(Completed c) {
                     .decode_seconds = c.report.decode_seconds,
                     .bytes_pushed = c.report.bytes_pushed + c.measure_report.bytes_pushed,
                     .bytes_pulled = c.report.bytes_pulled + c.measure_report.bytes_pulled,
-                    .attempts = attempts};
+                    .attempts = attempts,
+                    .sketch_bytes_pushed = sketch_report.bytes_pushed,
+                    .sketch_bytes_pulled = sketch_report.bytes_pulled,
+                    .sketch_compute_seconds = sketch_compute_seconds,
+                    .sketch_exchange_seconds = sketch_report.encode_seconds +
+                                               sketch_report.wait_seconds +
+                                               sketch_report.decode_seconds};
     if (measured) {
       double sum[2] = {0, 0};
       int count[2] = {0, 0};
@@ -417,6 +444,10 @@ gift::v1::PushPullResponse WorkerDaemon::CompleteStep(Completed c) {
     counters_.bytes_pushed += c.report.bytes_pushed + c.measure_report.bytes_pushed;
     counters_.bytes_pulled += c.report.bytes_pulled + c.measure_report.bytes_pulled;
     counters_.last_step_seconds = seconds;
+    counters_.sketch_bytes_pushed += sketch_report.bytes_pushed;
+    counters_.sketch_bytes_pulled += sketch_report.bytes_pulled;
+    counters_.sketch_seconds += sketch_compute_seconds + sketch_report.encode_seconds +
+                                sketch_report.wait_seconds + sketch_report.decode_seconds;
   }
   // Hand the owned tensors' averages to the owner thread.
   if (!c.owned.empty()) {
@@ -425,10 +456,39 @@ gift::v1::PushPullResponse WorkerDaemon::CompleteStep(Completed c) {
       for (const LocalTensor& t : tensors) {
         if (t.tensor_id == o.tensor_id) o.average.assign(t.data, t.data + t.rows * t.cols);
       }
+      const absl::Span<const float> sketch = sketches_.Average(o.tensor_id);
+      o.sketch.assign(sketch.begin(), sketch.end());
       EnqueueOwnerJob({.state = after, .step = std::move(o)});
     }
   }
   return response;
+}
+
+StepReport WorkerDaemon::ExchangeSketches(uint64_t step, const std::vector<LocalTensor>& sketches,
+                                          absl::Time step_deadline) {
+  if (sketches.empty()) return {};
+  const absl::Time deadline = std::min(step_deadline, absl::Now() + options_.sketch_timeout);
+  uint64_t epoch = 0;
+  uint32_t world_size = 0;
+  auto report = Exchange(step, sketches, kSketchStepBit, deadline, &epoch, &world_size, nullptr,
+                         options_.sketch_timeout);
+  if (!report.ok()) {
+    sketches_.Forget();  // the owner gets no statistics of this step
+    CountSketchFailure(step, report.status());
+    return {};
+  }
+  absl::MutexLock lock(&mu_);
+  ++counters_.sketch_exchanges;
+  return *report;
+}
+
+void WorkerDaemon::CountSketchFailure(uint64_t step, const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++counters_.sketch_failures;
+  }
+  Log(Level::kWarning, "sketch_exchange_failed",
+      {{"step", static_cast<int64_t>(step)}, {"error", why.ToString()}});
 }
 
 absl::Status WorkerDaemon::SubmitActivationStats(
@@ -497,6 +557,11 @@ WorkerDaemon::Counters WorkerDaemon::counters() const {
   return c;
 }
 
+std::vector<gift::v1::TensorErrorRatio> WorkerDaemon::error_ratios() const {
+  absl::MutexLock lock(&mu_);
+  return error_ratios_;
+}
+
 bool WorkerDaemon::Drain(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   draining_ = true;
@@ -539,6 +604,11 @@ void WorkerDaemon::OwnerLoop() {
       Log(Level::kWarning, "owner_error",
           {{"tensor", static_cast<int64_t>(tensor)}, {"error", s.ToString()}});
     }
+    // The latest error ratios, for metrics and the coordinator (heartbeats).
+    std::vector<gift::v1::TensorErrorRatio> ratios = owner_->error_ratios();
+    session_->SetErrorRatios(ratios);
+    absl::MutexLock lock(&mu_);
+    error_ratios_ = std::move(ratios);
   }
 }
 

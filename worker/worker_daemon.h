@@ -17,6 +17,15 @@
 //                    the step's PushPull then only adds the rest and waits;
 //   owner duties     for the tensors this member owns: statistics and basis
 //                    refreshes on a background thread (basis_owner.h);
+//   sketches         on the collect steps of tensors whose source is
+//                    per-worker gradients, every worker sketches its own
+//                    gradient and exchanges the sketches (FP32, their own
+//                    step key) after the step's gradients
+//                    (sketch_exchange.h); the owner folds in the average. A
+//                    sketch exchange that fails (e.g. workers disagreed on
+//                    the policy for one step) only costs the owner that
+//                    step's statistics: it is bounded by sketch_timeout and
+//                    does not fail the step;
 //   acknowledgements a follower thread fetches and acknowledges every new
 //                    basis proposal and aborts a step whose epoch ended.
 //
@@ -59,6 +68,7 @@
 #include "worker/push_pull_engine.h"
 #include "worker/registered_tensor.h"
 #include "worker/shared_buffer.h"
+#include "worker/sketch_exchange.h"
 #include "worker/step_planner.h"
 
 namespace gift::worker {
@@ -72,6 +82,12 @@ struct StepStats {
   uint64_t bytes_pushed = 0;
   uint64_t bytes_pulled = 0;
   uint32_t attempts = 1;  // > 1 when the step ran again under a new epoch
+  // The step's sketch exchange (none: 0): payload bytes, and the seconds
+  // spent computing this worker's sketches and exchanging them.
+  uint64_t sketch_bytes_pushed = 0;
+  uint64_t sketch_bytes_pulled = 0;
+  double sketch_compute_seconds = 0;
+  double sketch_exchange_seconds = 0;
   // Measured steps only: the mean relative error of the tensors sent through
   // a basis and of those sent direct (NaN when there were none).
   std::optional<double> error_transformed;
@@ -87,6 +103,8 @@ struct WorkerDaemonOptions {
   // Owner jobs waiting beyond this are dropped (counted): statistics are
   // best effort, steps are not held up by them.
   size_t max_owner_jobs = 64;
+  // The longest a step's sketch exchange may take (after its gradients).
+  absl::Duration sketch_timeout = absl::Seconds(10);
   // Called after every completed step (on the PushPull caller's thread).
   std::function<void(const StepStats&)> on_step;
 };
@@ -94,6 +112,8 @@ struct WorkerDaemonOptions {
 // The step key bit of the exact FP32 exchange a measured step adds (so the
 // servers keep it apart from the step's own chunks).
 inline constexpr uint64_t kMeasureStepBit = uint64_t{1} << 63;
+// The step key bit of a step's sketch exchange.
+inline constexpr uint64_t kSketchStepBit = uint64_t{1} << 62;
 
 class WorkerDaemon {
  public:
@@ -106,6 +126,11 @@ class WorkerDaemon {
     uint64_t basis_publications = 0;
     double last_step_seconds = 0;
     uint64_t error_feedback_bytes = 0;  // PushPullEngine::error_feedback_bytes
+    uint64_t sketch_exchanges = 0;  // completed
+    uint64_t sketch_failures = 0;   // sketches not computed or not exchanged
+    uint64_t sketch_bytes_pushed = 0;
+    uint64_t sketch_bytes_pulled = 0;
+    double sketch_seconds = 0;  // computing and exchanging sketches
   };
 
   // Starts the follower and owner threads.
@@ -157,6 +182,8 @@ class WorkerDaemon {
 
   gift::v1::WorkerInfo Info() const;
   Counters counters() const;
+  // The owner's latest error ratio of each tensor it owns (basis_owner.h).
+  std::vector<gift::v1::TensorErrorRatio> error_ratios() const;
 
   // Refuses new steps (Unavailable) from now on and waits until the step in
   // flight, if any, has finished; false when `timeout` passed first.
@@ -175,11 +202,19 @@ class WorkerDaemon {
   };
 
   // Runs one exchange of `tensors` (plans it, retries under new epochs)
-  // until `deadline`.
+  // until `deadline`. `exact_bit` 0: the step itself; kMeasureStepBit or
+  // kSketchStepBit: an FP32 direct exchange under that step key.
   absl::StatusOr<StepReport> Exchange(uint64_t step, const std::vector<LocalTensor>& tensors,
-                                      bool exact, absl::Time deadline, uint64_t* epoch,
+                                      uint64_t exact_bit, absl::Time deadline, uint64_t* epoch,
                                       uint32_t* world_size,
-                                      std::vector<std::pair<uint64_t, bool>>* versions);
+                                      std::vector<std::pair<uint64_t, bool>>* versions,
+                                      std::optional<absl::Duration> result_timeout = std::nullopt);
+  // The step's sketch exchange (after its gradients): what it cost, or an
+  // empty report when there was none or it failed (counted and logged; the
+  // owner then gets no sketches for the step).
+  StepReport ExchangeSketches(uint64_t step, const std::vector<LocalTensor>& sketches,
+                              absl::Time step_deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
+  void CountSketchFailure(uint64_t step, const absl::Status& why);
   // A step opened by StartTensors (worker_daemon_overlap.cc).
   struct OpenStep {
     uint64_t step = 0;
@@ -210,6 +245,8 @@ class WorkerDaemon {
     std::vector<std::vector<float>> exact;  // measured steps: the exact averages
     StepReport report;
     StepReport measure_report;
+    StepReport sketch_report;  // the step's sketch exchange (ExchangeSketches)
+    double sketch_compute_seconds = 0;
     uint64_t epoch = 0;
     uint32_t world_size = 0;
   };
@@ -249,6 +286,7 @@ class WorkerDaemon {
   absl::Mutex step_mu_;
   std::vector<RegisteredTensor> registered_ ABSL_GUARDED_BY(step_mu_);
   std::optional<OpenStep> open_ ABSL_GUARDED_BY(step_mu_);
+  SketchExchange sketches_ ABSL_GUARDED_BY(step_mu_);
 
   mutable absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
@@ -257,6 +295,7 @@ class WorkerDaemon {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<uint64_t> last_step_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);
+  std::vector<gift::v1::TensorErrorRatio> error_ratios_ ABSL_GUARDED_BY(mu_);
   std::deque<OwnerJob> owner_jobs_ ABSL_GUARDED_BY(mu_);
   // The last dimension of each registered tensor (for activation statistics).
   absl::flat_hash_map<uint64_t, uint64_t> d_in_by_tensor_ ABSL_GUARDED_BY(mu_);

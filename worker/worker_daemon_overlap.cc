@@ -113,6 +113,16 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::FinishOpenStep(
     if (started.insert(r->local.tensor_id).second) more.push_back(r);
   }
   AddToOpenStep(more);
+  // This worker's sketches, from its gradients (the engine writes the
+  // averages into them only in Finish).
+  std::vector<LocalTensor> sketches;
+  if (auto prepared = sketches_.Prepare(*open_->before, open_->step, open_->tensors);
+      prepared.ok()) {
+    sketches = *std::move(prepared);
+  } else {
+    CountSketchFailure(open_->step, prepared.status());
+  }
+  const double sketch_compute_seconds = sketches_.last_prepare_seconds();
   absl::Status s = open_->failed;
   StepReport report;
   if (s.ok()) {
@@ -148,11 +158,12 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::FinishOpenStep(
           std::max(absl::ZeroDuration(), o.deadline - absl::Now()));
     }
     o.versions.clear();
-    auto again = Exchange(o.step, o.tensors, /*exact=*/false, o.deadline, &o.epoch,
+    auto again = Exchange(o.step, o.tensors, /*exact_bit=*/0, o.deadline, &o.epoch,
                           &o.world_size, &o.versions);
     if (!again.ok()) return again.status();
     report = *again;
   }
+  const StepReport sketch_report = ExchangeSketches(o.step, sketches, o.deadline);
   return CompleteStep({.step = o.step,
                        .start = o.start,
                        .retries_before = o.retries_before,
@@ -161,6 +172,8 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::FinishOpenStep(
                        .versions = std::move(o.versions),
                        .owned = std::move(o.owned),
                        .report = report,
+                       .sketch_report = sketch_report,
+                       .sketch_compute_seconds = sketch_compute_seconds,
                        .epoch = o.epoch,
                        .world_size = o.world_size});
 }

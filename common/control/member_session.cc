@@ -137,6 +137,7 @@ absl::Status MemberSession::SendHeartbeat(absl::Duration timeout) {
     request.set_member_id(identity_.member_id);
     request.set_epoch(identity_.epoch);
     request.set_last_step(last_step_);
+    for (const v1::TensorErrorRatio& r : error_ratios_) *request.add_error_ratios() = r;
   }
   absl::StatusOr<v1::HeartbeatResponse> response = client_.Heartbeat(request, timeout);
   if (!response.ok()) return response.status();
@@ -259,6 +260,11 @@ absl::StatusOr<std::shared_ptr<const v1::ClusterState>> MemberSession::WaitForRe
     uint64_t revision, absl::Duration timeout) const {
   return WaitFor([revision](const v1::ClusterState& s) { return s.revision() >= revision; },
                  timeout);
+}
+
+void MemberSession::SetErrorRatios(std::vector<gift::v1::TensorErrorRatio> ratios) {
+  absl::MutexLock lock(&mu_);
+  error_ratios_ = std::move(ratios);
 }
 
 void MemberSession::SetLastStep(uint64_t step) {

@@ -121,6 +121,9 @@ class MemberSession {
 
   // Records the last completed step; the next heartbeat reports it.
   void SetLastStep(uint64_t step);
+  // Records a basis owner's latest error ratios; every heartbeat from now on
+  // reports them (HeartbeatRequest.error_ratios).
+  void SetErrorRatios(std::vector<gift::v1::TensorErrorRatio> ratios);
   // Sends a heartbeat now (with the last step) instead of waiting for the
   // lease thread; returns its status (a lost lease is handled by the lease
   // thread at its next beat).
@@ -171,6 +174,7 @@ class MemberSession {
   MemberIdentity identity_ ABSL_GUARDED_BY(mu_);
   int64_t lease_ttl_ms_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<gift::v1::TensorErrorRatio> error_ratios_ ABSL_GUARDED_BY(mu_);
   uint64_t rejoins_ ABSL_GUARDED_BY(mu_) = 0;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

@@ -48,7 +48,9 @@ RefreshReason RefreshSchedule::Due(uint64_t step, std::optional<double> measured
   if (!last_refresh_step_.has_value()) return RefreshReason::kFirst;
   if (options_.drift_threshold > 0.0 && measured_ratio.has_value() &&
       std::isfinite(*measured_ratio)) {
-    if (*measured_ratio >= 1.0) return RefreshReason::kDrift;
+    if (options_.drift_when_worse_than_direct && *measured_ratio >= 1.0) {
+      return RefreshReason::kDrift;
+    }
     if (reference_ratio_.has_value() &&
         *measured_ratio > *reference_ratio_ * (1.0 + options_.drift_threshold)) {
       return RefreshReason::kDrift;

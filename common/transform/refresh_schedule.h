@@ -7,12 +7,15 @@
 //             when the measured benefit drifts (kDrift) or an operator asked
 //             (kRequested, a counter from the coordinator's cluster state).
 //
-// Drift: the owner measures, on sampled steps, ratio = error of the
-// quantized average through the current basis / error of direct
+// Drift: the owner measures, on collect steps, ratio = error of its own
+// gradient quantized through the current basis / error of direct
 // quantization (transform_selector.h). A refresh is due early when
-//   ratio > ratio_at_last_refresh * (1 + drift_threshold)
-// or the current basis has become worse than direct (ratio >= 1). A
-// drift_threshold of 0 disables drift refreshes.
+//   ratio > reference * (1 + drift_threshold)
+// or the current basis has become worse than direct (ratio >= 1, unless
+// options say otherwise). The
+// reference is the ratio given to MarkRefreshed, or the one SetReference
+// records later (e.g. the first measurement of the new basis once it is
+// active). A drift_threshold of 0 disables drift refreshes.
 //
 //   RefreshSchedule schedule(*RefreshSchedule::Create({.period_steps = 10}));
 //   if (schedule.ShouldCollect(step)) { ... update statistics ... }
@@ -38,6 +41,11 @@ struct RefreshScheduleOptions {
   int64_t period_steps = 10;     // >= 1
   double drift_threshold = 0.2;  // >= 0; 0 disables drift refreshes
   int64_t collect_period = 1;    // >= 1
+  // Whether a ratio >= 1 (the basis is worse than direct) is drift whatever
+  // the reference. Off for tensors that are transformed whatever the
+  // measurement says (selection forced by policy): near 1 it would only
+  // refresh on noise.
+  bool drift_when_worse_than_direct = true;
 };
 
 // Values may be logged and exported; never renumber.
@@ -72,6 +80,10 @@ class RefreshSchedule {
   // (the drift reference), if it was measured; `refresh_requests` the
   // counter served.
   void MarkRefreshed(uint64_t step, std::optional<double> ratio, uint64_t refresh_requests);
+
+  // Sets the drift reference of the current basis (after MarkRefreshed).
+  void SetReference(double ratio) { reference_ratio_ = ratio; }
+  std::optional<double> reference_ratio() const { return reference_ratio_; }
 
   std::optional<uint64_t> last_refresh_step() const { return last_refresh_step_; }
 

@@ -201,6 +201,13 @@ absl::StatusOr<gift::v1::HeartbeatResponse> ClusterStateMachine::Heartbeat(
           "epoch ", request.epoch(), " is ahead of the coordinator's epoch ", membership_.epoch()));
     }
     m->set_lease_expires_unix_ms(absl::ToUnixMillis(clock_->Now() + options_.lease_ttl));
+    // An owner's error ratios: kept for GetStatus, no revision of their own.
+    for (const gift::v1::TensorErrorRatio& r : request.error_ratios()) {
+      absl::StatusOr<gift::v1::TensorBasisState*> basis = ledger_.Find(r.tensor_id());
+      if (basis.ok() && (*basis)->owner_member_id() == request.member_id()) {
+        *(*basis)->mutable_error_ratio() = r;
+      }
+    }
     if (request.last_step() > m->last_step()) {
       m->set_last_step(request.last_step());
       uint64_t min_next = 0, max_last = 0;

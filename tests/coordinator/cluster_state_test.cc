@@ -449,6 +449,38 @@ TEST_F(ClusterStateMachineTest, StatusNamesTheSlowestWorkers) {
   EXPECT_EQ(status->now_unix_ms(), absl::ToUnixMillis(clock_.Now()));
 }
 
+TEST_F(ClusterStateMachineTest, OwnersErrorRatiosAreKeptWithoutANewRevision) {
+  const std::string a = Join("a").member_id();
+  const std::string b = Join("b").member_id();
+  const gift::v1::TensorInfo t = Register({{"w", {8, 16}}})[0];
+  const std::string owner = state_->Snapshot()->bases(0).owner_member_id();
+  const std::string other = owner == a ? b : a;
+  const uint64_t revision = state_->revision();
+  auto report = [&](const std::string& member, double ratio) {
+    gift::v1::HeartbeatRequest hb;
+    hb.set_member_id(member);
+    hb.set_epoch(state_->Snapshot()->epoch());
+    gift::v1::TensorErrorRatio* r = hb.add_error_ratios();
+    r->set_tensor_id(t.tensor_id());
+    r->set_ratio(ratio);
+    r->set_step(4);
+    r->set_reference(0.5);
+    return state_->Heartbeat(hb).status();
+  };
+  ASSERT_TRUE(report(other, 0.9).ok());  // not the owner's: ignored
+  auto status = state_->GetStatus();
+  ASSERT_TRUE(status.ok());
+  EXPECT_FALSE(status->state().bases(0).has_error_ratio());
+  ASSERT_TRUE(report(owner, 0.55).ok());
+  status = state_->GetStatus();
+  ASSERT_TRUE(status.ok());
+  ASSERT_TRUE(status->state().bases(0).has_error_ratio());
+  EXPECT_EQ(status->state().bases(0).error_ratio().ratio(), 0.55);
+  EXPECT_EQ(status->state().bases(0).error_ratio().reference(), 0.5);
+  EXPECT_EQ(status->state().bases(0).error_ratio().step(), 4u);
+  EXPECT_EQ(state_->revision(), revision);  // watchers are not woken for it
+}
+
 TEST_F(ClusterStateMachineTest, RestartResumesEverything) {
   const std::string a = Join("a").member_id();
   Join("s", gift::v1::MEMBER_ROLE_SERVER);

@@ -38,6 +38,28 @@ TEST(RefreshScheduleTest, DriftTriggersEarlyRefresh) {
   EXPECT_EQ(s.Due(8, 1.0, 0), RefreshReason::kDrift);
 }
 
+TEST(RefreshScheduleTest, ReferenceSetAfterTheRefresh) {
+  RefreshSchedule s = Make({.period_steps = 100, .drift_threshold = 0.2});
+  s.MarkRefreshed(0, std::nullopt, 0);
+  EXPECT_FALSE(s.reference_ratio().has_value());
+  s.SetReference(0.5);  // e.g. the new basis's first out-of-sample measurement
+  EXPECT_EQ(s.reference_ratio(), 0.5);
+  EXPECT_EQ(s.Due(3, 0.59, 0), RefreshReason::kNone);
+  EXPECT_EQ(s.Due(3, 0.61, 0), RefreshReason::kDrift);
+  s.MarkRefreshed(3, std::nullopt, 0);  // a refresh clears it
+  EXPECT_FALSE(s.reference_ratio().has_value());
+}
+
+TEST(RefreshScheduleTest, WorseThanDirectCanBeLeftToTheReference) {
+  RefreshSchedule s = Make(
+      {.period_steps = 100, .drift_threshold = 0.2, .drift_when_worse_than_direct = false});
+  s.MarkRefreshed(0, std::nullopt, 0);
+  EXPECT_EQ(s.Due(1, 1.05, 0), RefreshReason::kNone);  // no reference: nothing to compare
+  s.SetReference(1.0);
+  EXPECT_EQ(s.Due(2, 1.1, 0), RefreshReason::kNone);
+  EXPECT_EQ(s.Due(2, 1.3, 0), RefreshReason::kDrift);
+}
+
 TEST(RefreshScheduleTest, ZeroThresholdDisablesDrift) {
   RefreshSchedule s = Make({.period_steps = 100, .drift_threshold = 0.0});
   s.MarkRefreshed(0, 0.1, 0);

@@ -1,18 +1,24 @@
 // BasisOwner against a coordinator on loopback (the real state machine and
-// gRPC service in process): a refresh publishes a basis, and one whose
-// cancel flag is up (SIGTERM / shutdown) gives up between its pieces of work
-// without publishing.
+// gRPC service in process): a refresh publishes a basis, one whose cancel
+// flag is up (SIGTERM / shutdown) gives up between its pieces of work
+// without publishing, and drift refreshes fire when the gradient's geometry
+// changes mid-run and never while it stays the same.
 #include "worker/basis_owner.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/codec/codec_spec.h"
+#include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
 #include "common/control/member_session.h"
 #include "server/coordinator/cluster_state.h"
@@ -24,7 +30,8 @@
 namespace gift::worker {
 namespace {
 
-constexpr int64_t kRows = 64, kCols = 64;
+constexpr int64_t kRows = 256, kCols = 256;
+constexpr uint32_t kPeriod = 20;
 
 class BasisOwnerTest : public ::testing::Test {
  protected:
@@ -40,6 +47,12 @@ class BasisOwnerTest : public ::testing::Test {
     gift::v1::TensorOverride* o = set.mutable_policy()->add_overrides();
     o->set_glob("*");
     o->set_enabled(true);
+    set.mutable_policy()->mutable_refresh()->set_period_steps(kPeriod);
+    // NVFP4 (block 16): coarse enough that the basis clearly beats direct
+    // quantization on the anisotropic gradients below (with e4m3 the
+    // ratio stays near 1 and drift could not be told from noise).
+    *set.mutable_policy()->mutable_transform()->mutable_push_codec() =
+        codec::ToProto(codec::ParseCodecSpec("nvfp4").value());
     ASSERT_TRUE(state_->SetPolicy(set).ok());
     service_ = std::make_unique<coordinator::CoordinatorService>(state_.get(), "test");
     grpc::ServerBuilder builder;
@@ -95,6 +108,65 @@ class BasisOwnerTest : public ::testing::Test {
     return step;
   }
 
+  // This worker's gradient of `step`: Gaussian, with one outlier column 30x
+  // larger in every 16 (column 0 of each NVFP4 block); `flipped`: the
+  // outliers moved to column 8 of each block (another set of directions).
+  static std::vector<float> Anisotropic(uint64_t step, bool flipped) {
+    std::mt19937 rng(static_cast<uint32_t>(1000 + step));
+    std::normal_distribution<float> normal;
+    std::vector<float> g(kRows * kCols);
+    for (int64_t i = 0; i < kRows; ++i) {
+      for (int64_t j = 0; j < kCols; ++j) {
+        const bool outlier = j % 16 == (flipped ? 8 : 0);
+        g[i * kCols + j] = normal(rng) * (outlier ? 30.0f : 1.0f);
+      }
+    }
+    return g;
+  }
+
+  // Runs the owner's duties for steps 1..steps as the daemon would (the
+  // gradient's geometry flips at `flip_at`, 0: never), reporting each step
+  // to the coordinator; returns every refresh as (step, reason).
+  std::vector<std::pair<uint64_t, transform::RefreshReason>> RunOwner(uint64_t steps,
+                                                                      uint64_t flip_at,
+                                                                      BasisOwner** out = nullptr) {
+    std::vector<std::pair<uint64_t, transform::RefreshReason>> refreshes;
+    uint64_t current_step = 0;
+    BasisStore store(session_.get());
+    BasisOwner owner(session_.get(), &store,
+                     {.on_publish = [&](uint64_t, uint64_t, const std::string&,
+                                        transform::RefreshReason reason,
+                                        std::optional<double>) {
+                       refreshes.emplace_back(current_step, reason);
+                     }});
+    if (out != nullptr) *out = &owner;
+    for (uint64_t step = 1; step <= steps; ++step) {
+      current_step = step;
+      session_->SetLastStep(step - 1);
+      EXPECT_TRUE(session_->HeartbeatNow().ok());
+      auto state = session_->WaitForRevision(state_->revision(), absl::Seconds(5));
+      EXPECT_TRUE(state.ok()) << state.status();
+      if (!state.ok()) break;
+      EXPECT_TRUE(store.Sync(**state).ok());
+      const gift::v1::TensorInfo* info = nullptr;
+      for (const gift::v1::TensorInfo& t : (*state)->tensors()) {
+        if (t.tensor_id() == tensor_id_) info = &t;
+      }
+      bool needs_own = false;
+      if (info == nullptr || !owner.WantsStep(**state, *info, step, &needs_own)) continue;
+      OwnedTensorStep data{.step = step, .tensor_id = tensor_id_, .name = "layers.0.w",
+                           .rows = kRows, .cols = kCols};
+      data.own = Anisotropic(step, flip_at != 0 && step >= flip_at);
+      data.average = data.own;
+      if (!needs_own) data.own.clear();
+      const absl::Status s = owner.Observe(**state, data);
+      EXPECT_TRUE(s.ok()) << "step " << step << ": " << s;
+      last_ratios_ = owner.error_ratios();
+    }
+    return refreshes;
+  }
+
+  std::vector<gift::v1::TensorErrorRatio> last_ratios_;
   coordinator::testing::TempDir dir_;
   std::unique_ptr<coordinator::ClusterStateMachine> state_;
   std::unique_ptr<coordinator::CoordinatorService> service_;
@@ -126,6 +198,55 @@ TEST_F(BasisOwnerTest, CancelledRefreshStopsWithoutPublishing) {
   ASSERT_NE(b, nullptr);
   EXPECT_FALSE(b->has_proposal());
   EXPECT_EQ(b->versions_size(), 1);  // only the direct version 0
+}
+
+int Count(const std::vector<std::pair<uint64_t, transform::RefreshReason>>& refreshes,
+          transform::RefreshReason reason) {
+  int n = 0;
+  for (const auto& [step, why] : refreshes) n += why == reason;
+  return n;
+}
+
+TEST_F(BasisOwnerTest, ConstantGeometryRefreshesOnlyOnSchedule) {
+  const auto refreshes = RunOwner(60, /*flip_at=*/0);
+  for (const auto& [step, why] : refreshes) {
+    std::cout << "refresh at step " << step << ": " << transform::RefreshReasonName(why) << "\n";
+  }
+  EXPECT_EQ(Count(refreshes, transform::RefreshReason::kDrift), 0);
+  EXPECT_EQ(Count(refreshes, transform::RefreshReason::kFirst), 1);
+  EXPECT_EQ(Count(refreshes, transform::RefreshReason::kPeriod), 2);  // steps 21 and 41
+  // The owner measured its basis between refreshes, and the coordinator has it.
+  ASSERT_EQ(last_ratios_.size(), 1u);
+  EXPECT_EQ(last_ratios_[0].step(), 60u);
+  EXPECT_GT(last_ratios_[0].ratio(), 0.0);
+  EXPECT_LT(last_ratios_[0].ratio(), 1.0);
+  EXPECT_GT(last_ratios_[0].reference(), 0.0);
+  // The heartbeat carries them to the coordinator (as the daemon's owner
+  // thread hands them over), which keeps them for GetStatus.
+  session_->SetErrorRatios(last_ratios_);
+  ASSERT_TRUE(session_->HeartbeatNow().ok());
+  auto status = state_->GetStatus();
+  ASSERT_TRUE(status.ok());
+  const gift::v1::TensorBasisState* b = FindBasisState(status->state(), tensor_id_);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->has_error_ratio());
+  EXPECT_EQ(b->error_ratio().step(), 60u);
+  EXPECT_DOUBLE_EQ(b->error_ratio().ratio(), last_ratios_[0].ratio());
+}
+
+TEST_F(BasisOwnerTest, GeometrySwitchedMidRunFiresADriftRefresh) {
+  constexpr uint64_t kFlipAt = 30;
+  const auto refreshes = RunOwner(60, kFlipAt);
+  for (const auto& [step, why] : refreshes) {
+    std::cout << "refresh at step " << step << ": " << transform::RefreshReasonName(why) << "\n";
+  }
+  std::vector<uint64_t> drift_steps;
+  for (const auto& [step, why] : refreshes) {
+    if (why == transform::RefreshReason::kDrift) drift_steps.push_back(step);
+  }
+  ASSERT_FALSE(drift_steps.empty());
+  // The first at the switch itself (collect period 1), none before it.
+  EXPECT_EQ(drift_steps.front(), kFlipAt);
 }
 
 }  // namespace

@@ -112,15 +112,23 @@ class ClusterIntegrationTest : public ::testing::Test {
     cluster_ = *std::move(cluster);
   }
 
-  void SetPolicy(const std::vector<std::string>& args) {
+  // Runs giftctl against the cluster's coordinator; its standard output.
+  std::string Giftctl(const std::vector<std::string>& args) {
     std::vector<std::string> argv = {GIFT_GIFTCTL_BIN, "--coordinator",
-                                     cluster_->coordinator_address(), "policy", "set"};
+                                     cluster_->coordinator_address()};
     argv.insert(argv.end(), args.begin(), args.end());
     auto p = control::Subprocess::Start(argv);
-    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE(p.ok());
+    if (!p.ok()) return "";
     auto code = (*p)->WaitForExit(absl::Seconds(30));
-    ASSERT_TRUE(code.ok());
-    ASSERT_EQ(*code, 0) << (*p)->stderr_text() << (*p)->stdout_text();
+    EXPECT_TRUE(code.ok());
+    EXPECT_EQ(code.value_or(-1), 0) << (*p)->stderr_text() << (*p)->stdout_text();
+    return (*p)->stdout_text();
+  }
+
+  void SetPolicy(std::vector<std::string> args) {
+    args.insert(args.begin(), {"policy", "set"});
+    Giftctl(args);
   }
 
   void Register() {
@@ -323,6 +331,58 @@ TEST_F(ClusterIntegrationTest, FiftyStepsWithARefreshAndAKilledWorker) {
               std::string::npos)
         << "worker " << w;
   }
+  EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
+}
+
+TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketches) {
+  StartCluster();
+  // Per-worker statistics: the owners see only the servers' sums of the
+  // workers' sketches (the reduced-gradient fallback is gone), so a basis
+  // can only come from sketches that travelled the data path.
+  SetPolicy({"--push-codec", "e4m3/block128", "--pull-codec", "bf16", "--selection", "list",
+             "--include", "*", "--period", "10", "--source", "per-worker"});
+  Register();
+  bool saw_transformed = false;
+  for (uint64_t step = 0; step < 25; ++step) {
+    for (int w = 0; w < kWorkers; ++w) {
+      for (size_t i = 0; i < Shapes().size(); ++i) {
+        FillGradient(trainers_[w].buffers[i]->data(), Shapes()[i], step, w);
+      }
+    }
+    for (const auto& [status, response] : Step({0, 1, 2, 3}, step)) {
+      ASSERT_TRUE(status.ok()) << "step " << step << ": " << status.error_message() << Logs();
+      for (const gift::v1::TensorResult& t : response.tensors()) {
+        saw_transformed = saw_transformed || t.transformed();
+      }
+    }
+  }
+  EXPECT_TRUE(saw_transformed) << Logs();
+  const std::string logs = Logs();
+  EXPECT_EQ(logs.find("sketch_exchange_failed"), std::string::npos) << logs;
+  // Every 2-D tensor has its statistics tensor; the 1-D one has none; the
+  // owners' drift measurements reached the coordinator.
+  control::CoordinatorClient client(
+      control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()), absl::Seconds(10));
+  auto status = client.GetStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  std::set<std::string> names;
+  for (const gift::v1::TensorInfo& t : status->state().tensors()) names.insert(t.name());
+  for (const TensorShape& s : Shapes()) {
+    EXPECT_EQ(names.count(s.name + "#sketch.both"), s.shape.size() == 2 ? 1u : 0u) << s.name;
+  }
+  int measured = 0;
+  for (const gift::v1::TensorBasisState& b : status->state().bases()) {
+    if (b.has_error_ratio()) {
+      ++measured;
+      EXPECT_GT(b.error_ratio().ratio(), 0.0);
+      EXPECT_GT(b.error_ratio().reference(), 0.0);
+    }
+  }
+  EXPECT_EQ(measured, 3);
+  const std::string table = Giftctl({"tensors"});
+  EXPECT_NE(table.find("RATIO"), std::string::npos) << table;
+  EXPECT_NE(table.find(" (ref "), std::string::npos) << table;
+  EXPECT_NE(table.find("#sketch.both"), std::string::npos) << table;
   EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
 }
 

@@ -146,7 +146,6 @@ class ErrorFeedbackEngineTest : public ::testing::Test {
                        .rank = r,
                        .world_size = kWorld,
                        .worker_set = worker_set,
-                       .push_spec = PushSpec(),
                        .tensors = {{.tensor_id = kTensor,
                                     .rows = kRows,
                                     .cols = kCols,
@@ -154,6 +153,7 @@ class ErrorFeedbackEngineTest : public ::testing::Test {
                                     .transform = basis,
                                     .basis_version = basis_version,
                                     .chunks = chunks,
+                                    .push_spec = PushSpec(),
                                     .error_feedback = true}}});
     }
     std::vector<absl::StatusOr<StepReport>> reports(kWorld, absl::UnknownError("not run"));

@@ -265,7 +265,7 @@ absl::Status Tensors(const Context& ctx) {
   const int live_members = s.workers_size();
 
   json j = json::array();
-  Table t({"ID", "NAME", "SHAPE", "DTYPE", "CHUNKS", "OWNER", "ACTIVE", "PENDING"});
+  Table t({"ID", "NAME", "SHAPE", "DTYPE", "CHUNKS", "OWNER", "ACTIVE", "PENDING", "RATIO"});
   for (const v1::TensorInfo& info : s.tensors()) {
     const auto it = bases.find(info.tensor_id());
     const v1::TensorBasisState* basis = it == bases.end() ? nullptr : it->second;
@@ -276,7 +276,7 @@ absl::Status Tensors(const Context& ctx) {
       j.push_back(std::move(entry));
       continue;
     }
-    std::string owner = "-", active = "-", pending = "-";
+    std::string owner = "-", active = "-", pending = "-", ratio = "-";
     if (basis != nullptr) {
       const auto name = names.find(basis->owner_member_id());
       owner = name == names.end() ? Or(basis->owner_member_id()) : name->second;
@@ -291,10 +291,15 @@ absl::Status Tensors(const Context& ctx) {
                                p.acked_member_ids_size(), "/", live_members);
         if (p.postponements() > 0) absl::StrAppend(&pending, " postponed x", p.postponements());
       }
+      if (basis->has_error_ratio()) {
+        // The owner's last GIFT / direct error ratio, and its reference.
+        const v1::TensorErrorRatio& r = basis->error_ratio();
+        ratio = absl::StrFormat("%.3f @%d (ref %.3f)", r.ratio(), r.step(), r.reference());
+      }
     }
     t.Add({absl::StrCat(info.tensor_id()), info.name(), absl::StrJoin(info.shape(), "x"),
            DTypeName(info.dtype()), absl::StrCat(chunks[info.tensor_id()]), owner, active,
-           pending});
+           pending, ratio});
   }
   if (ctx.json) {
     ctx.out << j.dump(2) << '\n';
