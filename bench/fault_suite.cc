@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "bench/bench_util.h"
+#include "bench/fault_spoofer.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
@@ -42,9 +43,9 @@ constexpr uint64_t kSteps = 6;
 constexpr int64_t kRows = 64, kCols = 256;
 
 const std::vector<std::string>& AllKinds() {
-  static const auto* kinds =
-      new std::vector<std::string>{"worker-kill", "worker-stop",      "server-kill",
-                                   "server-stop", "coordinator-kill", "coordinator-stop"};
+  static const auto* kinds = new std::vector<std::string>{
+      "worker-kill",      "worker-stop",      "server-kill",           "server-stop",
+      "coordinator-kill", "coordinator-stop", "coordinator-disk-full", "spoof"};
   return *kinds;
 }
 
@@ -59,10 +60,18 @@ struct FaultOptions {
   std::string dir;  // "" : a fresh temporary directory
 };
 
+// Kinds that report what happened without failing the suite: forged pushes
+// are accepted until data-plane pushes are authenticated.
+bool ReportOnly(const std::string& kind) { return kind == "spoof"; }
+
 struct TrialResult {
   std::string kind;
   int trial = 0;
   int lost = 0, doubled = 0, failed = 0;
+  // spoof: forged pushes sent, and the fraction of elements of the fault
+  // step's average that counted them (0: every forged push was rejected).
+  int forged_sent = 0;
+  double forged_counted = 0;
   double stall_s = 0;
   std::string error;  // setup problems or the first failed step's status
 };
@@ -87,19 +96,16 @@ absl::Status SetFp32Policy(const std::string& address) {
   return set.status();
 }
 
-// Who the step counted, from one worker's result: the base-4 digits of
-// avg * world_size. Every element must agree.
-absl::StatusOr<std::vector<int>> Counts(const client::SharedTensor& t, uint32_t world,
-                                        int workers) {
-  std::vector<int> counts(workers, 0);
+// Who the step counted: the base-4 digits of avg * world_size, per element
+// (digit w: launch index w; digit `workers`: the spoofer's 4^workers).
+absl::StatusOr<std::vector<std::vector<int>>> Counts(const client::SharedTensor& t, uint32_t world,
+                                                     int workers) {
+  std::vector<std::vector<int>> counts(t.size(), std::vector<int>(workers + 1, 0));
   for (size_t i = 0; i < t.size(); ++i) {
     const double total = std::round(static_cast<double>(t.data()[i]) * world);
     auto n = static_cast<uint64_t>(total);
-    std::vector<int> c(workers, 0);
-    for (int w = 0; w < workers; ++w, n >>= 2) c[w] = static_cast<int>(n & 3);
+    for (int w = 0; w <= workers; ++w, n >>= 2) counts[i][w] = static_cast<int>(n & 3);
     if (n != 0) return absl::DataLossError(absl::StrCat("element ", i, " sums to ", total));
-    if (i == 0) counts = c;
-    if (c != counts) return absl::DataLossError(absl::StrCat("element ", i, " disagrees"));
   }
   return counts;
 }
@@ -139,6 +145,20 @@ class Trial {
     options.lease_ttl = lease;
     options.step_timeout = absl::Seconds(60);
     options.coordinator_args = {"--chunk-bytes", "16384"};
+    if (result_.kind == "coordinator-disk-full") {
+      // The state file on a 4 MiB tmpfs over the run directory, mounted in
+      // the coordinator's own mount namespace (nothing changes outside it);
+      // Inject fills it through /proc/PID/root.
+      options.placement.coordinator.prefix = {
+          "/usr/bin/unshare",
+          "-m",
+          "--propagation",
+          "private",
+          "/bin/sh",
+          "-c",
+          "mount -t tmpfs -o size=4m gift-faults \"$0\" && exec \"$@\"",
+          dir_};
+    }
     absl::StatusOr<std::unique_ptr<tools::LocalCluster>> cluster =
         tools::LocalCluster::Start(options);
     if (!cluster.ok()) return cluster.status();
@@ -178,17 +198,33 @@ class Trial {
           result_.error = absl::StrCat("worker ", w, ": ", r.status().ToString());
         continue;
       }
-      absl::StatusOr<std::vector<int>> counts =
+      absl::StatusOr<std::vector<std::vector<int>>> counts =
           Counts(trainers_[w].tensors[0], r->world_size, o_.workers);
       if (!counts.ok()) {
         ++result_.doubled;
         if (result_.error.empty()) result_.error = counts.status().ToString();
         continue;
       }
-      for (int v = 0; v < o_.workers; ++v) {
-        const bool want = std::find(expected.begin(), expected.end(), v) != expected.end();
-        if (want && (*counts)[v] == 0) ++result_.lost;
-        if ((*counts)[v] > (want ? 1 : 0)) ++result_.doubled;
+      // One count per worker and step: lost when some element missed an
+      // expected worker, double when some element counted a worker twice or
+      // one that did not take part.
+      std::vector<bool> lost(o_.workers, false), doubled(o_.workers + 1, false);
+      size_t forged = 0;
+      for (const std::vector<int>& c : *counts) {
+        for (int v = 0; v < o_.workers; ++v) {
+          const bool want = std::find(expected.begin(), expected.end(), v) != expected.end();
+          lost[v] = lost[v] || (want && c[v] == 0);
+          doubled[v] = doubled[v] || c[v] > (want ? 1 : 0);
+        }
+        forged += c[o_.workers] > 0 ? 1 : 0;
+      }
+      result_.lost += static_cast<int>(std::count(lost.begin(), lost.end(), true));
+      result_.doubled += static_cast<int>(std::count(doubled.begin(), doubled.end(), true));
+      if (forged > 0) {
+        if (result_.kind != "spoof") ++result_.doubled;  // counted someone who is no worker
+        result_.forged_counted =
+            std::max(result_.forged_counted,
+                     static_cast<double>(forged) / static_cast<double>(counts->size()));
       }
     }
   }
@@ -205,6 +241,21 @@ class Trial {
         Check(calls, expected);
         continue;
       }
+      if (kind == "spoof") {  // forged pushes first, then every worker
+        const Clock::time_point t0 = Clock::now();
+        if (absl::Status s = Spoof(step); !s.ok()) {
+          result_.failed = 1;
+          result_.error = s.ToString();
+          return;
+        }
+        for (int w : all) calls[w] = Start(w, step);
+        for (auto& [w, c] : calls) c.wait();
+        Clock::time_point last = t0;
+        for (auto& [w, c] : calls) last = std::max(last, done_[w]);
+        result_.stall_s = std::chrono::duration<double>(last - t0).count();
+        Check(calls, expected);
+        continue;
+      }
       // The fault step: everyone but `late` is waiting when the fault hits.
       const int late = o_.workers - 1;
       for (int w : all) {
@@ -218,7 +269,7 @@ class Trial {
         for (auto& [w, c] : calls) c.wait();
         return;
       }
-      if (absl::StartsWith(kind, "worker")) {
+      if (absl::StartsWith(kind, "worker") || kind == "coordinator-disk-full") {
         expected.erase(std::remove(expected.begin(), expected.end(), late), expected.end());
       } else {
         calls[late] = Start(late, step);
@@ -258,7 +309,46 @@ class Trial {
       });
       return absl::OkStatus();
     }
+    if (kind == "coordinator-disk-full") {
+      // Full disk under the coordinator, then a worker dies: its eviction
+      // needs a commit. Space comes back 1 s later.
+      const std::string fill =
+          absl::StrCat("/proc/", cluster_->coordinator()->pid(), "/root", dir_, "/fill");
+      if (absl::Status s = FillDisk(fill); !s.ok()) return s;
+      resume_ = std::async(std::launch::async, [fill] {
+        absl::SleepFor(absl::Seconds(1));
+        std::filesystem::remove(fill);
+      });
+      return cluster_->KillWorker(late);
+    }
     return absl::InvalidArgumentError(absl::StrCat("unknown fault kind '", kind, "'"));
+  }
+
+  // Writes `path` until the file system is full (ENOSPC).
+  static absl::Status FillDisk(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) return absl::InternalError(absl::StrCat("cannot create ", path));
+    const std::vector<char> block(64 << 10, 0);
+    size_t written = 0;
+    while (written < (size_t{1} << 30) &&
+           std::fwrite(block.data(), 1, block.size(), f) == block.size()) {
+      written += block.size();
+    }
+    std::fclose(f);
+    if (written >= (size_t{1} << 30)) return absl::InternalError("the disk did not fill up");
+    return absl::OkStatus();
+  }
+
+  // A non-member's forged pushes for the fault step: rank 0, 4^workers.
+  absl::Status Spoof(uint64_t step) {
+    absl::StatusOr<std::unique_ptr<FaultSpoofer>> spoofer = FaultSpoofer::Create();
+    if (!spoofer.ok()) return spoofer.status();
+    absl::StatusOr<int> sent = (*spoofer)->SendForgedPushes(
+        cluster_->coordinator_address(), trainers_[0].tensors[0].tensor_id(), step, 0,
+        static_cast<float>(uint64_t{1} << (2 * o_.workers)));
+    if (!sent.ok()) return sent.status();
+    result_.forged_sent = *sent;
+    return absl::OkStatus();
   }
 
   absl::Status SignalCoordinator(int signal) {
@@ -349,12 +439,12 @@ absl::Status RunFaults(const FaultOptions& o) {
                          {"trials_per_kind", o.trials},
                          {"kinds", nlohmann::json::array()},
                          {"trials", nlohmann::json::array()}};
-  std::cout << absl::StrFormat("%-18s %6s %5s %7s %7s %14s %14s\n", "fault", "trials", "lost",
+  std::cout << absl::StrFormat("%-21s %6s %5s %7s %7s %14s %14s\n", "fault", "trials", "lost",
                                "double", "failed", "max stall (s)", "median (s)");
   bool clean = true;
   int over_bound = 0;
   for (const std::string& kind : kinds) {
-    int trials = 0, lost = 0, doubled = 0, failed = 0;
+    int trials = 0, lost = 0, doubled = 0, failed = 0, forged_sent = 0, forged_trials = 0;
     std::vector<double> stalls;
     for (const TrialResult& r : results) {
       if (r.kind != kind) continue;
@@ -364,17 +454,29 @@ absl::Status RunFaults(const FaultOptions& o) {
       failed += r.failed;
       stalls.push_back(r.stall_s);
       if (absl::Seconds(r.stall_s) > max_stall) ++over_bound;
+      forged_sent += r.forged_sent;
+      forged_trials += r.forged_counted > 0 ? 1 : 0;
     }
-    const double max_stall = stalls.empty() ? 0 : *std::max_element(stalls.begin(), stalls.end());
-    std::cout << absl::StrFormat("%-18s %6d %5d %7d %7d %14.3f %14.3f\n", kind, trials, lost,
-                                 doubled, failed, max_stall, Median(stalls));
-    clean = clean && lost == 0 && doubled == 0 && failed == 0;
+    const double worst = stalls.empty() ? 0 : *std::max_element(stalls.begin(), stalls.end());
+    std::cout << absl::StrFormat("%-21s %6d %5d %7d %7d %14.3f %14.3f%s\n", kind, trials, lost,
+                                 doubled, failed, worst, Median(stalls),
+                                 ReportOnly(kind) ? "  (reported, not asserted)" : "");
+    if (kind == "spoof") {
+      std::cout << absl::StrFormat(
+          "  spoof: %d forged pushes sent; a forged push was counted in %d of %d trials "
+          "(rejected in %d)\n",
+          forged_sent, forged_trials, trials, trials - forged_trials);
+    }
+    if (!ReportOnly(kind)) clean = clean && lost == 0 && doubled == 0 && failed == 0;
     json["kinds"].push_back({{"kind", kind},
                              {"trials", trials},
                              {"lost", lost},
                              {"double_counted", doubled},
                              {"failed", failed},
-                             {"max_stall_s", max_stall},
+                             {"max_stall_s", worst},
+                             {"asserted", !ReportOnly(kind)},
+                             {"forged_pushes_sent", forged_sent},
+                             {"trials_counting_forged", forged_trials},
                              {"median_stall_s", Median(stalls)}});
   }
   for (const TrialResult& r : results) {
@@ -384,6 +486,8 @@ absl::Status RunFaults(const FaultOptions& o) {
                               {"double_counted", r.doubled},
                               {"failed", r.failed},
                               {"stall_s", r.stall_s},
+                              {"forged_pushes_sent", r.forged_sent},
+                              {"forged_elements_counted", r.forged_counted},
                               {"error", r.error}});
   }
   if (!o.json.empty()) {

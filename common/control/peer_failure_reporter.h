@@ -19,9 +19,11 @@
 // never blocks) and a background thread maps it to the member whose
 // data_address it is in the session's latest cluster state and reports it.
 // A report the coordinator does not confirm yet (FAILED_PRECONDITION: the
-// suspect still looks connected) is retried a few times while the suspect
-// is still a member (kRetries, kRetryDelay); failures to unknown addresses
-// (members already gone) are dropped.
+// suspect still looks connected) or cannot commit (UNAVAILABLE: e.g. its disk
+// is full) is retried while the suspect is still a member, every kRetryDelay
+// for up to kRetries attempts (3 s in all; then the suspect's lease
+// decides); failures to unknown addresses (members already gone) are
+// dropped.
 //
 // Ownership: the reporter must outlive every transport its factories made
 // and be detached (Detach) before the session it reports through goes. It
@@ -52,7 +54,7 @@ using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<transport:
 
 class PeerFailureReporter {
  public:
-  static constexpr int kRetries = 5;
+  static constexpr int kRetries = 15;
   static constexpr absl::Duration kRetryDelay = absl::Milliseconds(200);
 
   PeerFailureReporter();
