@@ -28,6 +28,7 @@
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
+#include "common/control/subprocess.h"
 #include "gift/v1/policy.pb.h"
 #include "nlohmann/json.hpp"
 #include "tools/gift-cluster/local_cluster.h"
@@ -45,7 +46,8 @@ constexpr int64_t kRows = 64, kCols = 256;
 const std::vector<std::string>& AllKinds() {
   static const auto* kinds = new std::vector<std::string>{
       "worker-kill",      "worker-stop",      "server-kill",           "server-stop",
-      "coordinator-kill", "coordinator-stop", "coordinator-disk-full", "spoof"};
+      "coordinator-kill", "coordinator-stop", "coordinator-disk-full", "spoof",
+      "worker-partition", "server-partition"};
   return *kinds;
 }
 
@@ -58,7 +60,13 @@ struct FaultOptions {
   std::string max_stall;  // "" : no bound
   std::string json;
   std::string dir;  // "" : a fresh temporary directory
+  // Partitions: the daemons' placement and the namespace of the bridge whose
+  // ports ("s<i>", "w<i>") are taken down (scripts/netlab.sh).
+  std::string placement;
+  std::string bridge_netns;
 };
+
+bool NeedsNetlab(absl::string_view kind) { return absl::EndsWith(kind, "-partition"); }
 
 // Kinds that report what happened without failing the suite: forged pushes
 // are accepted until data-plane pushes are authenticated.
@@ -145,6 +153,13 @@ class Trial {
     options.lease_ttl = lease;
     options.step_timeout = absl::Seconds(60);
     options.coordinator_args = {"--chunk-bytes", "16384"};
+    if (!o_.placement.empty()) {
+      absl::StatusOr<tools::ClusterPlacement> placement =
+          tools::ClusterPlacement::FromJsonFile(o_.placement);
+      if (!placement.ok()) return placement.status();
+      options.placement = *std::move(placement);
+      options.ucx_tls = "tcp";
+    }
     if (result_.kind == "coordinator-disk-full") {
       // The state file on a 4 MiB tmpfs over the run directory, mounted in
       // the coordinator's own mount namespace (nothing changes outside it);
@@ -309,6 +324,12 @@ class Trial {
       });
       return absl::OkStatus();
     }
+    if (NeedsNetlab(kind)) {
+      // The host's port on the bridge goes down: its packets are dropped
+      // both ways, its connections stay open.
+      partitioned_port_ = kind == "worker-partition" ? absl::StrCat("w", late) : "s0";
+      return SetPort(partitioned_port_, "down");
+    }
     if (kind == "coordinator-disk-full") {
       // Full disk under the coordinator, then a worker dies: its eviction
       // needs a commit. Space comes back 1 s later.
@@ -322,6 +343,20 @@ class Trial {
       return cluster_->KillWorker(late);
     }
     return absl::InvalidArgumentError(absl::StrCat("unknown fault kind '", kind, "'"));
+  }
+
+  // `ip -n BRIDGE link set PORT up|down`.
+  absl::Status SetPort(const std::string& port, const std::string& state) {
+    absl::StatusOr<std::unique_ptr<control::Subprocess>> ip = control::Subprocess::Start(
+        {"/usr/sbin/ip", "-n", o_.bridge_netns, "link", "set", port, state});
+    if (!ip.ok()) return ip.status();
+    absl::StatusOr<int> code = (*ip)->WaitForExit(absl::Seconds(10));
+    if (!code.ok()) return code.status();
+    if (*code != 0) {
+      return absl::InternalError(
+          absl::StrCat("ip link set ", port, " ", state, ": ", (*ip)->stderr_text()));
+    }
+    return absl::OkStatus();
   }
 
   // Writes `path` until the file system is full (ENOSPC).
@@ -362,6 +397,7 @@ class Trial {
     if (resume_.valid()) resume_.wait();
     if (cluster_ == nullptr) return;
     if (stopped_worker_ >= 0) (void)cluster_->KillWorker(stopped_worker_);
+    if (!partitioned_port_.empty()) (void)SetPort(partitioned_port_, "up");
     if (killed_server_ >= 0) {
       (void)cluster_->server(killed_server_)->Signal(SIGKILL);
       (void)cluster_->server(killed_server_)->WaitForExit(absl::Seconds(10));
@@ -381,6 +417,7 @@ class Trial {
   std::future<void> resume_;
   int stopped_worker_ = -1;
   int killed_server_ = -1;
+  std::string partitioned_port_;
 };
 
 double Median(std::vector<double> v) {
@@ -399,11 +436,17 @@ absl::Status RunFaults(const FaultOptions& o) {
   }
   std::vector<std::string> kinds;
   if (o.kinds == "all") {
-    kinds = AllKinds();
+    for (const std::string& k : AllKinds()) {
+      if (!NeedsNetlab(k) || !o.bridge_netns.empty()) kinds.push_back(k);
+    }
   } else {
     for (absl::string_view k : absl::StrSplit(o.kinds, ',', absl::SkipEmpty())) {
       if (std::find(AllKinds().begin(), AllKinds().end(), k) == AllKinds().end()) {
         return absl::InvalidArgumentError(absl::StrCat("--kinds: unknown fault kind '", k, "'"));
+      }
+      if (NeedsNetlab(k) && (o.bridge_netns.empty() || o.placement.empty())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            k, " needs --placement and --bridge-netns (run under scripts/netlab.sh exec)"));
       }
       kinds.emplace_back(k);
     }
@@ -532,6 +575,11 @@ Command AddFaultsCommand(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--max-stall", o->max_stall,
                   "fail (exit status) when a trial's stall exceeds this duration (e.g. 3s)");
+  app->add_option("--placement", o->placement,
+                  "run the daemons where this placement says (scripts/netlab.sh writes one)");
+  app->add_option("--bridge-netns", o->bridge_netns,
+                  "the netlab bridge namespace (PREFIX-br): enables worker-partition and "
+                  "server-partition, which take a host's bridge port down");
   app->add_option("--json", o->json, "write the results as JSON to this file");
   app->add_option("--dir", o->dir,
                   "run directory, kept with every trial's logs (default: a temporary one, "

@@ -21,6 +21,20 @@
 //                               coordinator is SIGKILLed and restarted on its
 //                               address and state file, the last one calls.
 //   coordinator-stop            the same with SIGSTOP, SIGCONT 1 s later.
+//   coordinator-disk-full       the coordinator's state file lives on a 4 MiB
+//                               tmpfs mounted in its own mount namespace
+//                               (unshare -m); the suite fills it (through
+//                               /proc/PID/root), SIGKILLs the last worker
+//                               (its eviction needs a commit) and frees the
+//                               space 1 s later; expected: the survivors.
+//   spoof                       before step 3 a non-member (fault_spoofer.h)
+//                               sends every server forged FP32 pushes of the
+//                               current epoch as rank 0, each element
+//                               4^workers; expected: every worker once.
+//                               Reported, not asserted: data-plane pushes are
+//                               not authenticated yet, so forged pushes that
+//                               arrive first are counted (the table says how
+//                               often).
 // A step whose counts are not exactly the expected workers once is counted:
 // "lost" (an expected worker missing), "double" (a worker counted twice or
 // more, or one that did not take part counted); a step that returned an
@@ -29,7 +43,7 @@
 //
 // Prints one table (kind, trials, lost, double, failed, max and median
 // stall) and writes --json FILE (per kind and per trial). Exit status: 0
-// when every kind had 0 lost, 0 double and 0 failed, and (with
+// when every asserted kind had 0 lost, 0 double and 0 failed, and (with
 // --max-stall D) no trial stalled longer than D.
 #ifndef GIFT_BENCH_FAULT_SUITE_H_
 #define GIFT_BENCH_FAULT_SUITE_H_
