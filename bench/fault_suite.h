@@ -10,7 +10,9 @@
 // digit w says how many times w was counted. Steps 0..2 run on every worker;
 // step 3 is the fault step; steps 4..5 run on the workers still expected.
 //
-// Fault kinds (--kinds, comma-separated; default all):
+// Fault kinds (--kinds, comma-separated; default all: every kind this run
+// can do, so without root no coordinator-disk-full, and without
+// --bridge-netns no partitions):
 //   worker-kill / worker-stop   the survivors start step 3, then the last
 //                               worker gets SIGKILL / SIGSTOP without
 //                               calling it; expected: the survivors once.
@@ -35,6 +37,11 @@
 //                               not authenticated yet, so forged pushes that
 //                               arrive first are counted (the table says how
 //                               often).
+//   worker-partition /          under scripts/netlab.sh (--placement,
+//   server-partition            --bridge-netns): the last worker's or server
+//                               0's bridge port goes down (packets dropped
+//                               both ways, connections open) as in the
+//                               -stop kinds; up again at teardown.
 // A step whose counts are not exactly the expected workers once is counted:
 // "lost" (an expected worker missing), "double" (a worker counted twice or
 // more, or one that did not take part counted); a step that returned an
