@@ -7,6 +7,7 @@
 //   gift-bench transform  transform + quantize against direct quantize, CPU and GPU
 //   gift-bench cluster    push-pull of a local cluster against ucx_perftest, gloo, memcpy
 //   gift-bench model      predicted step time: rings against the service (nothing measured)
+//   gift-bench faults     kill -9 / SIGSTOP of each daemon kind: exact-once counts and stalls
 //
 // Every subcommand lives in its own file and registers itself through a
 // bench::Command; see command.h.
@@ -20,6 +21,7 @@
 #include "bench/codec_bench.h"
 #include "bench/command.h"
 #include "bench/control_plane_bench.h"
+#include "bench/fault_suite.h"
 #include "bench/fidelity_report.h"
 #include "bench/model_bench.h"
 #include "bench/transform_bench.h"
@@ -51,6 +53,7 @@ int Main(int argc, char** argv) {
   commands.push_back(gift::bench::AddTransformCommand(app));
   commands.push_back(gift::bench::AddClusterCommand(app));
   commands.push_back(gift::bench::AddModelCommand(app));
+  commands.push_back(gift::bench::AddFaultsCommand(app));
 
   try {
     app.parse(argc, argv);

@@ -36,6 +36,7 @@
 #include "common/base/thread_pool.h"
 #include "common/control/coordinator_client.h"
 #include "common/control/member_session.h"
+#include "common/control/peer_failure_reporter.h"
 #include "common/daemon/daemon_flags.h"
 #include "common/daemon/metrics_server.h"
 #include "common/daemon/rpc_metrics.h"
@@ -144,10 +145,12 @@ int Main(int argc, char** argv) {
     return Fail(absl::StrCat("--threads: ", s.message()));
   }
   transport::UcxTransportOptions ucx{.tls = ucx_tls};
+  // Declared before the engine: it outlives the engine's transport.
+  control::PeerFailureReporter failure_reporter;
   auto engine = PushPullEngine::Create(
-      [&](transport::TransportHandlers h) {
+      failure_reporter.Wrap([&](transport::TransportHandlers h) {
         return transport::CreateUcxTransport(std::move(h), ucx);
-      },
+      }),
       {.codec_options = codec_options, .timeout = step_timeout});
   if (!engine.ok()) return Fail(absl::StrCat("UCX: ", engine.status().ToString()));
 
@@ -166,6 +169,7 @@ int Main(int argc, char** argv) {
       {{"coordinator", coordinator},
        {"member_id", (*session)->member_id()},
        {"rank", static_cast<int64_t>((*session)->rank())}});
+  failure_reporter.Attach(session->get());  // aggregator failures go to the coordinator
 
   // Metrics: per-step histograms fed by the daemon, and its counters copied
   // on every scrape.
@@ -366,6 +370,7 @@ int Main(int argc, char** argv) {
     Log(Level::kWarning, "drain_timeout", {{"timeout", absl::FormatDuration(drain_timeout)}});
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  failure_reporter.Detach();
   const absl::Status left = (*session)->Close();
   if (!left.ok()) Log(Level::kWarning, "leave_failed", {{"error", left.ToString()}});
   const WorkerDaemon::Counters c = worker->counters();

@@ -74,6 +74,12 @@ absl::StatusOr<v1::RegisterTensorsResponse> CoordinatorClient::RegisterTensors(
                                             &v1::Coordinator::Stub::RegisterTensors, request);
 }
 
+absl::StatusOr<v1::ReportPeerFailureResponse> CoordinatorClient::ReportPeerFailure(
+    const v1::ReportPeerFailureRequest& request) const {
+  return Unary<v1::ReportPeerFailureResponse>(*this, "ReportPeerFailure",
+                                              &v1::Coordinator::Stub::ReportPeerFailure, request);
+}
+
 absl::StatusOr<v1::PublishBasisResponse> CoordinatorClient::PublishBasis(
     v1::BasisHeader header, absl::string_view bytes) const {
   header.set_size_bytes(bytes.size());

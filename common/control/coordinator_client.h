@@ -69,6 +69,8 @@ class CoordinatorClient {
       absl::Duration timeout = absl::ZeroDuration()) const;
   absl::StatusOr<gift::v1::RegisterTensorsResponse> RegisterTensors(
       const gift::v1::RegisterTensorsRequest& request) const;
+  absl::StatusOr<gift::v1::ReportPeerFailureResponse> ReportPeerFailure(
+      const gift::v1::ReportPeerFailureRequest& request) const;
 
   // Streams `bytes` (the serialized basis; empty when `header.direct`) in
   // chunks of kBasisChunkBytes. Fills header.size_bytes and header.crc32c

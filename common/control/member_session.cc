@@ -272,6 +272,15 @@ void MemberSession::SetLastStep(uint64_t step) {
   last_step_ = step;
 }
 
+absl::StatusOr<v1::ReportPeerFailureResponse> MemberSession::ReportPeerFailure(
+    const std::string& suspect_member_id, const std::string& reason) const {
+  v1::ReportPeerFailureRequest request;
+  request.set_reporter_member_id(member_id());
+  request.set_suspect_member_id(suspect_member_id);
+  request.set_reason(reason);
+  return client_.ReportPeerFailure(request);
+}
+
 absl::StatusOr<v1::RegisterTensorsResponse> MemberSession::RegisterTensors(
     const std::vector<v1::TensorSpec>& tensors) const {
   v1::RegisterTensorsRequest request;

@@ -129,6 +129,12 @@ class MemberSession {
   // thread at its next beat).
   absl::Status HeartbeatNow();
 
+  // Reports that the member `suspect_member_id` failed on this member's data
+  // plane (ReportPeerFailure): the coordinator's answer (FAILED_PRECONDITION
+  // "not confirmed" while the suspect is still connected to it).
+  absl::StatusOr<gift::v1::ReportPeerFailureResponse> ReportPeerFailure(
+      const std::string& suspect_member_id, const std::string& reason) const;
+
   // Registers tensors under this member (RegisterTensors).
   absl::StatusOr<gift::v1::RegisterTensorsResponse> RegisterTensors(
       const std::vector<gift::v1::TensorSpec>& tensors) const;

@@ -49,6 +49,7 @@
 #include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
 #include "common/control/member_session.h"
+#include "common/control/peer_failure_reporter.h"
 #include "common/daemon/daemon_flags.h"
 #include "common/daemon/metrics_server.h"
 #include "common/daemon/shutdown.h"
@@ -258,9 +259,12 @@ int Main(int argc, char** argv) {
         {{"code", absl::StatusCodeToString(why.code())}, {"reason", why.message()}});
   };
   transport::UcxTransportOptions ucx{.tls = ucx_tls};
-  auto shard = AggregatorShard::Create(options, [&](transport::TransportHandlers h) {
-    return transport::CreateUcxTransport(std::move(h), ucx);
-  });
+  // Declared before the shard: it outlives the shard's transport.
+  control::PeerFailureReporter failure_reporter;
+  auto shard =
+      AggregatorShard::Create(options, failure_reporter.Wrap([&](transport::TransportHandlers h) {
+        return transport::CreateUcxTransport(std::move(h), ucx);
+      }));
   if (!shard.ok()) return Fail("startup_failed", shard.status().ToString());
 
   control::MemberSessionOptions session_options;
@@ -277,6 +281,7 @@ int Main(int argc, char** argv) {
       {{"coordinator", coordinator},
        {"member_id", (*session)->member_id()},
        {"shard", static_cast<int64_t>((*session)->rank())}});
+  failure_reporter.Attach(session->get());  // worker failures go to the coordinator
 
   const uint32_t shard_id = (*session)->rank();
   // Follows the cluster state into the shard; its loop is the watchdog's
@@ -296,6 +301,7 @@ int Main(int argc, char** argv) {
   aggregator.Drain(drain_timeout, &signals);
   aggregator.Stop();
   watchdog.reset();
+  failure_reporter.Detach();
   const absl::Status left = (*session)->Close();
   if (!left.ok()) Log(Level::kWarning, "leave_failed", {{"error", left.ToString()}});
   const AggregatorShard::Counters c = (*shard)->counters();

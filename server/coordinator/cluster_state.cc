@@ -14,6 +14,7 @@
 #include "common/base/status_macros.h"
 #include "common/policy/policy.h"
 #include "common/transform/basis_serialization.h"
+#include "server/coordinator/cluster_state_run.h"
 #include "server/coordinator/shard_map.h"
 
 namespace gift::coordinator {
@@ -49,29 +50,6 @@ absl::StatusOr<std::unique_ptr<ClusterStateMachine>> ClusterStateMachine::Create
 
 void ClusterStateMachine::SetChangeCallback(std::function<void()> callback) {
   on_change_ = std::move(callback);
-}
-
-template <typename Fn>
-auto ClusterStateMachine::Run(Fn fn) -> decltype(fn()) {
-  uint64_t before, after;
-  decltype(fn()) result;
-  {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status restored = RestoreIfStaleLocked(); !restored.ok()) return restored;
-    before = meta_.revision;
-    ExpireLeasesLocked();
-    result = fn();
-    absl::Status committed = CommitLocked();
-    if (!committed.ok()) {
-      Log(Level::kError, "commit_failed", {{"error", committed.ToString()}});
-      // Nothing of the call stays: memory goes back to the committed state.
-      RollBackLocked();
-      if (result.ok()) result = committed;
-    }
-    after = meta_.revision;
-  }
-  if (after != before && on_change_) on_change_();
-  return result;
 }
 
 int64_t ClusterStateMachine::NowMsLocked() const { return absl::ToUnixMillis(clock_->Now()); }

@@ -145,6 +145,18 @@ class ClusterStateMachine {
   absl::StatusOr<gift::v1::DrainResponse> Drain(const gift::v1::DrainRequest& request);
   absl::StatusOr<gift::v1::StatusResponse> GetStatus();
 
+  // A member's report that another failed (ReportPeerFailure,
+  // coordinator.proto). `confirmed` is the caller's own check of the suspect
+  // (the service: its Watch stream closed, member_connections.h). Confirmed:
+  // the suspect is removed as by a lease expiry (event "fail", +1 epoch,
+  // re-ranked) and evicted=true. Not confirmed: FailedPrecondition naming
+  // the suspect, nothing changes. A suspect that is no longer live: OK with
+  // evicted=false (many members report one failure). InvalidArgument for an
+  // empty suspect id or a self-report; the reporter's Membership::Live error
+  // when the reporter is not live. Implemented in cluster_state_failures.cc.
+  absl::StatusOr<gift::v1::ReportPeerFailureResponse> ReportPeerFailure(
+      const gift::v1::ReportPeerFailureRequest& request, bool confirmed);
+
   // Removes the members whose lease has run out (each bumps the epoch). Also
   // done at the start of every other call.
   absl::Status ExpireLeases();

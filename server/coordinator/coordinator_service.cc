@@ -62,8 +62,8 @@ grpc::Status CheckJoinRole(const grpc::CallbackServerContext& context,
 class CoordinatorService::WatchReactor final
     : public grpc::ServerWriteReactor<gift::v1::ClusterState> {
  public:
-  WatchReactor(CoordinatorService* service, uint64_t after_revision)
-      : service_(service), sent_revision_(after_revision) {
+  WatchReactor(CoordinatorService* service, std::string member_id, uint64_t after_revision)
+      : service_(service), member_id_(std::move(member_id)), sent_revision_(after_revision) {
     if (!service_->AddWatcher(this)) {
       finished_ = true;
       Finish(ShuttingDown());
@@ -152,10 +152,13 @@ class CoordinatorService::WatchReactor final
     Unref();
   }
 
+  const std::string& member_id() const { return member_id_; }
+
  private:
   ~WatchReactor() override = default;
 
   CoordinatorService* const service_;
+  const std::string member_id_;  // "" for operators
   std::atomic<int> refs_{1};
   absl::Mutex mu_;
   uint64_t sent_revision_ ABSL_GUARDED_BY(mu_);
@@ -171,12 +174,26 @@ bool CoordinatorService::AddWatcher(WatchReactor* watcher) {
   absl::MutexLock lock(&watchers_mu_);
   if (shutting_down_.load()) return false;
   watchers_.insert(watcher);
+  connections_.Opened(watcher->member_id());
   return true;
 }
 
 void CoordinatorService::RemoveWatcher(WatchReactor* watcher) {
-  absl::MutexLock lock(&watchers_mu_);
-  watchers_.erase(watcher);
+  {
+    absl::MutexLock lock(&watchers_mu_);
+    if (watchers_.erase(watcher) == 0) return;
+  }
+  // The member's stream ended: the reports waiting for it are confirmed now.
+  const std::string& member_id = watcher->member_id();
+  for (const gift::v1::ReportPeerFailureRequest& report : connections_.Closed(member_id)) {
+    if (shutting_down_.load()) break;
+    absl::StatusOr<gift::v1::ReportPeerFailureResponse> result =
+        state_->ReportPeerFailure(report, /*confirmed=*/true);
+    if (!result.ok()) {
+      Log(Level::kInfo, "peer_failure_report_dropped",
+          {{"suspect", report.suspect_member_id()}, {"error", result.status().ToString()}});
+    }
+  }
 }
 
 void CoordinatorService::NotifyWatchers() {
@@ -199,7 +216,7 @@ grpc::ServerWriteReactor<gift::v1::ClusterState>* CoordinatorService::Watch(
   if (grpc::Status denied = CheckAnyRole(*context, "Watch"); !denied.ok()) {
     return new rpc::RefusedWriter<gift::v1::ClusterState>(denied);
   }
-  return new WatchReactor(this, request->after_revision());
+  return new WatchReactor(this, request->member_id(), request->after_revision());
 }
 
 // ---- PublishBasis ---------------------------------------------------------
@@ -406,6 +423,17 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
     return rpc::FinishUnary(context, denied);
   }
   return Unary(context, response, [&] { return state_->Heartbeat(*request); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ReportPeerFailure(
+    grpc::CallbackServerContext* context, const gift::v1::ReportPeerFailureRequest* request,
+    gift::v1::ReportPeerFailureResponse* response) {
+  if (grpc::Status denied = CheckMember(*context, "ReportPeerFailure"); !denied.ok()) {
+    return rpc::FinishUnary(context, denied);
+  }
+  return Unary(context, response, [&] {
+    return state_->ReportPeerFailure(*request, connections_.CheckOrRemember(*request));
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RegisterTensors(

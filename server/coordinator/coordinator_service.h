@@ -13,6 +13,11 @@
 //     when its previous write completes (revisions coalesce). Ends with
 //     UNAVAILABLE on Shutdown, CANCELLED when the client goes away.
 //     WatchRequest.member_id is not checked: operators watch without one.
+//     The streams are counted by member id (member_connections.h): a
+//     member's stream closing is what confirms a report of its failure.
+//   - ReportPeerFailure: confirmed when the suspect's Watch stream has
+//     closed; a report that is not confirmed yet is remembered briefly and
+//     confirmed when that stream closes (see member_connections.h).
 //
 // Ownership: does not own the ClusterStateMachine, which must outlive the service.
 // The service is the state's change callback, so it must outlive every call
@@ -31,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gift/v1/coordinator.grpc.pb.h"
 #include "server/coordinator/cluster_state.h"
+#include "server/coordinator/member_connections.h"
 
 namespace gift::coordinator {
 
@@ -56,6 +62,9 @@ class CoordinatorService final : public gift::v1::Coordinator::CallbackService {
                                       gift::v1::HeartbeatResponse* response) override;
   grpc::ServerWriteReactor<gift::v1::ClusterState>* Watch(
       grpc::CallbackServerContext* context, const gift::v1::WatchRequest* request) override;
+  grpc::ServerUnaryReactor* ReportPeerFailure(
+      grpc::CallbackServerContext* context, const gift::v1::ReportPeerFailureRequest* request,
+      gift::v1::ReportPeerFailureResponse* response) override;
   grpc::ServerUnaryReactor* RegisterTensors(grpc::CallbackServerContext* context,
                                             const gift::v1::RegisterTensorsRequest* request,
                                             gift::v1::RegisterTensorsResponse* response) override;
@@ -105,6 +114,7 @@ class CoordinatorService final : public gift::v1::Coordinator::CallbackService {
 
   absl::Mutex watchers_mu_;
   std::set<WatchReactor*> watchers_ ABSL_GUARDED_BY(watchers_mu_);
+  MemberConnections connections_;
 };
 
 }  // namespace gift::coordinator

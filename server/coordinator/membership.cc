@@ -61,9 +61,10 @@ absl::StatusOr<gift::v1::Member*> Membership::Live(const std::string& member_id)
     if (evicted != evicted_at_step_.end()) {
       uint64_t min_next = 0, max_last = 0;
       WorkerSteps(&min_next, &max_last);
-      return absl::FailedPreconditionError(
-          absl::StrCat("member ", member_id, " was evicted at step ", evicted->second,
-                       " (its lease expired), cluster at step ", max_last, "; join again"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "member ", member_id, " was evicted at step ", evicted->second.step, " (",
+          evicted->second.event == "fail" ? "a peer reported it failed" : "its lease expired",
+          "), cluster at step ", max_last, "; join again"));
     }
     return absl::FailedPreconditionError(absl::StrCat(
         "member ", member_id, " is no longer a member (it left or its lease expired); join again"));
@@ -103,9 +104,9 @@ void Membership::Remove(const std::string& member_id, absl::string_view event, i
   if (it == members_.end()) return;
   ++epoch_;
   Record(event, it->second, now_ms);
-  if (event == "expire" && IsWorker(it->second)) {
+  if ((event == "expire" || event == "fail") && IsWorker(it->second)) {
     if (evicted_at_step_.size() >= kMaxEvicted) evicted_at_step_.clear();
-    evicted_at_step_[member_id] = it->second.last_step();
+    evicted_at_step_[member_id] = {it->second.last_step(), std::string(event)};
   }
   put_members_.erase(member_id);
   delete_members_.insert(member_id);

@@ -47,8 +47,9 @@ class Membership {
   const std::map<std::string, gift::v1::Member>& members() const { return members_; }
 
   // The live member `member_id`: InvalidArgument for an empty id,
-  // FailedPrecondition for one that left or expired (for an expired worker:
-  // "evicted at step S (its lease expired), cluster at step T"), NotFound
+  // FailedPrecondition for one that left, expired or failed (for an expired
+  // or failed worker: "evicted at step S (its lease expired | a peer reported
+  // it failed), cluster at step T"), NotFound
   // otherwise.
   absl::StatusOr<gift::v1::Member*> Live(const std::string& member_id);
   // Live and a worker (FailedPrecondition for a server).
@@ -60,7 +61,9 @@ class Membership {
   // with the next id, no rank yet, joined at the new epoch (+1). Records no
   // event: the caller records "join" once the member is ranked.
   gift::v1::Member& Add(gift::v1::Member member);
-  // Removes a live member, +1 epoch, records `event`; no-op for an unknown id.
+  // Removes a live member, +1 epoch, records `event` ("leave", "expire",
+  // "fail": a confirmed peer failure report, ...); no-op for an unknown id.
+  // An expired or failed worker is remembered for Live's message.
   void Remove(const std::string& member_id, absl::string_view event, int64_t now_ms);
   // The ids whose lease ends at or before `now_ms`.
   std::vector<std::string> Expired(int64_t now_ms) const;
@@ -92,10 +95,15 @@ class Membership {
   std::map<std::string, gift::v1::Member> put_members_;
   std::set<std::string> delete_members_;
   std::vector<MembershipEvent> history_;
-  // The last step of workers whose lease expired (in memory, at most
-  // kMaxEvicted), for Live's message to a returning one.
+  // The last step of workers whose lease expired or who failed, and the
+  // event (in memory, at most kMaxEvicted), for Live's message to a
+  // returning one.
+  struct Eviction {
+    uint64_t step = 0;
+    std::string event;
+  };
   static constexpr size_t kMaxEvicted = 1024;
-  std::map<std::string, uint64_t> evicted_at_step_;
+  std::map<std::string, Eviction> evicted_at_step_;
 };
 
 }  // namespace gift::coordinator

@@ -1,0 +1,596 @@
+#include "bench/fault_suite.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "bench/bench_util.h"
+#include "bench/fault_spoofer.h"
+#include "common/codec/codec_spec.h"
+#include "common/codec/codec_spec_proto.h"
+#include "common/control/coordinator_client.h"
+#include "common/control/subprocess.h"
+#include "gift/v1/policy.pb.h"
+#include "nlohmann/json.hpp"
+#include "tools/gift-cluster/local_cluster.h"
+#include "worker/client/worker_client.h"
+
+namespace gift::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kFaultStep = 3;
+constexpr uint64_t kSteps = 6;
+constexpr int64_t kRows = 64, kCols = 256;
+
+const std::vector<std::string>& AllKinds() {
+  static const auto* kinds = new std::vector<std::string>{
+      "worker-kill",      "worker-stop",      "server-kill",           "server-stop",
+      "coordinator-kill", "coordinator-stop", "coordinator-disk-full", "spoof",
+      "worker-partition", "server-partition"};
+  return *kinds;
+}
+
+struct FaultOptions {
+  std::string kinds = "all";
+  int trials = 3;
+  int workers = 3;
+  int servers = 2;
+  std::string lease = "10s";
+  std::string max_stall;  // "" : no bound
+  std::string json;
+  std::string dir;  // "" : a fresh temporary directory
+  // Partitions: the daemons' placement and the namespace of the bridge whose
+  // ports ("s<i>", "w<i>") are taken down (scripts/netlab.sh).
+  std::string placement;
+  std::string bridge_netns;
+};
+
+bool NeedsNetlab(absl::string_view kind) { return absl::EndsWith(kind, "-partition"); }
+
+// Kinds that report what happened without failing the suite: forged pushes
+// are accepted until data-plane pushes are authenticated.
+bool ReportOnly(const std::string& kind) { return kind == "spoof"; }
+
+struct TrialResult {
+  std::string kind;
+  int trial = 0;
+  int lost = 0, doubled = 0, failed = 0;
+  // spoof: forged pushes sent, and the fraction of elements of the fault
+  // step's average that counted them (0: every forged push was rejected).
+  int forged_sent = 0;
+  double forged_counted = 0;
+  double stall_s = 0;
+  std::string error;  // setup problems or the first failed step's status
+};
+
+// One worker's training process: its client and registered tensor.
+struct Trainer {
+  std::unique_ptr<client::WorkerClient> client;
+  std::vector<client::SharedTensor> tensors;
+};
+
+absl::Status SetFp32Policy(const std::string& address) {
+  control::CoordinatorClient client(control::CoordinatorClient::MakeChannel(address),
+                                    absl::Seconds(30));
+  absl::StatusOr<codec::CodecSpec> fp32 = codec::ParseCodecSpec("fp32");
+  if (!fp32.ok()) return fp32.status();
+  gift::v1::Policy policy;
+  *policy.mutable_transform()->mutable_push_codec() = codec::ToProto(*fp32);
+  *policy.mutable_transform()->mutable_pull_codec() = codec::ToProto(*fp32);
+  policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);
+  policy.mutable_selection()->add_exclude("*");  // direct: exact FP32 sums
+  absl::StatusOr<gift::v1::Policy> set = client.SetPolicy(policy, 0);
+  return set.status();
+}
+
+// Who the step counted: the base-4 digits of avg * world_size, per element
+// (digit w: launch index w; digit `workers`: the spoofer's 4^workers).
+absl::StatusOr<std::vector<std::vector<int>>> Counts(const client::SharedTensor& t, uint32_t world,
+                                                     int workers) {
+  std::vector<std::vector<int>> counts(t.size(), std::vector<int>(workers + 1, 0));
+  for (size_t i = 0; i < t.size(); ++i) {
+    const double total = std::round(static_cast<double>(t.data()[i]) * world);
+    auto n = static_cast<uint64_t>(total);
+    for (int w = 0; w <= workers; ++w, n >>= 2) counts[i][w] = static_cast<int>(n & 3);
+    if (n != 0) return absl::DataLossError(absl::StrCat("element ", i, " sums to ", total));
+  }
+  return counts;
+}
+
+class Trial {
+ public:
+  Trial(const FaultOptions& o, const tools::LocalClusterBinaries& binaries, std::string kind,
+        int index, std::string dir)
+      : o_(o), binaries_(binaries), dir_(std::move(dir)) {
+    result_.kind = std::move(kind);
+    result_.trial = index;
+  }
+
+  TrialResult Run() {
+    if (absl::Status s = Setup(); !s.ok()) {
+      result_.failed = 1;
+      result_.error = s.ToString();
+    } else {
+      Steps();
+    }
+    Teardown();
+    return result_;
+  }
+
+ private:
+  absl::Status Setup() {
+    absl::Duration lease;
+    if (!absl::ParseDuration(o_.lease, &lease) || lease <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--lease: '", o_.lease, "' is not a duration"));
+    }
+    tools::LocalClusterOptions options;
+    options.binaries = binaries_;
+    options.dir = dir_;
+    options.servers = o_.servers;
+    options.workers = o_.workers;
+    options.lease_ttl = lease;
+    options.step_timeout = absl::Seconds(60);
+    options.coordinator_args = {"--chunk-bytes", "16384"};
+    if (!o_.placement.empty()) {
+      absl::StatusOr<tools::ClusterPlacement> placement =
+          tools::ClusterPlacement::FromJsonFile(o_.placement);
+      if (!placement.ok()) return placement.status();
+      options.placement = *std::move(placement);
+      options.ucx_tls = "tcp";
+    }
+    if (result_.kind == "coordinator-disk-full") {
+      // The state file on a 4 MiB tmpfs over the run directory, mounted in
+      // the coordinator's own mount namespace (nothing changes outside it);
+      // Inject fills it through /proc/PID/root.
+      options.placement.coordinator.prefix = {
+          "/usr/bin/unshare",
+          "-m",
+          "--propagation",
+          "private",
+          "/bin/sh",
+          "-c",
+          "mount -t tmpfs -o size=4m gift-faults \"$0\" && exec \"$@\"",
+          dir_};
+    }
+    absl::StatusOr<std::unique_ptr<tools::LocalCluster>> cluster =
+        tools::LocalCluster::Start(options);
+    if (!cluster.ok()) return cluster.status();
+    cluster_ = *std::move(cluster);
+    if (absl::Status s = SetFp32Policy(cluster_->coordinator_address()); !s.ok()) return s;
+    trainers_.resize(o_.workers);
+    for (int w = 0; w < o_.workers; ++w) {
+      auto c = client::WorkerClient::Connect(cluster_->worker_socket(w));
+      if (!c.ok()) return c.status();
+      trainers_[w].client = *std::move(c);
+      auto t = trainers_[w].client->Register({{"faults.grad", {kRows, kCols}}});
+      if (!t.ok()) return t.status();
+      trainers_[w].tensors = *std::move(t);
+    }
+    return absl::OkStatus();
+  }
+
+  // Starts PushPull(step) on worker w (its gradient filled first).
+  std::future<absl::StatusOr<client::PushPullResult>> Start(int w, uint64_t step) {
+    const float value = static_cast<float>(uint64_t{1} << (2 * w));
+    std::fill_n(trainers_[w].tensors[0].data(), trainers_[w].tensors[0].size(), value);
+    return std::async(std::launch::async, [this, w, step] {
+      absl::StatusOr<client::PushPullResult> r = trainers_[w].client->PushPull(step);
+      done_[w] = Clock::now();
+      return r;
+    });
+  }
+
+  // Collects the step's replies and checks the counts against `expected`.
+  void Check(std::map<int, std::future<absl::StatusOr<client::PushPullResult>>>& calls,
+             const std::vector<int>& expected) {
+    for (auto& [w, call] : calls) {
+      absl::StatusOr<client::PushPullResult> r = call.get();
+      if (!r.ok()) {
+        ++result_.failed;
+        if (result_.error.empty())
+          result_.error = absl::StrCat("worker ", w, ": ", r.status().ToString());
+        continue;
+      }
+      absl::StatusOr<std::vector<std::vector<int>>> counts =
+          Counts(trainers_[w].tensors[0], r->world_size, o_.workers);
+      if (!counts.ok()) {
+        ++result_.doubled;
+        if (result_.error.empty()) result_.error = counts.status().ToString();
+        continue;
+      }
+      // One count per worker and step: lost when some element missed an
+      // expected worker, double when some element counted a worker twice or
+      // one that did not take part.
+      std::vector<bool> lost(o_.workers, false), doubled(o_.workers + 1, false);
+      size_t forged = 0;
+      for (const std::vector<int>& c : *counts) {
+        for (int v = 0; v < o_.workers; ++v) {
+          const bool want = std::find(expected.begin(), expected.end(), v) != expected.end();
+          lost[v] = lost[v] || (want && c[v] == 0);
+          doubled[v] = doubled[v] || c[v] > (want ? 1 : 0);
+        }
+        forged += c[o_.workers] > 0 ? 1 : 0;
+      }
+      result_.lost += static_cast<int>(std::count(lost.begin(), lost.end(), true));
+      result_.doubled += static_cast<int>(std::count(doubled.begin(), doubled.end(), true));
+      if (forged > 0) {
+        if (result_.kind != "spoof") ++result_.doubled;  // counted someone who is no worker
+        result_.forged_counted =
+            std::max(result_.forged_counted,
+                     static_cast<double>(forged) / static_cast<double>(counts->size()));
+      }
+    }
+  }
+
+  void Steps() {
+    std::vector<int> all;
+    for (int w = 0; w < o_.workers; ++w) all.push_back(w);
+    std::vector<int> expected = all;
+    const std::string& kind = result_.kind;
+    for (uint64_t step = 0; step < kSteps; ++step) {
+      std::map<int, std::future<absl::StatusOr<client::PushPullResult>>> calls;
+      if (step != kFaultStep) {
+        for (int w : expected) calls[w] = Start(w, step);
+        Check(calls, expected);
+        continue;
+      }
+      if (kind == "spoof") {  // forged pushes first, then every worker
+        const Clock::time_point t0 = Clock::now();
+        if (absl::Status s = Spoof(step); !s.ok()) {
+          result_.failed = 1;
+          result_.error = s.ToString();
+          return;
+        }
+        for (int w : all) calls[w] = Start(w, step);
+        for (auto& [w, c] : calls) c.wait();
+        Clock::time_point last = t0;
+        for (auto& [w, c] : calls) last = std::max(last, done_[w]);
+        result_.stall_s = std::chrono::duration<double>(last - t0).count();
+        Check(calls, expected);
+        continue;
+      }
+      // The fault step: everyone but `late` is waiting when the fault hits.
+      const int late = o_.workers - 1;
+      for (int w : all) {
+        if (w != late) calls[w] = Start(w, step);
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+      const Clock::time_point t0 = Clock::now();
+      if (absl::Status s = Inject(kind); !s.ok()) {
+        result_.failed = 1;
+        result_.error = s.ToString();
+        for (auto& [w, c] : calls) c.wait();
+        return;
+      }
+      if (absl::StartsWith(kind, "worker") || kind == "coordinator-disk-full") {
+        expected.erase(std::remove(expected.begin(), expected.end(), late), expected.end());
+      } else {
+        calls[late] = Start(late, step);
+      }
+      for (auto& [w, c] : calls) c.wait();
+      Clock::time_point last = t0;
+      for (auto& [w, c] : calls) last = std::max(last, done_[w]);
+      result_.stall_s = std::chrono::duration<double>(last - t0).count();
+      Check(calls, expected);
+      if (kind == "coordinator-stop") (void)SignalCoordinator(SIGCONT);
+    }
+  }
+
+  absl::Status Inject(const std::string& kind) {
+    const int late = o_.workers - 1;
+    if (kind == "worker-kill") return cluster_->KillWorker(late);
+    if (kind == "worker-stop") {
+      stopped_worker_ = late;
+      return cluster_->worker(late)->Signal(SIGSTOP);
+    }
+    if (kind == "server-kill") {
+      killed_server_ = 0;
+      return cluster_->server(0)->Signal(SIGKILL);
+    }
+    if (kind == "server-stop") {
+      killed_server_ = 0;  // SIGKILLed at teardown
+      return cluster_->server(0)->Signal(SIGSTOP);
+    }
+    if (kind == "coordinator-kill") return cluster_->RestartCoordinator();
+    if (kind == "coordinator-stop") {
+      // Resumed 1 s later, well within the lease and the step window.
+      absl::Status s = SignalCoordinator(SIGSTOP);
+      if (!s.ok()) return s;
+      resume_ = std::async(std::launch::async, [this] {
+        absl::SleepFor(absl::Seconds(1));
+        (void)SignalCoordinator(SIGCONT);
+      });
+      return absl::OkStatus();
+    }
+    if (NeedsNetlab(kind)) {
+      // The host's port on the bridge goes down: its packets are dropped
+      // both ways, its connections stay open.
+      partitioned_port_ = kind == "worker-partition" ? absl::StrCat("w", late) : "s0";
+      return SetPort(partitioned_port_, "down");
+    }
+    if (kind == "coordinator-disk-full") {
+      // Full disk under the coordinator, then a worker dies: its eviction
+      // needs a commit. Space comes back 1 s later.
+      const std::string fill =
+          absl::StrCat("/proc/", cluster_->coordinator()->pid(), "/root", dir_, "/fill");
+      if (absl::Status s = FillDisk(fill); !s.ok()) return s;
+      resume_ = std::async(std::launch::async, [fill] {
+        absl::SleepFor(absl::Seconds(1));
+        std::filesystem::remove(fill);
+      });
+      return cluster_->KillWorker(late);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("unknown fault kind '", kind, "'"));
+  }
+
+  // `ip -n BRIDGE link set PORT up|down`.
+  absl::Status SetPort(const std::string& port, const std::string& state) {
+    absl::StatusOr<std::unique_ptr<control::Subprocess>> ip = control::Subprocess::Start(
+        {"/usr/sbin/ip", "-n", o_.bridge_netns, "link", "set", port, state});
+    if (!ip.ok()) return ip.status();
+    absl::StatusOr<int> code = (*ip)->WaitForExit(absl::Seconds(10));
+    if (!code.ok()) return code.status();
+    if (*code != 0) {
+      return absl::InternalError(
+          absl::StrCat("ip link set ", port, " ", state, ": ", (*ip)->stderr_text()));
+    }
+    return absl::OkStatus();
+  }
+
+  // Writes `path` until the file system is full (ENOSPC).
+  static absl::Status FillDisk(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) return absl::InternalError(absl::StrCat("cannot create ", path));
+    const std::vector<char> block(64 << 10, 0);
+    size_t written = 0;
+    while (written < (size_t{1} << 30) &&
+           std::fwrite(block.data(), 1, block.size(), f) == block.size()) {
+      written += block.size();
+    }
+    std::fclose(f);
+    if (written >= (size_t{1} << 30)) return absl::InternalError("the disk did not fill up");
+    return absl::OkStatus();
+  }
+
+  // A non-member's forged pushes for the fault step: rank 0, 4^workers.
+  absl::Status Spoof(uint64_t step) {
+    absl::StatusOr<std::unique_ptr<FaultSpoofer>> spoofer = FaultSpoofer::Create();
+    if (!spoofer.ok()) return spoofer.status();
+    absl::StatusOr<int> sent = (*spoofer)->SendForgedPushes(
+        cluster_->coordinator_address(), trainers_[0].tensors[0].tensor_id(), step, 0,
+        static_cast<float>(uint64_t{1} << (2 * o_.workers)));
+    if (!sent.ok()) return sent.status();
+    result_.forged_sent = *sent;
+    return absl::OkStatus();
+  }
+
+  absl::Status SignalCoordinator(int signal) {
+    if (::kill(cluster_->coordinator()->pid(), signal) != 0) {
+      return absl::InternalError(absl::StrCat("kill(coordinator, ", signal, ") failed"));
+    }
+    return absl::OkStatus();
+  }
+
+  void Teardown() {
+    if (resume_.valid()) resume_.wait();
+    if (cluster_ == nullptr) return;
+    if (stopped_worker_ >= 0) (void)cluster_->KillWorker(stopped_worker_);
+    if (!partitioned_port_.empty()) (void)SetPort(partitioned_port_, "up");
+    if (killed_server_ >= 0) {
+      (void)cluster_->server(killed_server_)->Signal(SIGKILL);
+      (void)cluster_->server(killed_server_)->WaitForExit(absl::Seconds(10));
+    }
+    trainers_.clear();
+    (void)cluster_->Stop(absl::Seconds(10));  // a killed daemon makes it fail: not counted
+    cluster_.reset();
+  }
+
+  const FaultOptions& o_;
+  const tools::LocalClusterBinaries& binaries_;
+  const std::string dir_;
+  TrialResult result_;
+  std::unique_ptr<tools::LocalCluster> cluster_;
+  std::vector<Trainer> trainers_;
+  std::map<int, Clock::time_point> done_;  // each call's reply time (set by its thread)
+  std::future<void> resume_;
+  int stopped_worker_ = -1;
+  int killed_server_ = -1;
+  std::string partitioned_port_;
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+absl::Status RunFaults(const FaultOptions& o) {
+  absl::Duration max_stall = absl::InfiniteDuration();
+  if (!o.max_stall.empty()) {
+    if (!absl::ParseDuration(o.max_stall, &max_stall)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--max-stall: '", o.max_stall, "' is not a duration (e.g. 3s)"));
+    }
+  }
+  std::vector<std::string> kinds;
+  if (o.kinds == "all") {
+    for (const std::string& k : AllKinds()) {
+      if (NeedsNetlab(k) && o.bridge_netns.empty()) continue;
+      if (k == "coordinator-disk-full" && geteuid() != 0) {  // unshare -m and mount
+        std::cerr << "coordinator-disk-full: skipped (needs root)\n";
+        continue;
+      }
+      kinds.push_back(k);
+    }
+  } else {
+    for (absl::string_view k : absl::StrSplit(o.kinds, ',', absl::SkipEmpty())) {
+      if (std::find(AllKinds().begin(), AllKinds().end(), k) == AllKinds().end()) {
+        return absl::InvalidArgumentError(absl::StrCat("--kinds: unknown fault kind '", k, "'"));
+      }
+      if (NeedsNetlab(k) && (o.bridge_netns.empty() || o.placement.empty())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            k, " needs --placement and --bridge-netns (run under scripts/netlab.sh exec)"));
+      }
+      kinds.emplace_back(k);
+    }
+  }
+  absl::StatusOr<tools::LocalClusterBinaries> binaries =
+      tools::LocalClusterBinaries::NextTo(SelfPath());
+  if (!binaries.ok()) return binaries.status();
+  std::string root = o.dir;
+  if (root.empty()) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "gift-faults-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) return absl::InternalError("mkdtemp failed");
+    root = tmpl;
+  }
+  std::vector<TrialResult> results;
+  for (const std::string& kind : kinds) {
+    for (int t = 0; t < o.trials; ++t) {
+      const std::string dir = absl::StrCat(root, "/", kind, "-", t);
+      std::filesystem::remove_all(dir);
+      TrialResult r = Trial(o, *binaries, kind, t, dir).Run();
+      std::cerr << absl::StrFormat("%s trial %d: lost %d double %d failed %d stall %.3f s%s\n",
+                                   kind, t, r.lost, r.doubled, r.failed, r.stall_s,
+                                   r.error.empty() ? "" : " (" + r.error + ")");
+      // Kept with --dir, or when the trial found a fault.
+      if (o.dir.empty() && r.lost == 0 && r.doubled == 0 && r.failed == 0) {
+        std::filesystem::remove_all(dir);
+      }
+      results.push_back(std::move(r));
+    }
+  }
+  nlohmann::json json = {{"workers", o.workers},
+                         {"servers", o.servers},
+                         {"lease", o.lease},
+                         {"trials_per_kind", o.trials},
+                         {"kinds", nlohmann::json::array()},
+                         {"trials", nlohmann::json::array()}};
+  std::cout << absl::StrFormat("%-21s %6s %5s %7s %7s %14s %14s\n", "fault", "trials", "lost",
+                               "double", "failed", "max stall (s)", "median (s)");
+  bool clean = true;
+  int over_bound = 0;
+  for (const std::string& kind : kinds) {
+    int trials = 0, lost = 0, doubled = 0, failed = 0, forged_sent = 0, forged_trials = 0;
+    std::vector<double> stalls;
+    for (const TrialResult& r : results) {
+      if (r.kind != kind) continue;
+      ++trials;
+      lost += r.lost;
+      doubled += r.doubled;
+      failed += r.failed;
+      stalls.push_back(r.stall_s);
+      if (absl::Seconds(r.stall_s) > max_stall) ++over_bound;
+      forged_sent += r.forged_sent;
+      forged_trials += r.forged_counted > 0 ? 1 : 0;
+    }
+    const double worst = stalls.empty() ? 0 : *std::max_element(stalls.begin(), stalls.end());
+    std::cout << absl::StrFormat("%-21s %6d %5d %7d %7d %14.3f %14.3f%s\n", kind, trials, lost,
+                                 doubled, failed, worst, Median(stalls),
+                                 ReportOnly(kind) ? "  (reported, not asserted)" : "");
+    if (kind == "spoof") {
+      std::cout << absl::StrFormat(
+          "  spoof: %d forged pushes sent; a forged push was counted in %d of %d trials "
+          "(rejected in %d)\n",
+          forged_sent, forged_trials, trials, trials - forged_trials);
+    }
+    if (!ReportOnly(kind)) clean = clean && lost == 0 && doubled == 0 && failed == 0;
+    json["kinds"].push_back({{"kind", kind},
+                             {"trials", trials},
+                             {"lost", lost},
+                             {"double_counted", doubled},
+                             {"failed", failed},
+                             {"max_stall_s", worst},
+                             {"asserted", !ReportOnly(kind)},
+                             {"forged_pushes_sent", forged_sent},
+                             {"trials_counting_forged", forged_trials},
+                             {"median_stall_s", Median(stalls)}});
+  }
+  for (const TrialResult& r : results) {
+    json["trials"].push_back({{"kind", r.kind},
+                              {"trial", r.trial},
+                              {"lost", r.lost},
+                              {"double_counted", r.doubled},
+                              {"failed", r.failed},
+                              {"stall_s", r.stall_s},
+                              {"forged_pushes_sent", r.forged_sent},
+                              {"forged_elements_counted", r.forged_counted},
+                              {"error", r.error}});
+  }
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    out << json.dump(2) << "\n";
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", o.json));
+  }
+  if (o.dir.empty() && clean) std::filesystem::remove_all(root);
+  if (!clean) {
+    return absl::DataLossError(absl::StrCat(
+        "some trials lost, double counted or failed steps (runs kept under ", root, ")"));
+  }
+  if (over_bound > 0) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(over_bound, " trials stalled longer than --max-stall ", o.max_stall));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Command AddFaultsCommand(CLI::App& parent) {
+  auto o = std::make_shared<FaultOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "faults",
+      "fault-injection suite on a local cluster (kill -9 / SIGSTOP of each daemon kind) with "
+      "exact-once counts and the stall per fault");
+  app->add_option("--kinds", o->kinds,
+                  "comma-separated fault kinds, or all: worker-kill, worker-stop, server-kill, "
+                  "server-stop, coordinator-kill, coordinator-stop")
+      ->capture_default_str();
+  app->add_option("--trials", o->trials, "trials per kind (a fresh cluster each)")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  app->add_option("--workers", o->workers, "gift-worker daemons")
+      ->check(CLI::Range(2, 12))
+      ->capture_default_str();
+  app->add_option("--servers", o->servers, "gift-server shards")
+      ->check(CLI::Range(2, 16))
+      ->capture_default_str();
+  app->add_option("--lease", o->lease, "coordinator lease TTL (the default: 10s)")
+      ->capture_default_str();
+  app->add_option("--max-stall", o->max_stall,
+                  "fail (exit status) when a trial's stall exceeds this duration (e.g. 3s)");
+  app->add_option("--placement", o->placement,
+                  "run the daemons where this placement says (scripts/netlab.sh writes one)");
+  app->add_option("--bridge-netns", o->bridge_netns,
+                  "the netlab bridge namespace (PREFIX-br): enables worker-partition and "
+                  "server-partition, which take a host's bridge port down");
+  app->add_option("--json", o->json, "write the results as JSON to this file");
+  app->add_option("--dir", o->dir,
+                  "run directory, kept with every trial's logs (default: a temporary one, "
+                  "removed unless a trial found a fault)");
+  return {app, [o] { return RunFaults(*o); }};
+}
+
+}  // namespace gift::bench

@@ -1,0 +1,190 @@
+// ReportPeerFailure against a real gift-coordinator process
+// (GIFT_COORDINATOR_BIN) on loopback, with member sessions and raw Watch
+// streams in this process: a report evicts only what the coordinator itself
+// sees disconnected.
+#include <grpcpp/client_context.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/control/coordinator_client.h"
+#include "common/control/coordinator_process.h"
+#include "common/control/member_session.h"
+#include "gtest/gtest.h"
+
+namespace gift::control {
+namespace {
+
+namespace v1 = ::gift::v1;
+
+constexpr absl::Duration kWait = absl::Seconds(10);
+
+bool IsLive(const v1::ClusterState& s, const std::string& id) {
+  for (const auto* members : {&s.workers(), &s.servers()}) {
+    for (const v1::Member& m : *members) {
+      if (m.member_id() == id) return true;
+    }
+  }
+  return false;
+}
+
+// A Watch stream opened under a member id, closed on demand, as a member's
+// session would hold it until its process dies.
+class RawWatch {
+ public:
+  RawWatch(const CoordinatorClient& client, const std::string& member_id) {
+    v1::WatchRequest request;
+    request.set_member_id(member_id);
+    reader_ = client.Watch(&context_, request);
+    v1::ClusterState first;
+    EXPECT_TRUE(reader_->Read(&first));  // the stream is open at the coordinator
+  }
+  void Close() {
+    context_.TryCancel();
+    v1::ClusterState s;
+    while (reader_->Read(&s)) {
+    }
+    (void)reader_->Finish();
+  }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::ClusterState>> reader_;
+};
+
+class PeerFailureReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/gift-peer-failure-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    CoordinatorProcessOptions options;
+    options.binary = GIFT_COORDINATOR_BIN;
+    options.state_file = dir_ + "/coordinator.db";
+    options.listen = "127.0.0.1:0";  // the default lease (10 s): nothing expires here
+    auto started = CoordinatorProcess::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    coordinator_ = *std::move(started);
+    client_ = std::make_unique<CoordinatorClient>(
+        CoordinatorClient::MakeChannel(coordinator_->address()), kWait);
+  }
+  void TearDown() override {
+    sessions_.clear();
+    if (coordinator_ != nullptr) {
+      EXPECT_TRUE(coordinator_->Stop().ok()) << coordinator_->log();
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  MemberSession& Join(const std::string& name, v1::MemberRole role) {
+    MemberSessionOptions options;
+    options.name = name;
+    options.role = role;
+    auto session =
+        MemberSession::Start(CoordinatorClient::MakeChannel(coordinator_->address()), options);
+    EXPECT_TRUE(session.ok()) << session.status();
+    if (!session.ok()) std::abort();
+    sessions_.push_back(*std::move(session));
+    return *sessions_.back();
+  }
+
+  // A member joined without a session: nothing renews or watches for it.
+  std::string JoinBare(const std::string& name, v1::MemberRole role) {
+    v1::JoinRequest join;
+    join.set_name(name);
+    join.set_role(role);
+    auto joined = client_->Join(join);
+    EXPECT_TRUE(joined.ok()) << joined.status();
+    return joined.ok() ? joined->member_id() : "";
+  }
+
+  v1::ReportPeerFailureRequest Report(const std::string& reporter, const std::string& suspect) {
+    v1::ReportPeerFailureRequest r;
+    r.set_reporter_member_id(reporter);
+    r.set_suspect_member_id(suspect);
+    r.set_reason("UCX endpoint error: Connection reset by remote peer");
+    return r;
+  }
+
+  v1::ClusterState Current() { return client_->GetStatus()->state(); }
+
+  std::string dir_;
+  std::unique_ptr<CoordinatorProcess> coordinator_;
+  std::unique_ptr<CoordinatorClient> client_;
+  std::vector<std::unique_ptr<MemberSession>> sessions_;
+};
+
+TEST_F(PeerFailureReportTest, AHealthyMemberIsNotEvictedOnAReportersWord) {
+  MemberSession& worker = Join("w0", v1::MEMBER_ROLE_WORKER);
+  MemberSession& server = Join("s0", v1::MEMBER_ROLE_SERVER);
+  // The server's session watches: wait until its stream is open.
+  ASSERT_TRUE(
+      server.WaitFor([](const v1::ClusterState& s) { return s.servers_size() == 1; }, kWait).ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  const uint64_t epoch = Current().epoch();
+  auto lie = worker.ReportPeerFailure(server.member_id(), "made up");
+  ASSERT_FALSE(lie.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(lie.status())) << lie.status();
+  EXPECT_NE(lie.status().message().find("not confirmed"), std::string::npos) << lie.status();
+  const v1::ClusterState after = Current();
+  EXPECT_EQ(after.epoch(), epoch);
+  EXPECT_TRUE(IsLive(after, server.member_id()));
+
+  // A member the coordinator never saw watching is not confirmed either
+  // (its lease decides), nor is a self-report or a non-member's.
+  const std::string silent = JoinBare("s-silent", v1::MEMBER_ROLE_SERVER);
+  EXPECT_TRUE(absl::IsFailedPrecondition(worker.ReportPeerFailure(silent, "x").status()));
+  EXPECT_TRUE(IsLive(Current(), silent));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      client_->ReportPeerFailure(Report(worker.member_id(), worker.member_id())).status()));
+  EXPECT_TRUE(
+      absl::IsNotFound(client_->ReportPeerFailure(Report("m999", server.member_id())).status()));
+  EXPECT_TRUE(IsLive(Current(), server.member_id()));
+}
+
+TEST_F(PeerFailureReportTest, AMemberWhoseStreamClosedIsEvictedAtOnceWithANewEpoch) {
+  MemberSession& worker = Join("w0", v1::MEMBER_ROLE_WORKER);
+  const std::string suspect = JoinBare("s0", v1::MEMBER_ROLE_SERVER);
+  RawWatch watch(*client_, suspect);
+  const uint64_t epoch = Current().epoch();
+  watch.Close();  // what the kernel does to a killed process's connection
+  // The close reaches the coordinator asynchronously; the report is either
+  // confirmed at once or remembered and confirmed when it arrives.
+  auto report = worker.ReportPeerFailure(suspect, "endpoint error");
+  EXPECT_TRUE(report.ok() || absl::IsFailedPrecondition(report.status())) << report.status();
+  auto gone = worker.WaitFor([&](const v1::ClusterState& s) { return !IsLive(s, suspect); }, kWait);
+  ASSERT_TRUE(gone.ok()) << gone.status() << coordinator_->log();
+  EXPECT_EQ((*gone)->epoch(), epoch + 1);
+  if (report.ok()) {
+    EXPECT_TRUE(report->evicted());
+    EXPECT_EQ(report->epoch(), epoch + 1);
+  }
+  // Reports of a member already gone are answered OK, evicting nothing.
+  auto again = worker.ReportPeerFailure(suspect, "endpoint error");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->evicted());
+  EXPECT_EQ(Current().epoch(), epoch + 1);
+  // The evicted member's next call is told why.
+  v1::HeartbeatRequest beat;
+  beat.set_member_id(suspect);
+  EXPECT_TRUE(absl::IsFailedPrecondition(client_->Heartbeat(beat).status()));
+}
+
+TEST_F(PeerFailureReportTest, AReportMadeWhileTheSuspectIsConnectedCountsWhenItsStreamCloses) {
+  MemberSession& worker = Join("w0", v1::MEMBER_ROLE_WORKER);
+  const std::string suspect = JoinBare("s0", v1::MEMBER_ROLE_SERVER);
+  RawWatch watch(*client_, suspect);
+  auto early = worker.ReportPeerFailure(suspect, "send failed");
+  EXPECT_TRUE(absl::IsFailedPrecondition(early.status())) << early.status();
+  EXPECT_TRUE(IsLive(Current(), suspect));
+  watch.Close();
+  auto gone = worker.WaitFor([&](const v1::ClusterState& s) { return !IsLive(s, suspect); }, kWait);
+  ASSERT_TRUE(gone.ok()) << gone.status() << coordinator_->log();
+  EXPECT_NE(coordinator_->log().find("peer_failure_confirmed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gift::control
