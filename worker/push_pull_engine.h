@@ -48,6 +48,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -61,6 +62,7 @@
 #include "absl/time/time.h"
 #include "common/codec/codec.h"
 #include "common/codec/codec_spec.h"
+#include "common/dataplane/chunk_mac.h"
 #include "common/dataplane/chunk_shape.h"
 #include "common/transform/gradient_transform.h"
 #include "common/transport/connection_cache.h"
@@ -102,6 +104,12 @@ struct StepPlan {
   uint32_t world_size = 0;
   codec::CodecSpec push_spec;
   std::vector<TensorStep> tensors;
+  // Data-plane authentication (common/dataplane/chunk_mac.h): this
+  // worker's keys of the epoch (peers: the servers' by shard id). Pushes
+  // leave sealed with `keys->own`; a result or abort counts only when sealed
+  // by a server's key (others are dropped, counted in auth_failures()).
+  // Null: authentication off.
+  std::shared_ptr<const dataplane::EpochKeys> keys;
 };
 
 struct StepReport {
@@ -151,6 +159,9 @@ class PushPullEngine {
   // Messages received that belonged to no step in flight (late, duplicate
   // or foreign), for diagnostics.
   uint64_t stray_messages() const;
+  // Results and aborts of the step in flight dropped by authentication, by
+  // dataplane::AuthFailureName (every reason present); any thread.
+  std::map<std::string, uint64_t> auth_failures() const;
 
  private:
   struct Inflight {
@@ -159,6 +170,8 @@ class PushPullEngine {
     // (tensor id, chunk index) -> the chunk's slot, for the step's chunks.
     absl::flat_hash_map<std::pair<uint64_t, uint32_t>, ChunkSlot*> slots;
     std::vector<ChunkSlot*> ready;  // arrived, not yet decoded
+    // The plan's keys (null: authentication off).
+    std::shared_ptr<const dataplane::EpochKeys> keys;
     size_t remaining = 0;           // chunks not arrived
     absl::Status aborted;           // non-OK once a server aborted the step
   };
@@ -204,6 +217,7 @@ class PushPullEngine {
   bool active_ ABSL_GUARDED_BY(mu_) = false;
   Inflight inflight_ ABSL_GUARDED_BY(mu_);
   uint64_t stray_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, uint64_t> auth_failures_ ABSL_GUARDED_BY(mu_);
   uint64_t sends_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // Placed buffers not yet delivered -> their slots (possibly of an ended
   // step).
