@@ -30,7 +30,8 @@ MacKey KeyOf(uint8_t seed) {
 // A server's keys of `epoch`: the workers' epoch keys by rank.
 EpochKeys ServerKeys(uint64_t epoch) {
   EpochKeys keys{.epoch = epoch, .signer = 0, .own = DeriveEpochKey(KeyOf(100), epoch).value()};
-  for (uint8_t rank = 0; rank < 4; ++rank) keys.peers.push_back(DeriveEpochKey(KeyOf(rank), epoch).value());
+  for (uint8_t rank = 0; rank < 4; ++rank)
+    keys.peers.push_back(DeriveEpochKey(KeyOf(rank), epoch).value());
   return keys;
 }
 
