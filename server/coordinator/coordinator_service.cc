@@ -391,6 +391,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
   return Unary(context, response, [&]() -> absl::StatusOr<gift::v1::JoinResponse> {
     auto joined = state_->Join(*request);
     if (!joined.ok()) return joined;
+    if (dataplane_keys_ == nullptr) return joined;
     if (auto s = SetMemberKey(joined->member_id(), joined->mutable_dataplane_key()); !s.ok()) {
       return s;
     }
@@ -416,6 +417,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
   return Unary(context, response, [&]() -> absl::StatusOr<gift::v1::HeartbeatResponse> {
     auto beat = state_->Heartbeat(*request);
     if (!beat.ok()) return beat;
+    if (dataplane_keys_ == nullptr) return beat;
     if (auto s = SetMemberKey(request->member_id(), beat->mutable_dataplane_key()); !s.ok()) {
       return s;
     }
@@ -506,10 +508,6 @@ grpc::ServerUnaryReactor* CoordinatorService::Drain(grpc::CallbackServerContext*
 
 absl::Status CoordinatorService::SetMemberKey(const std::string& member_id,
                                               gift::v1::DataPlaneKey* key) const {
-  if (dataplane_keys_ == nullptr) {
-    key->Clear();
-    return absl::OkStatus();
-  }
   auto k = dataplane_keys_->MemberKey(member_id);
   if (!k.ok()) return k.status();
   key->set_key(k->data(), k->size());

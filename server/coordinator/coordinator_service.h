@@ -107,7 +107,7 @@ class CoordinatorService final : public gift::v1::Coordinator::CallbackService {
   void RemoveWatcher(WatchReactor* watcher);
   void NotifyWatchers();
 
-  // The caller's member key into `key` (when authentication is on).
+  // The member key of `member_id` into `key` (authentication on only).
   absl::Status SetMemberKey(const std::string& member_id, gift::v1::DataPlaneKey* key) const;
   // The keys of the peers `member_id` verifies; PermissionDenied when a TLS
   // caller's role is not the member's.
