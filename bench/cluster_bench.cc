@@ -365,6 +365,19 @@ std::string RatioText(const json& r) {
   return r.is_number() ? absl::StrFormat("%.3f", r.get<double>()) : "-";
 }
 
+// The slowest worker's median timed step.
+double SlowestMedian(const ClusterRun& run) {
+  double slowest = 0;
+  for (const WorkerState& ws : run.workers) {
+    std::vector<double> wall;
+    for (const StepSample& s : ws.samples) {
+      if (s.phase == Phase::kTimed) wall.push_back(s.wall_s);
+    }
+    slowest = std::max(slowest, Median(wall));
+  }
+  return slowest;
+}
+
 // The growth of one field of ProcessUsage from `a` to `b`, summed over the
 // processes that both snapshots saw.
 double Growth(const std::vector<std::optional<ProcessUsage>>& a,
@@ -401,20 +414,25 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
   GIFT_ASSIGN_OR_RETURN(OutputSinks sinks, OutputSinks::Open(o.json_path));
   std::ostream& os = sinks.table();
 
-  ClusterRun run;
   const std::string push_name =
       !o.codec.empty() ? o.codec : (o.mode == "fp32" ? "fp32" : "e4m3/block128");
   // FP8 both ways, the service's default pull (and the FP8 all-reduce direct
   // mode stands for): half the bytes of a bf16 pull for 1.4x the error.
   const std::string pull_name =
       !o.pull_codec.empty() ? o.pull_codec : (o.mode == "fp32" ? "fp32" : "e4m3/block128");
-  GIFT_ASSIGN_OR_RETURN(run.push_spec, codec::ParseCodecSpec(push_name));
-  GIFT_ASSIGN_OR_RETURN(run.pull_spec, codec::ParseCodecSpec(pull_name));
-  run.tensors = ModelTensors(o.d_model, o.layers);
-  for (const ModelTensor& t : run.tensors) {
-    run.fp32_bytes += t.elements() * sizeof(float);
-    run.transformable += o.mode == "gift" && t.matrix() ? 1 : 0;
-  }
+  GIFT_ASSIGN_OR_RETURN(const codec::CodecSpec push_spec, codec::ParseCodecSpec(push_name));
+  GIFT_ASSIGN_OR_RETURN(const codec::CodecSpec pull_spec, codec::ParseCodecSpec(pull_name));
+  auto init_run = [&](ClusterRun& r) {
+    r.push_spec = push_spec;
+    r.pull_spec = pull_spec;
+    r.tensors = ModelTensors(o.d_model, o.layers);
+    for (const ModelTensor& t : r.tensors) {
+      r.fp32_bytes += t.elements() * sizeof(float);
+      r.transformable += o.mode == "gift" && t.matrix() ? 1 : 0;
+    }
+  };
+  ClusterRun run;
+  init_run(run);
 
   // The daemons.
   tools::LocalClusterOptions cluster_options;
@@ -452,24 +470,33 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
       o.servers, o.workers, o.mode, codec::ToString(run.push_spec), codec::ToString(run.pull_spec),
       o.d_model, o.layers, run.tensors.size(), run.fp32_bytes / 1e6,
       o.ucx_tls.empty() ? "(UCX's choice)" : o.ucx_tls, HardwareThreads());
-  const Clock::time_point t0 = Clock::now();
-  GIFT_ASSIGN_OR_RETURN(std::unique_ptr<tools::LocalCluster> cluster,
-                        tools::LocalCluster::Start(cluster_options));
-  os << absl::StrFormat("cluster up in %.1f s (%s)\n", SecondsSince(t0), cluster_options.dir)
-     << std::flush;
-  absl::Status status = SetPolicy(cluster->coordinator_address(), o, run.push_spec, run.pull_spec);
-  if (status.ok()) status = RunCluster(o, *cluster, run, os);
-  if (!status.ok()) {
-    std::string logs;
-    for (int w = 0; w < o.workers; ++w) {
-      logs += absl::StrCat("\n--- worker ", w, ": ",
-                           OutputTail(cluster->worker(w)->stderr_text(), 1500));
+  // One cluster, started, driven and stopped: the run's numbers in `r`, the
+  // cluster's Stop status in `stopped`.
+  auto run_cluster = [&](bool auth, ClusterRun& r, absl::Status& stopped) -> absl::Status {
+    tools::LocalClusterOptions options = cluster_options;
+    if (auth) options.coordinator_args.push_back("--dataplane-auth");
+    const Clock::time_point t0 = Clock::now();
+    GIFT_ASSIGN_OR_RETURN(std::unique_ptr<tools::LocalCluster> cluster,
+                          tools::LocalCluster::Start(options));
+    os << absl::StrFormat("cluster up in %.1f s (%s), data-plane authentication %s\n",
+                          SecondsSince(t0), options.dir, auth ? "on" : "off")
+       << std::flush;
+    absl::Status status = SetPolicy(cluster->coordinator_address(), o, r.push_spec, r.pull_spec);
+    if (status.ok()) status = RunCluster(o, *cluster, r, os);
+    if (!status.ok()) {
+      std::string logs;
+      for (int w = 0; w < o.workers; ++w) {
+        logs += absl::StrCat("\n--- worker ", w, ": ",
+                             OutputTail(cluster->worker(w)->stderr_text(), 1500));
+      }
+      (void)cluster->Stop();
+      return absl::Status(status.code(), absl::StrCat(status.message(), logs));
     }
-    (void)cluster->Stop();
-    return absl::Status(status.code(), absl::StrCat(status.message(), logs));
-  }
-  const absl::Status stopped = cluster->Stop();
-  cluster.reset();
+    stopped = cluster->Stop();
+    return absl::OkStatus();
+  };
+  absl::Status stopped;
+  GIFT_RETURN_IF_ERROR(run_cluster(o.auth, run, stopped));
 
   // ---- per-worker numbers
   json workers = json::array();
@@ -508,6 +535,27 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
   const double slowest_median = *std::max_element(all_medians.begin(), all_medians.end());
   const double pp_gbps = Gbps(run.fp32_bytes, slowest_median);
   const double wire_gbps = Gbps(bytes_pushed, slowest_median);
+
+  // ---- the cost of data-plane authentication: the same steps on a second
+  // cluster with the other setting
+  json auth = {{"on", o.auth}};
+  if (o.auth_compare) {
+    ClusterRun other;
+    init_run(other);
+    absl::Status other_stopped;
+    GIFT_RETURN_IF_ERROR(run_cluster(!o.auth, other, other_stopped));
+    const double other_gbps = Gbps(other.fp32_bytes, SlowestMedian(other));
+    const double on_gbps = o.auth ? pp_gbps : other_gbps;
+    const double off_gbps = o.auth ? other_gbps : pp_gbps;
+    auth["gbps_fp32_with_macs"] = on_gbps;
+    auth["gbps_fp32_without_macs"] = off_gbps;
+    auth["ratio_with_to_without"] = Ratio(on_gbps, off_gbps);
+    auth["identical_bits_with_other"] = other.identical_bits;
+    os << absl::StrFormat(
+        "data-plane authentication (AES-256-GMAC on every chunk): push-pull %.3f GB/s FP32 with "
+        "MACs, %.3f GB/s without (slowest worker's median step); with / without = %s\n",
+        on_gbps, off_gbps, RatioText(auth["ratio_with_to_without"]));
+  }
 
   // Where the CPU went during the timed steps.
   const double timed_steps = std::max(1, o.steps);
@@ -809,6 +857,7 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
                 {"slowest_median_step_s", slowest_median},
                 {"bytes_pushed_per_step", bytes_pushed}}},
               {"cpu", cpu},
+              {"auth", auth},
               {"links", links},
               {"correctness", correctness},
               {"identical_bits", run.identical_bits},
@@ -905,6 +954,12 @@ Command AddClusterCommand(CLI::App& parent) {
   app->add_option("--reducer-reps", o->reducer_reps, "timed chunks in the reducer benchmark")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
+  app->add_flag(
+      "--auth", o->auth,
+      "data-plane authentication: MACs on every chunk (gift-coordinator --dataplane-auth)");
+  app->add_flag("--auth-compare", o->auth_compare,
+                "then a second cluster with the other --auth setting, the same steps, and the "
+                "throughput ratio with / without MACs");
   app->add_option("--json", o->json_path,
                   "write the numbers as JSON to this file ('-': stdout, table on stderr)");
   return Command{app, [o] { return RunClusterBench(*o); }};

@@ -32,6 +32,12 @@
 //     re-encodes) against memcpy of the same FP32 bytes.
 // A baseline that cannot run is reported as skipped, with the reason.
 //
+// --auth runs the cluster with data-plane authentication (gift-coordinator
+// --dataplane-auth: every chunk sealed and checked, docs/design.md section
+// 8.2); --auth-compare then starts a second cluster with the other setting,
+// runs the same steps and prints the push-pull throughput with MACs over
+// that without (the cost of authentication, measured in the same run).
+//
 // With --placement FILE (tools/gift-cluster/local_cluster.h ClusterPlacement;
 // scripts/netlab.sh writes one for its network namespaces) the daemons run
 // where it says, the gloo ranks run under the workers' prefixes (rank 0's
@@ -85,6 +91,8 @@ struct ClusterBenchOptions {
   int reducer_reps = 10;
   uint64_t chunk_bytes = uint64_t{4} << 20;  // the coordinator's default chunk size (FP32)
   std::string json_path;                     // "" none, "-" stdout
+  bool auth = false;                         // data-plane MACs
+  bool auth_compare = false;                 // also the other auth setting, and the ratio
 };
 
 // Registers `cluster` on `parent`.

@@ -8,6 +8,7 @@
 //   gift-bench cluster    push-pull of a local cluster against ucx_perftest, gloo, memcpy
 //   gift-bench model      predicted step time: rings against the service (nothing measured)
 //   gift-bench faults     kill -9 / SIGSTOP of each daemon kind: exact-once counts and stalls
+//   gift-bench mac        the data-plane MAC candidates (OpenSSL EVP) in GB/s on this machine
 //
 // Every subcommand lives in its own file and registers itself through a
 // bench::Command; see command.h.
@@ -23,6 +24,7 @@
 #include "bench/control_plane_bench.h"
 #include "bench/fault_suite.h"
 #include "bench/fidelity_report.h"
+#include "bench/mac_bench.h"
 #include "bench/model_bench.h"
 #include "bench/transform_bench.h"
 
@@ -54,6 +56,7 @@ int Main(int argc, char** argv) {
   commands.push_back(gift::bench::AddClusterCommand(app));
   commands.push_back(gift::bench::AddModelCommand(app));
   commands.push_back(gift::bench::AddFaultsCommand(app));
+  commands.push_back(gift::bench::AddMacCommand(app));
 
   try {
     app.parse(argc, argv);

@@ -21,8 +21,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # make fuzz: clang with libFuzzer and the sanitizer runtimes (tests/fuzz)
   clang libclang-rt-14-dev
-  # command lines, config, maths, state, metrics, service manager
-  libcli11-dev nlohmann-json3-dev libeigen3-dev libsqlite3-dev sqlite3
+  # command lines, config, maths, state, metrics, service manager, data-plane MACs
+  libcli11-dev nlohmann-json3-dev libeigen3-dev libsqlite3-dev sqlite3 libssl-dev
   prometheus-cpp-dev libsystemd-dev
   # make demo: PyTorch (with a fast BLAS), the client's gRPC, the plot, and the
   # King James Bible (bible-kjv-text; its reader `bible` is in bible-kjv)

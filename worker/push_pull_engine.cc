@@ -126,6 +126,16 @@ uint64_t PushPullEngine::stray_messages() const {
   return stray_;
 }
 
+std::map<std::string, uint64_t> PushPullEngine::auth_failures() const {
+  std::map<std::string, uint64_t> out;
+  for (dataplane::AuthFailure f : dataplane::kAllAuthFailures) {
+    out[std::string(dataplane::AuthFailureName(f))];
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& [reason, count] : auth_failures_) out[reason] = count;
+  return out;
+}
+
 void PushPullEngine::AbortEpochsBefore(uint64_t epoch, absl::string_view why) {
   absl::MutexLock lock(&mu_);
   if (active_ && inflight_.epoch < epoch && inflight_.aborted.ok()) {
@@ -150,6 +160,11 @@ absl::Span<uint8_t> PushPullEngine::PlacePayload(absl::Span<const uint8_t> heade
       h->step != inflight_.step) {
     return {};
   }
+  // Only a header sealed by a server of the epoch may land in a slot.
+  if (inflight_.keys != nullptr &&
+      dataplane::CheckChunk(*inflight_.keys, *h, header, std::nullopt).has_value()) {
+    return {};
+  }
   auto it = inflight_.slots.find({h->tensor_id, h->chunk_index});
   if (it == inflight_.slots.end()) return {};
   ChunkSlot& slot = *it->second;
@@ -166,6 +181,18 @@ absl::Span<uint8_t> PushPullEngine::PlacePayload(absl::Span<const uint8_t> heade
 
 void PushPullEngine::OnMessage(transport::Message message) {
   auto header = dataplane::ParseChunkHeader(message.header);
+  // The chunk tag is checked outside the lock (it reads the whole payload).
+  std::optional<dataplane::AuthFailure> auth_failure;
+  std::shared_ptr<const dataplane::EpochKeys> keys;
+  if (header.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (active_) keys = inflight_.keys;
+    }
+    if (keys != nullptr) {
+      auth_failure = dataplane::CheckChunk(*keys, *header, message.header, message.bytes());
+    }
+  }
   absl::MutexLock lock(&mu_);
   ChunkSlot* placed_into = nullptr;
   if (message.placed.data() != nullptr) {
@@ -178,6 +205,18 @@ void PushPullEngine::OnMessage(transport::Message message) {
   if (!header.ok() || !active_ || header->epoch != inflight_.epoch ||
       header->step != inflight_.step) {
     ++stray_;
+    return;
+  }
+  if (inflight_.keys != keys) {  // a step began meanwhile (rare): check under its keys
+    auth_failure =
+        inflight_.keys == nullptr
+            ? std::nullopt
+            : dataplane::CheckChunk(*inflight_.keys, *header, message.header, message.bytes());
+  }
+  if (auth_failure.has_value()) {
+    ++auth_failures_[std::string(
+        dataplane::AuthFailureName(auth_failure.value_or(dataplane::AuthFailure::kMissing)))];
+    if (placed_into != nullptr) placed_into->placed = false;  // free for the real result
     return;
   }
   if (header->kind == ChunkKind::kAbort) {
@@ -348,6 +387,7 @@ StepPlan StepHeader(const StepPlan& plan) {
   header.world_size = plan.world_size;
   header.worker_set = plan.worker_set;
   header.result_timeout = plan.result_timeout;
+  header.keys = plan.keys;
   return header;
 }
 
@@ -398,6 +438,7 @@ absl::Status PushPullEngine::Begin(const StepPlan& step) {
     inflight_.ready.clear();
     inflight_.remaining = 0;
     inflight_.aborted = absl::OkStatus();
+    inflight_.keys = step.keys;
     active_ = true;
   }
   open_ = true;
@@ -511,6 +552,15 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
                                .chunk_index = slot.index,
                                .rank = plan.rank,
                                .world_size = plan.world_size};
+      const auto plain = dataplane::SerializeChunkHeader(header);
+      absl::StatusOr<std::array<uint8_t, dataplane::kSealedChunkHeaderBytes>> sealed;
+      if (plan.keys != nullptr) {
+        sealed = dataplane::SealChunk(header, plan.rank, slot.send, plan.keys->own);
+        if (!sealed.ok()) return fail(sealed.status());
+      }
+      const absl::Span<const uint8_t> header_bytes = plan.keys != nullptr
+                                                         ? absl::Span<const uint8_t>(*sealed)
+                                                         : absl::Span<const uint8_t>(plain);
       {
         absl::MutexLock lock(&mu_);
         slot.send_in_flight = true;
@@ -518,7 +568,7 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
       }
       const uint64_t epoch = plan.epoch, step = plan.step;
       ChunkSlot* sending = &slot;
-      s = transport_->Send(peers[i][c], dataplane::SerializeChunkHeader(header), slot.send,
+      s = transport_->Send(peers[i][c], header_bytes, slot.send,
                            [this, sending, epoch, step](const absl::Status& done) {
                              absl::MutexLock lock(&mu_);
                              sending->send_in_flight = false;

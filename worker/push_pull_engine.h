@@ -51,6 +51,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,6 +67,7 @@
 #include "absl/time/time.h"
 #include "common/codec/codec.h"
 #include "common/codec/codec_spec.h"
+#include "common/dataplane/chunk_mac.h"
 #include "common/dataplane/chunk_shape.h"
 #include "common/transform/gradient_transform.h"
 #include "common/transport/connection_cache.h"
@@ -121,6 +123,12 @@ struct StepPlan {
   // How long Run waits for the results after the last push; unset: the
   // engine's timeout. (The daemon bounds its statistics exchanges with it.)
   std::optional<absl::Duration> result_timeout;
+  // Data-plane authentication (common/dataplane/chunk_mac.h): this
+  // worker's keys of the epoch (peers: the servers' by shard id). Pushes
+  // leave sealed with `keys->own`; a result or abort counts only when sealed
+  // by a server's key (others are dropped, counted in auth_failures()).
+  // Null: authentication off.
+  std::shared_ptr<const dataplane::EpochKeys> keys;
 };
 
 // `plan` without its tensors: what PushPullEngine::Begin takes.
@@ -195,6 +203,9 @@ class PushPullEngine {
   // Messages received that belonged to no step in flight (late, duplicate
   // or foreign), for diagnostics.
   uint64_t stray_messages() const;
+  // Results and aborts of the step in flight dropped by authentication, by
+  // dataplane::AuthFailureName (every reason present); any thread.
+  std::map<std::string, uint64_t> auth_failures() const;
 
   // Bytes held by error feedback residuals (each tensor's current and
   // pending residual, FP32), as of the end of the last Run. Any thread.
@@ -207,6 +218,8 @@ class PushPullEngine {
     // (tensor id, chunk index) -> the chunk's slot, for the step's chunks.
     absl::flat_hash_map<std::pair<uint64_t, uint32_t>, ChunkSlot*> slots;
     std::vector<ChunkSlot*> ready;  // arrived, not yet decoded
+    // The plan's keys (null: authentication off).
+    std::shared_ptr<const dataplane::EpochKeys> keys;
     size_t remaining = 0;           // chunks not arrived
     absl::Status aborted;           // non-OK once a server aborted the step
   };
@@ -258,6 +271,7 @@ class PushPullEngine {
   bool active_ ABSL_GUARDED_BY(mu_) = false;
   Inflight inflight_ ABSL_GUARDED_BY(mu_);
   uint64_t stray_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, uint64_t> auth_failures_ ABSL_GUARDED_BY(mu_);
   uint64_t sends_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // Placed buffers not yet delivered -> their slots (possibly of an ended
   // step).

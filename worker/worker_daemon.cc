@@ -171,6 +171,14 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
                                       std::min(left, absl::Milliseconds(500)));
       continue;
     }
+    // Data-plane authentication: the session holds the keys of every epoch
+    // it installed a state of (common/control/member_session.h).
+    plan->keys = session_->chunk_keys(plan->epoch);
+    if (plan->keys == nullptr && session_->dataplane_auth()) {
+      (void)session_->WaitForRevision(state->revision() + 1,
+                                      std::min(left, absl::Milliseconds(500)));
+      continue;
+    }
     if (exact_bit != 0) {
       plan->step = step | exact_bit;
       for (TensorStep& t : plan->tensors) {

@@ -195,6 +195,14 @@ absl::StatusOr<v1::DrainResponse> CoordinatorClient::Drain(const v1::DrainReques
   return Unary<v1::DrainResponse>(*this, "Drain", &v1::Coordinator::Stub::Drain, request);
 }
 
+absl::StatusOr<v1::DataPlaneKeys> CoordinatorClient::GetDataPlaneKeys(
+    const std::string& member_id) const {
+  v1::GetDataPlaneKeysRequest request;
+  request.set_member_id(member_id);
+  return Unary<v1::DataPlaneKeys>(*this, "GetDataPlaneKeys",
+                                  &v1::Coordinator::Stub::GetDataPlaneKeys, request);
+}
+
 std::unique_ptr<grpc::ClientReader<v1::ClusterState>> CoordinatorClient::Watch(
     grpc::ClientContext* context, const v1::WatchRequest& request) const {
   return stub_->Watch(context, request);

@@ -93,6 +93,8 @@ class CoordinatorClient {
                                                     const std::string& tensor_glob) const;
   absl::StatusOr<gift::v1::StatusResponse> GetStatus() const;
   absl::StatusOr<gift::v1::DrainResponse> Drain(const gift::v1::DrainRequest& request) const;
+  // The data-plane keys of the peers member `member_id` verifies (secrets).
+  absl::StatusOr<gift::v1::DataPlaneKeys> GetDataPlaneKeys(const std::string& member_id) const;
 
   // Opens a Watch stream without a deadline; the caller owns `context` (and
   // cancels it with TryCancel to end the stream) and reads until Read fails.

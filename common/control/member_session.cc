@@ -41,13 +41,14 @@ absl::StatusOr<std::unique_ptr<MemberSession>> MemberSession::Start(
   }
   std::unique_ptr<MemberSession> session(new MemberSession(std::move(channel), std::move(options)));
   absl::StatusOr<v1::JoinResponse> joined = session->SendJoin();
-  {
+  if (!joined.ok()) {
     absl::MutexLock lock(&session->mu_);
-    if (!joined.ok()) {
-      session->closed_ = true;  // nothing to leave, no threads
-      return joined.status();
-    }
-    session->InstallJoinLocked(*std::move(joined));
+    session->closed_ = true;  // nothing to leave, no threads
+    return joined.status();
+  }
+  if (absl::Status s = session->InstallJoin(*std::move(joined)); !s.ok()) {
+    session->Close().IgnoreError();
+    return s;
   }
   session->lease_thread_ = std::thread(&MemberSession::LeaseLoop, session.get());
   session->watch_thread_ = std::thread(&MemberSession::WatchLoop, session.get());
@@ -57,7 +58,8 @@ absl::StatusOr<std::unique_ptr<MemberSession>> MemberSession::Start(
 MemberSession::MemberSession(std::shared_ptr<grpc::Channel> channel, MemberSessionOptions options)
     : options_(std::move(options)),
       client_(std::move(channel), options_.rpc_timeout),
-      state_(std::make_shared<v1::ClusterState>()) {}
+      state_(std::make_shared<v1::ClusterState>()),
+      keyring_(options_.role) {}
 
 MemberSession::~MemberSession() { Close().IgnoreError(); }
 
@@ -92,6 +94,50 @@ absl::StatusOr<v1::JoinResponse> MemberSession::SendJoin() const {
   return client_.Join(request);
 }
 
+absl::Status MemberSession::InstallJoin(v1::JoinResponse joined) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::StatusOr<bool> set = keyring_.SetMemberKey(joined.dataplane_key()); !set.ok()) {
+      return set.status();
+    }
+  }
+  RefreshPeerKeys(joined.state(), joined.member_id());
+  absl::MutexLock lock(&mu_);
+  InstallJoinLocked(std::move(joined));
+  return absl::OkStatus();
+}
+
+void MemberSession::RefreshPeerKeys(const v1::ClusterState& state, const std::string& member_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!keyring_.MissingPeers(state)) return;
+  }
+  absl::StatusOr<v1::DataPlaneKeys> keys = client_.GetDataPlaneKeys(member_id);
+  if (!keys.ok()) return;
+  absl::MutexLock lock(&mu_);
+  keyring_.AddPeers(*keys).IgnoreError();  // a malformed answer adds nothing
+}
+
+void MemberSession::RebuildChunkKeysLocked() {
+  absl::StatusOr<std::shared_ptr<const dataplane::EpochKeys>> keys =
+      keyring_.Build(*state_, identity_.member_id);
+  if (!keys.ok() || *keys == nullptr) return;
+  chunk_keys_[state_->epoch()] = *std::move(keys);
+  constexpr size_t kEpochsKept = 4;
+  while (chunk_keys_.size() > kEpochsKept) chunk_keys_.erase(chunk_keys_.begin());
+}
+
+bool MemberSession::dataplane_auth() const {
+  absl::MutexLock lock(&mu_);
+  return keyring_.enabled();
+}
+
+std::shared_ptr<const dataplane::EpochKeys> MemberSession::chunk_keys(uint64_t epoch) const {
+  absl::MutexLock lock(&mu_);
+  auto it = chunk_keys_.find(epoch);
+  return it == chunk_keys_.end() ? nullptr : it->second;
+}
+
 void MemberSession::InstallJoinLocked(v1::JoinResponse joined) {
   identity_.member_id = joined.member_id();
   identity_.rank = joined.rank();
@@ -115,6 +161,7 @@ void MemberSession::InstallStateLocked(v1::ClusterState state) {
     identity_.epoch = state.epoch();
   }
   state_ = std::make_shared<const v1::ClusterState>(std::move(state));
+  RebuildChunkKeysLocked();
 }
 
 absl::Duration MemberSession::HeartbeatInterval() const {
@@ -141,11 +188,23 @@ absl::Status MemberSession::SendHeartbeat(absl::Duration timeout) {
   }
   absl::StatusOr<v1::HeartbeatResponse> response = client_.Heartbeat(request, timeout);
   if (!response.ok()) return response.status();
-  absl::MutexLock lock(&mu_);
-  // A re-join may have replaced the identity while the call was in flight.
-  if (identity_.member_id == request.member_id() && response->epoch() > identity_.epoch) {
-    identity_.epoch = response->epoch();
+  std::shared_ptr<const v1::ClusterState> state;
+  {
+    absl::MutexLock lock(&mu_);
+    // A re-join may have replaced the identity while the call was in flight.
+    if (identity_.member_id != request.member_id()) return absl::OkStatus();
+    if (response->epoch() > identity_.epoch) identity_.epoch = response->epoch();
+    // A new member key (the coordinator restarted with another secret):
+    // every key changed.
+    absl::StatusOr<bool> changed = keyring_.SetMemberKey(response->dataplane_key());
+    if (!changed.ok()) return changed.status();
+    if (!*changed) return absl::OkStatus();
+    chunk_keys_.clear();
+    state = state_;
   }
+  RefreshPeerKeys(*state, request.member_id());
+  absl::MutexLock lock(&mu_);
+  RebuildChunkKeysLocked();
   return absl::OkStatus();
 }
 
@@ -164,10 +223,9 @@ void MemberSession::LeaseLoop() {
     absl::Duration backoff = options_.min_backoff;
     while (true) {
       absl::StatusOr<v1::JoinResponse> joined = SendJoin();
-      if (joined.ok()) {
+      if (joined.ok() && InstallJoin(*std::move(joined)).ok()) {
         {
           absl::MutexLock lock(&mu_);
-          InstallJoinLocked(*std::move(joined));
           ++rejoins_;
           interval = HeartbeatInterval();
         }
@@ -195,6 +253,7 @@ void MemberSession::WatchLoop() {
     std::unique_ptr<grpc::ClientReader<v1::ClusterState>> reader = client_.Watch(&context, request);
     v1::ClusterState state;
     while (reader->Read(&state)) {
+      RefreshPeerKeys(state, member_id());
       InstallState(std::move(state));
       state.Clear();
       backoff = options_.min_backoff;

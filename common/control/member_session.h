@@ -24,6 +24,12 @@
 // The member's rank and epoch follow the latest state (or heartbeat answer)
 // that names the member.
 //
+// Data-plane keys (docs/design.md section 8.2): when the coordinator runs with
+// data-plane authentication, its Join and Heartbeat answers carry this
+// member's key, and the session fetches its peers' keys (GetDataPlaneKeys)
+// before it installs a state that names a peer it has no key for, so that
+// whoever sees a state's epoch finds its keys in chunk_keys(epoch).
+//
 // Close (or the destructor) stops both threads and sends Leave.
 //
 // Ownership: shares the channel; owns its threads. Thread safety: every
@@ -38,6 +44,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -50,6 +57,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/control/coordinator_client.h"
+#include "common/control/dataplane_keyring.h"
+#include "common/dataplane/chunk_mac.h"
 #include "gift/v1/cluster.pb.h"
 #include "gift/v1/coordinator.pb.h"
 
@@ -150,6 +159,13 @@ class MemberSession {
   // ... and acknowledges it once it is usable.
   absl::StatusOr<gift::v1::AckBasisResponse> AckBasis(uint64_t tensor_id, uint64_t version) const;
 
+  // Whether the coordinator hands out data-plane keys (chunks must be
+  // sealed and checked).
+  bool dataplane_auth() const;
+  // This member's data-plane keys of `epoch` (one of the last few states'
+  // epochs); null when authentication is off or the epoch is unknown here.
+  std::shared_ptr<const dataplane::EpochKeys> chunk_keys(uint64_t epoch) const;
+
   const CoordinatorClient& client() const { return client_; }
 
  private:
@@ -157,8 +173,16 @@ class MemberSession {
 
   // Join, without holding the lock across the call ...
   absl::StatusOr<gift::v1::JoinResponse> SendJoin() const;
-  // ... and its result: the new identity, lease and (unless older) state.
+  // ... and its result: the member key, the peers' keys, then (under the
+  // lock) the new identity, lease and (unless older) state.
+  absl::Status InstallJoin(gift::v1::JoinResponse joined) ABSL_LOCKS_EXCLUDED(mu_);
   void InstallJoinLocked(gift::v1::JoinResponse joined) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fetches the peers' data-plane keys when `state` names one without a key
+  // here (best effort: a peer still without a key gets its chunks refused).
+  void RefreshPeerKeys(const gift::v1::ClusterState& state, const std::string& member_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The epoch keys of the stored state (after the state or a key changed).
+  void RebuildChunkKeysLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One heartbeat with the current identity and this deadline; updates the
   // epoch.
   absl::Status SendHeartbeat(absl::Duration timeout);
@@ -185,6 +209,8 @@ class MemberSession {
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<const gift::v1::ClusterState> state_ ABSL_GUARDED_BY(mu_);
+  DataPlaneKeyring keyring_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::shared_ptr<const dataplane::EpochKeys>> chunk_keys_ ABSL_GUARDED_BY(mu_);
   // The open Watch call, so that Close can cancel it.
   grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(mu_) = nullptr;
 

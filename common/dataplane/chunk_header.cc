@@ -44,11 +44,12 @@ std::string ToString(const ChunkHeader& h) {
                       h.status_code != 0 ? absl::StrCat(" status=", h.status_code) : "");
 }
 
-std::array<uint8_t, kChunkHeaderBytes> SerializeChunkHeader(const ChunkHeader& h) {
-  std::array<uint8_t, kChunkHeaderBytes> out{};
-  uint8_t* p = out.data();
+namespace {
+
+// Bytes 0..59 of either version.
+void SerializeFields(const ChunkHeader& h, uint16_t version, uint8_t* p) {
   std::memcpy(p, kMagic, 4);
-  Put<uint16_t>(kChunkHeaderVersion, p + 4);
+  Put<uint16_t>(version, p + 4);
   p[6] = static_cast<uint8_t>(h.kind);
   Put(h.epoch, p + 8);
   Put(h.step, p + 16);
@@ -59,11 +60,27 @@ std::array<uint8_t, kChunkHeaderBytes> SerializeChunkHeader(const ChunkHeader& h
   Put(h.world_size, p + 48);
   Put(h.status_code, p + 52);
   Put(crc32c::Value(p, kCrcOffset), p + kCrcOffset);
+}
+
+}  // namespace
+
+std::array<uint8_t, kChunkHeaderBytes> SerializeChunkHeader(const ChunkHeader& h) {
+  std::array<uint8_t, kChunkHeaderBytes> out{};
+  SerializeFields(h, kUnsealedChunkHeaderVersion, out.data());
+  return out;
+}
+
+std::array<uint8_t, kSealedChunkHeaderBytes> SerializeSealedChunkHeaderPrefix(const ChunkHeader& h,
+                                                                              uint32_t signer) {
+  std::array<uint8_t, kSealedChunkHeaderBytes> out{};
+  SerializeFields(h, kSealedChunkHeaderVersion, out.data());
+  out[kSealAlgorithmOffset] = kMacAes256Gmac;
+  Put(signer, out.data() + kSealSignerOffset);
   return out;
 }
 
 absl::StatusOr<ChunkHeader> ParseChunkHeader(absl::Span<const uint8_t> bytes) {
-  if (bytes.size() != kChunkHeaderBytes) {
+  if (bytes.size() < kChunkHeaderBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk header is ", bytes.size(), " bytes, expected ", kChunkHeaderBytes));
   }
@@ -75,11 +92,27 @@ absl::StatusOr<ChunkHeader> ParseChunkHeader(absl::Span<const uint8_t> bytes) {
         absl::StrCat("chunk header version ", version, " is newer than ", kChunkHeaderVersion));
   }
   if (version == 0) return absl::InvalidArgumentError("chunk header version 0");
+  const size_t expected =
+      version == kSealedChunkHeaderVersion ? kSealedChunkHeaderBytes : kChunkHeaderBytes;
+  if (bytes.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk header version ", version, " is ",
+                                                   bytes.size(), " bytes, expected ", expected));
+  }
   if (crc32c::Value(p, kCrcOffset) != Get<uint32_t>(p + kCrcOffset)) {
     return absl::DataLossError("chunk header checksum mismatch");
   }
-  if (p[7] != 0 || Get<uint32_t>(p + 60) != 0) {
+  if (p[7] != 0) return absl::InvalidArgumentError("chunk header reserved bytes are not zero");
+  if (version == kUnsealedChunkHeaderVersion && Get<uint32_t>(p + 60) != 0) {
     return absl::InvalidArgumentError("chunk header reserved bytes are not zero");
+  }
+  if (version == kSealedChunkHeaderVersion) {
+    if (p[kSealAlgorithmOffset] != kMacAes256Gmac) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk header MAC algorithm ", int{p[kSealAlgorithmOffset]}));
+    }
+    if (p[61] != 0 || p[62] != 0 || p[63] != 0) {
+      return absl::InvalidArgumentError("chunk header reserved bytes are not zero");
+    }
   }
   ChunkHeader h;
   const uint8_t kind = p[6];

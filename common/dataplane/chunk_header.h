@@ -1,10 +1,12 @@
 // The header of every data-plane message (transport.h carries it beside the
 // payload): which (epoch, step, tensor, chunk, basis version, rank) a chunk
-// belongs to. Fixed 64 bytes, little-endian, checksummed:
+// belongs to. Little-endian, checksummed, in two versions:
+//
+// Version 1 (unsealed, 64 bytes: data-plane authentication off):
 //
 //   offset size field
 //        0    4 magic "GFTD"
-//        4    2 version (kChunkHeaderVersion)
+//        4    2 version (1)
 //        6    1 kind (ChunkKind)
 //        7    1 reserved, 0
 //        8    8 epoch
@@ -18,6 +20,21 @@
 //       52    4 status code (kAbort: an absl::StatusCode), else 0
 //       56    4 CRC-32C of bytes 0..55
 //       60    4 reserved, 0
+//
+// Version 2 (sealed, 112 bytes: bytes 0..59 as version 1 with version 2,
+// then the seal that common/dataplane/chunk_mac.h writes and checks):
+//
+//       60    1 MAC algorithm (kMacAes256Gmac)
+//       61    3 reserved, 0
+//       64    4 signer: the sender's rank (kPush) or shard id (kResult,
+//                 kAbort); its key of the epoch made the tags
+//       68   12 nonce (random, lowest bit of byte 79 zero)
+//       80   16 header tag: AES-256-GMAC, IV = nonce, over bytes 0..79
+//       96   16 chunk tag: AES-256-GMAC, IV = nonce with its lowest bit set,
+//                 over bytes 0..95 followed by the payload
+//
+// ParseChunkHeader reads both versions and checks neither tag; a receiver
+// with authentication on refuses version 1 (chunk_mac.h).
 //
 // The payload is a codec payload (common/codec/payload.h) for kPush and
 // kResult, and a UTF-8 reason for kAbort.
@@ -35,8 +52,21 @@
 
 namespace gift::dataplane {
 
-inline constexpr uint16_t kChunkHeaderVersion = 1;
-inline constexpr size_t kChunkHeaderBytes = 64;
+// The newest version this code reads.
+inline constexpr uint16_t kChunkHeaderVersion = 2;
+inline constexpr uint16_t kUnsealedChunkHeaderVersion = 1;
+inline constexpr uint16_t kSealedChunkHeaderVersion = 2;
+inline constexpr size_t kChunkHeaderBytes = 64;         // version 1
+inline constexpr size_t kSealedChunkHeaderBytes = 112;  // version 2
+// The seal's fields (version 2).
+inline constexpr uint8_t kMacAes256Gmac = 1;
+inline constexpr size_t kSealAlgorithmOffset = 60;
+inline constexpr size_t kSealSignerOffset = 64;
+inline constexpr size_t kSealNonceOffset = 68;
+inline constexpr size_t kSealNonceBytes = 12;
+inline constexpr size_t kSealHeaderTagOffset = 80;
+inline constexpr size_t kSealChunkTagOffset = 96;
+inline constexpr size_t kSealTagBytes = 16;
 
 // Values are on the wire; never renumber.
 enum class ChunkKind : uint8_t {
@@ -62,12 +92,24 @@ struct ChunkHeader {
 // "push epoch=3 step=10 tensor=7 chunk=2 basis=1 rank=0/4", for logs.
 std::string ToString(const ChunkHeader& header);
 
+// Version 1.
 std::array<uint8_t, kChunkHeaderBytes> SerializeChunkHeader(const ChunkHeader& header);
 
-// InvalidArgument naming the bad field (size, magic, kind, reserved bytes,
-// world size 0, a kPush rank not below the world size), DataLoss for a
-// checksum mismatch, Unimplemented for a newer version.
+// Version 2 with the algorithm and `signer` set, nonce and tags zero: what
+// chunk_mac.h's SealChunk completes.
+std::array<uint8_t, kSealedChunkHeaderBytes> SerializeSealedChunkHeaderPrefix(
+    const ChunkHeader& header, uint32_t signer);
+
+// Either version. InvalidArgument naming the bad field (size for the
+// version, magic, kind, reserved bytes, MAC algorithm, world size 0, a kPush
+// rank not below the world size), DataLoss for a checksum mismatch,
+// Unimplemented for a newer version. The tags are not checked.
 absl::StatusOr<ChunkHeader> ParseChunkHeader(absl::Span<const uint8_t> bytes);
+
+// Whether `bytes` is a version 2 header's size (Parse it first).
+inline bool IsSealedChunkHeader(absl::Span<const uint8_t> bytes) {
+  return bytes.size() == kSealedChunkHeaderBytes;
+}
 
 }  // namespace gift::dataplane
 

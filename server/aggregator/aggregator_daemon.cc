@@ -40,6 +40,9 @@ void AggregatorDaemon::Follow() {
       }
       continue;
     }
+    // With data-plane authentication the session has the epoch's keys
+    // (fetched before it installed the state); null when it is off.
+    epoch->keys = session_->chunk_keys(epoch->epoch);
     const uint64_t before = shard_->epoch();
     const absl::Status s = shard_->Apply(*epoch);
     if (!s.ok()) {

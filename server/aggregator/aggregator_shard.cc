@@ -36,6 +36,7 @@ absl::StatusOr<std::unique_ptr<AggregatorShard>> AggregatorShard::Create(
                                size_t bytes) -> absl::Span<uint8_t> {
          auto h = dataplane::ParseChunkHeader(header);
          if (!h.ok()) return {};
+         if (!self->MayPlace(*h, header)) return {};
          return self->reducer_->PlacePush(*h, bytes);
        }});
   if (!transport.ok()) return transport.status();
@@ -96,9 +97,11 @@ absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
   // switching to the new peers; completions of deferred pushes go to the new
   // epoch's workers.
   const Peers old_peers = CurrentPeers();
+  if (auto s = CheckEpochKeys(epoch); !s.ok()) return s;
   auto update =
       reducer_->SetEpoch(epoch.epoch, static_cast<uint32_t>(epoch.workers.size()), epoch.chunks);
   if (!update.ok()) return update.status();
+  InstallEpochKeys(epoch);
   const std::string text = absl::StrCat("epoch ", epoch.epoch, " replaced the step's epoch");
   auto reason = std::make_shared<const std::vector<uint8_t>>(text.begin(), text.end());
   for (const ChunkHeader& h : update->aborted) Broadcast(h, *reason, reason, old_peers);
@@ -108,6 +111,7 @@ absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
     worker_peers_ = std::move(peers);
   }
   Deliver(*std::move(update));
+  ReplayHeld();
   return unreachable;
 }
 
@@ -128,6 +132,8 @@ absl::Status AggregatorShard::Apply(const ShardEpoch& epoch) {
   const uint64_t current = reducer_->epoch();
   if (!reducer_->has_epoch() || epoch.epoch > current) return SetEpoch(epoch);
   if (epoch.epoch < current) return absl::OkStatus();
+  if (auto s = CheckEpochKeys(epoch); !s.ok()) return s;
+  InstallEpochKeys(epoch);  // the same epoch, maybe with more peers' keys
   if (epoch.pull_spec.has_value()) {
     if (auto s = reducer_->SetPullSpec(*epoch.pull_spec); !s.ok()) return s;
   }
@@ -141,14 +147,19 @@ absl::Status AggregatorShard::Apply(const ShardEpoch& epoch) {
 void AggregatorShard::OnMessage(transport::Message message) {
   absl::ReaderMutexLock receiving(&receiving_mu_);
   auto header = dataplane::ParseChunkHeader(message.header);
-  const size_t bytes = message.bytes().size();
   if (!header.ok()) {
     // A placement needs a parsed header, so nothing was placed.
     return Reject(header.status());
   }
+  Process(*header, std::move(message));
+}
+
+void AggregatorShard::Process(const ChunkHeader& header, transport::Message message) {
+  if (!Authenticate(header, message)) return;
+  const size_t bytes = message.bytes().size();
   auto job = message.placed.data() != nullptr
-                 ? reducer_->AcceptPlaced(*header, message.placed)
-                 : reducer_->Accept(*header, std::move(message.payload));
+                 ? reducer_->AcceptPlaced(header, message.placed)
+                 : reducer_->Accept(header, std::move(message.payload));
   if (!job.ok()) return Reject(job.status());
   {
     absl::MutexLock lock(&mu_);
@@ -203,7 +214,12 @@ void AggregatorShard::Reject(const absl::Status& why) {
 
 void AggregatorShard::Broadcast(const ChunkHeader& header, absl::Span<const uint8_t> payload,
                                 std::shared_ptr<const void> keep_alive, const Peers& peers) {
-  const auto bytes = dataplane::SerializeChunkHeader(header);
+  const std::vector<uint8_t> bytes = HeaderFor(header, payload);
+  if (bytes.empty()) {  // no key of its epoch: nothing a worker would accept
+    absl::MutexLock lock(&mu_);
+    counters_.send_failures += peers->size();
+    return;
+  }
   const size_t size = payload.size();
   for (transport::PeerId peer : *peers) {
     if (peer == 0) continue;  // unreachable this epoch

@@ -12,6 +12,20 @@
 // (rejections()), and reported through the optional on_reject callback (for
 // logs); they never stop the shard.
 //
+// Authentication (options.auth; docs/design.md section 8.2): every
+// push must be sealed (common/dataplane/chunk_mac.h) with the key of the
+// rank it claims, of its epoch (ShardEpoch::keys); the header tag is
+// checked before the payload is placed, the chunk tag before the reducer
+// sees the push. A push that fails is dropped, never summed, counted in
+// auth_failures() by reason (and in rejections() as UNAUTHENTICATED) and
+// reported to on_auth_failure at most once a second (by default) per reason. A push of
+// an epoch whose keys the shard does not have yet is held (unverified,
+// bounded) until SetEpoch installs them. Results and aborts leave sealed
+// with the shard's own key of their epoch. With ShardAuth::kFromFirstEpoch
+// (gift-server: the coordinator decides) every push is held until the
+// first epoch, whose keys (or their absence) switch authentication on (or
+// off); an epoch with keys switches it on for good.
+//
 // Data path: a push's payload is placed by the transport straight into the
 // reducer's receive slot (PlacePush) and validated on the progress thread;
 // a completed chunk's reduction runs on the shard's own pool
@@ -37,7 +51,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/base/thread_pool.h"
+#include "common/dataplane/chunk_mac.h"
 #include "common/transport/connection_cache.h"
 #include "common/transport/transport.h"
 #include "server/aggregator/chunk_reducer.h"
@@ -56,6 +72,15 @@ struct ShardEpoch {
   // as the workers resolve their push codecs); tensors absent use the one
   // above. Replaces the shard's previous per-tensor codecs.
   absl::flat_hash_map<uint64_t, codec::CodecSpec> tensor_pull_specs;
+  // With authentication: this server's keys of the epoch (signer: the shard
+  // id; peers: the workers' keys by rank). Required once it is on.
+  std::shared_ptr<const dataplane::EpochKeys> keys;
+};
+
+enum class ShardAuth {
+  kOff,             // chunks are neither checked nor sealed; keys are ignored
+  kOn,              // every chunk is; an epoch without keys is refused
+  kFromFirstEpoch,  // as the epochs' keys say (see above)
 };
 
 struct AggregatorShardOptions {
@@ -65,6 +90,14 @@ struct AggregatorShardOptions {
   std::function<void(const absl::Status& why)> on_reject;
   // Threads reducing completed chunks (at least 1).
   size_t reduce_threads = 1;
+  ShardAuth auth = ShardAuth::kOff;
+  // A push that failed authentication, the peer it came from and how many
+  // failures of the same reason were not reported since the last call (at
+  // most one call per auth_report_interval per reason; on the progress
+  // thread).
+  std::function<void(const absl::Status& why, transport::PeerId from, uint64_t unreported)>
+      on_auth_failure;
+  absl::Duration auth_report_interval = absl::Seconds(1);
 };
 
 // Builds the shard's transport with the handlers it is given (e.g.
@@ -97,7 +130,9 @@ class AggregatorShard {
   // running on the pool (a result whose sends are still in flight no longer
   // counts).
   size_t pending_chunks() const { return reducer_->pending_chunks() + jobs_in_flight_.load(); }
-  size_t deferred_pushes() const { return reducer_->deferred_pushes(); }
+  // Pushes held for an epoch or chunk not known yet (by the reducer) or for
+  // their epoch's keys (authentication).
+  size_t deferred_pushes() const;
 
   struct Counters {
     uint64_t pushes_accepted = 0;
@@ -112,11 +147,35 @@ class AggregatorShard {
   Counters counters() const;
   // Dropped messages by absl status code name ("FAILED_PRECONDITION" ...).
   std::map<std::string, uint64_t> rejections() const;
+  // Pushes refused by authentication, by dataplane::AuthFailureName (every
+  // reason present, 0 when none).
+  std::map<std::string, uint64_t> auth_failures() const;
 
  private:
   explicit AggregatorShard(AggregatorShardOptions options) : options_(std::move(options)) {}
 
   void OnMessage(transport::Message message);
+  // The checks and the reducer for a parsed message (OnMessage, and held
+  // pushes once their keys came).
+  void Process(const dataplane::ChunkHeader& header, transport::Message message);
+  // With authentication: whether the push may be placed before it arrives
+  // (its header tag verified under the current keys).
+  bool MayPlace(const dataplane::ChunkHeader& header, absl::Span<const uint8_t> header_bytes) const;
+  // OK, or the push was dropped (counted) or held; false then.
+  bool Authenticate(const dataplane::ChunkHeader& header, transport::Message& message);
+  // SetEpoch's part: refuses an epoch without keys once authentication is
+  // on ...
+  absl::Status CheckEpochKeys(const ShardEpoch& epoch) const;
+  // ... and installs its keys (or decides authentication is off).
+  void InstallEpochKeys(const ShardEpoch& epoch);
+  void CountAuthFailure(dataplane::AuthFailure failure, const dataplane::ChunkHeader& header,
+                        transport::PeerId from);
+  // Replays the pushes held for keys up to the current epoch.
+  void ReplayHeld();
+  // The header to send `header` + `payload` with: sealed with the keys of
+  // its epoch when authenticating; empty when there are none.
+  std::vector<uint8_t> HeaderFor(const dataplane::ChunkHeader& header,
+                                 absl::Span<const uint8_t> payload) const;
   void Reject(const absl::Status& why);
   void CountCompletedLocked(uint64_t elements, double seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   using Peers = std::shared_ptr<const std::vector<transport::PeerId>>;  // by rank
@@ -157,6 +216,22 @@ class AggregatorShard {
   transport::ConnectionCache connections_;
   Counters counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> rejections_ ABSL_GUARDED_BY(mu_);
+
+  // Authentication: whether it is on (nullopt: not decided yet), the keys
+  // of the current and the previous epoch (aborts of the previous one are
+  // sealed with its keys), the pushes held for keys, and the rate limit of
+  // on_auth_failure.
+  std::optional<bool> authenticate_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const dataplane::EpochKeys> keys_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const dataplane::EpochKeys> previous_keys_ ABSL_GUARDED_BY(mu_);
+  std::vector<transport::Message> held_ ABSL_GUARDED_BY(mu_);
+  uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  struct AuthFailureCount {
+    uint64_t total = 0;
+    uint64_t unreported = 0;
+    int64_t last_report_ns = 0;
+  };
+  std::map<std::string, AuthFailureCount> auth_failures_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gift::server

@@ -338,6 +338,41 @@ absl::Span<uint8_t> ChunkReducer::PlacePush(const ChunkHeader& header, size_t pa
   return slot.buffer.span();
 }
 
+absl::StatusOr<Slot*> ChunkReducer::TakePlacedLocked(const ChunkHeader& header,
+                                                     absl::Span<const uint8_t> placed,
+                                                     ChunkState** chunk) {
+  if (auto c = chunks_.find(ChunkId{header.tensor_id, header.chunk_index}); c != chunks_.end()) {
+    *chunk = c->second.get();
+    if (auto s = (*chunk)->steps.find(header.step);
+        s != (*chunk)->steps.end() && header.rank < s->second->slots.size()) {
+      Slot& candidate = s->second->slots[header.rank];
+      if (candidate.state == Slot::State::kPlaced && candidate.buffer.data() == placed.data() &&
+          candidate.buffer.size() == placed.size()) {
+        return &candidate;
+      }
+    }
+  }
+  for (auto it = orphans_.begin(); it != orphans_.end(); ++it) {
+    if (it->data() == placed.data()) {
+      orphans_.erase(it);  // freed (registered memory: at the next Drain)
+      return absl::FailedPreconditionError(
+          absl::StrCat(dataplane::ToString(header), ": its epoch ended while the payload arrived"));
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(dataplane::ToString(header), ": payload not placed by PlacePush"));
+}
+
+void ChunkReducer::DiscardPlaced(const ChunkHeader& header, absl::Span<const uint8_t> placed) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return;  // the slot stays placed (and reachable for ReleaseMemory)
+  ChunkState* chunk = nullptr;
+  absl::StatusOr<Slot*> slot = TakePlacedLocked(header, placed, &chunk);
+  if (!slot.ok()) return;  // an orphan (freed now) or not placed here
+  (*slot)->state = Slot::State::kEmpty;
+  RecycleIfUnusedLocked(*chunk, header.step);
+}
+
 absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::AcceptPlaced(
     const ChunkHeader& header, absl::Span<const uint8_t> placed) {
   // The placed bytes stay put while their slot (or orphan) holds them, so
@@ -346,30 +381,10 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::AcceptPlaced(
   absl::MutexLock lock(&mu_);
   // The slot stays placed (and reachable for ReleaseMemory).
   if (closed_) return absl::UnavailableError("the reducer is shutting down");
-  Slot* slot = nullptr;
   ChunkState* chunk = nullptr;
-  if (auto c = chunks_.find(ChunkId{header.tensor_id, header.chunk_index}); c != chunks_.end()) {
-    chunk = c->second.get();
-    if (auto s = chunk->steps.find(header.step);
-        s != chunk->steps.end() && header.rank < s->second->slots.size()) {
-      Slot& candidate = s->second->slots[header.rank];
-      if (candidate.state == Slot::State::kPlaced && candidate.buffer.data() == placed.data() &&
-          candidate.buffer.size() == placed.size()) {
-        slot = &candidate;
-      }
-    }
-  }
-  if (slot == nullptr) {
-    for (auto it = orphans_.begin(); it != orphans_.end(); ++it) {
-      if (it->data() == placed.data()) {
-        orphans_.erase(it);  // freed (registered memory: at the next Drain)
-        return absl::FailedPreconditionError(absl::StrCat(
-            dataplane::ToString(header), ": its epoch ended while the payload arrived"));
-      }
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat(dataplane::ToString(header), ": payload not placed by PlacePush"));
-  }
+  absl::StatusOr<Slot*> found = TakePlacedLocked(header, placed, &chunk);
+  if (!found.ok()) return found.status();
+  Slot* slot = *found;
   auto refuse = [&](const absl::Status& why) {
     slot->state = Slot::State::kEmpty;
     RecycleIfUnusedLocked(*chunk, header.step);

@@ -104,6 +104,7 @@ struct ChunkResult {
 
 namespace reducer_internal {
 struct ChunkState;
+struct Slot;
 struct StepInputs;
 }  // namespace reducer_internal
 
@@ -188,6 +189,10 @@ class ChunkReducer {
   absl::StatusOr<std::optional<ReductionJob>> AcceptPlaced(const dataplane::ChunkHeader& header,
                                                            absl::Span<const uint8_t> placed);
 
+  // Gives back a slot PlacePush handed out, storing nothing: for a push the
+  // caller refuses before AcceptPlaced (its MAC did not verify).
+  void DiscardPlaced(const dataplane::ChunkHeader& header, absl::Span<const uint8_t> placed);
+
   // As AcceptPlaced for bytes the caller owns (copied into the slot), and
   // deferral (see the rules above; nullopt); also AlreadyExists (the rank
   // already pushed this chunk, or its push is being placed) and
@@ -238,6 +243,13 @@ class ChunkReducer {
   absl::StatusOr<ChunkState*> CheckPushLocked(const dataplane::ChunkHeader& header,
                                               const ChunkShape& got) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The placed slot of `header` holding `placed` (and its chunk), or why
+  // not: FailedPrecondition for an orphan (freed here), InvalidArgument for
+  // bytes PlacePush did not hand out.
+  absl::StatusOr<reducer_internal::Slot*> TakePlacedLocked(const dataplane::ChunkHeader& header,
+                                                           absl::Span<const uint8_t> placed,
+                                                           ChunkState** chunk)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stores the parsed push of `slot_rank` of `inputs` (its bytes already in
   // the slot): basis version, counts; the job when complete.
   absl::StatusOr<std::optional<ReductionJob>> StoreLocked(const dataplane::ChunkHeader& header,

@@ -107,8 +107,17 @@ void AddShardMetrics(daemon::MetricsServer& metrics, const AggregatorShard* shar
        {absl::StatusCode::kInvalidArgument, absl::StatusCode::kDataLoss,
         absl::StatusCode::kFailedPrecondition, absl::StatusCode::kNotFound,
         absl::StatusCode::kAlreadyExists, absl::StatusCode::kOutOfRange,
-        absl::StatusCode::kResourceExhausted}) {
+        absl::StatusCode::kResourceExhausted, absl::StatusCode::kUnauthenticated}) {
     rejected.Add({{"reason", absl::StatusCodeToString(code)}});
+  }
+  // Pushes refused by data-plane authentication (docs/design.md section 8.2),
+  // every reason at 0 from the start.
+  auto& auth_failures = prometheus::BuildCounter()
+                            .Name("gift_server_chunk_auth_failures_total")
+                            .Help("Pushes dropped by data-plane authentication, by reason")
+                            .Register(r);
+  for (dataplane::AuthFailure f : dataplane::kAllAuthFailures) {
+    auth_failures.Add({{"reason", std::string(dataplane::AuthFailureName(f))}});
   }
   prometheus::Gauge& epoch = gauge("gift_server_epoch", "Epoch the shard serves");
   prometheus::Gauge& shard_gauge = gauge("gift_server_shard_id", "This server's shard id");
@@ -127,8 +136,8 @@ void AddShardMetrics(daemon::MetricsServer& metrics, const AggregatorShard* shar
       "gift_server_reduced_bytes_total",
       "FP32 bytes of reduced chunks (reduce throughput = rate of this / rate of reduce seconds)");
   metrics.AddRefresher([=, &pushes, &completed, &aborted, &result_bytes, &send_failures, &rejected,
-                        &epoch, &shard_gauge, &chunk_gauge, &worker_gauge, &pending, &deferred,
-                        &push_bytes, &reduce_seconds, &reduced_bytes] {
+                        &auth_failures, &epoch, &shard_gauge, &chunk_gauge, &worker_gauge, &pending,
+                        &deferred, &push_bytes, &reduce_seconds, &reduced_bytes] {
     const AggregatorShard::Counters c = shard->counters();
     daemon::AdvanceCounterTo(pushes, static_cast<double>(c.pushes_accepted));
     daemon::AdvanceCounterTo(completed, static_cast<double>(c.chunks_completed));
@@ -137,6 +146,9 @@ void AddShardMetrics(daemon::MetricsServer& metrics, const AggregatorShard* shar
     daemon::AdvanceCounterTo(send_failures, static_cast<double>(c.send_failures));
     for (const auto& [reason, count] : shard->rejections()) {
       daemon::AdvanceCounterTo(rejected.Add({{"reason", reason}}), static_cast<double>(count));
+    }
+    for (const auto& [reason, count] : shard->auth_failures()) {
+      daemon::AdvanceCounterTo(auth_failures.Add({{"reason", reason}}), static_cast<double>(count));
     }
     epoch.Set(static_cast<double>(shard->epoch()));
     shard_gauge.Set(shard_id);
@@ -257,6 +269,16 @@ int Main(int argc, char** argv) {
   options.on_reject = [](const absl::Status& why) {  // counted by the shard (metrics)
     Log(Level::kWarning, "message_rejected",
         {{"code", absl::StatusCodeToString(why.code())}, {"reason", why.message()}});
+  };
+  // Data-plane authentication as the coordinator says (its keys, or none, in
+  // the first epoch); failures are logged at most once a second per reason.
+  options.auth = ShardAuth::kFromFirstEpoch;
+  options.on_auth_failure = [](const absl::Status& why, transport::PeerId from,
+                               uint64_t unreported) {
+    Log(Level::kWarning, "chunk_auth_failed",
+        {{"reason", why.message()},
+         {"peer", static_cast<int64_t>(from)},
+         {"unreported", static_cast<int64_t>(unreported)}});
   };
   transport::UcxTransportOptions ucx{.tls = ucx_tls};
   // Declared before the shard: it outlives the shard's transport.

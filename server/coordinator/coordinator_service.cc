@@ -363,8 +363,9 @@ grpc::ServerWriteReactor<gift::v1::BasisChunk>* CoordinatorService::FetchBasis(
 
 // ---- unary RPCs -----------------------------------------------------------
 
-CoordinatorService::CoordinatorService(ClusterStateMachine* state, std::string version)
-    : state_(state), version_(std::move(version)) {
+CoordinatorService::CoordinatorService(ClusterStateMachine* state, std::string version,
+                                       const DataPlaneKeyIssuer* dataplane_keys)
+    : state_(state), version_(std::move(version)), dataplane_keys_(dataplane_keys) {
   state_->SetChangeCallback([this] { NotifyWatchers(); });
 }
 
@@ -404,7 +405,15 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
   if (grpc::Status denied = CheckJoinRole(*context, *request); !denied.ok()) {
     return rpc::FinishUnary(context, denied);
   }
-  return Unary(context, response, [&] { return state_->Join(*request); });
+  return Unary(context, response, [&]() -> absl::StatusOr<gift::v1::JoinResponse> {
+    auto joined = state_->Join(*request);
+    if (!joined.ok()) return joined;
+    if (dataplane_keys_ == nullptr) return joined;
+    if (auto s = SetMemberKey(joined->member_id(), joined->mutable_dataplane_key()); !s.ok()) {
+      return s;
+    }
+    return joined;
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,
@@ -422,7 +431,15 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
   if (grpc::Status denied = CheckMember(*context, "Heartbeat"); !denied.ok()) {
     return rpc::FinishUnary(context, denied);
   }
-  return Unary(context, response, [&] { return state_->Heartbeat(*request); });
+  return Unary(context, response, [&]() -> absl::StatusOr<gift::v1::HeartbeatResponse> {
+    auto beat = state_->Heartbeat(*request);
+    if (!beat.ok()) return beat;
+    if (dataplane_keys_ == nullptr) return beat;
+    if (auto s = SetMemberKey(request->member_id(), beat->mutable_dataplane_key()); !s.ok()) {
+      return s;
+    }
+    return beat;
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ReportPeerFailure(
@@ -513,6 +530,59 @@ grpc::ServerUnaryReactor* CoordinatorService::Drain(grpc::CallbackServerContext*
     return rpc::FinishUnary(context, denied);
   }
   return Unary(context, response, [&] { return state_->Drain(*request); });
+}
+
+// ---- Data-plane keys (docs/design.md section 8.2) ------------------------------
+
+absl::Status CoordinatorService::SetMemberKey(const std::string& member_id,
+                                              gift::v1::DataPlaneKey* key) const {
+  auto k = dataplane_keys_->MemberKey(member_id);
+  if (!k.ok()) return k.status();
+  key->set_key(k->data(), k->size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<gift::v1::DataPlaneKeys> CoordinatorService::PeerKeys(
+    const grpc::CallbackServerContext& context, const std::string& member_id) const {
+  if (dataplane_keys_ == nullptr) {
+    return absl::FailedPreconditionError("data-plane authentication is off");
+  }
+  std::shared_ptr<const gift::v1::ClusterState> state = state_->Snapshot();
+  const gift::v1::Member* caller = nullptr;
+  for (const auto* members : {&state->workers(), &state->servers()}) {
+    for (const gift::v1::Member& m : *members) {
+      if (m.member_id() == member_id) caller = &m;
+    }
+  }
+  if (caller == nullptr) return absl::NotFoundError(absl::StrCat("unknown member ", member_id));
+  const bool worker = caller->role() == gift::v1::MEMBER_ROLE_WORKER;
+  // Over TLS the certificate must be of the member's role: a worker cannot
+  // ask for a server's peers (the workers' keys) by naming a server.
+  if (std::optional<Role> role = rpc::PeerRole(*context.auth_context());
+      rpc::IsTlsPeer(*context.auth_context()) && role != (worker ? Role::kWorker : Role::kServer)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("member ", member_id, " is not of the caller's certificate role"));
+  }
+  gift::v1::DataPlaneKeys keys;
+  keys.set_epoch(state->epoch());
+  for (const gift::v1::Member& peer : worker ? state->servers() : state->workers()) {
+    auto k = dataplane_keys_->MemberKey(peer.member_id());
+    if (!k.ok()) return k.status();
+    gift::v1::PeerDataPlaneKey* out = keys.add_peers();
+    out->set_member_id(peer.member_id());
+    out->set_rank(peer.rank());
+    out->set_key(k->data(), k->size());
+  }
+  return keys;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetDataPlaneKeys(
+    grpc::CallbackServerContext* context, const gift::v1::GetDataPlaneKeysRequest* request,
+    gift::v1::DataPlaneKeys* response) {
+  if (grpc::Status denied = CheckMember(*context, "GetDataPlaneKeys"); !denied.ok()) {
+    return rpc::FinishUnary(context, denied);
+  }
+  return Unary(context, response, [&] { return PeerKeys(*context, request->member_id()); });
 }
 
 }  // namespace gift::coordinator

@@ -37,6 +37,7 @@
 #include "gift/v1/coordinator.grpc.pb.h"
 #include "server/coordinator/cluster_state.h"
 #include "server/coordinator/member_connections.h"
+#include "server/coordinator/dataplane_key_issuer.h"
 
 namespace gift::coordinator {
 
@@ -45,8 +46,12 @@ inline constexpr size_t kMaxBasisChunkBytes = size_t{1} << 20;
 class CoordinatorService final : public gift::v1::Coordinator::CallbackService {
  public:
   // `version` is reported by GetStatus. Registers itself as `state`'s change
-  // callback.
-  CoordinatorService(ClusterStateMachine* state, std::string version);
+  // callback. With `dataplane_keys` (not owned; outlives the service),
+  // data-plane authentication is on: Join and Heartbeat answers carry the
+  // member's key and GetDataPlaneKeys serves the peers' (see
+  // dataplane_key_issuer.h); null: off.
+  CoordinatorService(ClusterStateMachine* state, std::string version,
+                     const DataPlaneKeyIssuer* dataplane_keys = nullptr);
 
   // Ends every Watch with UNAVAILABLE; later calls fail with UNAVAILABLE.
   void Shutdown();
@@ -93,6 +98,9 @@ class CoordinatorService final : public gift::v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
                                   const gift::v1::DrainRequest* request,
                                   gift::v1::DrainResponse* response) override;
+  grpc::ServerUnaryReactor* GetDataPlaneKeys(grpc::CallbackServerContext* context,
+                                             const gift::v1::GetDataPlaneKeysRequest* request,
+                                             gift::v1::DataPlaneKeys* response) override;
 
  private:
   class WatchReactor;
@@ -108,8 +116,16 @@ class CoordinatorService final : public gift::v1::Coordinator::CallbackService {
   void RemoveWatcher(WatchReactor* watcher);
   void NotifyWatchers();
 
+  // The member key of `member_id` into `key` (authentication on only).
+  absl::Status SetMemberKey(const std::string& member_id, gift::v1::DataPlaneKey* key) const;
+  // The keys of the peers `member_id` verifies; PermissionDenied when a TLS
+  // caller's role is not the member's.
+  absl::StatusOr<gift::v1::DataPlaneKeys> PeerKeys(const grpc::CallbackServerContext& context,
+                                                   const std::string& member_id) const;
+
   ClusterStateMachine* const state_;
   const std::string version_;
+  const DataPlaneKeyIssuer* const dataplane_keys_;
   std::atomic<bool> shutting_down_{false};
 
   absl::Mutex watchers_mu_;

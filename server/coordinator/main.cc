@@ -7,6 +7,9 @@
 // the caller's role (from its certificate, common/rpc/credentials.h) per RPC
 // (common/rpc/role_check.h; the table is in coordinator_service.cc). Without
 // them it serves plaintext, on loopback addresses only unless --insecure.
+// With TLS (or --dataplane-auth) it hands out data-plane keys derived from
+// --dataplane-secret-file (or a secret drawn at start): docs/design.md
+// section 8.2.
 // Flags may also come from a TOML file (--config FILE; common/daemon/daemon_flags.h).
 // Logs one JSON object per line on stderr (common/base/logging.h); the
 // `listening` and `metrics_listening` events carry the bound addresses (useful
@@ -150,6 +153,8 @@ int Main(int argc, char** argv) {
   uint64_t max_basis_bytes = uint64_t{256} << 20;
   std::string metrics_listen = "127.0.0.1:9470";
   daemon::TlsFlags tls;
+  bool dataplane_auth = false;
+  std::string dataplane_secret_file;
   app.add_option("--listen", listen, "HOST:PORT to serve on; port 0 picks a free port")
       ->capture_default_str();
   app.add_option("--state", state_file, "SQLite state file (created when missing)")
@@ -170,6 +175,12 @@ int Main(int argc, char** argv) {
                  "HOST:PORT for Prometheus metrics at /metrics (\"\" disables; port 0 picks one)")
       ->capture_default_str();
   daemon::AddTlsFlags(app, &tls);
+  app.add_flag("--dataplane-auth", dataplane_auth,
+               "MACs on every data-plane chunk without TLS too (always on with TLS; "
+               "docs/design.md section 8.2)");
+  app.add_option("--dataplane-secret-file", dataplane_secret_file,
+                 "file of at least 32 secret bytes the members' data-plane keys derive from "
+                 "(default: drawn at start, so a restart changes every key)");
   if (std::optional<int> exit = daemon::ParseDaemonFlags(app, argc, argv, kName)) return *exit;
   ClusterOptions options;
   options.step_window = step_window;
@@ -204,7 +215,16 @@ int Main(int argc, char** argv) {
   if (!metrics.ok()) return Fail(kExitFailure, "startup_failed", metrics.status().message());
   AddClusterMetrics(**metrics, state->get());
 
-  CoordinatorService service(state->get(), GIFT_VERSION);
+  // Data-plane authentication: always with TLS, on request without.
+  std::unique_ptr<DataPlaneKeyIssuer> dataplane_keys;
+  if (dataplane_auth || tls.files.enabled()) {
+    auto issuer = dataplane_secret_file.empty()
+                      ? DataPlaneKeyIssuer::Random()
+                      : DataPlaneKeyIssuer::FromFile(dataplane_secret_file);
+    if (!issuer.ok()) return Fail(kExitFailure, "startup_failed", issuer.status().ToString());
+    dataplane_keys = *std::move(issuer);
+  }
+  CoordinatorService service(state->get(), GIFT_VERSION, dataplane_keys.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -225,6 +245,7 @@ int Main(int argc, char** argv) {
       {{"address", address},
        {"state", state_file},
        {"tls", tls.files.enabled()},
+       {"dataplane_auth", dataplane_keys != nullptr},
        {"lease_ttl_ms", absl::ToInt64Milliseconds(options.lease_ttl)}});
 
   // The lease thread doubles as the main loop's heartbeat for the watchdog.

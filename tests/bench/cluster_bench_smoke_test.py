@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Smoke test of `gift-bench cluster`: a tiny run through a real local cluster
 (1 server, 2 workers, 2 timed steps, d_model 64, one layer; no gloo baseline,
-a short ucx_perftest), checking that the JSON report has its fields and that
+a short ucx_perftest, a second cluster with data-plane authentication for the
+--auth-compare ratio), checking that the JSON report has its fields and that
 every worker got identical bits. No timing is checked: it is a benchmark.
 
 Usage: cluster_bench_smoke_test.py --bench BUILD/bench/gift-bench
@@ -32,7 +33,7 @@ def main():
         out = os.path.join(tmp, "cluster.json")
         cmd = [args.bench, "cluster", "--servers", "1", "--workers", "2", "--steps", "2",
                "--d-model", "64", "--layers", "1", "--no-gloo", "--perftest-iters", "20",
-               "--reducer-reps", "2", "--json", out]
+               "--reducer-reps", "2", "--auth-compare", "--json", out]
         print("+", " ".join(cmd), flush=True)
         run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              timeout=280)
@@ -74,6 +75,11 @@ def main():
         failures.append(f"identical_bits is {doc.get('identical_bits')}")
     if doc.get("config", {}).get("mode") == "gift" and doc.get("config", {}).get("workers") != 2:
         failures.append("config does not echo the flags")
+    auth = doc.get("auth", {})
+    if auth.get("on") is not False or not auth.get("ratio_with_to_without", 0) > 0:
+        failures.append(f"auth comparison without a ratio: {auth}")
+    if auth.get("identical_bits_with_other") is not True:
+        failures.append(f"the authenticated cluster's workers disagree: {auth}")
     reducer = doc.get("reducer", {})
     if reducer.get("ran") and not reducer.get("gbps_fp32_out", 0) > 0:
         failures.append(f"reducer ran without a throughput: {reducer}")

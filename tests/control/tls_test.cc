@@ -174,6 +174,37 @@ TEST_F(TlsTest, RolesFromCertificatesAreCheckedPerRpc) {
   EXPECT_THAT(coordinator_->log(), HasSubstr("\"event\":\"rpc_denied\""));
 }
 
+// With TLS the coordinator hands out data-plane keys (docs/design.md section
+// 8.2): each member its own at Join, and the peers' only to a certificate of
+// the member's role.
+TEST_F(TlsTest, DataPlaneKeysGoOnlyToTheMembersRole) {
+  StartCoordinator();
+  auto op = Client(certs->operator_);
+  auto worker = Client(certs->worker);
+  auto server = Client(certs->server);
+  absl::StatusOr<v1::JoinResponse> w = worker->Join(JoinAs(v1::MEMBER_ROLE_WORKER, "w0"));
+  ASSERT_TRUE(w.ok()) << w.status();
+  absl::StatusOr<v1::JoinResponse> s = server->Join(JoinAs(v1::MEMBER_ROLE_SERVER, "s0"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(w->dataplane_key().key().size(), 32u);
+  EXPECT_EQ(s->dataplane_key().key().size(), 32u);
+  // The server gets the worker's key, the worker the server's.
+  absl::StatusOr<v1::DataPlaneKeys> for_server = server->GetDataPlaneKeys(s->member_id());
+  ASSERT_TRUE(for_server.ok()) << for_server.status();
+  ASSERT_EQ(for_server->peers_size(), 1);
+  EXPECT_EQ(for_server->peers(0).key(), w->dataplane_key().key());
+  absl::StatusOr<v1::DataPlaneKeys> for_worker = worker->GetDataPlaneKeys(w->member_id());
+  ASSERT_TRUE(for_worker.ok()) << for_worker.status();
+  ASSERT_EQ(for_worker->peers_size(), 1);
+  EXPECT_EQ(for_worker->peers(0).key(), s->dataplane_key().key());
+  // A worker certificate naming the server (to get the workers' keys), and
+  // operators, get nothing.
+  EXPECT_EQ(worker->GetDataPlaneKeys(s->member_id()).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(op->GetDataPlaneKeys(s->member_id()).status().code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
 TEST_F(TlsTest, ClientsWithoutAValidCertificateAreRefused) {
   StartCoordinator();
   // No client certificate (server verified, nothing presented).

@@ -1,0 +1,89 @@
+#include "common/control/dataplane_keyring.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace gift::control {
+
+namespace v1 = ::gift::v1;
+
+namespace {
+
+absl::StatusOr<dataplane::MacKey> ToKey(const std::string& bytes) {
+  if (bytes.size() != dataplane::kMacKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a data-plane key of ", bytes.size(),
+                                                   " bytes, expected ", dataplane::kMacKeyBytes));
+  }
+  dataplane::MacKey key;
+  std::memcpy(key.data(), bytes.data(), key.size());
+  return key;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> DataPlaneKeyring::SetMemberKey(const v1::DataPlaneKey& key) {
+  std::optional<dataplane::MacKey> next;
+  if (!key.key().empty()) {
+    auto k = ToKey(key.key());
+    if (!k.ok()) return k.status();
+    next = *k;
+  }
+  if (next == member_key_) return false;
+  member_key_ = next;
+  peers_.clear();
+  return true;
+}
+
+const google::protobuf::RepeatedPtrField<v1::Member>& DataPlaneKeyring::Peers(
+    const v1::ClusterState& state) const {
+  return role_ == v1::MEMBER_ROLE_SERVER ? state.workers() : state.servers();
+}
+
+bool DataPlaneKeyring::MissingPeers(const v1::ClusterState& state) const {
+  if (!enabled()) return false;
+  for (const v1::Member& m : Peers(state)) {
+    if (!peers_.contains(m.member_id())) return true;
+  }
+  return false;
+}
+
+absl::Status DataPlaneKeyring::AddPeers(const v1::DataPlaneKeys& keys) {
+  absl::flat_hash_map<std::string, dataplane::MacKey> added;
+  for (const v1::PeerDataPlaneKey& peer : keys.peers()) {
+    auto k = ToKey(peer.key());
+    if (!k.ok()) return k.status();
+    added[peer.member_id()] = *k;
+  }
+  for (auto& [id, key] : added) peers_[id] = key;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const dataplane::EpochKeys>> DataPlaneKeyring::Build(
+    const v1::ClusterState& state, const std::string& member_id) const {
+  if (!enabled()) return nullptr;
+  const v1::Member* me = nullptr;
+  for (const auto* members : {&state.workers(), &state.servers()}) {
+    for (const v1::Member& m : *members) {
+      if (m.member_id() == member_id) me = &m;
+    }
+  }
+  if (me == nullptr) return nullptr;
+  auto keys = std::make_shared<dataplane::EpochKeys>();
+  keys->epoch = state.epoch();
+  keys->signer = me->rank();
+  auto own = dataplane::DeriveEpochKey(*member_key_, state.epoch());
+  if (!own.ok()) return own.status();
+  keys->own = *own;
+  for (const v1::Member& peer : Peers(state)) {
+    auto it = peers_.find(peer.member_id());
+    if (it == peers_.end()) continue;
+    auto k = dataplane::DeriveEpochKey(it->second, state.epoch());
+    if (!k.ok()) return k.status();
+    if (keys->peers.size() <= peer.rank()) keys->peers.resize(peer.rank() + 1);
+    keys->peers[peer.rank()] = *k;
+  }
+  return keys;
+}
+
+}  // namespace gift::control

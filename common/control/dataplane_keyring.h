@@ -1,0 +1,63 @@
+// A member's data-plane keys (docs/design.md section 8.2): its own member key
+// (from the coordinator's Join and Heartbeat answers) and its peers' (from
+// GetDataPlaneKeys: a server holds the workers', a worker the servers'), and
+// from them the keys of one epoch that the data plane seals and checks
+// chunks with (dataplane::EpochKeys, common/dataplane/chunk_mac.h).
+//
+//   DataPlaneKeyring ring(MEMBER_ROLE_SERVER);
+//   ring.SetMemberKey(joined.dataplane_key());
+//   if (ring.MissingPeers(state)) ring.AddPeers(client.GetDataPlaneKeys(...));
+//   auto keys = ring.Build(state, member_id);   // epoch keys of state.epoch()
+//
+// Keys are secrets: nothing here logs or prints them.
+//
+// Thread safety: none; MemberSession guards it with its lock.
+#ifndef GIFT_COMMON_CONTROL_DATAPLANE_KEYRING_H_
+#define GIFT_COMMON_CONTROL_DATAPLANE_KEYRING_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/dataplane/chunk_mac.h"
+#include "gift/v1/cluster.pb.h"
+#include "gift/v1/coordinator.pb.h"
+
+namespace gift::control {
+
+class DataPlaneKeyring {
+ public:
+  explicit DataPlaneKeyring(gift::v1::MemberRole role) : role_(role) {}
+
+  // Installs the member's key from a Join or Heartbeat answer (no key:
+  // authentication off). True when it changed; the peers' keys are
+  // forgotten then (the coordinator's secret changed, so did theirs).
+  // InvalidArgument for a key that is not kMacKeyBytes long.
+  absl::StatusOr<bool> SetMemberKey(const gift::v1::DataPlaneKey& key);
+  bool enabled() const { return member_key_.has_value(); }
+
+  // Whether some peer of `state` has no key here (fetch them then).
+  bool MissingPeers(const gift::v1::ClusterState& state) const;
+  // InvalidArgument for a key of the wrong size (nothing installed then).
+  absl::Status AddPeers(const gift::v1::DataPlaneKeys& keys);
+
+  // The keys of `state`'s epoch for member `member_id`: its own and its
+  // peers' by rank (a peer without a key is nullopt). Null when
+  // authentication is off or the member is not in `state`.
+  absl::StatusOr<std::shared_ptr<const dataplane::EpochKeys>> Build(
+      const gift::v1::ClusterState& state, const std::string& member_id) const;
+
+ private:
+  const google::protobuf::RepeatedPtrField<gift::v1::Member>& Peers(
+      const gift::v1::ClusterState& state) const;
+
+  const gift::v1::MemberRole role_;
+  std::optional<dataplane::MacKey> member_key_;
+  absl::flat_hash_map<std::string, dataplane::MacKey> peers_;  // by member id
+};
+
+}  // namespace gift::control
+
+#endif  // GIFT_COMMON_CONTROL_DATAPLANE_KEYRING_H_

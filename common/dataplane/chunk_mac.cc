@@ -1,0 +1,170 @@
+#include "common/dataplane/chunk_mac.h"
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <openssl/params.h>
+#include <openssl/rand.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace gift::dataplane {
+namespace {
+
+using Tag = std::array<uint8_t, kSealTagBytes>;
+
+const EVP_CIPHER* Gcm() {
+  static const EVP_CIPHER* const cipher = EVP_CIPHER_fetch(nullptr, "AES-256-GCM", nullptr);
+  return cipher;
+}
+
+struct CtxDeleter {
+  void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); }
+};
+
+// AES-256-GMAC: GCM with everything as additional data and no plaintext.
+absl::StatusOr<Tag> Gmac(const MacKey& key, const uint8_t* iv,
+                         std::initializer_list<absl::Span<const uint8_t>> parts) {
+  std::unique_ptr<EVP_CIPHER_CTX, CtxDeleter> ctx(EVP_CIPHER_CTX_new());
+  const EVP_CIPHER* cipher = Gcm();
+  if (ctx == nullptr || cipher == nullptr ||
+      EVP_EncryptInit_ex2(ctx.get(), cipher, key.data(), iv, nullptr) != 1) {
+    return absl::InternalError("AES-256-GCM unavailable");
+  }
+  int out = 0;
+  for (absl::Span<const uint8_t> part : parts) {
+    // EVP lengths are int: feed large payloads in pieces.
+    for (size_t done = 0; done < part.size();) {
+      const size_t n = std::min<size_t>(part.size() - done, size_t{1} << 30);
+      if (EVP_EncryptUpdate(ctx.get(), nullptr, &out, part.data() + done, static_cast<int>(n)) !=
+          1) {
+        return absl::InternalError("GMAC update failed");
+      }
+      done += n;
+    }
+  }
+  Tag tag;
+  if (EVP_EncryptFinal_ex(ctx.get(), nullptr, &out) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_AEAD_GET_TAG, kSealTagBytes, tag.data()) != 1) {
+    return absl::InternalError("GMAC final failed");
+  }
+  return tag;
+}
+
+std::array<uint8_t, kSealNonceBytes> ChunkIv(const uint8_t* nonce) {
+  std::array<uint8_t, kSealNonceBytes> iv;
+  std::memcpy(iv.data(), nonce, kSealNonceBytes);
+  iv.back() |= 1;
+  return iv;
+}
+
+uint32_t GetU32(const uint8_t* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+bool TagMatches(const absl::StatusOr<Tag>& tag, const uint8_t* expected) {
+  return tag.ok() && CRYPTO_memcmp(tag->data(), expected, kSealTagBytes) == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<MacKey> DeriveKey(absl::Span<const uint8_t> secret, absl::string_view salt,
+                                 absl::Span<const uint8_t> info) {
+  EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  if (kdf == nullptr) return absl::InternalError("HKDF unavailable");
+  EVP_KDF_CTX* ctx = EVP_KDF_CTX_new(kdf);
+  EVP_KDF_free(kdf);
+  if (ctx == nullptr) return absl::InternalError("HKDF unavailable");
+  char digest[] = "SHA256";
+  OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<uint8_t*>(secret.data()),
+                                        secret.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, const_cast<char*>(salt.data()),
+                                        salt.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, const_cast<uint8_t*>(info.data()),
+                                        info.size()),
+      OSSL_PARAM_construct_end()};
+  MacKey key;
+  const int ok = EVP_KDF_derive(ctx, key.data(), key.size(), params);
+  EVP_KDF_CTX_free(ctx);
+  if (ok != 1) return absl::InternalError("HKDF failed");
+  return key;
+}
+
+absl::StatusOr<MacKey> DeriveEpochKey(const MacKey& member_key, uint64_t epoch) {
+  uint8_t info[8];
+  for (int i = 0; i < 8; ++i) info[i] = static_cast<uint8_t>(epoch >> (8 * i));
+  return DeriveKey(member_key, "gift-dataplane-epoch-v1", info);
+}
+
+absl::StatusOr<std::array<uint8_t, kSealedChunkHeaderBytes>> SealChunk(
+    const ChunkHeader& header, uint32_t signer, absl::Span<const uint8_t> payload,
+    const MacKey& key) {
+  auto out = SerializeSealedChunkHeaderPrefix(header, signer);
+  uint8_t* nonce = out.data() + kSealNonceOffset;
+  if (RAND_bytes(nonce, kSealNonceBytes) != 1) return absl::InternalError("RAND_bytes failed");
+  nonce[kSealNonceBytes - 1] &= 0xFE;
+  auto header_tag = Gmac(key, nonce, {absl::MakeConstSpan(out.data(), kSealHeaderTagOffset)});
+  if (!header_tag.ok()) return header_tag.status();
+  std::memcpy(out.data() + kSealHeaderTagOffset, header_tag->data(), kSealTagBytes);
+  const auto chunk_iv = ChunkIv(nonce);
+  auto chunk_tag =
+      Gmac(key, chunk_iv.data(), {absl::MakeConstSpan(out.data(), kSealChunkTagOffset), payload});
+  if (!chunk_tag.ok()) return chunk_tag.status();
+  std::memcpy(out.data() + kSealChunkTagOffset, chunk_tag->data(), kSealTagBytes);
+  return out;
+}
+
+absl::string_view AuthFailureName(AuthFailure failure) {
+  switch (failure) {
+    case AuthFailure::kMissing:
+      return "missing";
+    case AuthFailure::kUnknownKey:
+      return "unknown_key";
+    case AuthFailure::kWrongSigner:
+      return "wrong_signer";
+    case AuthFailure::kBadMac:
+      return "bad_mac";
+  }
+  return "unknown";
+}
+
+std::optional<AuthFailure> CheckChunk(const EpochKeys& keys, const ChunkHeader& parsed,
+                                      absl::Span<const uint8_t> header_bytes,
+                                      std::optional<absl::Span<const uint8_t>> payload) {
+  if (!IsSealedChunkHeader(header_bytes)) return AuthFailure::kMissing;
+  const uint8_t* p = header_bytes.data();
+  const uint32_t signer = GetU32(p + kSealSignerOffset);
+  if (parsed.kind == ChunkKind::kPush && signer != parsed.rank) return AuthFailure::kWrongSigner;
+  if (parsed.epoch != keys.epoch || signer >= keys.peers.size() ||
+      !keys.peers[signer].has_value()) {
+    return AuthFailure::kUnknownKey;
+  }
+  const MacKey& key = *keys.peers[signer];
+  const uint8_t* nonce = p + kSealNonceOffset;
+  if (!TagMatches(Gmac(key, nonce, {header_bytes.first(kSealHeaderTagOffset)}),
+                  p + kSealHeaderTagOffset)) {
+    return AuthFailure::kBadMac;
+  }
+  if (payload.has_value()) {
+    const auto chunk_iv = ChunkIv(nonce);
+    if (!TagMatches(Gmac(key, chunk_iv.data(), {header_bytes.first(kSealChunkTagOffset), *payload}),
+                    p + kSealChunkTagOffset)) {
+      return AuthFailure::kBadMac;
+    }
+  }
+  return std::nullopt;
+}
+
+absl::Status AuthFailureStatus(AuthFailure failure, const ChunkHeader& parsed) {
+  return absl::UnauthenticatedError(absl::StrCat(
+      "chunk authentication failed (", AuthFailureName(failure), "): ", ToString(parsed)));
+}
+
+}  // namespace gift::dataplane

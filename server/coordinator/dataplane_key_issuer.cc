@@ -1,0 +1,44 @@
+#include "server/coordinator/dataplane_key_issuer.h"
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+
+namespace gift::coordinator {
+
+absl::StatusOr<std::unique_ptr<DataPlaneKeyIssuer>> DataPlaneKeyIssuer::FromFile(
+    const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the data-plane secret ", path));
+  std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (secret.size() < dataplane::kMacKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the data-plane secret ", path, " has ",
+                                                   secret.size(), " bytes, at least ",
+                                                   dataplane::kMacKeyBytes, " are needed"));
+  }
+  return std::unique_ptr<DataPlaneKeyIssuer>(new DataPlaneKeyIssuer(std::move(secret)));
+}
+
+absl::StatusOr<std::unique_ptr<DataPlaneKeyIssuer>> DataPlaneKeyIssuer::Random() {
+  std::string secret(dataplane::kMacKeyBytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(secret.data()),
+                 static_cast<int>(secret.size())) != 1) {
+    return absl::InternalError("RAND_bytes failed");
+  }
+  return std::unique_ptr<DataPlaneKeyIssuer>(new DataPlaneKeyIssuer(std::move(secret)));
+}
+
+DataPlaneKeyIssuer::~DataPlaneKeyIssuer() { OPENSSL_cleanse(secret_.data(), secret_.size()); }
+
+absl::StatusOr<dataplane::MacKey> DataPlaneKeyIssuer::MemberKey(absl::string_view member_id) const {
+  return dataplane::DeriveKey(
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(secret_.data()), secret_.size()),
+      "gift-dataplane-member-v1",
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(member_id.data()), member_id.size()));
+}
+
+}  // namespace gift::coordinator

@@ -1,0 +1,44 @@
+// The coordinator's side of data-plane authentication (docs/design.md
+// section 8.2): a 32-byte secret from which every member's data-plane key is
+// derived, HKDF-SHA256(secret, "gift-dataplane-member-v1", member id). Member
+// ids are never reused, so no two members share a key, and nothing is
+// stored: the same secret gives the same keys after a restart. The secret
+// comes from a file the operator provides (--dataplane-secret-file, e.g. a
+// Kubernetes Secret) or is drawn at start (then a restart changes every key;
+// members pick their new key from their next heartbeat and fetch their
+// peers' again).
+//
+// Ownership: owns the secret (wiped on destruction). Thread safety:
+// immutable after Create; MemberKey may be called concurrently.
+#ifndef GIFT_SERVER_COORDINATOR_DATAPLANE_KEY_ISSUER_H_
+#define GIFT_SERVER_COORDINATOR_DATAPLANE_KEY_ISSUER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/dataplane/chunk_mac.h"
+
+namespace gift::coordinator {
+
+class DataPlaneKeyIssuer {
+ public:
+  // The file's bytes (at least 32) are the secret. InvalidArgument for a
+  // shorter file, NotFound when it cannot be read.
+  static absl::StatusOr<std::unique_ptr<DataPlaneKeyIssuer>> FromFile(const std::string& path);
+  // A secret from RAND_bytes.
+  static absl::StatusOr<std::unique_ptr<DataPlaneKeyIssuer>> Random();
+  ~DataPlaneKeyIssuer();
+
+  // Internal only on an OpenSSL failure.
+  absl::StatusOr<dataplane::MacKey> MemberKey(absl::string_view member_id) const;
+
+ private:
+  explicit DataPlaneKeyIssuer(std::string secret) : secret_(std::move(secret)) {}
+  std::string secret_;
+};
+
+}  // namespace gift::coordinator
+
+#endif  // GIFT_SERVER_COORDINATOR_DATAPLANE_KEY_ISSUER_H_

@@ -1,0 +1,241 @@
+// The red team's case on real processes (docs/design.md section 8.2): a
+// gift-coordinator with data-plane authentication and a gift-server daemon
+// on loopback; a process that never joined (this test's own UCX transport,
+// holding no key) reads the server's address from the cluster state and
+// pushes chunks claiming rank 0 before the real workers do: unsealed, sealed
+// with a key of its own, and with a signer that is not the claimed rank.
+// Each is refused and counted on the server's /metrics page by reason, and
+// the two real workers (sessions + push-pull engines in this process) then
+// get the exact FP32 average, bit for bit, and their PushPull succeeds.
+#include <csignal>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/codec/codec.h"
+#include "common/codec/codec_spec.h"
+#include "common/codec/payload.h"
+#include "common/control/coordinator_client.h"
+#include "common/control/coordinator_process.h"
+#include "common/control/member_session.h"
+#include "common/control/subprocess.h"
+#include "common/dataplane/chunk_mac.h"
+#include "common/transport/ucx/ucx_transport.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/daemon/http_get.h"
+#include "worker/push_pull_engine.h"
+
+namespace gift::server {
+namespace {
+
+using dataplane::ChunkHeader;
+using dataplane::ChunkKind;
+
+constexpr int kWorkers = 2;
+
+std::string TempDir() {
+  std::string dir = absl::StrCat(::testing::TempDir(), "/gift-dataplane-auth-XXXXXX");
+  return mkdtemp(dir.data()) == nullptr ? ::testing::TempDir() : dir;
+}
+
+std::string EventField(control::Subprocess& p, const std::string& event, const std::string& field) {
+  auto line = p.WaitForLine(
+      [&](const std::string& l) {
+        return absl::StrContains(l, absl::StrCat("\"event\":\"", event, "\""));
+      },
+      absl::Seconds(30));
+  if (!line.ok()) return "";
+  return nlohmann::json::parse(*line, nullptr, false).value(field, "");
+}
+
+// The value of `series` (name and labels, as on the page) or -1.
+double Series(const std::string& page, const std::string& series) {
+  const size_t at = page.find(absl::StrCat("\n", series, " "));
+  if (at == std::string::npos) return -1;
+  return std::stod(page.substr(at + series.size() + 2));
+}
+
+std::string AuthSeries(const std::string& reason) {
+  return absl::StrCat("gift_server_chunk_auth_failures_total{reason=\"", reason, "\"}");
+}
+
+TEST(DataPlaneAuthTest, ForgedRankFromANonMemberIsRefusedAndTheAverageIsExact) {
+  const std::string dir = TempDir();
+  auto coordinator = control::CoordinatorProcess::Start({.binary = GIFT_COORDINATOR_BIN,
+                                                         .state_file = dir + "/state.db",
+                                                         .extra_args = {"--dataplane-auth"}});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  const std::string address = (*coordinator)->address();
+  auto server =
+      control::Subprocess::Start({GIFT_SERVER_BIN, "--coordinator", address, "--name", "shard-0",
+                                  "--threads", "1", "--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string metrics = EventField(**server, "metrics_listening", "address");
+  ASSERT_FALSE(metrics.empty()) << (*server)->stderr_text();
+
+  std::vector<std::unique_ptr<worker::PushPullEngine>> engines;
+  std::vector<std::unique_ptr<control::MemberSession>> sessions;
+  for (int w = 0; w < kWorkers; ++w) {
+    auto engine = worker::PushPullEngine::Create(
+        [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); },
+        {.timeout = absl::Seconds(30)});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    control::MemberSessionOptions options;
+    options.name = absl::StrCat("worker-", w);
+    options.data_address = (*engine)->address();
+    auto session =
+        control::MemberSession::Start(control::CoordinatorClient::MakeChannel(address), options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    EXPECT_TRUE((*session)->dataplane_auth());
+    engines.push_back(*std::move(engine));
+    sessions.push_back(*std::move(session));
+  }
+  gift::v1::TensorSpec spec;
+  spec.set_name("layer0.weight");
+  spec.add_shape(64);
+  spec.add_shape(96);
+  spec.set_dtype(gift::v1::DTYPE_FLOAT32);
+  ASSERT_TRUE(sessions[0]->RegisterTensors({spec}).ok());
+  auto state = sessions[0]->WaitFor(
+      [](const gift::v1::ClusterState& s) {
+        return s.workers_size() == kWorkers && s.servers_size() == 1 && s.tensors_size() == 1 &&
+               s.shard_map().chunks_size() > 0 && s.shard_map().epoch() == s.epoch();
+      },
+      absl::Seconds(30));
+  ASSERT_TRUE(state.ok()) << state.status();
+  const gift::v1::ClusterState& cs = **state;
+  const std::string want_epoch = absl::StrCat("\"epoch\":", cs.epoch(), ",");
+  ASSERT_TRUE((*server)
+                  ->WaitForLine(
+                      [&](const std::string& l) {
+                        return absl::StrContains(l, "\"event\":\"serving\"") &&
+                               absl::StrContains(l, want_epoch);
+                      },
+                      absl::Seconds(30))
+                  .ok())
+      << (*server)->stderr_text();
+  const gift::v1::TensorInfo& tensor = cs.tensors(0);
+  const std::string server_address = cs.servers(0).data_address();
+
+  // The intruder: a transport of its own, no session, no key.
+  auto intruder = transport::CreateUcxTransport({.on_receive = [](transport::Message) {}});
+  ASSERT_TRUE(intruder.ok()) << intruder.status();
+  auto peer = (*intruder)->Connect(server_address);
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  const codec::CodecSpec f32 = codec::ParseCodecSpec("fp32").value();
+  const auto& chunk0 = cs.shard_map().chunks(0);
+  const uint64_t cols = tensor.shape(1);
+  const uint64_t dims[] = {chunk0.num_elements() / cols, cols};
+  std::vector<uint8_t> forged(codec::PayloadSizeFor(f32, dims).value());
+  {
+    const std::vector<float> huge(chunk0.num_elements(), 1000.0f);
+    auto view = codec::StartPayload(f32, absl::MakeConstSpan(dims), absl::MakeSpan(forged));
+    ASSERT_TRUE(view.ok()) << view.status();
+    ASSERT_TRUE(codec::Encode(huge.data(), *view).ok());
+    codec::FinishPayload(absl::MakeSpan(forged));
+  }
+  const ChunkHeader claim{.kind = ChunkKind::kPush,
+                          .epoch = cs.epoch(),
+                          .step = 0,
+                          .tensor_id = tensor.tensor_id(),
+                          .chunk_index = chunk0.index(),
+                          .rank = 0,
+                          .world_size = kWorkers};
+  dataplane::MacKey own_key;
+  own_key.fill(0x5a);
+  const auto unsealed = dataplane::SerializeChunkHeader(claim);
+  const auto sealed = dataplane::SealChunk(claim, 0, forged, own_key).value();
+  const auto wrong_signer = dataplane::SealChunk(claim, 1, forged, own_key).value();
+  for (absl::Span<const uint8_t> header :
+       {absl::Span<const uint8_t>(unsealed), absl::Span<const uint8_t>(sealed),
+        absl::Span<const uint8_t>(wrong_signer)}) {
+    ASSERT_TRUE((*intruder)->Send(*peer, header, forged, [](const absl::Status&) {}).ok());
+  }
+  // All three refused, by reason, before any real push.
+  std::string page;
+  for (const absl::Time until = absl::Now() + absl::Seconds(30); absl::Now() < until;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    page = daemon::testing::HttpGet(metrics, "/metrics");
+    if (Series(page, AuthSeries("missing")) == 1 && Series(page, AuthSeries("bad_mac")) == 1 &&
+        Series(page, AuthSeries("wrong_signer")) == 1) {
+      break;
+    }
+  }
+  EXPECT_EQ(Series(page, AuthSeries("missing")), 1) << page;
+  EXPECT_EQ(Series(page, AuthSeries("bad_mac")), 1) << page;
+  EXPECT_EQ(Series(page, AuthSeries("wrong_signer")), 1) << page;
+  EXPECT_EQ(Series(page, AuthSeries("unknown_key")), 0) << page;
+  EXPECT_EQ(Series(page, "gift_server_rejected_messages_total{reason=\"UNAUTHENTICATED\"}"), 3);
+  EXPECT_EQ(Series(page, "gift_server_pushes_total"), 0) << page;
+  EXPECT_TRUE((*server)
+                  ->WaitForLine(
+                      [](const std::string& l) {
+                        return absl::StrContains(l, "\"event\":\"chunk_auth_failed\"") &&
+                               absl::StrContains(l, "bad_mac");
+                      },
+                      absl::Seconds(10))
+                  .ok())
+      << (*server)->stderr_text();
+
+  // The real workers' step: sealed pushes, checked results, the exact average.
+  std::vector<std::vector<float>> grads(kWorkers);
+  std::vector<worker::StepPlan> plans(kWorkers);
+  for (int w = 0; w < kWorkers; ++w) {
+    const uint32_t rank = sessions[w]->rank();
+    std::mt19937 rng(17 + rank);
+    std::normal_distribution<float> normal;
+    grads[rank].resize(tensor.num_elements());
+    for (float& x : grads[rank]) x = normal(rng);
+    plans[w] = {.epoch = cs.epoch(),
+                .step = 0,
+                .rank = rank,
+                .world_size = kWorkers,
+                .keys = sessions[w]->chunk_keys(cs.epoch())};
+    ASSERT_NE(plans[w].keys, nullptr);
+    worker::TensorStep ts{.tensor_id = tensor.tensor_id(),
+                          .rows = tensor.num_elements() / cols,
+                          .cols = cols,
+                          .data = grads[rank].data(),
+                          .push_spec = f32};
+    for (const auto& c : cs.shard_map().chunks()) {
+      ts.chunks.push_back({.index = c.index(),
+                           .offset = c.offset(),
+                           .num_elements = c.num_elements(),
+                           .server = server_address});
+    }
+    plans[w].tensors.push_back(std::move(ts));
+  }
+  std::vector<float> exact(tensor.num_elements());
+  for (size_t k = 0; k < exact.size(); ++k) exact[k] = (grads[0][k] + grads[1][k]) * 0.5f;
+  std::vector<absl::StatusOr<worker::StepReport>> reports(kWorkers, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] { reports[w] = engines[w]->Run(plans[w]); });
+  }
+  for (auto& t : threads) t.join();
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_TRUE(reports[w].ok()) << "worker " << w << ": " << reports[w].status() << "\n"
+                                 << (*server)->stderr_text();
+    EXPECT_EQ(grads[w], exact) << "worker " << w;
+    for (const auto& [reason, count] : engines[w]->auth_failures()) EXPECT_EQ(count, 0) << reason;
+  }
+  page = daemon::testing::HttpGet(metrics, "/metrics");
+  EXPECT_EQ(Series(page, "gift_server_pushes_total"), kWorkers * cs.shard_map().chunks_size())
+      << page;
+
+  for (auto& s : sessions) EXPECT_TRUE(s->Close().ok());
+  ASSERT_TRUE((*server)->Signal(SIGTERM).ok());
+  auto code = (*server)->WaitForExit(absl::Seconds(20));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << (*server)->stderr_text();
+  EXPECT_TRUE((*coordinator)->Stop().ok());
+}
+
+}  // namespace
+}  // namespace gift::server

@@ -1,0 +1,153 @@
+// Data-plane key distribution (docs/design.md section 8.2) by the Coordinator
+// service on a real gRPC server on loopback: member keys in Join and
+// Heartbeat answers, GetDataPlaneKeys by role, nothing when authentication
+// is off; the issuer's derivation from a secret file.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gift/v1/coordinator.grpc.pb.h"
+#include "server/coordinator/coordinator_service.h"
+#include "server/coordinator/dataplane_key_issuer.h"
+#include "tests/coordinator/test_util.h"
+
+namespace gift::coordinator {
+namespace {
+
+using testing::FakeClock;
+using testing::TempDir;
+
+class DataPlaneKeysTest : public ::testing::Test {
+ protected:
+  void Start(const DataPlaneKeyIssuer* keys) {
+    auto store = StateStore::Open(dir_.File("state.db"));
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto state = ClusterStateMachine::Create({}, *std::move(store), &clock_);
+    ASSERT_TRUE(state.ok()) << state.status();
+    state_ = *std::move(state);
+    service_ = std::make_unique<CoordinatorService>(state_.get(), "test-version", keys);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    stub_ = gift::v1::Coordinator::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    if (server_ != nullptr) {
+      service_->Shutdown();
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      server_->Wait();
+    }
+  }
+
+  std::unique_ptr<grpc::ClientContext> Context() {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return context;
+  }
+
+  gift::v1::JoinResponse Join(const std::string& name, gift::v1::MemberRole role) {
+    gift::v1::JoinRequest request;
+    request.set_name(name);
+    request.set_role(role);
+    gift::v1::JoinResponse response;
+    grpc::Status s = stub_->Join(Context().get(), request, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return response;
+  }
+
+  grpc::Status Keys(const std::string& member_id, gift::v1::DataPlaneKeys* out) {
+    gift::v1::GetDataPlaneKeysRequest request;
+    request.set_member_id(member_id);
+    return stub_->GetDataPlaneKeys(Context().get(), request, out);
+  }
+
+  TempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<DataPlaneKeyIssuer> issuer_;  // outlives the service
+  std::unique_ptr<ClusterStateMachine> state_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<gift::v1::Coordinator::Stub> stub_;
+};
+
+TEST_F(DataPlaneKeysTest, OffHandsOutNothing) {
+  Start(nullptr);
+  const auto w = Join("w0", gift::v1::MEMBER_ROLE_WORKER);
+  EXPECT_FALSE(w.has_dataplane_key());
+  gift::v1::DataPlaneKeys keys;
+  EXPECT_EQ(Keys(w.member_id(), &keys).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(DataPlaneKeysTest, MembersGetTheirKeyAndTheirPeers) {
+  auto issuer = DataPlaneKeyIssuer::Random();
+  ASSERT_TRUE(issuer.ok());
+  issuer_ = *std::move(issuer);
+  Start(issuer_.get());
+  const auto w0 = Join("w0", gift::v1::MEMBER_ROLE_WORKER);
+  const auto w1 = Join("w1", gift::v1::MEMBER_ROLE_WORKER);
+  const auto s0 = Join("s0", gift::v1::MEMBER_ROLE_SERVER);
+  for (const auto* j : {&w0, &w1, &s0}) {
+    EXPECT_EQ(j->dataplane_key().key().size(), dataplane::kMacKeyBytes);
+  }
+  EXPECT_NE(w0.dataplane_key().key(), w1.dataplane_key().key());
+  EXPECT_NE(w0.dataplane_key().key(), s0.dataplane_key().key());
+  // The heartbeat answer carries the same key.
+  gift::v1::HeartbeatRequest beat;
+  beat.set_member_id(w1.member_id());
+  gift::v1::HeartbeatResponse beat_response;
+  ASSERT_TRUE(stub_->Heartbeat(Context().get(), beat, &beat_response).ok());
+  EXPECT_EQ(beat_response.dataplane_key().key(), w1.dataplane_key().key());
+
+  // The server gets the workers' keys, by rank; a worker the server's.
+  gift::v1::DataPlaneKeys for_server;
+  ASSERT_TRUE(Keys(s0.member_id(), &for_server).ok());
+  ASSERT_EQ(for_server.peers_size(), 2);
+  for (const auto& peer : for_server.peers()) {
+    const auto& joined = peer.member_id() == w0.member_id() ? w0 : w1;
+    EXPECT_EQ(peer.member_id(), joined.member_id());
+    EXPECT_EQ(peer.key(), joined.dataplane_key().key());
+  }
+  EXPECT_NE(for_server.peers(0).rank(), for_server.peers(1).rank());
+  gift::v1::DataPlaneKeys for_worker;
+  ASSERT_TRUE(Keys(w0.member_id(), &for_worker).ok());
+  ASSERT_EQ(for_worker.peers_size(), 1);
+  EXPECT_EQ(for_worker.peers(0).member_id(), s0.member_id());
+  EXPECT_EQ(for_worker.peers(0).key(), s0.dataplane_key().key());
+  EXPECT_EQ(for_worker.epoch(), state_->Snapshot()->epoch());
+  gift::v1::DataPlaneKeys unknown;
+  EXPECT_EQ(Keys("nobody", &unknown).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(DataPlaneKeyIssuerTest, KeysFollowTheSecretFile) {
+  TempDir dir;
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir.File(name), std::ios::binary) << bytes;
+    return dir.File(name);
+  };
+  const std::string a = write("a", std::string(40, 'a'));
+  const std::string b = write("b", std::string(32, 'b'));
+  auto a1 = DataPlaneKeyIssuer::FromFile(a);
+  auto a2 = DataPlaneKeyIssuer::FromFile(a);
+  auto b1 = DataPlaneKeyIssuer::FromFile(b);
+  ASSERT_TRUE(a1.ok() && a2.ok() && b1.ok());
+  // A restart with the same secret gives the same keys.
+  EXPECT_EQ((*a1)->MemberKey("m-1").value(), (*a2)->MemberKey("m-1").value());
+  EXPECT_NE((*a1)->MemberKey("m-1").value(), (*a1)->MemberKey("m-2").value());
+  EXPECT_NE((*a1)->MemberKey("m-1").value(), (*b1)->MemberKey("m-1").value());
+  EXPECT_EQ(DataPlaneKeyIssuer::FromFile(write("short", std::string(31, 'x'))).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DataPlaneKeyIssuer::FromFile(dir.File("missing")).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace gift::coordinator

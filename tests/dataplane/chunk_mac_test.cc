@@ -1,0 +1,205 @@
+#include "common/dataplane/chunk_mac.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/base/crc32c.h"
+#include "gtest/gtest.h"
+
+namespace gift::dataplane {
+namespace {
+
+ChunkHeader Push(uint32_t rank) {
+  return {.kind = ChunkKind::kPush,
+          .epoch = 5,
+          .step = 99,
+          .tensor_id = 7,
+          .basis_version = 3,
+          .chunk_index = 2,
+          .rank = rank,
+          .world_size = 4};
+}
+
+MacKey KeyOf(uint8_t seed) {
+  MacKey member;
+  for (size_t i = 0; i < member.size(); ++i) member[i] = static_cast<uint8_t>(seed * 31 + i);
+  return member;
+}
+
+// A server's keys of `epoch`: the workers' epoch keys by rank.
+EpochKeys ServerKeys(uint64_t epoch) {
+  EpochKeys keys{.epoch = epoch, .signer = 0, .own = DeriveEpochKey(KeyOf(100), epoch).value()};
+  for (uint8_t rank = 0; rank < 4; ++rank)
+    keys.peers.push_back(DeriveEpochKey(KeyOf(rank), epoch).value());
+  return keys;
+}
+
+std::vector<uint8_t> Payload() {
+  std::vector<uint8_t> p(4096 + 13);
+  for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<uint8_t>(i * 7 + 1);
+  return p;
+}
+
+// Rewrites a field of a sealed header (and its CRC), as a forger would.
+void Rewrite(std::array<uint8_t, kSealedChunkHeaderBytes>& h, size_t offset, uint64_t value) {
+  for (int i = 0; i < 8; ++i) h[offset + i] = static_cast<uint8_t>(value >> (8 * i));
+  const uint32_t crc = crc32c::Value(h.data(), 56);
+  for (int i = 0; i < 4; ++i) h[56 + i] = static_cast<uint8_t>(crc >> (8 * i));
+}
+
+std::optional<AuthFailure> Check(const EpochKeys& keys, absl::Span<const uint8_t> header,
+                                 absl::Span<const uint8_t> payload) {
+  auto parsed = ParseChunkHeader(header);
+  if (!parsed.ok()) return AuthFailure::kBadMac;  // never reached in these tests
+  return CheckChunk(keys, *parsed, header, payload);
+}
+
+TEST(ChunkMacTest, SealedChunksVerifyAndParse) {
+  const EpochKeys keys = ServerKeys(5);
+  const std::vector<uint8_t> payload = Payload();
+  for (uint32_t rank = 0; rank < 4; ++rank) {
+    auto sealed = SealChunk(Push(rank), rank, payload, *keys.peers[rank]);
+    ASSERT_TRUE(sealed.ok()) << sealed.status();
+    auto parsed = ParseChunkHeader(*sealed);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, Push(rank));
+    EXPECT_TRUE(IsSealedChunkHeader(*sealed));
+    EXPECT_EQ(CheckChunk(keys, *parsed, *sealed, payload), std::nullopt);
+    EXPECT_EQ(CheckChunk(keys, *parsed, *sealed, std::nullopt), std::nullopt);  // header tag
+  }
+  // An empty payload (an abort without reason) is sealed too.
+  auto empty = SealChunk(Push(1), 1, {}, *keys.peers[1]);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(Check(keys, *empty, {}), std::nullopt);
+  // Two seals of one chunk draw different nonces.
+  auto again = SealChunk(Push(1), 1, {}, *keys.peers[1]);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(std::memcmp(empty->data() + kSealNonceOffset, again->data() + kSealNonceOffset,
+                        kSealNonceBytes),
+            0);
+}
+
+TEST(ChunkMacTest, TamperedHeaderByteIsRefused) {
+  const EpochKeys keys = ServerKeys(5);
+  const std::vector<uint8_t> payload = Payload();
+  const auto good = SealChunk(Push(2), 2, payload, *keys.peers[2]).value();
+  const ChunkHeader parsed = ParseChunkHeader(good).value();
+  for (size_t byte = 0; byte < kSealedChunkHeaderBytes; ++byte) {
+    auto bad = good;
+    bad[byte] ^= 0x10;
+    const auto failure = CheckChunk(keys, parsed, bad, payload);
+    ASSERT_TRUE(failure.has_value()) << "byte " << byte;
+    if (byte < kSealSignerOffset || byte >= kSealSignerOffset + 4) {
+      EXPECT_EQ(*failure, AuthFailure::kBadMac) << "byte " << byte;
+    } else {
+      EXPECT_EQ(*failure, AuthFailure::kWrongSigner) << "byte " << byte;
+    }
+    // The header tag alone catches everything before the chunk tag.
+    if (byte < kSealChunkTagOffset) {
+      EXPECT_TRUE(CheckChunk(keys, parsed, bad, std::nullopt).has_value()) << "byte " << byte;
+    }
+  }
+}
+
+TEST(ChunkMacTest, TamperedPayloadByteIsRefused) {
+  const EpochKeys keys = ServerKeys(5);
+  std::vector<uint8_t> payload = Payload();
+  const auto sealed = SealChunk(Push(0), 0, payload, *keys.peers[0]).value();
+  for (size_t at : {size_t{0}, payload.size() / 2, payload.size() - 1}) {
+    std::vector<uint8_t> bad = payload;
+    bad[at] ^= 1;
+    EXPECT_EQ(Check(keys, sealed, bad), AuthFailure::kBadMac) << "at " << at;
+  }
+  payload.push_back(0);  // one byte appended
+  EXPECT_EQ(Check(keys, sealed, payload), AuthFailure::kBadMac);
+}
+
+TEST(ChunkMacTest, WrongKeyAndWrongRankAreRefused) {
+  const EpochKeys keys = ServerKeys(5);
+  const std::vector<uint8_t> payload = Payload();
+  // A key nobody was given.
+  const MacKey stranger = DeriveEpochKey(KeyOf(200), 5).value();
+  EXPECT_EQ(Check(keys, SealChunk(Push(1), 1, payload, stranger).value(), payload),
+            AuthFailure::kBadMac);
+  // Rank 1's key, claiming rank 3 as signer and rank: the red team's forgery.
+  EXPECT_EQ(Check(keys, SealChunk(Push(3), 3, payload, *keys.peers[1]).value(), payload),
+            AuthFailure::kBadMac);
+  // Rank 1's honest signer on a push that claims rank 3.
+  EXPECT_EQ(Check(keys, SealChunk(Push(3), 1, payload, *keys.peers[1]).value(), payload),
+            AuthFailure::kWrongSigner);
+  // A signer the receiver holds no key for.
+  EpochKeys partial = keys;
+  partial.peers[3].reset();
+  EXPECT_EQ(Check(partial, SealChunk(Push(3), 3, payload, *keys.peers[3]).value(), payload),
+            AuthFailure::kUnknownKey);
+}
+
+TEST(ChunkMacTest, ReplayFromAnotherEpochOrStepIsRefused) {
+  const EpochKeys epoch4 = ServerKeys(4);
+  const EpochKeys epoch5 = ServerKeys(5);
+  const std::vector<uint8_t> payload = Payload();
+  ChunkHeader old = Push(1);
+  old.epoch = 4;
+  const auto sealed = SealChunk(old, 1, payload, *epoch4.peers[1]).value();
+  EXPECT_EQ(Check(epoch4, sealed, payload), std::nullopt);
+  // As sent: the receiver has no key of epoch 4 any more.
+  EXPECT_EQ(Check(epoch5, sealed, payload), AuthFailure::kUnknownKey);
+  // With its epoch rewritten to the current one: epoch 4's key made the tags.
+  auto moved = sealed;
+  Rewrite(moved, 8, 5);
+  EXPECT_EQ(Check(epoch5, moved, payload), AuthFailure::kBadMac);
+  // With its step rewritten to a later one.
+  auto later = sealed;
+  Rewrite(later, 16, 100);
+  EXPECT_EQ(Check(epoch4, later, payload), AuthFailure::kBadMac);
+}
+
+TEST(ChunkMacTest, UnsealedHeaderIsMissing) {
+  const EpochKeys keys = ServerKeys(5);
+  const std::vector<uint8_t> payload = Payload();
+  const auto v1 = SerializeChunkHeader(Push(1));
+  EXPECT_EQ(Check(keys, v1, payload), AuthFailure::kMissing);
+  EXPECT_EQ(AuthFailureStatus(AuthFailure::kMissing, Push(1)).code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(AuthFailureName(AuthFailure::kMissing), "missing");
+  EXPECT_EQ(AuthFailureName(AuthFailure::kBadMac), "bad_mac");
+}
+
+TEST(ChunkMacTest, SealedHeaderFieldsAreChecked) {
+  auto sealed = SealChunk(Push(1), 1, {}, KeyOf(1)).value();
+  auto bad_algorithm = sealed;
+  bad_algorithm[kSealAlgorithmOffset] = 9;
+  EXPECT_EQ(ParseChunkHeader(bad_algorithm).status().code(), absl::StatusCode::kInvalidArgument);
+  auto bad_reserved = sealed;
+  bad_reserved[62] = 1;
+  EXPECT_EQ(ParseChunkHeader(bad_reserved).status().code(), absl::StatusCode::kInvalidArgument);
+  // A version 2 header cut to version 1's size, and a version 1 header padded.
+  EXPECT_EQ(ParseChunkHeader(absl::MakeConstSpan(sealed.data(), kChunkHeaderBytes)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<uint8_t> padded(kSealedChunkHeaderBytes, 0);
+  const auto v1 = SerializeChunkHeader(Push(1));
+  std::memcpy(padded.data(), v1.data(), v1.size());
+  EXPECT_EQ(ParseChunkHeader(padded).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ChunkMacTest, KeyDerivation) {
+  // RFC 5869 test case 1 (the first 32 of its 42 bytes).
+  const std::vector<uint8_t> ikm(22, 0x0b);
+  std::string salt;
+  for (int i = 0; i <= 0x0c; ++i) salt.push_back(static_cast<char>(i));
+  std::vector<uint8_t> info;
+  for (int i = 0xf0; i <= 0xf9; ++i) info.push_back(static_cast<uint8_t>(i));
+  const MacKey okm = DeriveKey(ikm, salt, info).value();
+  const uint8_t expected[32] = {0x3c, 0xb2, 0x5f, 0x25, 0xfa, 0xac, 0xd5, 0x7a, 0x90, 0x43, 0x4f,
+                                0x64, 0xd0, 0x36, 0x2f, 0x2a, 0x2d, 0x2d, 0x0a, 0x90, 0xcf, 0x1a,
+                                0x5a, 0x4c, 0x5d, 0xb0, 0x2d, 0x56, 0xec, 0xc4, 0xc5, 0xbf};
+  EXPECT_EQ(std::memcmp(okm.data(), expected, 32), 0);
+  // Epoch keys: one per (member, epoch).
+  EXPECT_EQ(DeriveEpochKey(KeyOf(1), 5).value(), DeriveEpochKey(KeyOf(1), 5).value());
+  EXPECT_NE(DeriveEpochKey(KeyOf(1), 5).value(), DeriveEpochKey(KeyOf(1), 6).value());
+  EXPECT_NE(DeriveEpochKey(KeyOf(1), 5).value(), DeriveEpochKey(KeyOf(2), 5).value());
+}
+
+}  // namespace
+}  // namespace gift::dataplane

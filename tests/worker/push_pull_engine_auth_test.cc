@@ -1,0 +1,134 @@
+// The push-pull engine's data-plane authentication (push_pull_engine.h,
+// docs/design.md section 8.2) against a fake server on the in-process
+// transport: pushes leave sealed with the worker's key of the epoch; results
+// and aborts that are unsealed, sealed with another key or by a signer the
+// worker has no key for are dropped and counted, never written into the
+// gradient, and the real, sealed results complete the step.
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/codec/codec.h"
+#include "common/codec/payload.h"
+#include "common/dataplane/chunk_mac.h"
+#include "common/transport/inproc/inproc_transport.h"
+#include "gtest/gtest.h"
+#include "worker/push_pull_engine.h"
+
+namespace gift::worker {
+namespace {
+
+using dataplane::ChunkHeader;
+using dataplane::ChunkKind;
+using dataplane::MacKey;
+
+MacKey Key(uint8_t seed) {
+  MacKey k;
+  k.fill(seed);
+  return k;
+}
+
+TEST(PushPullEngineAuth, OnlyResultsSealedByTheServerCount) {
+  constexpr uint64_t kEpoch = 3, kCols = 256;
+  const MacKey worker_key = dataplane::DeriveEpochKey(Key(1), kEpoch).value();
+  const MacKey server_key = dataplane::DeriveEpochKey(Key(100), kEpoch).value();
+  transport::InprocHub hub;
+  absl::Mutex mu;
+  std::vector<transport::Message> pushes;
+  auto server = transport::CreateInprocTransport(&hub, {.on_receive = [&](transport::Message m) {
+    absl::MutexLock lock(&mu);
+    pushes.push_back(std::move(m));
+  }});
+  ASSERT_TRUE(server.ok());
+  auto engine = PushPullEngine::Create(
+      [&](transport::TransportHandlers h) {
+        return transport::CreateInprocTransport(&hub, std::move(h));
+      },
+      {.timeout = absl::Seconds(10)});
+  ASSERT_TRUE(engine.ok());
+  auto to_engine = (*server)->Connect((*engine)->address());
+  ASSERT_TRUE(to_engine.ok());
+
+  std::vector<std::vector<uint8_t>> sent;  // kept until the end
+  sent.reserve(16);
+  auto result_payload = [&](float value) {
+    std::vector<float> values(kCols, value);
+    auto t = codec::EncodedTensor::Create(codec::ParseCodecSpec("fp32").value(), 1, kCols).value();
+    EXPECT_TRUE(codec::Encode(values.data(), t.mutable_view()).ok());
+    const uint64_t dims[] = {1, kCols};
+    sent.push_back(codec::SerializePayload(t.view(), dims).value());
+    return absl::Span<const uint8_t>(sent.back());
+  };
+  const ChunkHeader result{.kind = ChunkKind::kResult,
+                           .epoch = kEpoch,
+                           .step = 1,
+                           .tensor_id = 5,
+                           .chunk_index = 0,
+                           .rank = 1,
+                           .world_size = 1};
+  std::vector<std::array<uint8_t, dataplane::kSealedChunkHeaderBytes>> headers;
+  headers.reserve(16);
+  auto send = [&](absl::Span<const uint8_t> header, absl::Span<const uint8_t> payload) {
+    ASSERT_TRUE((*server)->Send(*to_engine, header, payload, [](const absl::Status&) {}).ok());
+  };
+
+  std::vector<float> grad(kCols, 0.5f);
+  auto keys = std::make_shared<dataplane::EpochKeys>();
+  keys->epoch = kEpoch;
+  keys->signer = 0;
+  keys->own = worker_key;
+  keys->peers = {server_key};
+  StepPlan plan{.epoch = kEpoch,
+                .step = 1,
+                .rank = 0,
+                .world_size = 1,
+                .tensors = {{.tensor_id = 5,
+                             .rows = 1,
+                             .cols = kCols,
+                             .data = grad.data(),
+                             .chunks = {{.index = 0,
+                                         .num_elements = kCols,
+                                         .server = (*server)->address()}},
+                             .push_spec = codec::ParseCodecSpec("fp32").value()}},
+                .keys = keys};
+  absl::StatusOr<StepReport> report = absl::UnknownError("not run");
+  std::thread run([&] { report = (*engine)->Run(plan); });
+  {
+    absl::MutexLock lock(&mu);
+    auto pushed = [&] { return pushes.size() == 1; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&pushed), absl::Seconds(10)));
+    // The push is sealed by rank 0 with the worker's key of the epoch.
+    const transport::Message& m = pushes[0];
+    auto h = dataplane::ParseChunkHeader(m.header);
+    ASSERT_TRUE(h.ok()) << h.status();
+    dataplane::EpochKeys server_side{.epoch = kEpoch, .own = server_key, .peers = {worker_key}};
+    EXPECT_EQ(dataplane::CheckChunk(server_side, *h, m.header, m.payload), std::nullopt);
+  }
+  // Forgeries first: unsealed, another key, a signer without a key, an
+  // unsealed abort; then the server's real result.
+  send(dataplane::SerializeChunkHeader(result), result_payload(99.0f));
+  headers.push_back(dataplane::SealChunk(result, 0, result_payload(98.0f), Key(7)).value());
+  send(headers.back(), sent.back());
+  headers.push_back(dataplane::SealChunk(result, 4, result_payload(97.0f), server_key).value());
+  send(headers.back(), sent.back());
+  ChunkHeader abort = result;
+  abort.kind = ChunkKind::kAbort;
+  abort.status_code = static_cast<uint32_t>(absl::StatusCode::kAborted);
+  const std::string why = "forged";
+  send(dataplane::SerializeChunkHeader(abort),
+       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(why.data()), why.size()));
+  headers.push_back(dataplane::SealChunk(result, 0, result_payload(2.5f), server_key).value());
+  send(headers.back(), sent.back());
+  run.join();
+  ASSERT_TRUE(report.ok()) << report.status();
+  for (float x : grad) ASSERT_EQ(x, 2.5f);
+  auto failures = (*engine)->auth_failures();
+  EXPECT_EQ(failures["missing"], 2u);
+  EXPECT_EQ(failures["bad_mac"], 1u);
+  EXPECT_EQ(failures["unknown_key"], 1u);
+  EXPECT_EQ(failures["wrong_signer"], 0u);
+  engine->reset();
+}
+
+}  // namespace
+}  // namespace gift::worker
