@@ -136,6 +136,11 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
   return response;
 }
 
+bool WorkerDaemon::AttachChunkKeys(StepPlan* plan) const {
+  plan->keys = session_->chunk_keys(plan->epoch);
+  return plan->keys != nullptr || !session_->dataplane_auth();
+}
+
 absl::StatusOr<StepReport> WorkerDaemon::Exchange(
     uint64_t step, const std::vector<LocalTensor>& tensors, uint64_t exact_bit, absl::Time deadline,
     uint64_t* epoch, uint32_t* world_size, std::vector<std::pair<uint64_t, bool>>* versions,
@@ -171,10 +176,8 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
                                       std::min(left, absl::Milliseconds(500)));
       continue;
     }
-    // Data-plane authentication: the session holds the keys of every epoch
-    // it installed a state of (common/control/member_session.h).
-    plan->keys = session_->chunk_keys(plan->epoch);
-    if (plan->keys == nullptr && session_->dataplane_auth()) {
+    // Data-plane authentication: no keys of the epoch yet, no step.
+    if (!AttachChunkKeys(&*plan)) {
       (void)session_->WaitForRevision(state->revision() + 1,
                                       std::min(left, absl::Milliseconds(500)));
       continue;

@@ -212,6 +212,10 @@ class WorkerDaemon {
   // The step's sketch exchange (after its gradients): what it cost, or an
   // empty report when there was none or it failed (counted and logged; the
   // owner then gets no sketches for the step).
+  // Sets the plan's data-plane keys of its epoch (the session holds those of
+  // every epoch it installed a state of); false when authentication is on and
+  // they are not there yet.
+  bool AttachChunkKeys(StepPlan* plan) const;
   StepReport ExchangeSketches(uint64_t step, const std::vector<LocalTensor>& sketches,
                               absl::Time step_deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   void CountSketchFailure(uint64_t step, const absl::Status& why);

@@ -74,12 +74,9 @@ void WorkerDaemon::AddToOpenStep(const std::vector<const RegisteredTensor*>& mor
   };
   auto plan = PlanStep(*session_->state(), session_->member_id(), o.step, tensors, lookup);
   absl::Status s = plan.status();
-  if (s.ok()) {  // data-plane authentication: as Exchange does
-    plan->keys = session_->chunk_keys(plan->epoch);
-    if (plan->keys == nullptr && session_->dataplane_auth()) {
-      s = absl::FailedPreconditionError(
-          absl::StrCat("no data-plane keys of epoch ", plan->epoch, " yet"));
-    }
+  if (s.ok() && !AttachChunkKeys(&*plan)) {
+    s = absl::FailedPreconditionError(
+        absl::StrCat("no data-plane keys of epoch ", plan->epoch, " yet"));
   }
   if (s.ok() && !o.begun) {
     s = engine_->Begin(StepHeader(*plan));
