@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bench/npy_file.h"
+#include "common/base/temp_dir.h"
 #include "common/codec/codec.h"
 #include "common/codec/encoded_tensor.h"
 #include "common/codec/reduce.h"
@@ -28,6 +29,14 @@ using ::testing::HasSubstr;
 constexpr int64_t kRows = 32;
 constexpr int64_t kCols = 128;
 constexpr int kWorkers = 4;
+
+// This process's scratch directory: ctest runs the tests of this file as
+// parallel processes, which must not write the same .npy files.
+std::string Scratch(const std::string& name) {
+  static const absl::StatusOr<TempDir> dir = TempDir::Create("fidelity-methods-test");
+  EXPECT_TRUE(dir.ok()) << dir.status();
+  return dir.ok() ? dir->File(name) : absl::StrCat("/nonexistent/", name);
+}
 
 // Anisotropic worker gradients: G_w = U diag(s) V^T (s_k = k^-1.5, rank 24)
 // plus a per-worker perturbation of the same structure, all rows and columns
@@ -69,7 +78,7 @@ std::vector<std::string> WriteWorkers(const std::string& prefix, uint32_t seed) 
   std::vector<std::string> paths;
   const std::vector<std::vector<double>> workers = MakeWorkers(seed);
   for (int w = 0; w < kWorkers; ++w) {
-    paths.push_back(absl::StrCat(::testing::TempDir(), "/", prefix, "_w", w, ".npy"));
+    paths.push_back(Scratch(absl::StrCat(prefix, "_w", w, ".npy")));
     EXPECT_TRUE(WriteNpy(paths.back(), workers[w], kRows, kCols, NpyDtype::kFloat32).ok());
   }
   return paths;
@@ -92,7 +101,7 @@ std::string WriteStatistic(const std::string& name, bool input_side, bool per_wo
     acc = input_side ? Eigen::MatrixXd(mean.transpose() * mean)
                      : Eigen::MatrixXd(mean * mean.transpose());
   }
-  const std::string path = absl::StrCat(::testing::TempDir(), "/", name, ".npy");
+  const std::string path = Scratch(absl::StrCat(name, ".npy"));
   EXPECT_TRUE(
       WriteNpy(path, std::vector<double>(acc.data(), acc.data() + n * n), n, n, NpyDtype::kFloat64)
           .ok());
@@ -101,7 +110,7 @@ std::string WriteStatistic(const std::string& name, bool input_side, bool per_wo
 
 nlohmann::json RunToJson(const RealFidelityOptions& options_in, absl::Status* status) {
   RealFidelityOptions options = options_in;
-  options.json_path = ::testing::TempDir() + "/fidelity_methods_test.json";
+  options.json_path = Scratch("fidelity_methods_test.json");
   options.threads = 2;
   *status = RunRealGradientFidelity(options);
   if (!status->ok()) return nullptr;
@@ -242,7 +251,7 @@ TEST(FidelityMethodsTest, UnderflowAndSaturationAreCounted) {
 TEST(FidelityMethodsTest, InputErrorsAreReported) {
   RealFidelityOptions options;
   options.grads = WriteWorkers("mismatch", 3);
-  const std::string other = ::testing::TempDir() + "/mismatch_other.npy";
+  const std::string other = Scratch("mismatch_other.npy");
   ASSERT_TRUE(
       WriteNpy(other, std::vector<double>(kRows * 2, 1.0), kRows, 2, NpyDtype::kFloat32).ok());
   options.grads.push_back(other);

@@ -7,11 +7,13 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/temp_dir.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
@@ -30,6 +32,11 @@ class CompletionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (access("/bin/bash", X_OK) != 0) GTEST_SKIP() << "no /bin/bash";
+    // ctest runs each test in its own process, in parallel: every test needs
+    // a directory of its own for the script it writes and sources.
+    absl::StatusOr<TempDir> dir = TempDir::Create("completion-test");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_.emplace(*std::move(dir));
     app_.fallthrough();
     app_.require_subcommand(1, 1);
     app_.add_option("--coordinator", coordinator_, "address");
@@ -42,7 +49,7 @@ class CompletionTest : public ::testing::Test {
     CLI::App* set = policy->add_subcommand("set", "change");
     set->add_option("--rank", rank_, "r");
     set->add_flag("--clear", clear_, "clear");
-    script_ = testing::TempDir() + "/completion.bash";
+    script_ = dir_->File("completion.bash");
     std::ofstream(script_) << BashCompletionScript(app_);
   }
 
@@ -52,14 +59,14 @@ class CompletionTest : public ::testing::Test {
     return CompleteWith(script_, "_prog", words);
   }
 
-  static std::vector<std::string> CompleteWith(const std::string& script,
+  std::vector<std::string> CompleteWith(const std::string& script,
                                                const std::string& function,
                                                const std::vector<std::string>& words) {
     std::vector<std::string> quoted;
     for (const std::string& w : words) quoted.push_back(ShellQuote(w));
     const std::string command = absl::StrCat(
         "/bin/bash -c ",
-        ShellQuote(absl::StrCat("cd ", ShellQuote(testing::TempDir()), " && source ",
+        ShellQuote(absl::StrCat("cd ", ShellQuote(dir_->path()), " && source ",
                                 ShellQuote(script), " && COMP_WORDS=(", absl::StrJoin(quoted, " "),
                                 ") && COMP_CWORD=", words.size() - 1, " && ", function,
                                 " && printf '%s\\n' \"${COMPREPLY[@]}\"")));
@@ -81,6 +88,7 @@ class CompletionTest : public ::testing::Test {
   double timeout_ = 0;
   bool json_ = false, clear_ = false;
   int rank_ = 0;
+  std::optional<TempDir> dir_;
   std::string script_;
 };
 
@@ -109,7 +117,7 @@ TEST_F(CompletionTest, SkipsOptionValuesWhenFindingThePath) {
 }
 
 TEST_F(CompletionTest, OffersFilesForFileOptionsAndNothingForOtherValues) {
-  std::ofstream(testing::TempDir() + "/completion-config-probe.toml") << "";
+  std::ofstream(dir_->File("completion-config-probe.toml")) << "";
   EXPECT_EQ(Complete({"prog", "--config", "completion-config-pro"}),
             std::vector<std::string>{"completion-config-probe.toml"});
   EXPECT_TRUE(Complete({"prog", "--timeout", ""}).empty());
@@ -118,7 +126,7 @@ TEST_F(CompletionTest, OffersFilesForFileOptionsAndNothingForOtherValues) {
 TEST_F(CompletionTest, GiftctlPrintsAWorkingScriptOfItsOwnCommands) {
   std::ostringstream out, err;
   ASSERT_EQ(giftctl::Run({"giftctl", "completion", "bash"}, "127.0.0.1:1", out, err), 0) << err.str();
-  const std::string script = testing::TempDir() + "/giftctl.bash";
+  const std::string script = dir_->File("giftctl.bash");
   std::ofstream(script) << out.str();
   EXPECT_EQ(CompleteWith(script, "_giftctl", {"giftctl", "pol"}),
             std::vector<std::string>{"policy"});
