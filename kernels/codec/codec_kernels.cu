@@ -28,36 +28,22 @@
 #include <cstdint>
 
 #include "common/codec/scalar.h"
+#include "kernels/codec/codec_device.cuh"
 #include "kernels/codec/codec_kernels.h"
 
 namespace gift::kernels::internal {
 namespace {
 
 namespace sc = ::gift::codec::scalar;
+using namespace ::gift::kernels::internal::device;  // NOLINT: the shared device helpers
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr unsigned kFullMask = 0xFFFFFFFFu;
 // Grid-stride kernels launch at most this many CTAs per SM (8 are resident
 // at 256 threads; the rest queue up as further waves).
 constexpr int kCtasPerSm = 16;
 
 // ---- formats -------------------------------------------------------------------
-
-template <ElementFormat F>
-__device__ __forceinline__ const sc::MiniFloat& Mini() {
-  if constexpr (F == ElementFormat::kE4M3) {
-    return sc::kE4M3;
-  } else if constexpr (F == ElementFormat::kE5M2) {
-    return sc::kE5M2;
-  } else if constexpr (F == ElementFormat::kE2M1) {
-    return sc::kE2M1;
-  } else if constexpr (F == ElementFormat::kF32) {
-    return sc::kF32;
-  } else {
-    return sc::kBf16;
-  }
-}
 
 // Entries of the shared-memory decode table (0: decoded arithmetically).
 template <ElementFormat F>
@@ -86,120 +72,6 @@ __device__ __forceinline__ float DecodeCode(const float* table, uint32_t code) {
   }
 }
 
-// ---- memory helpers ----------------------------------------------------------------
-
-__device__ __forceinline__ bool IsAligned(const void* p, uintptr_t alignment) {
-  return (reinterpret_cast<uintptr_t>(p) & (alignment - 1)) == 0;
-}
-
-// FP32 scales are little-endian bytes at any alignment.
-__device__ __forceinline__ float LoadF32(const uint8_t* p) {
-  uint32_t u;
-  if (IsAligned(p, 4)) {
-    u = *reinterpret_cast<const uint32_t*>(p);
-  } else {
-    u = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-        (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
-  }
-  return __uint_as_float(u);
-}
-
-__device__ __forceinline__ void StoreF32(uint8_t* p, float v) {
-  const uint32_t u = __float_as_uint(v);
-  if (IsAligned(p, 4)) {
-    *reinterpret_cast<uint32_t*>(p) = u;
-  } else {
-    p[0] = static_cast<uint8_t>(u);
-    p[1] = static_cast<uint8_t>(u >> 8);
-    p[2] = static_cast<uint8_t>(u >> 16);
-    p[3] = static_cast<uint8_t>(u >> 24);
-  }
-}
-
-__device__ __forceinline__ uint32_t LoadU16(const uint8_t* p) {
-  if (IsAligned(p, 2)) return *reinterpret_cast<const uint16_t*>(p);
-  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8);
-}
-
-__device__ __forceinline__ void StoreU16(uint8_t* p, uint32_t v) {
-  if (IsAligned(p, 2)) {
-    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
-  } else {
-    p[0] = static_cast<uint8_t>(v);
-    p[1] = static_cast<uint8_t>(v >> 8);
-  }
-}
-
-// Four consecutive floats; one 16-byte access when `p` allows it.
-__device__ __forceinline__ void LoadQuad(const float* p, float v[4]) {
-  if (IsAligned(p, 16)) {
-    const float4 q = __ldg(reinterpret_cast<const float4*>(p));
-    v[0] = q.x;
-    v[1] = q.y;
-    v[2] = q.z;
-    v[3] = q.w;
-  } else {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = __ldg(p + k);
-  }
-}
-
-// The same for memory this kernel also writes (the accumulator).
-__device__ __forceinline__ void LoadQuadRw(const float* p, float v[4]) {
-  if (IsAligned(p, 16)) {
-    const float4 q = *reinterpret_cast<const float4*>(p);
-    v[0] = q.x;
-    v[1] = q.y;
-    v[2] = q.z;
-    v[3] = q.w;
-  } else {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = p[k];
-  }
-}
-
-__device__ __forceinline__ void StoreQuad(float* p, const float v[4]) {
-  if (IsAligned(p, 16)) {
-    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) p[k] = v[k];
-  }
-}
-
-// Codes of elements [i0, i0 + 4), i0 % 4 == 0, all inside the tensor. For
-// E2M1 this needs an even number of columns, so that element i sits in byte
-// i / 2 (low nibble for even i).
-template <ElementFormat F>
-__device__ __forceinline__ void StoreCodeQuad(uint8_t* codes, uint64_t i0, const uint32_t c[4]) {
-  if constexpr (F == ElementFormat::kF32) {
-    uint8_t* p = codes + 4 * i0;
-    if (IsAligned(p, 16)) {
-      *reinterpret_cast<uint4*>(p) = make_uint4(c[0], c[1], c[2], c[3]);
-    } else {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) StoreF32(p + 4 * k, sc::BitsToFloat(c[k]));
-    }
-  } else if constexpr (F == ElementFormat::kBf16) {
-    uint8_t* p = codes + 2 * i0;
-    if (IsAligned(p, 8)) {
-      *reinterpret_cast<uint2*>(p) = make_uint2(c[0] | (c[1] << 16), c[2] | (c[3] << 16));
-    } else {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) StoreU16(p + 2 * k, c[k]);
-    }
-  } else if constexpr (F == ElementFormat::kE2M1) {
-    StoreU16(codes + i0 / 2, c[0] | (c[1] << 4) | (c[2] << 8) | (c[3] << 12));
-  } else {
-    uint8_t* p = codes + i0;
-    if (IsAligned(p, 4)) {
-      *reinterpret_cast<uint32_t*>(p) = c[0] | (c[1] << 8) | (c[2] << 16) | (c[3] << 24);
-    } else {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) p[k] = static_cast<uint8_t>(c[k]);
-    }
-  }
-}
 
 template <ElementFormat F>
 __device__ __forceinline__ void LoadCodeQuad(const uint8_t* codes, uint64_t i0, uint32_t c[4]) {
@@ -268,8 +140,6 @@ __device__ __forceinline__ uint32_t LoadCode(const uint8_t* codes, uint64_t i) {
 }
 
 // ---- small arithmetic helpers ----------------------------------------------------------
-
-__device__ __forceinline__ uint32_t AbsBits(float v) { return sc::FloatToBits(v) & sc::kAbsMask; }
 
 // a / b and a % b, in 32 bits when both fit (the common case).
 __device__ __forceinline__ void DivMod(uint64_t a, uint64_t b, uint64_t* quot, uint64_t* rem) {
