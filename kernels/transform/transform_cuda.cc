@@ -177,10 +177,12 @@ struct TensorBasisCuda::Impl {
     return CudaStatus(internal::EnqueueScaleOuter(args, stream), "ScaleOuter kernel");
   }
 
-  absl::Status Apply(const DirectionBuffers& dir, const float* in, float* out) const {
+  // Every step of the transform but the last two (transform_cuda.h,
+  // LowRankTerms): the GEMMs over `in` and the small r-sized work, leaving
+  // L and R complete.
+  absl::StatusOr<LowRankTerms> PrepareLowRank(const DirectionBuffers& dir, const float* in) const {
     const int m = static_cast<int>(d_out);
     const int n = static_cast<int>(d_in);
-    const int k = r_in + r_out;
     float* const left = dir.left.get();
     float* const right = dir.right.get();
     float* const q_t = left + static_cast<int64_t>(n) * r_in;  // L[:, r_i:k]
@@ -203,11 +205,23 @@ struct TensorBasisCuda::Impl {
       // P <- diag(s_o) P (P as row-major r_i x d_out: scale its columns).
       GIFT_RETURN_IF_ERROR(Scale(right, right, r_in, m, nullptr, dir.s_out.get()));
     }
+    LowRankTerms terms;
+    terms.s_out = r_out > 0 ? dir.s_out.get() : nullptr;
+    terms.s_in = r_in > 0 ? dir.s_in.get() : nullptr;
+    terms.left = left;
+    terms.right = right;
+    terms.k = r_in + r_out;
+    return terms;
+  }
+
+  absl::Status Apply(const DirectionBuffers& dir, const float* in, float* out) const {
+    GIFT_ASSIGN_OR_RETURN(const LowRankTerms t, PrepareLowRank(dir, in));
+    const int m = static_cast<int>(d_out);
+    const int n = static_cast<int>(d_in);
     // out = diag(s_o) G diag(s_i), after every read of `in` above (in place allowed).
-    GIFT_RETURN_IF_ERROR(Scale(in, out, m, n, r_out > 0 ? dir.s_out.get() : nullptr,
-                               r_in > 0 ? dir.s_in.get() : nullptr));
+    GIFT_RETURN_IF_ERROR(Scale(in, out, m, n, t.s_out, t.s_in));
     // out^T += L R^T.
-    return Gemm(CUBLAS_OP_N, CUBLAS_OP_T, n, m, k, left, n, right, m, 1.0f, out, n);
+    return Gemm(CUBLAS_OP_N, CUBLAS_OP_T, n, m, t.k, t.left, n, t.right, m, 1.0f, out, n);
   }
 
   absl::Status Check(const char* fn, const float* in, int64_t rows, int64_t cols,
@@ -303,6 +317,21 @@ absl::Status TensorBasisCuda::Forward(const float* g, int64_t d_out, int64_t d_i
 absl::Status TensorBasisCuda::Inverse(const float* x, int64_t d_out, int64_t d_in, float* out) {
   GIFT_RETURN_IF_ERROR(impl_->Check("TensorBasisCuda::Inverse", x, d_out, d_in, out));
   return impl_->Apply(impl_->inverse, x, out);
+}
+
+absl::StatusOr<TensorBasisCuda::LowRankTerms> TensorBasisCuda::ForwardLowRank(const float* g,
+                                                                              int64_t d_out,
+                                                                              int64_t d_in) {
+  // `g` stands in for the output buffer too: only its presence is checked.
+  GIFT_RETURN_IF_ERROR(impl_->Check("TensorBasisCuda::ForwardLowRank", g, d_out, d_in, g));
+  return impl_->PrepareLowRank(impl_->forward, g);
+}
+
+absl::StatusOr<TensorBasisCuda::LowRankTerms> TensorBasisCuda::InverseLowRank(const float* x,
+                                                                              int64_t d_out,
+                                                                              int64_t d_in) {
+  GIFT_RETURN_IF_ERROR(impl_->Check("TensorBasisCuda::InverseLowRank", x, d_out, d_in, x));
+  return impl_->PrepareLowRank(impl_->inverse, x);
 }
 
 int64_t TensorBasisCuda::d_out() const { return impl_->d_out; }

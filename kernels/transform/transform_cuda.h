@@ -17,12 +17,12 @@
 // the low-rank terms in place: 6 passes over the tensor's bytes, against 10
 // for one side after the other. A side not enabled drops its terms.
 //
-// Not fused: the encoding. The transformed tensor is written to `out` and
-// encoded by EncodeCuda (kernels/codec/codec_cuda.h) as a separate pass;
-// fusing the final rank-k update with the codec's block amax and encoding
-// needs a custom GEMM epilogue inside the codec kernels; not attempted, as
-// no GPU was at hand to measure whether it pays (the project's rule: keep a
-// fused kernel only when measured faster).
+// Forward and Inverse do not encode: the transformed tensor is written to
+// `out` and encoded by EncodeCuda (kernels/codec/codec_cuda.h) as a separate
+// pass. ForwardLowRank / InverseLowRank stop before the last two steps and
+// hand the low-rank terms to a consumer that applies them itself:
+// forward_encode_cuda.h fuses the scaling and the rank-k update with the
+// codec's block amax, scale and encode.
 //
 // Precision: FP32 operands and FP32 accumulation in cuBLAS (kFp32), or
 // TF32 tensor-core products with FP32 accumulation (kTf32, ~1e-3 relative
@@ -98,6 +98,25 @@ class TensorBasisCuda {
   // waited for (see above).
   absl::Status Forward(const float* g, int64_t d_out, int64_t d_in, float* out);
   absl::Status Inverse(const float* x, int64_t d_out, int64_t d_in, float* out);
+
+  // The transform up to its last two steps, for a consumer that finishes it
+  // itself (forward_encode_cuda.h):
+  //   T(g)[i][j] = (g[i][j] * s_out[i]) * s_in[j]
+  //                + sum_{t < k} left[j + t d_in] * right[i + t d_out]
+  // (row-major i < d_out, j < d_in; a null scale stands for ones). The GEMMs
+  // are enqueued on the stream, not waited for; the pointers are device
+  // memory owned by this object, complete once the enqueued work is, and
+  // valid until the next call on it (any of Forward, Inverse, *LowRank).
+  // Same errors as Forward (the input's shape and null-ness are checked).
+  struct LowRankTerms {
+    const float* s_out = nullptr;  // d_out values, or null (no output side)
+    const float* s_in = nullptr;   // d_in values, or null (no input side)
+    const float* left = nullptr;   // L: d_in x k, column-major (leading dimension d_in)
+    const float* right = nullptr;  // R: d_out x k, column-major (leading dimension d_out)
+    int k = 0;                     // r_in + r_out
+  };
+  absl::StatusOr<LowRankTerms> ForwardLowRank(const float* g, int64_t d_out, int64_t d_in);
+  absl::StatusOr<LowRankTerms> InverseLowRank(const float* x, int64_t d_out, int64_t d_in);
 
   int64_t d_out() const;
   int64_t d_in() const;

@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -233,6 +234,8 @@ inline unsigned __shfl_down_sync(unsigned /*mask*/, unsigned value, unsigned del
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
+// One rounding of a * b + c, as the device's fused multiply-add.
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 
 inline unsigned __float_as_uint(float f) {
   unsigned u;

@@ -39,6 +39,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/transform/transform_kernels.h"
+#include "tests/kernels/transform_cuda_test_util.h"
 #include "tests/transform/test_util.h"
 
 namespace gift::kernels {
@@ -51,98 +52,11 @@ using transform::SideBasisOptions;
 using transform::Sides;
 using transform::TensorBasis;
 using transform::testing::AnisotropicMatrix;
-using transform::testing::SampleFactors;
+using namespace cuda_test;  // NOLINT: the shared GPU test helpers
 
 constexpr double kFp32Tolerance = 1e-5;
 constexpr double kFp32PerKappa = 1e-7;
 constexpr double kTf32Tolerance = 5e-3;
-
-bool HaveDevice() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return count > 0;
-}
-
-// ---- helpers ----------------------------------------------------------------------
-
-// `count` floats of device memory starting `offset` floats into the
-// allocation (an offset of 1 gives a buffer that is not 16-byte aligned).
-class DeviceFloats {
- public:
-  explicit DeviceFloats(size_t count, size_t offset = 0) : offset_(offset) {
-    EXPECT_EQ(cudaMalloc(&ptr_, (offset + count) * sizeof(float)), cudaSuccess);
-  }
-  ~DeviceFloats() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceFloats(const DeviceFloats&) = delete;
-  DeviceFloats& operator=(const DeviceFloats&) = delete;
-
-  float* get() const { return static_cast<float*>(ptr_) + offset_; }
-  void Upload(const std::vector<float>& host) const {
-    ASSERT_EQ(cudaMemcpy(get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  std::vector<float> Download(size_t count) const {
-    std::vector<float> host(count);
-    EXPECT_EQ(cudaMemcpy(host.data(), get(), count * sizeof(float), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    return host;
-  }
-
- private:
-  void* ptr_ = nullptr;
-  size_t offset_;
-};
-
-class CudaStream {
- public:
-  CudaStream() { EXPECT_EQ(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), cudaSuccess); }
-  ~CudaStream() {
-    if (s_ != nullptr) cudaStreamDestroy(s_);
-  }
-  CudaStream(const CudaStream&) = delete;
-  CudaStream& operator=(const CudaStream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
-TensorBasis MakeBasis(int64_t d_out, int64_t d_in, int64_t rank, ResidualModel residual,
-                      Sides sides, double p) {
-  const transform::testing::Factors f = SampleFactors(d_out, d_in, 7, 4);
-  std::optional<SideBasis> out_side, in_side;
-  SideBasisOptions options;
-  options.residual = residual;
-  if (sides != Sides::kInput) {
-    out_side.emplace(SideBasis::FromFactor(f.out, std::min(rank, d_out), options).value());
-  }
-  if (sides != Sides::kOutput) {
-    in_side.emplace(SideBasis::FromFactor(f.in, std::min(rank, d_in), options).value());
-  }
-  transform::TensorBasisHeader header;
-  header.tensor_id = 1;
-  header.version = 1;
-  header.d_out = d_out;
-  header.d_in = d_in;
-  header.config.sides = sides;
-  header.config.power = p;
-  return TensorBasis::Create(header, std::move(out_side), std::move(in_side)).value();
-}
-
-// prod over the basis's sides of max_j (1 + Sig_j)^p; see the file comment.
-double Conditioning(const TensorBasis& basis) {
-  const double p = basis.header().config.power;
-  double kappa = 1.0;
-  for (const std::optional<SideBasis>* side : {&basis.input_side(), &basis.output_side()}) {
-    if (side->has_value()) kappa *= std::pow((*side)->parts().one_plus_sig.maxCoeff(), p);
-  }
-  return kappa;
-}
 
 // Runs Forward (or Inverse) on the GPU on a copy of `x`, in place or not.
 std::vector<float> RunOnGpu(TensorBasisCuda& gpu, const std::vector<float>& x, bool inverse,
