@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -31,13 +32,43 @@
 #include "common/codec/encoded_tensor.h"
 #include "kernels/codec/codec_cuda.h"
 #include "kernels/transform/cublas_handle.h"
+#include "kernels/transform/forward_encode_cuda.h"
 #include "kernels/transform/transform_cuda.h"
 
 namespace gift::bench {
 namespace {
 
+// The target for the GPU: GIFT's forward + encode within 1.5x of
+// direct quantization.
+constexpr double kFusedTarget = 1.5;
+
 using kernels::CublasHandle;
 using kernels::CublasStatus;
+
+// Whether the fused path's codes and scales equal EncodeCuda of
+// ForwardFixedOrder's output (forward_encode_cuda.h), on this shape.
+absl::StatusOr<bool> FusedIsBitIdentical(kernels::ForwardEncoderCuda& fused, const float* g,
+                                         int64_t m, int64_t n, float* work,
+                                         const codec::MutableEncodedView& enc,
+                                         const codec::EncodedLayout& layout,
+                                         const codec::RngKey& key, cudaStream_t s) {
+  std::vector<uint8_t> codes(layout.code_bytes), scales(layout.scale_bytes);
+  std::vector<uint8_t> want_codes(layout.code_bytes), want_scales(layout.scale_bytes);
+  auto download = [&](std::vector<uint8_t>& c, std::vector<uint8_t>& sc) -> absl::Status {
+    GIFT_BENCH_CUDA(
+        cudaMemcpyAsync(c.data(), enc.codes, c.size(), cudaMemcpyDeviceToHost, s));
+    GIFT_BENCH_CUDA(
+        cudaMemcpyAsync(sc.data(), enc.scales, sc.size(), cudaMemcpyDeviceToHost, s));
+    GIFT_BENCH_CUDA(cudaStreamSynchronize(s));
+    return absl::OkStatus();
+  };
+  GIFT_RETURN_IF_ERROR(fused.Encode(g, m, n, enc, key));
+  GIFT_RETURN_IF_ERROR(download(codes, scales));
+  GIFT_RETURN_IF_ERROR(fused.ForwardFixedOrder(g, m, n, work));
+  GIFT_RETURN_IF_ERROR(kernels::EncodeCuda(work, enc, key, s));
+  GIFT_RETURN_IF_ERROR(download(want_codes, want_scales));
+  return codes == want_codes && scales == want_scales;
+}
 
 }  // namespace
 
@@ -79,9 +110,29 @@ absl::StatusOr<nlohmann::json> RunGpuTransformShape(const GpuTransformShapeConfi
       kernels::TensorBasisCuda tf32,
       kernels::TensorBasisCuda::Create(*config.basis, s, kernels::TransformMath::kTf32));
 
+  // The fused forward + encode (forward_encode_cuda.h), where the codec allows it.
+  const bool fusable = kernels::ForwardEncoderCuda::Supports(config.spec);
+  std::optional<kernels::ForwardEncoderCuda> fused_fp32, fused_tf32;
+  if (fusable) {
+    GIFT_ASSIGN_OR_RETURN(fused_fp32, kernels::ForwardEncoderCuda::Create(&fp32));
+    GIFT_ASSIGN_OR_RETURN(fused_tf32, kernels::ForwardEncoderCuda::Create(&tf32));
+  }
+
   // Accuracy of one forward each against the CPU's double-precision result.
   nlohmann::json doc;
   doc["ran"] = true;
+  if (fusable) {
+    GIFT_RETURN_IF_ERROR(fused_fp32->ForwardFixedOrder(d_g.floats(), m, n, d_work.floats()));
+    std::vector<float> got(count);
+    GIFT_BENCH_CUDA(cudaMemcpyAsync(got.data(), d_work.floats(), count * sizeof(float),
+                                    cudaMemcpyDeviceToHost, s));
+    GIFT_BENCH_CUDA(cudaStreamSynchronize(s));
+    doc["forward_rel_error_fixed_order"] = RelativeL2(got, *config.cpu_forward);
+    GIFT_ASSIGN_OR_RETURN(const bool identical,
+                          FusedIsBitIdentical(*fused_fp32, d_g.floats(), m, n, d_work.floats(),
+                                              enc, layout, key, s));
+    doc["fused_bit_identical"] = identical;
+  }
   for (auto* gpu : {&fp32, &tf32}) {
     GIFT_RETURN_IF_ERROR(gpu->Forward(d_g.floats(), m, n, d_work.floats()));
     std::vector<float> got(count);
@@ -99,14 +150,14 @@ absl::StatusOr<nlohmann::json> RunGpuTransformShape(const GpuTransformShapeConfi
     const char* name;
     std::function<absl::Status()> fn;
   };
-  const std::vector<Row> rows = {
-      {"encode (direct)", [&] { return encode(d_g.floats()); }},
+  std::vector<Row> rows = {
       {"D2D copy",
        [&] {
          return CudaStatus(cudaMemcpyAsync(d_work.floats(), d_g.floats(), count * sizeof(float),
                                            cudaMemcpyDeviceToDevice, s),
                            "cudaMemcpyAsync");
        }},
+      {"encode (direct)", [&] { return encode(d_g.floats()); }},
       {"forward fp32", [&] { return fp32.Forward(d_g.floats(), m, n, d_work.floats()); }},
       {"forward fp32 + encode",
        [&] {
@@ -142,26 +193,64 @@ absl::StatusOr<nlohmann::json> RunGpuTransformShape(const GpuTransformShapeConfi
          return encode(d_work.floats());
        }},
   };
-  os << absl::StrFormat("%-10s %-26s %11s %9s\n", "GPU", "operation", "ms", "x direct");
+  if (fusable) {
+    rows.push_back({"fixed-order fwd + encode", [&] {
+                      GIFT_RETURN_IF_ERROR(
+                          fused_fp32->ForwardFixedOrder(d_g.floats(), m, n, d_work.floats()));
+                      return encode(d_work.floats());
+                    }});
+    rows.push_back({"fused fwd+encode fp32",
+                    [&] { return fused_fp32->Encode(d_g.floats(), m, n, enc, key); }});
+    rows.push_back({"fused fwd+encode tf32",
+                    [&] { return fused_tf32->Encode(d_g.floats(), m, n, enc, key); }});
+  }
+  os << absl::StrFormat("%-10s %-26s %11s %9s %9s\n", "GPU", "operation", "ms", "x direct",
+                        "x D2D");
   doc["ops"] = nlohmann::json::array();
-  double encode_s = 0, decode_s = 0;
+  double encode_s = 0, decode_s = 0, copy_s = 0;
   for (const Row& row : rows) {
     GIFT_ASSIGN_OR_RETURN(const Timing t, TimeOnDevice(reps, s, ev, row.fn));
     const std::string name = row.name;
+    if (name == "D2D copy") copy_s = t.median_s;
     if (name == "encode (direct)") encode_s = t.median_s;
     if (name == "decode (direct)") decode_s = t.median_s;
     const double base = name.rfind("decode", 0) == 0 ? decode_s : encode_s;
     const double ratio = base > 0 ? t.median_s / base : 0.0;
-    WriteLine(os, absl::StrFormat("%-10s %-26s %11.4f %8.2fx", "", name, t.median_s * 1e3, ratio));
+    const double over_copy = copy_s > 0 ? t.median_s / copy_s : 0.0;
+    WriteLine(os, absl::StrFormat("%-10s %-26s %11.4f %8.2fx %8.2fx", "", name, t.median_s * 1e3,
+                                  ratio, over_copy));
     os.flush();
-    doc["ops"].push_back(
-        {{"op", name}, {"median_s", t.median_s}, {"samples_s", t.seconds}, {"x_direct", ratio}});
+    doc["ops"].push_back({{"op", name},
+                          {"median_s", t.median_s},
+                          {"samples_s", t.seconds},
+                          {"x_direct", ratio},
+                          {"x_copy", over_copy}});
     if (name == "forward fp32 + encode") doc["forward_encode_over_encode_fp32"] = ratio;
     if (name == "forward tf32 + encode") doc["forward_encode_over_encode_tf32"] = ratio;
+    if (name == "fused fwd+encode fp32") doc["fused_over_encode_fp32"] = ratio;
+    if (name == "fused fwd+encode tf32") doc["fused_over_encode_tf32"] = ratio;
   }
-  os << absl::StrFormat("GPU forward vs CPU TensorBasis: relative error %.2e (fp32), %.2e (tf32)\n",
+  if (fusable) {
+    const double f32 = doc["fused_over_encode_fp32"].get<double>();
+    const double t32 = doc["fused_over_encode_tf32"].get<double>();
+    os << absl::StrFormat(
+        "target (GPU): fused forward + encode <= %.1fx encode: FP32 GEMMs %.2fx %s, TF32 GEMMs "
+        "%.2fx %s; fused codes %s the unfused fixed-order path's\n",
+        kFusedTarget, f32, f32 <= kFusedTarget ? "PASS" : "MISS", t32,
+        t32 <= kFusedTarget ? "PASS" : "MISS",
+        doc["fused_bit_identical"].get<bool>() ? "bit-identical to" : "DIFFER from");
+  } else {
+    os << "fused forward + encode: not run (codec " << codec::ToString(config.spec)
+       << " is not fused)\n";
+  }
+  os << absl::StrFormat("GPU forward vs CPU TensorBasis: relative error %.2e (fp32), %.2e (tf32)",
                         doc["forward_rel_error_fp32"].get<double>(),
                         doc["forward_rel_error_tf32"].get<double>());
+  if (fusable) {
+    os << absl::StrFormat(", %.2e (fixed order, the fused path's)",
+                          doc["forward_rel_error_fixed_order"].get<double>());
+  }
+  os << '\n';
   return doc;
 }
 

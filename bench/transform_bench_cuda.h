@@ -7,7 +7,12 @@
 //   TensorBasisCuda::Forward alone
 //   DecodeCuda, and DecodeCuda + TensorBasisCuda::Inverse
 //   dense SGEMM G M (M: d_in x d_in) + EncodeCuda    (the published dense form's floor)
-// and the GPU forward's relative error against the CPU TensorBasis.
+//   ForwardEncoderCuda::ForwardFixedOrder + EncodeCuda (unfused, the fused path's arithmetic)
+//   ForwardEncoderCuda::Encode, FP32 and TF32 GEMMs   (fused; block-scaled 8-bit codecs only)
+// each as a ratio to the direct encode (decode rows: to the direct decode)
+// and to the D2D copy, the GPU forwards' relative errors against the CPU
+// TensorBasis, and whether the fused codes and scales equal the unfused
+// fixed-order path's bit for bit on this shape.
 //
 // Only compiled into gift-bench when CUDA is on (GIFT_BENCH_WITH_CUDA). This
 // header needs no CUDA headers, so the CPU code can include it either way.

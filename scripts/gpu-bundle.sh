@@ -9,12 +9,19 @@
 set -euo pipefail
 build_dir=${1:-build-gpu}
 cd "$(dirname "$0")/.."
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGIFT_ENABLE_CUDA=ON >/dev/null
-cmake --build "$build_dir" -j "$(nproc)" --target codec_cuda_test transform_cuda_test gift_bench
+launchers=()
+if command -v ccache >/dev/null; then
+  for lang in C CXX CUDA; do launchers+=("-DCMAKE_${lang}_COMPILER_LAUNCHER=ccache"); done
+fi
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGIFT_ENABLE_CUDA=ON \
+  "${launchers[@]}" >/dev/null
+tests="codec_cuda_test transform_cuda_test forward_encode_cuda_test"
+# shellcheck disable=SC2086
+cmake --build "$build_dir" -j "$(nproc)" --target $tests gift_bench
 rm -rf .gpu && mkdir -p .gpu/lib
-cp "$build_dir/tests/kernels/codec_cuda_test" "$build_dir/tests/kernels/transform_cuda_test" \
-  "$build_dir/bench/gift-bench" .gpu/
-for bin in .gpu/codec_cuda_test .gpu/transform_cuda_test .gpu/gift-bench; do
+for t in $tests; do cp "$build_dir/tests/kernels/$t" .gpu/; done
+cp "$build_dir/bench/gift-bench" .gpu/
+for bin in .gpu/*_test .gpu/gift-bench; do
   ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*) ;;
@@ -27,7 +34,10 @@ for bin in .gpu/codec_cuda_test .gpu/transform_cuda_test .gpu/gift-bench; do
 done
 cat > .gpu/run.sh <<'RUN'
 #!/usr/bin/env bash
-# Runs the GPU tests and the codec benchmark; writes logs and JSON to $OUT.
+# Runs the GPU tests and the codec and transform benchmarks in one short run
+# (about 2 minutes on an H200; every step has its own time limit, so one
+# that hangs cannot take the whole device lease); writes logs and JSON to
+# $OUT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-out/gpu}
@@ -37,15 +47,20 @@ export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cublas=$(find /usr/local/cuda*/lib64 /usr/local/lib /usr/lib /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
 [ -n "$cublas" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-"$here/codec_cuda_test" --gtest_brief=1 >"$out/gpu_tests.txt" 2>&1
-echo "gpu tests rc=$?" | tee -a "$out/gpu_tests.txt"
-tail -3 "$out/gpu_tests.txt"
-"$here/gift-bench" codec --mib 256 --reps 10 --json "$out/codec_bench.json" 2>&1 | tee "$out/codec_bench.txt"
-"$here/transform_cuda_test" --gtest_brief=1 >"$out/transform_tests.txt" 2>&1
-echo "transform tests rc=$?" | tee -a "$out/transform_tests.txt"
-tail -3 "$out/transform_tests.txt"
-"$here/gift-bench" transform --no-cpu --reps 20 --json "$out/transform_bench.json" 2>&1 |
-  tee "$out/transform_bench.txt"
+for t in codec_cuda_test transform_cuda_test forward_encode_cuda_test; do
+  timeout 120 "$here/$t" --gtest_brief=1 >"$out/$t.txt" 2>&1
+  echo "$t rc=$?" | tee -a "$out/$t.txt"
+  tail -3 "$out/$t.txt"
+done
+timeout 90 "$here/gift-bench" codec --mib 256 --reps 10 --json "$out/codec_bench.json" 2>&1 |
+  tee "$out/codec_bench.txt"
+# Direct FP8, unfused GIFT and fused GIFT at 1024^2, 4096^2 and a Llama MLP
+# shape (4096 x 11008), rank 64 and 128 per side.
+for rank in 64 128; do
+  timeout 120 "$here/gift-bench" transform --no-cpu --reps 10 --rank "$rank" \
+    --shapes 1024x1024,4096x4096,4096x11008 --json "$out/transform_bench_r$rank.json" 2>&1 |
+    tee "$out/transform_bench_r$rank.txt"
+done
 RUN
 chmod +x .gpu/run.sh
 du -sh .gpu
