@@ -17,7 +17,7 @@ if command -v ccache >/dev/null; then
 fi
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGIFT_ENABLE_CUDA=ON \
   "${launchers[@]}" >/dev/null
-tests="codec_cuda_test transform_cuda_test forward_encode_cuda_test"
+tests="codec_cuda_test transform_cuda_test forward_encode_cuda_test cuda_ipc_buffers_test"
 # shellcheck disable=SC2086
 cmake --build "$build_dir" -j "$(nproc)" --target $tests gift_bench
 rm -rf .gpu && mkdir -p .gpu/lib
@@ -57,7 +57,7 @@ export LD_LIBRARY_PATH="$lib/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cublas=$(find /usr/local/cuda*/lib64 /usr/local/lib /usr/lib /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
 [ -n "$cublas" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-for t in codec_cuda_test transform_cuda_test forward_encode_cuda_test; do
+for t in codec_cuda_test transform_cuda_test forward_encode_cuda_test cuda_ipc_buffers_test; do
   timeout 90 "$here/$t" --gtest_brief=1 >"$out/$t.txt" 2>&1
   echo "$t rc=$?" | tee -a "$out/$t.txt"
   tail -3 "$out/$t.txt"
