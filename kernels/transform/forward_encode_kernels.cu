@@ -95,12 +95,15 @@ __global__ void __launch_bounds__(kThreads) FusedForwardKernel(FusedForwardArgs 
       }
     }
 
-    // Epilogue, one row of the warp at a time (rows past the end: the whole
-    // warp leaves together, so the shuffles stay complete).
+    // Epilogue, one row of the warp at a time (a row past the end is skipped
+    // by the whole warp, so the shuffles stay complete). Unrolled, so that
+    // acc is indexed by constants and stays in registers (a dynamic index
+    // puts the array in local memory, inner loop included).
     const uint64_t j0 = c0 + 4 * lane;
+#pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const uint64_t i = r0 + kRowsPerWarp * warp + rr;
-      if (i >= rows) break;
+      if (i >= rows) continue;
       const uint64_t e0 = i * cols + j0;
       const bool full = j0 + 4 <= cols;
       float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
