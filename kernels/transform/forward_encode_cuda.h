@@ -66,8 +66,9 @@ namespace gift::kernels {
 
 class ForwardEncoderCuda {
  public:
-  // FailedPrecondition without a CUDA device (no TensorBasisCuda exists
-  // then); Internal when the flag word cannot be allocated.
+  // For `basis` (not owned, must outlive the object; a TensorBasisCuda
+  // exists only where a device does). InvalidArgument for a null basis;
+  // Internal when the flag word cannot be allocated.
   static absl::StatusOr<ForwardEncoderCuda> Create(TensorBasisCuda* basis);
 
   ForwardEncoderCuda(ForwardEncoderCuda&&) noexcept;
