@@ -177,7 +177,8 @@ TEST_P(ForwardEncodeCudaTest, MatchesTheUnfusedPathBitForBit) {
   ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
   const double tolerance = std::max(kFp32Tolerance, kFp32PerKappa * Conditioning(basis));
   EXPECT_LE(RelativeL2(fixed, cpu_fwd), tolerance);
-  EXPECT_LE(RelativeL2(fixed, d_cublas.Download(size)), tolerance);
+  // Both within `tolerance` of the CPU, so within twice that of each other.
+  EXPECT_LE(RelativeL2(fixed, d_cublas.Download(size)), 2 * tolerance);
 
   // Against the CPU pipeline: nearly every code equal, the same error.
   codec::EncodedTensor cpu_pipeline = codec::EncodedTensor::Create(spec, c.d_out, c.d_in).value();
