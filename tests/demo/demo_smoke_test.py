@@ -93,6 +93,9 @@ def main():
                     fail(f"{name}: bytes per step {r['bytes_per_step']}")
                 if not r["pull_bytes_per_step"] or r["pull_bytes_per_step"] <= 0:
                     fail(f"{name}: pulled bytes per step {r['pull_bytes_per_step']}")
+                counts = [t for _, t in r["transformed_per_step"]]
+                if len(counts) != 3 or not all(0 <= t <= r["matrices"] for t in counts):
+                    fail(f"{name}: transformed tensors per step {r['transformed_per_step']}")
                 if len(r["errors"]) != 3:
                     fail(f"{name}: {len(r['errors'])} steps with measured errors, expected 3")
                 for e in r["errors"]:

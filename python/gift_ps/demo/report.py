@@ -43,7 +43,11 @@ def summarize(name, args, run_dir, matrices, wall_s, policy, t_spawn):
     bytes_ = [rec["bytes"] for rec in r0 if rec.get("bytes") is not None]
     pulled = [rec["bytes_pulled"] for rec in r0 if rec.get("bytes_pulled") is not None]
     timed = [rec for rec in r0 if "errors" not in rec] or r0
-    transformed = [rec["transformed"] for rec in r0 if rec.get("transformed") is not None]
+    # Tensors the service ran in a GIFT basis, per step of rank 0 (every rank
+    # reports the same: a step's basis versions are the cluster's).
+    per_step = [[rec["step"], rec["transformed"]] for rec in r0 if rec.get("transformed") is not None]
+    first = next((i for i, (_, t) in enumerate(per_step) if t), None)
+    after = [t for _, t in per_step[first:]] if first is not None else []
     push, pull, gift, desc = CONFIGS[name]
     return {
         "name": name,
@@ -67,7 +71,13 @@ def summarize(name, args, run_dir, matrices, wall_s, policy, t_spawn):
         "rel_err_mean": _mean(e["mean"] for e in second_half),
         "rel_err_matrices_mean": _mean(e["matrices_mean"] for e in second_half),
         "rel_err_steps": [e["step"] for e in second_half],
-        "transformed_tensors_last": transformed[-1] if transformed else None,
+        "transformed_tensors_last": per_step[-1][1] if per_step else None,
+        "transformed_per_step": per_step,
+        # From the first step with a basis active on: the step, and the mean
+        # number of tensors transformed per step.
+        "transformed_first_step": per_step[first][0] if first is not None else None,
+        "transformed_mean": statistics.fmean(after) if after else None,
+        "matrices": len(matrices),
         "ranks_identical": len({f["checksum"] for f in finals}) == 1,
         "checksums": [f["checksum"] for f in finals],
         "wall_s": wall_s,
@@ -83,8 +93,15 @@ def fmt(x, spec, none="-"):
     return none if x is None else format(x, spec)
 
 
+def _in_basis(r):
+    if r.get("transformed_mean") is None:
+        return "0" if r["gift"] else "-"
+    return f"{r['transformed_mean']:.1f}/{r['matrices']} @{r['transformed_first_step']}"
+
+
 def table(results, args):
-    head = ["config", "push / pull", "train loss", "val loss", "gap to fp32", "push KiB", "pull KiB", "step s", "sync s", "grad err", "err 2-D"]
+    head = ["config", "push / pull", "train loss", "val loss", "gap to fp32", "push KiB", "pull KiB", "step s", "sync s", "grad err", "err 2-D",
+            "in basis"]
     rows = []
     for r in results:
         rows.append(
@@ -100,6 +117,7 @@ def table(results, args):
                 fmt(r["sync_s"], ".3f"),
                 fmt(r["rel_err_mean"], ".2e"),
                 fmt(r["rel_err_matrices_mean"], ".2e"),
+                _in_basis(r),
             ]
         )
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
@@ -114,6 +132,9 @@ def table(results, args):
         "grad err: relative L2 error of the averaged gradient against the exact average, measured by the service every "
         f"{args.measure_every} steps, mean over the second half of the run and over all tensors; err 2-D: over the weight "
         "matrices only",
+        "in basis: tensors the service ran in a GIFT basis per step (TensorResult.transformed), mean over the steps from "
+        "the first one with a basis active (@ step) on, of the model's weight matrices (per step: results.json "
+        "transformed_per_step)",
     ]
     if args.backend == "local":
         notes.insert(0, "--backend local: every row averaged exactly with gloo (no service, no codecs): a development aid")

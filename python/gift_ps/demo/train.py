@@ -82,7 +82,7 @@ class DDPBackend:
         return torch.nn.functional.cross_entropy(self.ddp(x).reshape(-1, model_lib.VOCAB), y.reshape(-1))
 
     def sync(self, step, measure_error):
-        return {"sync_s": 0.0, "bytes": None, "errors": None, "transformed": None}
+        return {"sync_s": 0.0, "bytes": None, "bytes_pulled": None, "errors": None, "transformed": None}
 
     def close(self):
         self.dist.destroy_process_group()
