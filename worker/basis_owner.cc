@@ -121,7 +121,7 @@ bool BasisOwner::WantsStep(const gift::v1::ClusterState& state, const gift::v1::
     return true;
   }
   const StepView& view = it->second;
-  const bool due = view.schedule.Due(step, std::nullopt, basis->refresh_requests()) !=
+  const bool due = view.schedule.Due(step, basis->refresh_requests()) !=
                    transform::RefreshReason::kNone;
   *needs_own = due || (view.measures && view.schedule.ShouldCollect(step));
   return due || view.schedule.ShouldCollect(step);
@@ -195,6 +195,7 @@ absl::Status BasisOwner::ObserveTensor(const gift::v1::ClusterState& state,
       if (!owned->schedule->reference_ratio().has_value()) {
         owned->schedule->SetReference(*measured);
       }
+      owned->schedule->RecordRatio(*measured);
       gift::v1::TensorErrorRatio report;
       report.set_tensor_id(data.tensor_id);
       report.set_ratio(*measured);
@@ -204,7 +205,7 @@ absl::Status BasisOwner::ObserveTensor(const gift::v1::ClusterState& state,
     }
   }
   const transform::RefreshReason reason =
-      owned->schedule->Due(data.step, measured, basis->refresh_requests());
+      owned->schedule->Due(data.step, basis->refresh_requests());
   if (reason == transform::RefreshReason::kNone || !owned->geometry->ready() ||
       data.own.size() != data.average.size()) {
     return absl::OkStatus();

@@ -125,7 +125,7 @@ Policy WithDefaults(const Policy& policy) {
   }
   gift::v1::RefreshPolicy& r = *out.mutable_refresh();
   if (r.period_steps() == 0) r.set_period_steps(kDefaultPeriodSteps);
-  if (r.drift_threshold() == 0) r.set_drift_threshold(kDefaultDriftThreshold);
+  if (!r.has_drift_threshold()) r.set_drift_threshold(kDefaultDriftThreshold);
   if (r.activation_lead_steps() == 0) r.set_activation_lead_steps(kDefaultActivationLeadSteps);
   gift::v1::SelectionPolicy& s = *out.mutable_selection();
   if (s.mode() == gift::v1::SELECTION_MODE_UNSPECIFIED)

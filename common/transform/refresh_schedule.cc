@@ -35,6 +35,10 @@ absl::StatusOr<RefreshSchedule> RefreshSchedule::Create(const RefreshScheduleOpt
     return absl::InvalidArgumentError(
         absl::StrCat("collect period ", options.collect_period, " steps is not >= 1"));
   }
+  if (options.drift_patience < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("drift patience ", options.drift_patience, " is not >= 1"));
+  }
   return RefreshSchedule(options);
 }
 
@@ -42,20 +46,18 @@ bool RefreshSchedule::ShouldCollect(uint64_t step) const {
   return step % static_cast<uint64_t>(options_.collect_period) == 0;
 }
 
-RefreshReason RefreshSchedule::Due(uint64_t step, std::optional<double> measured_ratio,
-                                   uint64_t refresh_requests) const {
+void RefreshSchedule::RecordRatio(double ratio) {
+  if (options_.drift_threshold <= 0.0 || !std::isfinite(ratio)) return;
+  const bool worse_than_direct = options_.drift_when_worse_than_direct && ratio >= 1.0;
+  const bool drifted =
+      reference_ratio_.has_value() && ratio > *reference_ratio_ * (1.0 + options_.drift_threshold);
+  drift_streak_ = worse_than_direct || drifted ? drift_streak_ + 1 : 0;
+}
+
+RefreshReason RefreshSchedule::Due(uint64_t step, uint64_t refresh_requests) const {
   if (refresh_requests > requests_served_) return RefreshReason::kRequested;
   if (!last_refresh_step_.has_value()) return RefreshReason::kFirst;
-  if (options_.drift_threshold > 0.0 && measured_ratio.has_value() &&
-      std::isfinite(*measured_ratio)) {
-    if (options_.drift_when_worse_than_direct && *measured_ratio >= 1.0) {
-      return RefreshReason::kDrift;
-    }
-    if (reference_ratio_.has_value() &&
-        *measured_ratio > *reference_ratio_ * (1.0 + options_.drift_threshold)) {
-      return RefreshReason::kDrift;
-    }
-  }
+  if (drift_streak_ >= options_.drift_patience) return RefreshReason::kDrift;
   if (step >= *last_refresh_step_ + static_cast<uint64_t>(options_.period_steps)) {
     return RefreshReason::kPeriod;
   }
@@ -66,6 +68,7 @@ void RefreshSchedule::MarkRefreshed(uint64_t step, std::optional<double> ratio,
                                     uint64_t refresh_requests) {
   last_refresh_step_ = step;
   reference_ratio_ = ratio;
+  drift_streak_ = 0;
   if (refresh_requests > requests_served_) requests_served_ = refresh_requests;
 }
 

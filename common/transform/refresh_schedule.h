@@ -9,17 +9,22 @@
 //
 // Drift: the owner measures, on collect steps, ratio = error of its own
 // gradient quantized through the current basis / error of direct
-// quantization (transform_selector.h). A refresh is due early when
+// quantization (transform_selector.h), and records it (RecordRatio). A
+// measurement is above the bar when
 //   ratio > reference * (1 + drift_threshold)
 // or the current basis has become worse than direct (ratio >= 1, unless
-// options say otherwise). The
-// reference is the ratio given to MarkRefreshed, or the one SetReference
-// records later (e.g. the first measurement of the new basis once it is
-// active). A drift_threshold of 0 disables drift refreshes.
+// options say otherwise). A refresh is due early when drift_patience
+// measurements in a row were above the bar: one step's ratio is noisy (a
+// single measurement against a 20 % bar rebuilt a demo run's bases every
+// few steps, most of them on noise). The reference is the ratio given to
+// MarkRefreshed, or the one SetReference records later (e.g. the first
+// measurement of the new basis once it is active). A drift_threshold of 0
+// disables drift refreshes.
 //
 //   RefreshSchedule schedule(*RefreshSchedule::Create({.period_steps = 10}));
 //   if (schedule.ShouldCollect(step)) { ... update statistics ... }
-//   if (auto why = schedule.Due(step, ratio, requests); why != RefreshReason::kNone) {
+//   if (ratio) schedule.RecordRatio(*ratio);
+//   if (auto why = schedule.Due(step, requests); why != RefreshReason::kNone) {
 //     ... build and publish a new basis ...
 //     schedule.MarkRefreshed(step, new_ratio, requests);
 //   }
@@ -46,6 +51,8 @@ struct RefreshScheduleOptions {
   // measurement says (selection forced by policy): near 1 it would only
   // refresh on noise.
   bool drift_when_worse_than_direct = true;
+  // >= 1: how many measurements in a row must be above the bar.
+  int64_t drift_patience = 3;
 };
 
 // Values may be logged and exported; never renumber.
@@ -69,16 +76,21 @@ class RefreshSchedule {
 
   bool ShouldCollect(uint64_t step) const;
 
+  // Records a measured GIFT / direct error ratio of the current basis
+  // (non-finite values are ignored).
+  void RecordRatio(double ratio);
+  // How many recorded measurements in a row, up to the last, were above the
+  // bar since the last refresh.
+  int64_t drift_streak() const { return drift_streak_; }
+
   // Whether a refresh is due at `step`, and why (the first reason in the
-  // order requested, first, drift, period). `measured_ratio` is the latest
-  // measured GIFT / direct error ratio of the current basis, if any;
-  // `refresh_requests` the coordinator's counter for the tensor.
-  RefreshReason Due(uint64_t step, std::optional<double> measured_ratio,
-                    uint64_t refresh_requests) const;
+  // order requested, first, drift, period). `refresh_requests` is the
+  // coordinator's counter for the tensor.
+  RefreshReason Due(uint64_t step, uint64_t refresh_requests) const;
 
   // Records a refresh at `step`; `ratio` is the new basis's measured ratio
   // (the drift reference), if it was measured; `refresh_requests` the
-  // counter served.
+  // counter served. The drift streak starts over.
   void MarkRefreshed(uint64_t step, std::optional<double> ratio, uint64_t refresh_requests);
 
   // Sets the drift reference of the current basis (after MarkRefreshed).
@@ -94,6 +106,7 @@ class RefreshSchedule {
   std::optional<uint64_t> last_refresh_step_;
   std::optional<double> reference_ratio_;
   uint64_t requests_served_ = 0;
+  int64_t drift_streak_ = 0;
 };
 
 }  // namespace gift::transform

@@ -18,6 +18,15 @@ using ::testing::HasSubstr;
 
 gift::v1::Policy Defaults() { return WithDefaults(gift::v1::Policy()); }
 
+TEST(PolicyDefaultsTest, AZeroDriftThresholdIsKeptAndDisablesDrift) {
+  gift::v1::Policy p;
+  p.mutable_refresh()->set_drift_threshold(0.0);
+  EXPECT_DOUBLE_EQ(WithDefaults(p).refresh().drift_threshold(), 0.0);
+  EXPECT_TRUE(Validate(WithDefaults(p)).ok());
+  p.mutable_refresh()->clear_drift_threshold();
+  EXPECT_DOUBLE_EQ(WithDefaults(p).refresh().drift_threshold(), 0.2);
+}
+
 TEST(PolicyDefaultsTest, FillsTheDocumentedDefaults) {
   const gift::v1::Policy p = Defaults();
   EXPECT_EQ(p.transform().sides(), gift::v1::SIDES_BOTH);

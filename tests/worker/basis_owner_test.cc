@@ -21,6 +21,7 @@
 #include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
 #include "common/control/member_session.h"
+#include "common/transform/refresh_schedule.h"
 #include "server/coordinator/cluster_state.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/state_store.h"
@@ -245,8 +246,11 @@ TEST_F(BasisOwnerTest, GeometrySwitchedMidRunFiresADriftRefresh) {
     if (why == transform::RefreshReason::kDrift) drift_steps.push_back(step);
   }
   ASSERT_FALSE(drift_steps.empty());
-  // The first at the switch itself (collect period 1), none before it.
-  EXPECT_EQ(drift_steps.front(), kFlipAt);
+  // None before the switch; the first once the default patience's
+  // measurements in a row (collect period 1: one per step from the switch
+  // on) were above the bar.
+  const int64_t patience = transform::RefreshScheduleOptions{}.drift_patience;
+  EXPECT_EQ(drift_steps.front(), kFlipAt + patience - 1);
 }
 
 }  // namespace

@@ -342,7 +342,7 @@ TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketche
              "--include", "*", "--period", "10", "--source", "per-worker"});
   Register();
   bool saw_transformed = false;
-  for (uint64_t step = 0; step < 25; ++step) {
+  auto run_step = [&](uint64_t step) {
     for (int w = 0; w < kWorkers; ++w) {
       for (size_t i = 0; i < Shapes().size(); ++i) {
         FillGradient(trainers_[w].buffers[i]->data(), Shapes()[i], step, w);
@@ -354,6 +354,11 @@ TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketche
         saw_transformed = saw_transformed || t.transformed();
       }
     }
+  };
+  uint64_t step = 0;
+  for (; step < 25; ++step) {
+    run_step(step);
+    if (HasFatalFailure()) return;
   }
   EXPECT_TRUE(saw_transformed) << Logs();
   const std::string logs = Logs();
@@ -369,15 +374,30 @@ TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketche
   for (const TensorShape& s : Shapes()) {
     EXPECT_EQ(names.count(s.name + "#sketch.both"), s.shape.size() == 2 ? 1u : 0u) << s.name;
   }
-  int measured = 0;
-  for (const gift::v1::TensorBasisState& b : status->state().bases()) {
-    if (b.has_error_ratio()) {
-      ++measured;
+  // A report made on a refresh step has no reference yet (the new basis's
+  // first measurement is its reference): step on, a bounded number of
+  // steps, until every measured tensor's report has one.
+  auto measured_with_reference = [](const gift::v1::ClusterState& state, int* measured) {
+    *measured = 0;
+    int with_reference = 0;
+    for (const gift::v1::TensorBasisState& b : state.bases()) {
+      if (!b.has_error_ratio()) continue;
+      ++*measured;
       EXPECT_GT(b.error_ratio().ratio(), 0.0);
-      EXPECT_GT(b.error_ratio().reference(), 0.0);
+      if (b.error_ratio().reference() > 0.0) ++with_reference;
     }
+    return with_reference;
+  };
+  int measured = 0;
+  for (int extra = 0; extra < 10 && measured_with_reference(status->state(), &measured) < 3;
+       ++extra, ++step) {
+    run_step(step);
+    if (HasFatalFailure()) return;
+    status = client.GetStatus();
+    ASSERT_TRUE(status.ok()) << status.status();
   }
   EXPECT_EQ(measured, 3);
+  EXPECT_EQ(measured_with_reference(status->state(), &measured), 3) << Logs();
   const std::string table = Giftctl({"tensors"});
   EXPECT_NE(table.find("RATIO"), std::string::npos) << table;
   EXPECT_NE(table.find(" (ref "), std::string::npos) << table;
