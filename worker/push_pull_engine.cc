@@ -5,7 +5,6 @@
 #include <cstring>
 #include <utility>
 
-#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "common/codec/payload.h"
 #include "common/dataplane/chunk_header.h"
@@ -18,18 +17,6 @@ namespace {
 using dataplane::ChunkHeader;
 using dataplane::ChunkKind;
 using Clock = std::chrono::steady_clock;
-
-// The payloads DescribeStepFailure reads.
-constexpr absl::string_view kFailedAggregatorUrl = "gift.worker/failed-aggregator";
-constexpr absl::string_view kPushedUrl = "gift.worker/pushed";
-
-// Unavailable: the connection to the aggregator at `address` failed.
-absl::Status AggregatorFailure(absl::string_view what, const std::string& address,
-                               absl::string_view why) {
-  absl::Status s = absl::UnavailableError(absl::StrCat(what, " (", address, "): ", why));
-  s.SetPayload(kFailedAggregatorUrl, absl::Cord(address));
-  return s;
-}
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -157,20 +144,8 @@ absl::Status PushPullEngine::FailStep(absl::Status s) {
     absl::MutexLock lock(&mu_);
     pushed = inflight_.pushed;
   }
-  s.SetPayload(kPushedUrl, absl::Cord(pushed ? "1" : "0"));
   EndStep();
-  return s;
-}
-
-StepFailureInfo DescribeStepFailure(const absl::Status& failure) {
-  StepFailureInfo info;
-  if (auto address = failure.GetPayload(kFailedAggregatorUrl); address.has_value()) {
-    info.aggregator = std::string(*address);
-  }
-  if (auto pushed = failure.GetPayload(kPushedUrl); pushed.has_value()) {
-    info.pushed = *pushed != "0";
-  }
-  return info;
+  return WithPushed(std::move(s), pushed);
 }
 
 uint64_t PushPullEngine::stray_messages() const {

@@ -80,6 +80,7 @@
 #include "common/transform/gradient_transform.h"
 #include "common/transport/connection_cache.h"
 #include "common/transport/transport.h"
+#include "worker/step_failure.h"
 
 namespace gift::worker {
 
@@ -141,18 +142,6 @@ struct StepPlan {
 
 // `plan` without its tensors: what PushPullEngine::Begin takes.
 StepPlan StepHeader(const StepPlan& plan);
-
-// What the status of a failed Run / Add / Finish says about the failure (from
-// its payloads): the transport address of the aggregator whose connection
-// failed or could not be made, if that is why; and whether any push of the
-// step had been handed to the transport (servers may then hold this rank's
-// chunks of the step: a retry must wait for a new epoch). Statuses that
-// carry no such payload (from elsewhere) read as pushed, no aggregator.
-struct StepFailureInfo {
-  std::optional<std::string> aggregator;
-  bool pushed = true;
-};
-StepFailureInfo DescribeStepFailure(const absl::Status& failure);
 
 struct StepReport {
   uint64_t bytes_pushed = 0;  // payload bytes sent

@@ -1,6 +1,6 @@
 #include "worker/step_retry.h"
 
-#include "worker/push_pull_engine.h"
+#include "worker/step_failure.h"
 
 namespace gift::worker {
 
