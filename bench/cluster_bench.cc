@@ -555,6 +555,22 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
         "data-plane authentication (AES-256-GMAC on every chunk): push-pull %.3f GB/s FP32 with "
         "MACs, %.3f GB/s without (slowest worker's median step); with / without = %s\n",
         on_gbps, off_gbps, RatioText(auth["ratio_with_to_without"]));
+    // The daemons' CPU per step: what the MACs cost where the daemons' CPU
+    // is the bottleneck, far less sensitive than wall time to other load.
+    auto daemon_cpu = [&](const ClusterRun& r) {
+      return (Growth(r.cpu_start.workers, r.cpu_end.workers, &ProcessUsage::cpu_s) +
+              Growth(r.cpu_start.servers, r.cpu_end.servers, &ProcessUsage::cpu_s)) /
+             std::max(1, o.steps);
+    };
+    const double on_cpu = daemon_cpu(o.auth ? run : other);
+    const double off_cpu = daemon_cpu(o.auth ? other : run);
+    auth["daemon_cpu_s_per_step_with_macs"] = on_cpu;
+    auth["daemon_cpu_s_per_step_without_macs"] = off_cpu;
+    auth["cpu_ratio_without_to_with"] = Ratio(off_cpu, on_cpu);
+    os << absl::StrFormat(
+        "  workers' and servers' CPU per timed step: %.1f ms with MACs, %.1f ms without; "
+        "without / with = %s\n",
+        1e3 * on_cpu, 1e3 * off_cpu, RatioText(auth["cpu_ratio_without_to_with"]));
   }
 
   // Where the CPU went during the timed steps.

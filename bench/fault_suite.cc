@@ -58,9 +58,11 @@ struct FaultOptions {
   int workers = 3;
   int servers = 2;
   std::string lease = "10s";
-  // Data-plane MACs on (the coordinator's --dataplane-auth): a forged push
-  // is then rejected, and the spoof kind is asserted like the others.
-  bool dataplane_auth = false;
+  // Data-plane MACs on (the coordinator's --dataplane-auth; the default): a
+  // forged push is then rejected, and the spoof kind is asserted like the
+  // others. Off (--no-dataplane-auth): the loopback default of the daemons,
+  // where the spoof kind is reported only.
+  bool dataplane_auth = true;
   std::string max_stall;  // "" : no bound
   std::string json;
   std::string dir;  // "" : a fresh temporary directory
@@ -491,11 +493,14 @@ absl::Status RunFaults(const FaultOptions& o) {
     }
   }
   nlohmann::json json = {{"workers", o.workers},
+                         {"dataplane_auth", o.dataplane_auth},
                          {"servers", o.servers},
                          {"lease", o.lease},
                          {"trials_per_kind", o.trials},
                          {"kinds", nlohmann::json::array()},
                          {"trials", nlohmann::json::array()}};
+  std::cout << "data-plane authentication "
+            << (o.dataplane_auth ? "on (chunk MACs)" : "off (--no-dataplane-auth)") << "\n";
   std::cout << absl::StrFormat("%-21s %6s %5s %7s %7s %14s %14s\n", "fault", "trials", "lost",
                                "double", "failed", "max stall (s)", "median (s)");
   bool clean = true;
@@ -587,9 +592,11 @@ Command AddFaultsCommand(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--lease", o->lease, "coordinator lease TTL (the default: 10s)")
       ->capture_default_str();
-  app->add_flag("--dataplane-auth", o->dataplane_auth,
-               "data-plane MACs on every chunk (the coordinator's --dataplane-auth); the spoof "
-               "kind is then asserted: a forged push counted is a fault");
+  app->add_flag("--dataplane-auth,!--no-dataplane-auth", o->dataplane_auth,
+               "data-plane MACs on every chunk (the coordinator's --dataplane-auth; on by "
+               "default): the spoof kind is asserted, a forged push counted is a fault; "
+               "--no-dataplane-auth: off, the spoof kind is only reported")
+      ->capture_default_str();
   app->add_option("--max-stall", o->max_stall,
                   "fail (exit status) when a trial's stall exceeds this duration (e.g. 3s)");
   app->add_option("--placement", o->placement,

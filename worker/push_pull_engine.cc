@@ -89,15 +89,8 @@ absl::StatusOr<std::unique_ptr<PushPullEngine>> PushPullEngine::Create(
   PushPullEngine* self = engine.get();
   auto transport = make_transport(
       {.on_receive = [self](transport::Message m) { self->OnMessage(std::move(m)); },
-       .on_peer_failure =
-           [self](transport::PeerId peer, const absl::Status& why) {
-             self->connections_.Forget(peer);
-             absl::MutexLock lock(&self->mu_);
-             if (self->active_ && self->inflight_.aborted.ok()) {
-               self->inflight_.aborted =
-                   absl::UnavailableError(absl::StrCat("an aggregator failed: ", why.message()));
-             }
-           },
+       .on_peer_failure = [self](transport::PeerId peer,
+                                 const absl::Status& why) { self->OnPeerFailure(peer, why); },
        .place_payload = [self](transport::PeerId, absl::Span<const uint8_t> header,
                                size_t bytes) { return self->PlacePayload(header, bytes); }});
   if (!transport.ok()) return transport.status();
@@ -120,6 +113,40 @@ PushPullEngine::~PushPullEngine() {
 }
 
 std::string PushPullEngine::address() const { return transport_->address(); }
+
+void PushPullEngine::OnPeerFailure(transport::PeerId peer, const absl::Status& why) {
+  connections_.Forget(peer);
+  absl::MutexLock lock(&mu_);
+  failed_peers_.insert(peer);
+  // Only a connection the step pushes to ends it: a report about another
+  // one (a server of an earlier epoch, a connection attempt made for an
+  // earlier step) says nothing about this step's servers.
+  if (!active_ || !inflight_.aborted.ok()) return;
+  auto it = inflight_.peers.find(peer);
+  if (it == inflight_.peers.end()) return;
+  ++peer_failures_that_aborted_;
+  inflight_.aborted = AggregatorFailure("an aggregator failed", it->second, why.message());
+}
+
+uint64_t PushPullEngine::peer_failures() const {
+  absl::MutexLock lock(&mu_);
+  return failed_peers_.size();
+}
+
+uint64_t PushPullEngine::peer_failures_that_aborted() const {
+  absl::MutexLock lock(&mu_);
+  return peer_failures_that_aborted_;
+}
+
+absl::Status PushPullEngine::FailStep(absl::Status s) {
+  bool pushed = true;
+  {
+    absl::MutexLock lock(&mu_);
+    pushed = inflight_.pushed;
+  }
+  EndStep();
+  return WithPushed(std::move(s), pushed);
+}
 
 uint64_t PushPullEngine::stray_messages() const {
   absl::MutexLock lock(&mu_);
@@ -147,8 +174,13 @@ void PushPullEngine::AbortEpochsBefore(uint64_t epoch, absl::string_view why) {
 absl::StatusOr<transport::PeerId> PushPullEngine::PeerFor(const std::string& address) {
   auto peer = connections_.Get(*transport_, address);
   if (!peer.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach an aggregator: ", peer.status().message()));
+    return AggregatorFailure("cannot reach an aggregator", address, peer.status().message());
+  }
+  absl::MutexLock lock(&mu_);
+  inflight_.peers.try_emplace(*peer, address);
+  // Reported failed between the cache lookup and now: the step cannot use it.
+  if (failed_peers_.contains(*peer)) {
+    return AggregatorFailure("an aggregator failed", address, "its connection was reported failed");
   }
   return *peer;
 }
@@ -434,6 +466,9 @@ absl::Status PushPullEngine::Begin(const StepPlan& step) {
     absl::MutexLock lock(&mu_);
     inflight_.epoch = step.epoch;
     inflight_.step = step.step;
+    inflight_.run = runs_;
+    inflight_.peers.clear();
+    inflight_.pushed = false;
     inflight_.slots.clear();
     inflight_.ready.clear();
     inflight_.remaining = 0;
@@ -452,10 +487,7 @@ void PushPullEngine::Cancel() {
 
 absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
   if (!open_) return absl::FailedPreconditionError("no step is open");
-  auto fail = [this](absl::Status s) {
-    EndStep();
-    return s;
-  };
+  auto fail = [this](absl::Status s) { return FailStep(std::move(s)); };
   const StepPlan& plan = open_plan_;
   const size_t first = plan.tensors.size();
   auto& slots = step_slots_;  // the new chunks' slots
@@ -565,19 +597,24 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
         absl::MutexLock lock(&mu_);
         slot.send_in_flight = true;
         ++sends_in_flight_;
+        inflight_.pushed = true;
       }
-      const uint64_t epoch = plan.epoch, step = plan.step;
+      const uint64_t run = runs_;
+      const transport::PeerId peer = peers[i][c];
       ChunkSlot* sending = &slot;
-      s = transport_->Send(peers[i][c], header_bytes, slot.send,
-                           [this, sending, epoch, step](const absl::Status& done) {
+      s = transport_->Send(peer, header_bytes, slot.send,
+                           [this, sending, run, peer](const absl::Status& done) {
                              absl::MutexLock lock(&mu_);
                              sending->send_in_flight = false;
                              --sends_in_flight_;
-                             if (!done.ok() && active_ && inflight_.epoch == epoch &&
-                                 inflight_.step == step && inflight_.aborted.ok()) {
-                               inflight_.aborted = absl::UnavailableError(
-                                   absl::StrCat("push failed: ", done.message()));
+                             if (done.ok() || !active_ || inflight_.run != run ||
+                                 !inflight_.aborted.ok()) {
+                               return;
                              }
+                             auto it = inflight_.peers.find(peer);
+                             inflight_.aborted = AggregatorFailure(
+                                 "push failed", it != inflight_.peers.end() ? it->second : "",
+                                 done.message());
                            });
       if (!s.ok()) {
         {
@@ -585,7 +622,7 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
           slot.send_in_flight = false;
           --sends_in_flight_;
         }
-        return fail(absl::UnavailableError(absl::StrCat("push failed: ", s.message())));
+        return fail(AggregatorFailure("push failed", t.chunks[c].server, s.message()));
       }
       // Results of earlier chunks are decoded while later ones encode.
       auto drained = DrainArrivals(plan, /*wait=*/false, absl::InfinitePast(), report);
@@ -598,10 +635,7 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
 
 absl::StatusOr<StepReport> PushPullEngine::Finish() {
   if (!open_) return absl::FailedPreconditionError("no step is open");
-  auto fail = [this](absl::Status s) {
-    EndStep();
-    return s;
-  };
+  auto fail = [this](absl::Status s) { return FailStep(std::move(s)); };
   const StepPlan& plan = open_plan_;
   StepReport& report = open_report_;
   const absl::Duration result_timeout = plan.result_timeout.value_or(options_.timeout);

@@ -40,6 +40,14 @@
 // written only when every chunk has arrived), and error feedback residuals
 // advance only with a step that succeeded.
 //
+// A transport failure of an aggregator connection ends the step in flight
+// (Unavailable) only when the step pushes to that connection (and so expects
+// results from its server): a late report about a server of an earlier epoch,
+// or about a connection the step does not use, changes nothing. A failed
+// step's status says which aggregator failed, if one did, and whether any of
+// its pushes had left (DescribeStepFailure), so the caller knows whether a
+// retry under the same epoch is safe.
+//
 // Thread safety: Run, Begin, Add, Finish, Cancel and open() are called from
 // one thread at a time (the "Run thread"; one step at a time per engine);
 // address(), AbortEpochsBefore and stray_messages() may be called from any
@@ -72,6 +80,7 @@
 #include "common/transform/gradient_transform.h"
 #include "common/transport/connection_cache.h"
 #include "common/transport/transport.h"
+#include "worker/step_failure.h"
 
 namespace gift::worker {
 
@@ -203,6 +212,11 @@ class PushPullEngine {
   // Messages received that belonged to no step in flight (late, duplicate
   // or foreign), for diagnostics.
   uint64_t stray_messages() const;
+  // Aggregator connections the transport reported failed, and how many of
+  // those ended a step (the others were not used by the step in flight);
+  // any thread.
+  uint64_t peer_failures() const;
+  uint64_t peer_failures_that_aborted() const;
   // Results and aborts of the step in flight dropped by authentication, by
   // dataplane::AuthFailureName (every reason present); any thread.
   std::map<std::string, uint64_t> auth_failures() const;
@@ -215,6 +229,10 @@ class PushPullEngine {
   struct Inflight {
     uint64_t epoch = 0;
     uint64_t step = 0;
+    uint64_t run = 0;  // runs_ at Begin: tells a retry of (epoch, step) apart
+    // The aggregator connections the step pushes to, with their addresses.
+    absl::flat_hash_map<transport::PeerId, std::string> peers;
+    bool pushed = false;  // a push was handed to the transport
     // (tensor id, chunk index) -> the chunk's slot, for the step's chunks.
     absl::flat_hash_map<std::pair<uint64_t, uint32_t>, ChunkSlot*> slots;
     std::vector<ChunkSlot*> ready;  // arrived, not yet decoded
@@ -229,6 +247,10 @@ class PushPullEngine {
 
   explicit PushPullEngine(const PushPullEngineOptions& options);
   void OnMessage(transport::Message message);
+  // The transport reported `peer` failed (progress thread).
+  void OnPeerFailure(transport::PeerId peer, const absl::Status& why);
+  // Ends the open step with `s`, which is given the step's StepFailureInfo.
+  absl::Status FailStep(absl::Status s);
   absl::Span<uint8_t> PlacePayload(absl::Span<const uint8_t> header, size_t bytes);
   absl::StatusOr<transport::PeerId> PeerFor(const std::string& address);
   // The buffers for plan.tensors[i], built or rebuilt as needed.
@@ -271,6 +293,11 @@ class PushPullEngine {
   bool active_ ABSL_GUARDED_BY(mu_) = false;
   Inflight inflight_ ABSL_GUARDED_BY(mu_);
   uint64_t stray_ ABSL_GUARDED_BY(mu_) = 0;
+  // Connections reported failed (ids are never reused, and a worker sees few
+  // failures, so they are kept): a step that picks one up from the cache
+  // just before its report is still ended by it.
+  absl::flat_hash_set<transport::PeerId> failed_peers_ ABSL_GUARDED_BY(mu_);
+  uint64_t peer_failures_that_aborted_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, uint64_t> auth_failures_ ABSL_GUARDED_BY(mu_);
   uint64_t sends_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // Placed buffers not yet delivered -> their slots (possibly of an ended

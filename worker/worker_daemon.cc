@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/codec/codec_spec.h"
+#include "worker/step_retry.h"
 
 namespace gift::worker {
 namespace {
@@ -148,6 +149,7 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
   const BasisLookup lookup = [this](uint64_t tensor, uint64_t version) {
     return store_.Get(tensor, version);
   };
+  int same_epoch_retries = 0;
   while (true) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
@@ -213,7 +215,13 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
         {{"step", static_cast<int64_t>(step)},
          {"epoch", static_cast<int64_t>(plan->epoch)},
          {"reason", report.status().ToString()}});
-    // Run it again once the cluster has moved to a new epoch.
+    // Run it again at once when that is exact-once and may help (step_retry.h),
+    // else once the cluster has moved to a new epoch.
+    if (same_epoch_retries < kMaxSameEpochRetries &&
+        RetryUnderSameEpoch(report.status(), *session_->state())) {
+      ++same_epoch_retries;
+      continue;
+    }
     const uint64_t ended = plan->epoch;
     (void)session_->WaitFor([ended](const gift::v1::ClusterState& s) { return s.epoch() > ended; },
                             std::max(absl::ZeroDuration(), deadline - absl::Now()));

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
+#include "worker/step_retry.h"
 #include "worker/worker_daemon.h"
 
 namespace gift::worker {
@@ -149,7 +150,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::FinishOpenStep(
     if (!Retryable(s) && s.code() != absl::StatusCode::kFailedPrecondition) return s;
     Log(Level::kWarning, "early_push_fallback",
         {{"step", static_cast<int64_t>(o.step)}, {"reason", s.ToString()}});
-    if (o.begun) {
+    if (o.begun && !RetryUnderSameEpoch(s, *session_->state())) {
       // Some chunks went out under o.epoch: servers count a rank once per
       // epoch, so the step runs again once the cluster left that epoch.
       {

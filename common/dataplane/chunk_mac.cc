@@ -7,6 +7,7 @@
 #include <openssl/params.h>
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -23,34 +24,68 @@ const EVP_CIPHER* Gcm() {
   return cipher;
 }
 
-struct CtxDeleter {
-  void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); }
+// One AES-256-GCM context per thread, keyed with the last key it used: a
+// chunk's two tags, and the next chunk under the same epoch key, only set a
+// new IV instead of building a context and its key schedule and GHASH tables
+// each time. The cached key is wiped when the thread exits.
+class GmacContext {
+ public:
+  GmacContext() : ctx_(EVP_CIPHER_CTX_new()) {}
+  ~GmacContext() {
+    OPENSSL_cleanse(key_.data(), key_.size());
+    EVP_CIPHER_CTX_free(ctx_);
+  }
+  GmacContext(const GmacContext&) = delete;
+  GmacContext& operator=(const GmacContext&) = delete;
+
+  // Ready for a message under `key` with `iv`; false on an OpenSSL failure.
+  bool Start(const MacKey& key, const uint8_t* iv) {
+    const EVP_CIPHER* cipher = Gcm();
+    if (ctx_ == nullptr || cipher == nullptr) return false;
+    if (keyed_ && std::memcmp(key_.data(), key.data(), key.size()) == 0) {
+      if (EVP_EncryptInit_ex2(ctx_, nullptr, nullptr, iv, nullptr) == 1) return true;
+    }
+    keyed_ = false;
+    if (EVP_EncryptInit_ex2(ctx_, cipher, key.data(), iv, nullptr) != 1) return false;
+    key_ = key;
+    keyed_ = true;
+    return true;
+  }
+  EVP_CIPHER_CTX* get() { return ctx_; }
+  // After a failure mid-message: the next Start sets the key again.
+  void Reset() { keyed_ = false; }
+
+ private:
+  EVP_CIPHER_CTX* const ctx_;
+  MacKey key_{};
+  bool keyed_ = false;
 };
 
 // AES-256-GMAC: GCM with everything as additional data and no plaintext.
 absl::StatusOr<Tag> Gmac(const MacKey& key, const uint8_t* iv,
                          std::initializer_list<absl::Span<const uint8_t>> parts) {
-  std::unique_ptr<EVP_CIPHER_CTX, CtxDeleter> ctx(EVP_CIPHER_CTX_new());
-  const EVP_CIPHER* cipher = Gcm();
-  if (ctx == nullptr || cipher == nullptr ||
-      EVP_EncryptInit_ex2(ctx.get(), cipher, key.data(), iv, nullptr) != 1) {
+  thread_local GmacContext context;
+  if (!context.Start(key, iv)) {
+    context.Reset();
     return absl::InternalError("AES-256-GCM unavailable");
   }
+  EVP_CIPHER_CTX* ctx = context.get();
   int out = 0;
   for (absl::Span<const uint8_t> part : parts) {
     // EVP lengths are int: feed large payloads in pieces.
     for (size_t done = 0; done < part.size();) {
       const size_t n = std::min<size_t>(part.size() - done, size_t{1} << 30);
-      if (EVP_EncryptUpdate(ctx.get(), nullptr, &out, part.data() + done, static_cast<int>(n)) !=
-          1) {
+      if (EVP_EncryptUpdate(ctx, nullptr, &out, part.data() + done, static_cast<int>(n)) != 1) {
+        context.Reset();
         return absl::InternalError("GMAC update failed");
       }
       done += n;
     }
   }
   Tag tag;
-  if (EVP_EncryptFinal_ex(ctx.get(), nullptr, &out) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_AEAD_GET_TAG, kSealTagBytes, tag.data()) != 1) {
+  if (EVP_EncryptFinal_ex(ctx, nullptr, &out) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, kSealTagBytes, tag.data()) != 1) {
+    context.Reset();
     return absl::InternalError("GMAC final failed");
   }
   return tag;

@@ -21,6 +21,10 @@
 // 2^32 chunks before a nonce collision is a concern; keys change with every
 // epoch and member.
 //
+// Cost: each thread keeps one AES-256-GCM context keyed with the last key it
+// used, so sealing or checking a chunk under the key of the previous one sets
+// only a new IV (common/dataplane/chunk_mac.cc); the payload is read once.
+//
 // Thread safety: reentrant functions; EpochKeys is an immutable value.
 #ifndef GIFT_COMMON_DATAPLANE_CHUNK_MAC_H_
 #define GIFT_COMMON_DATAPLANE_CHUNK_MAC_H_

@@ -1,7 +1,10 @@
 #include "common/dataplane/chunk_mac.h"
 
+#include <openssl/evp.h>
+
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/base/crc32c.h"
@@ -199,6 +202,63 @@ TEST(ChunkMacTest, KeyDerivation) {
   EXPECT_EQ(DeriveEpochKey(KeyOf(1), 5).value(), DeriveEpochKey(KeyOf(1), 5).value());
   EXPECT_NE(DeriveEpochKey(KeyOf(1), 5).value(), DeriveEpochKey(KeyOf(1), 6).value());
   EXPECT_NE(DeriveEpochKey(KeyOf(1), 5).value(), DeriveEpochKey(KeyOf(2), 5).value());
+}
+
+// The GCM tag over `aad` under `key` and `iv`, from a context of its own.
+std::array<uint8_t, kSealTagBytes> FreshGcmTag(const MacKey& key, const uint8_t* iv,
+                                               absl::Span<const uint8_t> aad) {
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  std::array<uint8_t, kSealTagBytes> tag{};
+  int out = 0;
+  EXPECT_EQ(EVP_EncryptInit_ex2(ctx, EVP_aes_256_gcm(), key.data(), iv, nullptr), 1);
+  EXPECT_EQ(EVP_EncryptUpdate(ctx, nullptr, &out, aad.data(), static_cast<int>(aad.size())), 1);
+  EXPECT_EQ(EVP_EncryptFinal_ex(ctx, nullptr, &out), 1);
+  EXPECT_EQ(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, kSealTagBytes, tag.data()), 1);
+  EVP_CIPHER_CTX_free(ctx);
+  return tag;
+}
+
+// Each thread reuses one GCM context across keys (chunk_mac.cc): the tags
+// must be those of a fresh context whatever the thread sealed before, and
+// a chunk checks under its own key only, on any thread, concurrently.
+TEST(ChunkMacTest, TagsDoNotDependOnWhatTheThreadSealedBefore) {
+  const std::vector<uint8_t> payload = Payload();
+  const MacKey keys[] = {DeriveEpochKey(KeyOf(0), 5).value(), DeriveEpochKey(KeyOf(1), 5).value()};
+  for (int i = 0; i < 6; ++i) {
+    const MacKey& key = keys[(i * i + i / 2) % 2];  // both keys, in turns and repeated
+    const auto sealed = SealChunk(Push(0), 0, payload, key).value();
+    std::array<uint8_t, kSealNonceBytes> iv;
+    std::memcpy(iv.data(), sealed.data() + kSealNonceOffset, iv.size());
+    const auto header_tag =
+        FreshGcmTag(key, iv.data(), absl::MakeConstSpan(sealed.data(), kSealHeaderTagOffset));
+    EXPECT_EQ(std::memcmp(header_tag.data(), sealed.data() + kSealHeaderTagOffset, kSealTagBytes),
+              0);
+    iv.back() |= 1;
+    std::vector<uint8_t> aad(sealed.begin(), sealed.begin() + kSealChunkTagOffset);
+    aad.insert(aad.end(), payload.begin(), payload.end());
+    const auto chunk_tag = FreshGcmTag(key, iv.data(), aad);
+    EXPECT_EQ(std::memcmp(chunk_tag.data(), sealed.data() + kSealChunkTagOffset, kSealTagBytes),
+              0);
+  }
+  std::vector<std::thread> threads;
+  std::vector<int> verified(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      const EpochKeys server = ServerKeys(5);
+      for (int i = 0; i < 50; ++i) {
+        const uint32_t rank = static_cast<uint32_t>((t + i) % 4);
+        const auto sealed = SealChunk(Push(rank), rank, payload, *server.peers[rank]).value();
+        EpochKeys wrong = server;
+        wrong.peers[rank] = server.peers[(rank + 1) % 4];
+        if (!Check(server, sealed, payload).has_value() &&
+            Check(wrong, sealed, payload) == AuthFailure::kBadMac) {
+          ++verified[t];
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(verified, std::vector<int>(4, 50));
 }
 
 }  // namespace
