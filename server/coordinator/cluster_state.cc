@@ -129,7 +129,9 @@ void ClusterStateMachine::OnMembershipChangedLocked() {
 }
 
 bool ClusterStateMachine::StartedLocked() const {
-  if (meta_.frozen_through_step > options_.step_window) return true;
+  // Not the horizon: it persists across jobs, and the workers of a new job on
+  // an old state file must all join at once (the start barrier waits for
+  // them). A restarted coordinator relearns the steps from the next beats.
   for (const auto& [id, m] : membership_.members()) {
     if (IsWorker(m) && m.last_step() > 0) return true;
   }

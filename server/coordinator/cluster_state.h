@@ -19,8 +19,8 @@
 //     shard map. Ranks are stable: a survivor keeps its rank while it is
 //     below the new count; only the holes are refilled, from the members whose
 //     rank is out of range, in rank order, then new members in join order.
-//   - Admission: a worker that joins once the cluster has stepped (a worker
-//     reported a step above 0, or the horizon moved) is admitted at
+//   - Admission: a worker that joins once the cluster has stepped (a member
+//     worker reported a step above 0) is admitted at
 //     admit_step = frozen_through_step + 1, a step nobody may have started.
 //     Until every member worker has reported admit_step - 1 it holds a lease
 //     but is outside ClusterState.workers (no rank, no epoch bump, not
@@ -29,7 +29,8 @@
 //     at last step admit_step - 1 and the horizon moves on. So no step's
 //     world changes after the step may have started, and a returning worker
 //     never blocks the others at a step they are past. Servers, and workers
-//     of a cluster that has not stepped, join at once (admit step 0).
+//     of a cluster that has not stepped (none of its workers has reported a
+//     step above 0, or it has no workers), join at once (admit step 0).
 //   - Tensor registration does not bump the epoch: the new tensors' chunks
 //     are added to the current shard map without moving existing chunks
 //     (ExtendShardMap), so a (step, chunk) assignment never changes within an
@@ -215,8 +216,8 @@ class ClusterStateMachine {
   // After an epoch bump: admits the ready joining workers (+1 epoch each),
   // then ranks, owners, shard map, proposals; the horizon after admissions.
   void OnMembershipChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the cluster has stepped (a joining worker then waits for its
-  // admit step).
+  // Whether the cluster has stepped: a member worker reported a step above
+  // 0 (a joining worker then waits for its admit step).
   bool StartedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AssignOwnersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceFrozenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -150,16 +150,21 @@ TEST_F(AdmissionTest, ASlowWorkerThatLeavesLetsTheJoinerIn) {
   EXPECT_TRUE(IsWorkerOf(*s, late.member_id()));
 }
 
-TEST_F(AdmissionTest, AWorkerJoiningAClusterWithoutWorkersIsAdmittedAtOnceAtItsStep) {
+TEST_F(AdmissionTest, TheWorkersOfANewJobOnAnOldStateJoinAtOnce) {
+  // The old job's workers leave; the horizon stays where they left it.
   StartCluster(20);
   ASSERT_TRUE(Leave(w0_).ok());
   ASSERT_TRUE(Leave(w1_).ok());
-  const v1::JoinResponse r = Join("w9");
-  EXPECT_TRUE(r.admitted());
-  EXPECT_EQ(r.admit_step(), 29u);
-  const auto s = state_->Snapshot();
-  ASSERT_EQ(s->workers_size(), 1);
-  EXPECT_EQ(s->workers(0).last_step(), 28u);
+  ASSERT_EQ(state_->Snapshot()->frozen_through_step(), 28u);
+  // A new job's workers start at step 0 and wait for each other: none of
+  // them waits for an admit step.
+  const v1::JoinResponse a = Join("n0");
+  const v1::JoinResponse b = Join("n1");
+  for (const v1::JoinResponse& r : {a, b}) {
+    EXPECT_TRUE(r.admitted());
+    EXPECT_EQ(r.admit_step(), 0u);
+  }
+  EXPECT_EQ(state_->Snapshot()->workers_size(), 2);
 }
 
 TEST_F(AdmissionTest, ServersJoinAtOnce) {
