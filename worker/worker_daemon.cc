@@ -156,6 +156,8 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
       return absl::DeadlineExceededError(
           absl::StrCat("step ", step, " did not complete within the step timeout"));
     }
+    // Re-joined during the step (its lease was lost): not at this step.
+    if (absl::Status admitted = CheckAdmitted(step); !admitted.ok()) return admitted;
     std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
     auto plan = PlanStep(*state, session_->member_id(), step, tensors, lookup);
     if (!plan.ok()) {
@@ -238,7 +240,18 @@ absl::Status WorkerDaemon::CheckNewStep(uint64_t step) const {
     return absl::InvalidArgumentError(
         absl::StrCat("step ", step, " is not above the last step ", *last_step_));
   }
-  return absl::OkStatus();
+  return CheckAdmitted(step);
+}
+
+absl::Status WorkerDaemon::CheckAdmitted(uint64_t step) const {
+  const control::MemberIdentity me = session_->identity();
+  if (step >= me.admit_step) return absl::OkStatus();
+  const absl::Status lost = session_->lease_lost();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "worker ", me.member_id, " is admitted at step ", me.admit_step, "; step ", step,
+      " is below it", lost.ok() ? "" : absl::StrCat(" (", lost.message(), ")"),
+      ": resynchronise the parameters (docs/operations.md, Rejoining) and resume at step ",
+      me.admit_step));
 }
 
 absl::StatusOr<std::vector<const RegisteredTensor*>> WorkerDaemon::Select(

@@ -31,7 +31,12 @@
 //
 // The first step waits until at least `min_workers` workers have joined (a
 // start barrier for a cluster that is still starting); later steps run with
-// whatever world the epoch has.
+// whatever world the epoch has. A worker that joined again (its lease was
+// lost) or late is admitted at a step the coordinator names
+// (MemberIdentity::admit_step): PushPull of a step below it, also one in
+// flight when the session joined again, fails FAILED_PRECONDITION naming
+// the admit step and why the lease was lost, so that the training loop can
+// resynchronise and resume there (docs/operations.md, Rejoining).
 //
 // Buffer dtypes (registered_tensor.h): an FP32 buffer is the engine's span
 // itself (zero copy); a BF16 / FP16 buffer gets an FP32 staging span owned
@@ -257,8 +262,13 @@ class WorkerDaemon {
 
   // Aborted / Unavailable: the step may succeed under a new epoch.
   static bool Retryable(const absl::Status& s);
-  // PushPull's checks of a new step (draining, range, above the last one).
+  // PushPull's checks of a new step (draining, range, above the last one,
+  // not below the admit step).
   absl::Status CheckNewStep(uint64_t step) const;
+  // FailedPrecondition when `step` is below this member's admit step (it
+  // joined again, or late): "worker mN is admitted at step X; step s is
+  // below it (<why the lease was lost>): ... resume at step X".
+  absl::Status CheckAdmitted(uint64_t step) const;
   // The registered tensors named by `ids` (empty: all).
   absl::StatusOr<std::vector<const RegisteredTensor*>> Select(
       const google::protobuf::RepeatedField<uint64_t>& ids) const

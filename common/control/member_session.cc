@@ -142,6 +142,7 @@ void MemberSession::InstallJoinLocked(v1::JoinResponse joined) {
   identity_.member_id = joined.member_id();
   identity_.rank = joined.rank();
   identity_.epoch = joined.epoch();
+  identity_.admit_step = joined.admit_step();
   lease_ttl_ms_ = joined.lease_ttl_ms();
   // The Watch stream may already have delivered something newer.
   if (joined.has_state() && (joined.state().revision() >= state_->revision() ||
@@ -220,6 +221,10 @@ void MemberSession::LeaseLoop() {
     // Waiting longer than the next beat would only delay that beat.
     const absl::Status beat = SendHeartbeat(std::min(options_.rpc_timeout, interval));
     if (!IsLeaseLost(beat)) continue;  // OK, or transient: the next beat retries
+    {
+      absl::MutexLock lock(&mu_);
+      lease_lost_ = beat;
+    }
     absl::Duration backoff = options_.min_backoff;
     while (true) {
       absl::StatusOr<v1::JoinResponse> joined = SendJoin();
@@ -296,6 +301,11 @@ int64_t MemberSession::lease_ttl_ms() const {
 uint64_t MemberSession::rejoins() const {
   absl::MutexLock lock(&mu_);
   return rejoins_;
+}
+
+absl::Status MemberSession::lease_lost() const {
+  absl::MutexLock lock(&mu_);
+  return lease_lost_;
 }
 
 std::shared_ptr<const v1::ClusterState> MemberSession::state() const {

@@ -16,7 +16,11 @@
 //     (NOT_FOUND: unknown member; FAILED_PRECONDITION: lease expired) it joins
 //     again under the same name, which gives a new member id and usually a
 //     new rank and epoch; each such re-join is counted (rejoins()) and
-//     reported to options.on_rejoin.
+//     reported to options.on_rejoin. A worker joining (or re-joining) a
+//     cluster that has stepped is admitted at a step the coordinator names
+//     (identity().admit_step, coordinator.proto JoinResponse): it is outside
+//     the state's workers until the others reach that step, and must not
+//     push a step below it.
 //   - the watch thread keeps a Watch stream open and stores each ClusterState
 //     it receives. When the stream breaks (coordinator restarted, network) it
 //     reconnects with exponential backoff (options.min_backoff ..
@@ -86,6 +90,8 @@ struct MemberIdentity {
   std::string member_id;
   uint32_t rank = 0;  // workers: data-parallel rank; servers: shard id
   uint64_t epoch = 0;
+  // Workers: the first step this member may push; 0: any step.
+  uint64_t admit_step = 0;
 };
 
 class MemberSession {
@@ -113,6 +119,10 @@ class MemberSession {
   int64_t lease_ttl_ms() const;
   // Times the session joined again after losing its lease.
   uint64_t rejoins() const;
+  // The coordinator's answer that said the lease was lost, at the last
+  // re-join (e.g. "member m3 was evicted at step 12 (its lease expired),
+  // cluster at step 30; join again"); OK before any.
+  absl::Status lease_lost() const;
 
   // The latest cluster state received (never null; from Join until the
   // first Watch message).
@@ -206,6 +216,7 @@ class MemberSession {
   uint64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<gift::v1::TensorErrorRatio> error_ratios_ ABSL_GUARDED_BY(mu_);
   uint64_t rejoins_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status lease_lost_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<const gift::v1::ClusterState> state_ ABSL_GUARDED_BY(mu_);

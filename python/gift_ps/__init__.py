@@ -12,7 +12,7 @@ GIFT_PY_GEN). See docs/clients.md.
 
 from .client import PushPullResult, TensorResult, WorkerClient, WorkerInfo, worker_target
 from .ddp_hook import GiftHookState, gift_hook
-from .errors import GiftError
+from .errors import GiftError, RejoinRequired
 from .torch_sync import GradientSync
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "GiftHookState",
     "GradientSync",
     "PushPullResult",
+    "RejoinRequired",
     "TensorResult",
     "WorkerClient",
     "WorkerInfo",

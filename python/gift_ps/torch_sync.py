@@ -61,6 +61,7 @@ import torch
 from torch import nn
 
 from .client import PushPullResult, WorkerClient
+from .errors import RejoinRequired
 
 
 class GradientSync:
@@ -133,7 +134,14 @@ class GradientSync:
     def sync(self, step: int, measure_error: bool = False) -> PushPullResult:
         """After backward: averages every registered gradient across all
         workers for `step` (a collective; steps strictly increase) and leaves
-        the average in p.grad. Returns the worker's report."""
+        the average in p.grad. Returns the worker's report.
+
+        Raises RejoinRequired (with admit_step) when the worker was admitted
+        again at a later step (its lease expired while the process was
+        stopped, or it joined a running cluster): p.grad is then not an
+        average. Load the newest checkpoint (resynchronise the parameters
+        and the optimizer), and continue the loop at e.admit_step (the next
+        forward passes already belong to it)."""
         if self._started_step is not None and self._started_step != step:
             raise ValueError(f"GradientSync: backward started step {self._started_step}, not "
                              f"{step}: name non-consecutive steps with begin_step(step)")
@@ -149,7 +157,13 @@ class GradientSync:
         starts, self._starts = self._starts, []
         self._pending, self._pending_bytes, self._started = [], 0, set()
         self._started_step = None
-        result = self.client.push_pull(step, measure_error=measure_error)
+        try:
+            result = self.client.push_pull(step, measure_error=measure_error)
+        except RejoinRequired as e:
+            # Readmitted at a later step: the early starts of this step were
+            # refused too, and the next passes belong to the admit step.
+            self._next_step = e.admit_step
+            raise
         for start in starts:
             start.result()  # raises the worker's refusal of an early start
         with torch.no_grad():

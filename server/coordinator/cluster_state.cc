@@ -109,6 +109,8 @@ void ClusterStateMachine::AssignOwnersLocked() {
 }
 
 void ClusterStateMachine::OnMembershipChangedLocked() {
+  // Joining workers whose admit step has come enter with this change.
+  const std::vector<std::string> admitted = membership_.AdmitReady();
   epoch_started_ = clock_->Now();
   membership_.Rerank();
   AssignOwnersLocked();
@@ -119,43 +121,11 @@ void ClusterStateMachine::OnMembershipChangedLocked() {
   // Leavers no longer count towards acknowledgements.
   for (const auto& [tid, b] : ledger_.bases()) MaybeCommitLocked(ledger_.Find(tid).value());
   TouchLocked();
-}
-
-absl::StatusOr<gift::v1::JoinResponse> ClusterStateMachine::Join(
-    const gift::v1::JoinRequest& request) {
-  return Run([&]() -> absl::StatusOr<gift::v1::JoinResponse> {
-    if (request.name().empty()) return absl::InvalidArgumentError("name is empty");
-    if (request.role() != gift::v1::MEMBER_ROLE_WORKER &&
-        request.role() != gift::v1::MEMBER_ROLE_SERVER) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("role ", request.role(), " is not WORKER or SERVER"));
-    }
-    if (const gift::v1::Member* m = membership_.FindByName(request.name()); m != nullptr) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("a live member named '", request.name(), "' exists (", m->member_id(),
-                       "); it must leave or let its lease expire before the name can join again"));
-    }
-    gift::v1::Member member;
-    member.set_name(request.name());
-    member.set_role(request.role());
-    member.set_state(gift::v1::MEMBER_STATE_ACTIVE);
-    member.set_data_address(request.data_address());
-    member.set_control_address(request.control_address());
-    member.set_lease_expires_unix_ms(absl::ToUnixMillis(clock_->Now() + options_.lease_ttl));
-    const std::string id = membership_.Add(std::move(member)).member_id();
-    OnMembershipChangedLocked();
-    const gift::v1::Member& joined = *membership_.Live(id).value();
-    membership_.Record("join", joined, NowMsLocked());
-    // A joiner starts at the cluster's progress: it must acknowledge pending
-    // proposals, and until it heartbeats it does not hold up pruning.
-    gift::v1::JoinResponse response;
-    response.set_member_id(id);
-    response.set_rank(joined.rank());
-    response.set_epoch(membership_.epoch());
-    response.set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
-    *response.mutable_state() = BuildStateLocked();
-    return response;
-  });
+  for (const std::string& id : admitted) {
+    membership_.Record("join", *membership_.Live(id).value(), NowMsLocked());
+  }
+  // The horizon held below the admit step moves on.
+  if (!admitted.empty()) AdvanceFrozenLocked();
 }
 
 absl::StatusOr<gift::v1::LeaveResponse> ClusterStateMachine::Leave(
@@ -179,6 +149,8 @@ absl::StatusOr<gift::v1::HeartbeatResponse> ClusterStateMachine::Heartbeat(
           "epoch ", request.epoch(), " is ahead of the coordinator's epoch ", membership_.epoch()));
     }
     m->set_lease_expires_unix_ms(absl::ToUnixMillis(clock_->Now() + options_.lease_ttl));
+    // A joining worker has no steps in this cluster yet.
+    const bool joining = membership_.IsJoining(request.member_id());
     // An owner's error ratios: kept for GetStatus, no revision of their own.
     for (const gift::v1::TensorErrorRatio& r : request.error_ratios()) {
       absl::StatusOr<gift::v1::TensorBasisState*> basis = ledger_.Find(r.tensor_id());
@@ -186,7 +158,7 @@ absl::StatusOr<gift::v1::HeartbeatResponse> ClusterStateMachine::Heartbeat(
         *(*basis)->mutable_error_ratio() = r;
       }
     }
-    if (request.last_step() > m->last_step()) {
+    if (!joining && request.last_step() > m->last_step()) {
       m->set_last_step(request.last_step());
       uint64_t min_next = 0, max_last = 0;
       if (IsWorker(*m) && m->last_step() > max_step_seen_) {
@@ -201,6 +173,9 @@ absl::StatusOr<gift::v1::HeartbeatResponse> ClusterStateMachine::Heartbeat(
       }
       const uint64_t revision = meta_.revision;
       if (IsWorker(*m)) {
+        // The member workers have completed the steps below a joiner's
+        // admit step: it enters now (and the horizon moves past it).
+        if (membership_.JoinerReady()) OnMembershipChangedLocked();
         AdvanceFrozenLocked();
         membership_.WorkerSteps(&min_next, &max_last);
         if (ledger_.PruneAll(min_next)) TouchLocked();
@@ -294,7 +269,10 @@ absl::StatusOr<gift::v1::RegisterTensorsResponse> ClusterStateMachine::RegisterT
 void ClusterStateMachine::AdvanceFrozenLocked() {
   uint64_t min_next = 0, max_step = 0;
   if (!membership_.WorkerSteps(&min_next, &max_step)) return;
-  const uint64_t frozen = max_step + options_.step_window;
+  uint64_t frozen = max_step + options_.step_window;
+  // No step at or above a joining worker's admit step starts before it is
+  // in the world.
+  if (uint64_t admit = 0; membership_.MinAdmitStep(&admit)) frozen = std::min(frozen, admit - 1);
   if (frozen <= meta_.frozen_through_step) return;
   ledger_.Postpone(frozen, meta_.policy.refresh().activation_lead_steps());
   meta_.frozen_through_step = frozen;

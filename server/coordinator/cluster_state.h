@@ -19,6 +19,18 @@
 //     shard map. Ranks are stable: a survivor keeps its rank while it is
 //     below the new count; only the holes are refilled, from the members whose
 //     rank is out of range, in rank order, then new members in join order.
+//   - Admission: a worker that joins once the cluster has stepped (a member
+//     worker reported a step above 0) is admitted at
+//     admit_step = frozen_through_step + 1, a step nobody may have started.
+//     Until every member worker has reported admit_step - 1 it holds a lease
+//     but is outside ClusterState.workers (no rank, no epoch bump, not
+//     persisted; a coordinator restart forgets it and it joins again), and
+//     the horizon stays below admit_step; then it enters with one epoch bump
+//     at last step admit_step - 1 and the horizon moves on. So no step's
+//     world changes after the step may have started, and a returning worker
+//     never blocks the others at a step they are past. Servers, and workers
+//     of a cluster that has not stepped (none of its workers has reported a
+//     step above 0, or it has no workers), join at once (admit step 0).
 //   - Tensor registration does not bump the epoch: the new tensors' chunks
 //     are added to the current shard map without moving existing chunks
 //     (ExtendShardMap), so a (step, chunk) assignment never changes within an
@@ -30,8 +42,9 @@
 //     Nor do acknowledgements that do not commit a proposal (they are
 //     persisted; only the commit is news): otherwise every acknowledgement
 //     sent every watcher a snapshot, P^2 snapshots per refresh.
-//   - frozen_through_step = max over workers of last_step + step_window; it
-//     never decreases (also across restarts).
+//   - frozen_through_step = max over workers of last_step + step_window,
+//     at most a joining worker's admit_step - 1; it never decreases (also
+//     across restarts).
 //   - Refresh: PublishBasis by the tensor's owner makes a proposal with the
 //     tentative activation step frozen_through_step + activation_lead_steps,
 //     acknowledged by the publisher itself. It commits, at its tentative
@@ -200,8 +213,12 @@ class ClusterStateMachine {
   void MarkDirtyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLeasesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // After an epoch bump: ranks, owners, shard map, proposals.
+  // After an epoch bump: admits the ready joining workers (+1 epoch each),
+  // then ranks, owners, shard map, proposals; the horizon after admissions.
   void OnMembershipChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the cluster has stepped: a member worker reported a step above
+  // 0 (a joining worker then waits for its admit step).
+  bool StartedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AssignOwnersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceFrozenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Commits the proposal of `basis` when every current worker acknowledged

@@ -42,6 +42,7 @@ void Membership::Reset(uint64_t epoch, uint64_t next_member_seq,
   epoch_ = epoch;
   next_member_seq_ = next_member_seq;
   members_.clear();
+  joining_.clear();
   for (gift::v1::Member& m : members) {
     std::string id = m.member_id();
     members_[id] = std::move(m);
@@ -53,6 +54,7 @@ absl::StatusOr<gift::v1::Member*> Membership::Live(const std::string& member_id)
   if (member_id.empty()) return absl::InvalidArgumentError("member_id is empty");
   auto it = members_.find(member_id);
   if (it != members_.end()) return &it->second;
+  if (auto j = joining_.find(member_id); j != joining_.end()) return &j->second;
   uint64_t seq = 0;
   absl::string_view id = member_id;
   if (absl::ConsumePrefix(&id, kMemberIdPrefix) && absl::SimpleAtoi(id, &seq) && seq >= 1 &&
@@ -82,8 +84,10 @@ absl::StatusOr<gift::v1::Member*> Membership::LiveWorker(const std::string& memb
 }
 
 gift::v1::Member* Membership::FindByName(absl::string_view name) {
-  for (auto& [id, m] : members_) {
-    if (m.name() == name) return &m;
+  for (auto* map : {&members_, &joining_}) {
+    for (auto& [id, m] : *map) {
+      if (m.name() == name) return &m;
+    }
   }
   return nullptr;
 }
@@ -99,7 +103,60 @@ gift::v1::Member& Membership::Add(gift::v1::Member member) {
   return added;
 }
 
+gift::v1::Member& Membership::AddJoining(gift::v1::Member member, uint64_t admit_step) {
+  member.set_member_id(absl::StrCat(kMemberIdPrefix, next_member_seq_++));
+  member.set_rank(kNoRank);
+  member.set_admit_step(admit_step);
+  member.set_joined_epoch(epoch_);
+  const std::string id = member.member_id();
+  return joining_[id] = std::move(member);
+}
+
+bool Membership::MinAdmitStep(uint64_t* admit_step) const {
+  if (joining_.empty()) return false;
+  *admit_step = std::numeric_limits<uint64_t>::max();
+  for (const auto& [id, m] : joining_) *admit_step = std::min(*admit_step, m.admit_step());
+  return true;
+}
+
+bool Membership::JoinerReady() const {
+  uint64_t admit = 0, min_next = 0, max_last = 0;
+  if (!MinAdmitStep(&admit)) return false;
+  // Every member worker has completed the steps below the admit step.
+  return !WorkerSteps(&min_next, &max_last) || min_next >= admit;
+}
+
+std::vector<std::string> Membership::AdmitReady() {
+  std::vector<std::string> admitted;
+  while (JoinerReady()) {
+    // The lowest admit step first (join order among equal ones).
+    auto next = joining_.begin();
+    for (auto it = joining_.begin(); it != joining_.end(); ++it) {
+      if (std::make_pair(it->second.admit_step(), it->second.joined_epoch()) <
+          std::make_pair(next->second.admit_step(), next->second.joined_epoch())) {
+        next = it;
+      }
+    }
+    gift::v1::Member member = std::move(next->second);
+    joining_.erase(next);
+    ++epoch_;
+    member.set_joined_epoch(epoch_);
+    // It resumes at its admit step (design.md 6.5: a worker resuming at a
+    // later step is at step - 1).
+    if (member.admit_step() > 0) member.set_last_step(member.admit_step() - 1);
+    const std::string id = member.member_id();
+    MarkChanged(members_[id] = std::move(member));
+    admitted.push_back(id);
+  }
+  return admitted;
+}
+
 void Membership::Remove(const std::string& member_id, absl::string_view event, int64_t now_ms) {
+  if (auto j = joining_.find(member_id); j != joining_.end()) {
+    Record(event, j->second, now_ms);
+    joining_.erase(j);
+    return;
+  }
   auto it = members_.find(member_id);
   if (it == members_.end()) return;
   ++epoch_;
@@ -115,8 +172,10 @@ void Membership::Remove(const std::string& member_id, absl::string_view event, i
 
 std::vector<std::string> Membership::Expired(int64_t now_ms) const {
   std::vector<std::string> expired;
-  for (const auto& [id, m] : members_) {
-    if (m.lease_expires_unix_ms() <= now_ms) expired.push_back(id);
+  for (const auto* map : {&members_, &joining_}) {
+    for (const auto& [id, m] : *map) {
+      if (m.lease_expires_unix_ms() <= now_ms) expired.push_back(id);
+    }
   }
   return expired;
 }
@@ -199,6 +258,7 @@ void Membership::Record(absl::string_view event, const gift::v1::Member& member,
 }
 
 void Membership::MarkChanged(const gift::v1::Member& member) {
+  if (joining_.contains(member.member_id())) return;
   put_members_[member.member_id()] = member;
 }
 

@@ -13,6 +13,11 @@
 //   - Pending changes: every mutation here records what to write (TakeChanges
 //     moves them into a StoreMutation); a lease renewal or step report
 //     (Renew) records nothing by itself (MarkChanged does).
+//   - Joining workers (AddJoining): a worker that joins a cluster that has
+//     stepped waits, with a lease, outside members() (no rank, no epoch
+//     change, not stored) until it is admitted at its admit step: AdmitReady
+//     moves it in (+1 epoch) once every member worker has reported
+//     admit_step - 1, or when there is no member worker.
 //
 // Ownership: owns its members; pointers it returns stay valid until the next
 // Add, Remove or Reset.
@@ -46,7 +51,7 @@ class Membership {
   uint64_t next_member_seq() const { return next_member_seq_; }
   const std::map<std::string, gift::v1::Member>& members() const { return members_; }
 
-  // The live member `member_id`: InvalidArgument for an empty id,
+  // The live member `member_id` (a joining one too): InvalidArgument for an empty id,
   // FailedPrecondition for one that left, expired or failed (for an expired
   // or failed worker: "evicted at step S (its lease expired | a peer reported
   // it failed), cluster at step T"), NotFound
@@ -54,18 +59,30 @@ class Membership {
   absl::StatusOr<gift::v1::Member*> Live(const std::string& member_id);
   // Live and a worker (FailedPrecondition for a server).
   absl::StatusOr<gift::v1::Member*> LiveWorker(const std::string& member_id);
-  // The live member named `name`, or null.
+  // The live member named `name` (a joining one too), or null.
   gift::v1::Member* FindByName(absl::string_view name);
 
   // Adds `member` (name, role, addresses, lease, state set by the caller)
   // with the next id, no rank yet, joined at the new epoch (+1). Records no
   // event: the caller records "join" once the member is ranked.
   gift::v1::Member& Add(gift::v1::Member member);
-  // Removes a live member, +1 epoch, records `event` ("leave", "expire",
+  // Adds a joining worker (as Add, but outside members()) admitted at
+  // `admit_step`; no epoch change.
+  gift::v1::Member& AddJoining(gift::v1::Member member, uint64_t admit_step);
+  bool IsJoining(const std::string& member_id) const { return joining_.contains(member_id); }
+  // The lowest admit step of the joining workers; false when none.
+  bool MinAdmitStep(uint64_t* admit_step) const;
+  // Whether AdmitReady would admit someone now.
+  bool JoinerReady() const;
+  // Moves the ready joining workers into members() (+1 epoch each, joined at
+  // that epoch, last step admit_step - 1, no rank yet); returns their ids.
+  // The caller re-ranks and records "join" for each.
+  std::vector<std::string> AdmitReady();
+  // Removes a live member, +1 epoch (none for a joining one), records `event` ("leave", "expire",
   // "fail": a confirmed peer failure report, ...); no-op for an unknown id.
   // An expired or failed worker is remembered for Live's message.
   void Remove(const std::string& member_id, absl::string_view event, int64_t now_ms);
-  // The ids whose lease ends at or before `now_ms`.
+  // The ids (joining ones too) whose lease ends at or before `now_ms`.
   std::vector<std::string> Expired(int64_t now_ms) const;
   // Re-ranks both roles and marks every member changed.
   void Rerank();
@@ -78,7 +95,7 @@ class Membership {
 
   // Records a history event for `member` (and logs it).
   void Record(absl::string_view event, const gift::v1::Member& member, int64_t now_ms);
-  // The member's current record is to be written.
+  // The member's current record is to be written (not for a joining one).
   void MarkChanged(const gift::v1::Member& member);
 
   // Copies the pending changes into `mutation` (put/delete members, history);
@@ -92,6 +109,7 @@ class Membership {
   uint64_t epoch_ = 0;
   uint64_t next_member_seq_ = 1;
   std::map<std::string, gift::v1::Member> members_;  // by member id
+  std::map<std::string, gift::v1::Member> joining_;  // by member id, not stored
   std::map<std::string, gift::v1::Member> put_members_;
   std::set<std::string> delete_members_;
   std::vector<MembershipEvent> history_;

@@ -334,11 +334,24 @@ TEST_F(ControlIntegrationTest, WorkerJoiningMidRunGetsTheNextRankAndTheState) {
   ASSERT_TRUE(owner.PublishBasis(tensor, 1, 4, bytes).ok());
   ASSERT_FALSE(owner.AckBasis(tensor, 1)->committed());
 
+  // The run has stepped: the newcomer is admitted above the frozen horizon,
+  // outside the world (no new epoch) until w0 and w1 have completed the steps
+  // below its admit step.
+  const uint64_t frozen = owners_before.frozen_through_step();
   MemberSession& w2 = Join("w2");
+  EXPECT_EQ(w2.identity().admit_step, frozen + 1);
+  EXPECT_EQ(w2.state()->tensors_size(), 4);
+  EXPECT_EQ(w2.state()->epoch(), epoch);
+  EXPECT_EQ(w2.state()->workers_size(), 2);
+  for (MemberSession* w : {&w0, &w1}) {
+    w->SetLastStep(frozen);
+    ASSERT_TRUE(w->HeartbeatNow().ok());
+  }
+  auto in = w2.WaitFor([&](const v1::ClusterState& s) { return s.workers_size() == 3; }, kWait);
+  ASSERT_TRUE(in.ok()) << in.status();
   EXPECT_EQ(w2.rank(), 2u);
   EXPECT_EQ(w2.epoch(), epoch + 1);
-  EXPECT_EQ(w2.state()->tensors_size(), 4);
-  EXPECT_GE(w2.state()->frozen_through_step(), 3u);
+  EXPECT_GT((*in)->frozen_through_step(), frozen);
   // Ranks of the members already there are stable; everyone sees the new epoch.
   auto seen = w0.WaitFor([&](const v1::ClusterState& s) { return s.epoch() == epoch + 1; }, kWait);
   ASSERT_TRUE(seen.ok()) << seen.status();

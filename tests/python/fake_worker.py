@@ -50,6 +50,9 @@ class FakeWorker:
         # Set to make PushPull wait (tests of async ordering).
         self.gate = threading.Event()
         self.gate.set()
+        # Steps below it are refused as the daemon refuses them after a
+        # re-join (worker_daemon.h CheckAdmitted).
+        self.admit_step = 0
         fake = self
 
         class Servicer(pb.worker_pb2_grpc.WorkerServicer):
@@ -184,6 +187,12 @@ class FakeWorker:
             if self.last_step is not None and request.step <= self.last_step:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                               f"step {request.step} is not above the last step {self.last_step}")
+            if request.step < self.admit_step:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"worker m9 is admitted at step {self.admit_step}; step "
+                              f"{request.step} is below it (member m3 was evicted at step 4 (its "
+                              "lease expired), cluster at step 30; join again): resynchronise "
+                              f"the parameters and resume at step {self.admit_step}")
             ids = list(request.tensor_ids) or list(self.buffers)
             for tid in ids:
                 if tid not in self.buffers:

@@ -14,7 +14,7 @@ import grpc
 import torch
 from torch import nn
 
-from gift_ps import GiftError, GradientSync, WorkerClient, worker_target
+from gift_ps import GiftError, GradientSync, RejoinRequired, WorkerClient, worker_target
 from gift_ps import shm as gshm
 
 from fake_worker import FakeWorker
@@ -73,6 +73,28 @@ class ErrorTest(unittest.TestCase):
         self.assertEqual(e.method, "PushPull")
         self.assertEqual(str(e), "PushPull: FAILED_PRECONDITION: no buffers are registered")
         self.assertEqual(GiftError.from_rpc_error(ValueError("x")).code, "UNKNOWN")
+
+    def test_rejoin_required_carries_the_admit_step(self):
+        class Refusal(grpc.RpcError):
+            def __init__(self, code, details):
+                self._code, self._details = code, details
+
+            def code(self):
+                return self._code
+
+            def details(self):
+                return self._details
+
+        message = ("worker m9 is admitted at step 39; step 5 is below it (member m3 was evicted "
+                   "at step 4 (its lease expired), cluster at step 30; join again): "
+                   "resynchronise the parameters and resume at step 39")
+        e = GiftError.from_rpc_error(
+            Refusal(grpc.StatusCode.FAILED_PRECONDITION, message), "PushPull")
+        self.assertIsInstance(e, RejoinRequired)
+        self.assertEqual((e.code, e.admit_step, e.message), ("FAILED_PRECONDITION", 39, message))
+        # Another code with the same words is not a re-admission.
+        other = GiftError.from_rpc_error(Refusal(grpc.StatusCode.INTERNAL, message))
+        self.assertNotIsInstance(other, RejoinRequired)
 
     def test_targets(self):
         self.assertEqual(worker_target("/run/gift/worker.sock"), "unix:/run/gift/worker.sock")
@@ -256,6 +278,27 @@ class GradientSyncFakeTest(unittest.TestCase):
 
     def test_zero_grad_set_to_none(self):
         self.run_steps(set_to_none=True)
+
+    def test_readmitted_worker_raises_rejoin_required_and_resumes_at_the_admit_step(self):
+        torch.manual_seed(3)
+        model = TinyNet()
+        sync = GradientSync(model, self.client)
+        model(torch.randn(5, 4)).sum().backward()
+        sync.sync(0)
+        self.fake.admit_step = 12  # the worker joined again, admitted at 12
+        model(torch.randn(5, 4)).sum().backward()
+        with self.assertRaises(RejoinRequired) as ctx:
+            sync.sync(1)
+        self.assertEqual(ctx.exception.admit_step, 12)
+        self.assertIn("evicted at step 4", ctx.exception.message)
+        self.assertEqual(sync._next_step, 12)  # the next passes belong to it
+        # The loop resumes at the admit step (after loading a checkpoint).
+        model.zero_grad(set_to_none=False)
+        model(torch.randn(5, 4)).sum().backward()
+        expected = {n: p.grad.clone() * 0.5 for n, p in model.named_parameters()}
+        self.assertEqual(sync.sync(12).step, 12)
+        for n, p in model.named_parameters():
+            self.assertTrue(torch.equal(p.grad, expected[n]), n)
 
     def test_rejects_fp64(self):
         model = TinyNet().to(torch.float64)
