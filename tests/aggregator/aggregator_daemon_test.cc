@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,38 +17,20 @@
 #include "common/control/member_session.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
+#include "tests/testing/state_plans.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/ucx_member.h"
 #include "worker/push_pull_engine.h"
 
 namespace gift::server {
 namespace {
 
-std::string TempDir() {
-  std::string dir = absl::StrCat(::testing::TempDir(), "/gift-aggregator-daemon-XXXXXX");
-  return mkdtemp(dir.data()) == nullptr ? ::testing::TempDir() : dir;
-}
-
-struct TestWorker {
-  std::unique_ptr<worker::PushPullEngine> engine;
-  std::unique_ptr<control::MemberSession> session;
-};
+using TestWorker = test::UcxWorker;
 
 TestWorker StartWorker(const std::string& coordinator, int index) {
-  TestWorker w;
-  auto engine = worker::PushPullEngine::Create(
-      [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); },
-      {.timeout = absl::Seconds(30)});
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  if (!engine.ok()) return w;
-  control::MemberSessionOptions options;
-  options.name = absl::StrCat("worker-", index);
-  options.data_address = (*engine)->address();
-  auto session =
-      control::MemberSession::Start(control::CoordinatorClient::MakeChannel(coordinator), options);
-  EXPECT_TRUE(session.ok()) << session.status();
-  if (!session.ok()) return w;
-  w.engine = *std::move(engine);
-  w.session = *std::move(session);
-  return w;
+  auto w = test::StartUcxWorker(coordinator, absl::StrCat("worker-", index));
+  EXPECT_TRUE(w.ok()) << w.status();
+  return w.ok() ? *std::move(w) : TestWorker{};
 }
 
 // Runs one step of every worker over the state's shard map; returns the
@@ -58,34 +39,9 @@ double RunStep(std::vector<TestWorker>& workers, const gift::v1::ClusterState& c
   const size_t n = workers.size();
   std::vector<std::vector<std::vector<float>>> buffers(n);
   std::vector<worker::StepPlan> plans(n);
-  std::vector<std::string> servers(cs.servers_size());
-  for (const auto& m : cs.servers()) servers[m.rank()] = m.data_address();
   for (size_t w = 0; w < n; ++w) {
-    plans[w] = {.epoch = cs.epoch(),
-                .step = step,
-                .rank = workers[w].session->rank(),
-                .world_size = static_cast<uint32_t>(n)};
-    for (const auto& t : cs.tensors()) {
-      std::mt19937 rng(uint32_t(step * 100 + t.tensor_id() * 10 + plans[w].rank));
-      std::normal_distribution<float> normal;
-      std::vector<float> g(t.num_elements());
-      for (float& x : g) x = normal(rng);
-      buffers[w].push_back(std::move(g));
-      const uint64_t cols = t.shape(t.shape_size() - 1);
-      worker::TensorStep ts{.tensor_id = t.tensor_id(),
-                            .rows = t.num_elements() / cols,
-                            .cols = cols,
-                            .data = buffers[w].back().data(),
-                            .push_spec = codec::ParseCodecSpec("e4m3/block32").value()};
-      for (const auto& c : cs.shard_map().chunks()) {
-        if (c.tensor_id() != t.tensor_id()) continue;
-        ts.chunks.push_back({.index = c.index(),
-                             .offset = c.offset(),
-                             .num_elements = c.num_elements(),
-                             .server = servers[c.server_rank()]});
-      }
-      plans[w].tensors.push_back(std::move(ts));
-    }
+    plans[w] = test::PlanFromState(cs, step, workers[w].session->rank(), static_cast<uint32_t>(n),
+                                   codec::ParseCodecSpec("e4m3/block32").value(), &buffers[w]);
   }
   std::vector<std::vector<double>> exact(cs.tensors_size());
   for (int i = 0; i < cs.tensors_size(); ++i) {
@@ -118,9 +74,9 @@ double RunStep(std::vector<TestWorker>& workers, const gift::v1::ClusterState& c
 }
 
 TEST(AggregatorDaemonTest, FollowsEpochsIntoTheShardServesStepsAndDrains) {
-  const std::string dir = TempDir();
+  const gift::TempDir dir = test::NewTempDir("gift-aggregator-daemon");
   auto coordinator = control::CoordinatorProcess::Start(
-      {.binary = GIFT_COORDINATOR_BIN, .state_file = dir + "/state.db"});
+      {.binary = GIFT_COORDINATOR_BIN, .state_file = dir.File("state.db")});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   const std::string address = (*coordinator)->address();
 
@@ -143,21 +99,9 @@ TEST(AggregatorDaemonTest, FollowsEpochsIntoTheShardServesStepsAndDrains) {
     workers.push_back(StartWorker(address, w));
     ASSERT_NE(workers.back().session, nullptr);
   }
-  std::vector<gift::v1::TensorSpec> specs(2);
-  const std::vector<std::vector<int64_t>> shapes = {{64, 96}, {1000}};
-  for (int i = 0; i < 2; ++i) {
-    specs[i].set_name(absl::StrCat("layer", i, ".weight"));
-    for (int64_t d : shapes[i]) specs[i].add_shape(d);
-    specs[i].set_dtype(gift::v1::DTYPE_FLOAT32);
-  }
-  ASSERT_TRUE(workers[0].session->RegisterTensors(specs).ok());
+  ASSERT_TRUE(workers[0].session->RegisterTensors(test::Float32Specs({{64, 96}, {1000}})).ok());
   auto ready = [&](size_t world) {
-    return workers[0].session->WaitFor(
-        [&](const gift::v1::ClusterState& s) {
-          return s.workers_size() == int(world) && s.servers_size() == 1 && s.tensors_size() == 2 &&
-                 s.shard_map().chunks_size() > 0 && s.shard_map().epoch() == s.epoch();
-        },
-        absl::Seconds(30));
+    return workers[0].session->WaitFor(test::ClusterReady(int(world), 1, 2), absl::Seconds(30));
   };
   auto state = ready(2);
   ASSERT_TRUE(state.ok()) << state.status();

@@ -19,6 +19,7 @@
 #include "common/transport/inproc/inproc_transport.h"
 #include "gtest/gtest.h"
 #include "server/aggregator/aggregator_shard.h"
+#include "tests/testing/recording_peer.h"
 
 namespace gift::server {
 namespace {
@@ -60,22 +61,7 @@ bool Eventually(const std::function<bool()>& done) {
   return done();
 }
 
-struct FakeWorker {
-  absl::Mutex mu;
-  std::vector<Message> inbox ABSL_GUARDED_BY(mu);
-  std::unique_ptr<transport::Transport> transport;
-  transport::PeerId peer = 0;
-
-  bool WaitFor(size_t n) {
-    absl::MutexLock lock(&mu);
-    auto enough = [&] { return inbox.size() >= n; };
-    return mu.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
-  }
-  std::vector<Message> Received() {
-    absl::MutexLock lock(&mu);
-    return inbox;
-  }
-};
+using FakeWorker = test::RecordingPeer;
 
 class AggregatorShardAuthTest : public ::testing::Test {
  protected:
@@ -88,18 +74,13 @@ class AggregatorShardAuthTest : public ::testing::Test {
     ASSERT_TRUE(shard.ok()) << shard.status();
     shard_ = *std::move(shard);
     for (uint32_t r = 0; r < kWorld; ++r) {
-      auto w = std::make_unique<FakeWorker>();
-      FakeWorker* raw = w.get();
-      auto t = transport::CreateInprocTransport(&hub_, {.on_receive = [raw](Message m) {
-        absl::MutexLock lock(&raw->mu);
-        raw->inbox.push_back(std::move(m));
-      }});
-      ASSERT_TRUE(t.ok()) << t.status();
-      w->transport = *std::move(t);
-      auto peer = w->transport->Connect(shard_->address());
-      ASSERT_TRUE(peer.ok()) << peer.status();
-      w->peer = *peer;
-      workers_.push_back(std::move(w));
+      auto w = FakeWorker::Connect(
+          [this](transport::TransportHandlers h) {
+            return transport::CreateInprocTransport(&hub_, std::move(h));
+          },
+          shard_->address());
+      ASSERT_TRUE(w.ok()) << w.status();
+      workers_.push_back(*std::move(w));
     }
   }
 

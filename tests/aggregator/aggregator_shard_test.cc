@@ -13,6 +13,7 @@
 #include "common/transport/inproc/inproc_transport.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
+#include "tests/testing/recording_peer.h"
 
 namespace gift::server {
 namespace {
@@ -25,21 +26,7 @@ constexpr uint64_t kRows = 4, kCols = 128;
 constexpr uint32_t kWorld = 4;
 
 // A worker's end: its transport and what it received.
-struct FakeWorker {
-  absl::Mutex mu;
-  std::vector<Message> inbox ABSL_GUARDED_BY(mu);
-  std::unique_ptr<transport::Transport> transport;
-
-  bool WaitFor(size_t n) {
-    absl::MutexLock lock(&mu);
-    auto enough = [&] { return inbox.size() >= n; };
-    return mu.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
-  }
-  std::vector<Message> Received() {
-    absl::MutexLock lock(&mu);
-    return inbox;
-  }
-};
+using FakeWorker = test::RecordingPeer;
 
 class AggregatorShardTest : public ::testing::TestWithParam<bool /*ucx*/> {
  protected:
@@ -56,18 +43,12 @@ class AggregatorShardTest : public ::testing::TestWithParam<bool /*ucx*/> {
     ASSERT_TRUE(shard.ok()) << shard.status();
     shard_ = *std::move(shard);
     for (uint32_t r = 0; r < kWorld; ++r) {
-      auto w = std::make_unique<FakeWorker>();
-      FakeWorker* raw = w.get();
-      auto t = MakeTransport({.on_receive = [raw](Message m) {
-        absl::MutexLock lock(&raw->mu);
-        raw->inbox.push_back(std::move(m));
-      }});
-      ASSERT_TRUE(t.ok()) << t.status();
-      w->transport = *std::move(t);
-      auto peer = w->transport->Connect(shard_->address());
-      ASSERT_TRUE(peer.ok()) << peer.status();
-      peers_.push_back(*peer);
-      workers_.push_back(std::move(w));
+      auto w = FakeWorker::Connect(
+          [this](transport::TransportHandlers h) { return MakeTransport(std::move(h)); },
+          shard_->address());
+      ASSERT_TRUE(w.ok()) << w.status();
+      peers_.push_back((*w)->peer);
+      workers_.push_back(*std::move(w));
     }
   }
 

@@ -27,8 +27,12 @@
 #include "common/dataplane/chunk_mac.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "tests/daemon/http_get.h"
+#include "tests/testing/log_events.h"
+#include "tests/testing/server_process.h"
+#include "tests/testing/state_plans.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/ucx_member.h"
 #include "worker/push_pull_engine.h"
 
 namespace gift::server {
@@ -39,20 +43,7 @@ using dataplane::ChunkKind;
 
 constexpr int kWorkers = 2;
 
-std::string TempDir() {
-  std::string dir = absl::StrCat(::testing::TempDir(), "/gift-dataplane-auth-XXXXXX");
-  return mkdtemp(dir.data()) == nullptr ? ::testing::TempDir() : dir;
-}
-
-std::string EventField(control::Subprocess& p, const std::string& event, const std::string& field) {
-  auto line = p.WaitForLine(
-      [&](const std::string& l) {
-        return absl::StrContains(l, absl::StrCat("\"event\":\"", event, "\""));
-      },
-      absl::Seconds(30));
-  if (!line.ok()) return "";
-  return nlohmann::json::parse(*line, nullptr, false).value(field, "");
-}
+using test::EventField;
 
 // The value of `series` (name and labels, as on the page) or -1.
 double Series(const std::string& page, const std::string& series) {
@@ -66,15 +57,16 @@ std::string AuthSeries(const std::string& reason) {
 }
 
 TEST(DataPlaneAuthTest, ForgedRankFromANonMemberIsRefusedAndTheAverageIsExact) {
-  const std::string dir = TempDir();
+  const gift::TempDir dir = test::NewTempDir("gift-dataplane-auth");
   auto coordinator = control::CoordinatorProcess::Start({.binary = GIFT_COORDINATOR_BIN,
-                                                         .state_file = dir + "/state.db",
+                                                         .state_file = dir.File("state.db"),
                                                          .extra_args = {"--dataplane-auth"}});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   const std::string address = (*coordinator)->address();
-  auto server =
-      control::Subprocess::Start({GIFT_SERVER_BIN, "--coordinator", address, "--name", "shard-0",
-                                  "--threads", "1", "--metrics-listen", "127.0.0.1:0"});
+  auto server = test::StartServerProcess({.binary = GIFT_SERVER_BIN,
+                                          .coordinator = address,
+                                          .name = "shard-0",
+                                          .extra_args = {"--metrics-listen", "127.0.0.1:0"}});
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string metrics = EventField(**server, "metrics_listening", "address");
   ASSERT_FALSE(metrics.empty()) << (*server)->stderr_text();
@@ -82,44 +74,17 @@ TEST(DataPlaneAuthTest, ForgedRankFromANonMemberIsRefusedAndTheAverageIsExact) {
   std::vector<std::unique_ptr<worker::PushPullEngine>> engines;
   std::vector<std::unique_ptr<control::MemberSession>> sessions;
   for (int w = 0; w < kWorkers; ++w) {
-    auto engine = worker::PushPullEngine::Create(
-        [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); },
-        {.timeout = absl::Seconds(30)});
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    control::MemberSessionOptions options;
-    options.name = absl::StrCat("worker-", w);
-    options.data_address = (*engine)->address();
-    auto session =
-        control::MemberSession::Start(control::CoordinatorClient::MakeChannel(address), options);
-    ASSERT_TRUE(session.ok()) << session.status();
-    EXPECT_TRUE((*session)->dataplane_auth());
-    engines.push_back(*std::move(engine));
-    sessions.push_back(*std::move(session));
+    auto worker = test::StartUcxWorker(address, absl::StrCat("worker-", w));
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    EXPECT_TRUE(worker->session->dataplane_auth());
+    engines.push_back(std::move(worker->engine));
+    sessions.push_back(std::move(worker->session));
   }
-  gift::v1::TensorSpec spec;
-  spec.set_name("layer0.weight");
-  spec.add_shape(64);
-  spec.add_shape(96);
-  spec.set_dtype(gift::v1::DTYPE_FLOAT32);
-  ASSERT_TRUE(sessions[0]->RegisterTensors({spec}).ok());
-  auto state = sessions[0]->WaitFor(
-      [](const gift::v1::ClusterState& s) {
-        return s.workers_size() == kWorkers && s.servers_size() == 1 && s.tensors_size() == 1 &&
-               s.shard_map().chunks_size() > 0 && s.shard_map().epoch() == s.epoch();
-      },
-      absl::Seconds(30));
+  ASSERT_TRUE(sessions[0]->RegisterTensors(test::Float32Specs({{64, 96}})).ok());
+  auto state = sessions[0]->WaitFor(test::ClusterReady(kWorkers, 1, 1), absl::Seconds(30));
   ASSERT_TRUE(state.ok()) << state.status();
   const gift::v1::ClusterState& cs = **state;
-  const std::string want_epoch = absl::StrCat("\"epoch\":", cs.epoch(), ",");
-  ASSERT_TRUE((*server)
-                  ->WaitForLine(
-                      [&](const std::string& l) {
-                        return absl::StrContains(l, "\"event\":\"serving\"") &&
-                               absl::StrContains(l, want_epoch);
-                      },
-                      absl::Seconds(30))
-                  .ok())
-      << (*server)->stderr_text();
+  ASSERT_TRUE(test::WaitForServing(**server, cs.epoch()).ok()) << (*server)->stderr_text();
   const gift::v1::TensorInfo& tensor = cs.tensors(0);
   const std::string server_address = cs.servers(0).data_address();
 
@@ -213,12 +178,7 @@ TEST(DataPlaneAuthTest, ForgedRankFromANonMemberIsRefusedAndTheAverageIsExact) {
   }
   std::vector<float> exact(tensor.num_elements());
   for (size_t k = 0; k < exact.size(); ++k) exact[k] = (grads[0][k] + grads[1][k]) * 0.5f;
-  std::vector<absl::StatusOr<worker::StepReport>> reports(kWorkers, absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  for (int w = 0; w < kWorkers; ++w) {
-    threads.emplace_back([&, w] { reports[w] = engines[w]->Run(plans[w]); });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<absl::StatusOr<worker::StepReport>> reports = test::RunPlans(engines, plans);
   for (int w = 0; w < kWorkers; ++w) {
     ASSERT_TRUE(reports[w].ok()) << "worker " << w << ": " << reports[w].status() << "\n"
                                  << (*server)->stderr_text();

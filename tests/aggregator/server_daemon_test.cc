@@ -3,19 +3,19 @@
 // UCX) drive steps through the servers.
 #include <cstdlib>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/control/coordinator_client.h"
 #include "common/control/coordinator_process.h"
 #include "common/control/member_session.h"
 #include "common/control/subprocess.h"
-#include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
+#include "tests/testing/server_process.h"
+#include "tests/testing/state_plans.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/ucx_member.h"
 #include "worker/push_pull_engine.h"
 
 namespace gift::server {
@@ -23,30 +23,17 @@ namespace {
 
 constexpr int kWorkers = 4, kServers = 2;
 
-std::string TempDir() {
-  std::string dir = absl::StrCat(::testing::TempDir(), "/gift-server-daemon-XXXXXX");
-  return mkdtemp(dir.data()) == nullptr ? ::testing::TempDir() : dir;
-}
-
-std::vector<float> Gradient(uint64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> g(n);
-  for (float& x : g) x = normal(rng);
-  return g;
-}
-
 TEST(ServerDaemonTest, WorkersAverageThroughTwoServerProcesses) {
-  const std::string dir = TempDir();
+  const gift::TempDir dir = test::NewTempDir("gift-server-daemon");
   auto coordinator = control::CoordinatorProcess::Start(
-      {.binary = GIFT_COORDINATOR_BIN, .state_file = dir + "/state.db"});
+      {.binary = GIFT_COORDINATOR_BIN, .state_file = dir.File("state.db")});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   const std::string address = (*coordinator)->address();
 
   std::vector<std::unique_ptr<control::Subprocess>> servers;
   for (int s = 0; s < kServers; ++s) {
-    auto p = control::Subprocess::Start({GIFT_SERVER_BIN, "--coordinator", address, "--name",
-                                         absl::StrCat("shard-", s), "--threads", "1"});
+    auto p = test::StartServerProcess(
+        {.binary = GIFT_SERVER_BIN, .coordinator = address, .name = absl::StrCat("shard-", s)});
     ASSERT_TRUE(p.ok()) << p.status();
     servers.push_back(*std::move(p));
   }
@@ -54,34 +41,14 @@ TEST(ServerDaemonTest, WorkersAverageThroughTwoServerProcesses) {
   std::vector<std::unique_ptr<worker::PushPullEngine>> engines;
   std::vector<std::unique_ptr<control::MemberSession>> sessions;
   for (int w = 0; w < kWorkers; ++w) {
-    auto engine = worker::PushPullEngine::Create(
-        [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); },
-        {.timeout = absl::Seconds(30)});
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    control::MemberSessionOptions options;
-    options.name = absl::StrCat("worker-", w);
-    options.data_address = (*engine)->address();
-    auto session =
-        control::MemberSession::Start(control::CoordinatorClient::MakeChannel(address), options);
-    ASSERT_TRUE(session.ok()) << session.status();
-    engines.push_back(*std::move(engine));
-    sessions.push_back(*std::move(session));
+    auto worker = test::StartUcxWorker(address, absl::StrCat("worker-", w));
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    engines.push_back(std::move(worker->engine));
+    sessions.push_back(std::move(worker->session));
   }
-  std::vector<gift::v1::TensorSpec> specs(3);
-  const std::vector<std::vector<int64_t>> shapes = {{64, 96}, {33, 50}, {1000}};
-  for (int i = 0; i < 3; ++i) {
-    specs[i].set_name(absl::StrCat("layer", i, ".weight"));
-    for (int64_t d : shapes[i]) specs[i].add_shape(d);
-    specs[i].set_dtype(gift::v1::DTYPE_FLOAT32);
-  }
-  ASSERT_TRUE(sessions[0]->RegisterTensors(specs).ok());
-  auto state = sessions[0]->WaitFor(
-      [](const gift::v1::ClusterState& s) {
-        return s.workers_size() == kWorkers && s.servers_size() == kServers &&
-               s.tensors_size() == 3 && s.shard_map().chunks_size() > 0 &&
-               s.shard_map().epoch() == s.epoch();
-      },
-      absl::Seconds(30));
+  ASSERT_TRUE(sessions[0]->RegisterTensors(test::Float32Specs({{64, 96}, {33, 50}, {1000}})).ok());
+  auto state =
+      sessions[0]->WaitFor(test::ClusterReady(kWorkers, kServers, 3), absl::Seconds(30));
   ASSERT_TRUE(state.ok()) << state.status();
   const gift::v1::ClusterState& cs = **state;
   // Each server announces that it serves this epoch with all its chunks.
@@ -93,46 +60,17 @@ TEST(ServerDaemonTest, WorkersAverageThroughTwoServerProcesses) {
     ASSERT_LT(shard, uint32_t{kServers});
     int chunks = 0;
     for (const auto& c : cs.shard_map().chunks()) chunks += c.server_rank() == shard;
-    const std::string want_epoch = absl::StrCat("\"epoch\":", cs.epoch(), ",");
-    const std::string want_chunks = absl::StrCat("\"chunks\":", chunks, "}");
-    auto line = servers[s]->WaitForLine(
-        [&](const std::string& l) {
-          return absl::StrContains(l, "\"event\":\"serving\"") &&
-                 absl::StrContains(l, want_epoch) && absl::StrContains(l, want_chunks);
-        },
-        absl::Seconds(30));
-    ASSERT_TRUE(line.ok()) << line.status() << servers[s]->stderr_text();
+    const absl::Status serving = test::WaitForServing(*servers[s], cs.epoch(), chunks);
+    ASSERT_TRUE(serving.ok()) << serving << servers[s]->stderr_text();
   }
 
   // Plans from the cluster state.
-  std::vector<std::string> server_addresses(kServers);
-  for (const auto& m : cs.servers()) server_addresses[m.rank()] = m.data_address();
   for (uint64_t step = 0; step < 5; ++step) {
     std::vector<std::vector<std::vector<float>>> buffers(kWorkers);
     std::vector<worker::StepPlan> plans(kWorkers);
     for (int w = 0; w < kWorkers; ++w) {
-      plans[w] = {.epoch = cs.epoch(),
-                  .step = step,
-                  .rank = sessions[w]->rank(),
-                  .world_size = kWorkers};
-      for (const auto& t : cs.tensors()) {
-        const uint64_t cols = t.shape(t.shape_size() - 1);
-        buffers[w].push_back(Gradient(
-            t.num_elements(), uint32_t(step * 100 + t.tensor_id() * 10 + sessions[w]->rank())));
-        worker::TensorStep ts{.tensor_id = t.tensor_id(),
-                              .rows = t.num_elements() / cols,
-                              .cols = cols,
-                              .data = buffers[w].back().data(),
-                              .push_spec = codec::ParseCodecSpec("e4m3/block32").value()};
-        for (const auto& c : cs.shard_map().chunks()) {
-          if (c.tensor_id() != t.tensor_id()) continue;
-          ts.chunks.push_back({.index = c.index(),
-                               .offset = c.offset(),
-                               .num_elements = c.num_elements(),
-                               .server = server_addresses[c.server_rank()]});
-        }
-        plans[w].tensors.push_back(std::move(ts));
-      }
+      plans[w] = test::PlanFromState(cs, step, sessions[w]->rank(), kWorkers,
+                                     codec::ParseCodecSpec("e4m3/block32").value(), &buffers[w]);
     }
     // Keep the exact average before the buffers are overwritten.
     std::vector<std::vector<double>> exact(cs.tensors_size());
@@ -142,13 +80,8 @@ TEST(ServerDaemonTest, WorkersAverageThroughTwoServerProcesses) {
         for (size_t k = 0; k < exact[i].size(); ++k) exact[i][k] += buffers[w][i][k] / kWorkers;
       }
     }
-    std::vector<absl::StatusOr<worker::StepReport>> reports(kWorkers,
-                                                            absl::UnknownError("not run"));
-    std::vector<std::thread> threads;
-    for (int w = 0; w < kWorkers; ++w) {
-      threads.emplace_back([&, w] { reports[w] = engines[w]->Run(plans[w]); });
-    }
-    for (auto& t : threads) t.join();
+    const std::vector<absl::StatusOr<worker::StepReport>> reports =
+        test::RunPlans(engines, plans);
     for (int w = 0; w < kWorkers; ++w) {
       ASSERT_TRUE(reports[w].ok()) << "worker " << w << ": " << reports[w].status() << "\n"
                                    << servers[0]->stderr_text() << servers[1]->stderr_text();

@@ -27,9 +27,8 @@
 #include "gtest/gtest.h"
 
 #ifdef GIFT_WORKER_BIN
-#include "common/control/coordinator_process.h"
 #include "common/control/subprocess.h"
-#include "nlohmann/json.hpp"
+#include "tests/testing/test_cluster.h"
 #endif
 
 namespace gift::client {
@@ -96,44 +95,21 @@ TEST(WorkerClientTest, RegisterChecksArgumentsBeforeCreatingAnything) {
 
 #ifdef GIFT_WORKER_BIN
 
-bool IsEvent(const std::string& line, const std::string& event) {
-  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  return j.is_object() && j.value("event", "") == event;
-}
-
-// coordinator + 2 servers + 2 workers on loopback, in a temporary directory.
+// coordinator + 2 servers + 2 workers on loopback, in a temporary directory
+// (tests/testing/test_cluster.h).
 class LocalCluster {
  public:
   static constexpr int kWorkers = 2;
 
   absl::Status Start() {
-    char tmpl[] = "/tmp/gift-client-test-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp");
-    dir_ = tmpl;
-    control::CoordinatorProcessOptions options;
-    options.binary = GIFT_COORDINATOR_BIN;
-    options.state_file = dir_ + "/state.db";
-    options.extra_args = {"--metrics-listen", ""};
-    absl::StatusOr<std::unique_ptr<control::CoordinatorProcess>> coordinator =
-        control::CoordinatorProcess::Start(options);
-    if (!coordinator.ok()) return coordinator.status();
-    coordinator_ = *std::move(coordinator);
-    for (int s = 0; s < 2; ++s) {
-      absl::Status started = StartDaemon({GIFT_SERVER_BIN, "--coordinator", coordinator_->address(),
-                                          "--name", absl::StrCat("server-", s), "--threads", "1",
-                                          "--listen", "127.0.0.1:0", "--metrics-listen", ""},
-                                         "joined");
-      if (!started.ok()) return started;
-    }
-    for (int w = 0; w < kWorkers; ++w) {
-      sockets_.push_back(absl::StrCat(dir_, "/worker-", w, ".sock"));
-      absl::Status started =
-          StartDaemon({GIFT_WORKER_BIN, "--coordinator", coordinator_->address(), "--socket",
-                       sockets_.back(), "--name", absl::StrCat("worker-", w), "--threads", "1",
-                       "--metrics-listen", "", "--min-workers", absl::StrCat(kWorkers)},
-                      "ready");
-      if (!started.ok()) return started;
-    }
+    tools::LocalClusterOptions options;
+    options.servers = 2;
+    options.workers = kWorkers;
+    absl::StatusOr<std::unique_ptr<test::TestCluster>> cluster =
+        test::TestCluster::Start(options, GIFT_BUILD_DIR);
+    if (!cluster.ok()) return cluster.status();
+    cluster_ = *std::move(cluster);
+    for (int w = 0; w < kWorkers; ++w) sockets_.push_back(cluster_->cluster()->worker_socket(w));
     return absl::OkStatus();
   }
 
@@ -141,8 +117,8 @@ class LocalCluster {
   absl::StatusOr<int> SetCodecs(const std::string& push, const std::string& pull,
                                 std::string* output) {
     absl::StatusOr<std::unique_ptr<control::Subprocess>> ctl = control::Subprocess::Start(
-        {GIFTCTL_BIN, "--coordinator", coordinator_->address(), "policy", "set", "--push-codec",
-         push, "--pull-codec", pull, "--selection", "list"});
+        {GIFTCTL_BIN, "--coordinator", cluster_->cluster()->coordinator_address(), "policy", "set",
+         "--push-codec", push, "--pull-codec", pull, "--selection", "list"});
     if (!ctl.ok()) return ctl.status();
     absl::StatusOr<int> code = (*ctl)->WaitForExit(absl::Seconds(60));
     *output = (*ctl)->stdout_text() + (*ctl)->stderr_text();
@@ -151,40 +127,14 @@ class LocalCluster {
 
   const std::vector<std::string>& sockets() const { return sockets_; }
 
-  std::string Logs() const {
-    std::string text = coordinator_ ? coordinator_->log() : "";
-    for (const auto& d : daemons_) text += d->stderr_text();
-    return text;
-  }
+  std::string Logs() const { return cluster_ != nullptr ? cluster_->Logs() : ""; }
 
   ~LocalCluster() {
-    for (auto it = daemons_.rbegin(); it != daemons_.rend(); ++it) {
-      (void)(*it)->Signal(SIGTERM);
-      (void)(*it)->WaitForExit(absl::Seconds(30));
-    }
-    daemons_.clear();
-    if (coordinator_) (void)coordinator_->Stop();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    if (cluster_ != nullptr) (void)cluster_->cluster()->Stop(absl::Seconds(30));
   }
 
  private:
-  absl::Status StartDaemon(const std::vector<std::string>& argv, const std::string& event) {
-    absl::StatusOr<std::unique_ptr<control::Subprocess>> p = control::Subprocess::Start(argv);
-    if (!p.ok()) return p.status();
-    daemons_.push_back(*std::move(p));
-    absl::StatusOr<std::string> line = daemons_.back()->WaitForLine(
-        [&](const std::string& l) { return IsEvent(l, event); }, absl::Seconds(120));
-    if (!line.ok()) {
-      return absl::Status(line.status().code(), absl::StrCat(argv[0], " did not log `", event,
-                                                             "`: ", line.status().message(), "\n",
-                                                             daemons_.back()->stderr_text()));
-    }
-    return absl::OkStatus();
-  }
-
-  std::string dir_;
-  std::unique_ptr<control::CoordinatorProcess> coordinator_;
-  std::vector<std::unique_ptr<control::Subprocess>> daemons_;
+  std::unique_ptr<test::TestCluster> cluster_;
   std::vector<std::string> sockets_;
 };
 

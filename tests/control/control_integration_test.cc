@@ -30,6 +30,7 @@
 #include "gift/v1/cluster.pb.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/temp_dir.h"
 
 namespace gift::control {
 namespace {
@@ -137,12 +138,7 @@ struct CommandResult {
 
 class ControlIntegrationTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char dir_template[] = "/tmp/gift-control-test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir_template), nullptr);
-    dir_ = dir_template;
-    StartCoordinator("127.0.0.1:0");
-  }
+  void SetUp() override { StartCoordinator("127.0.0.1:0"); }
 
   void TearDown() override {
     sessions_.clear();
@@ -150,7 +146,6 @@ class ControlIntegrationTest : public ::testing::Test {
       EXPECT_TRUE(coordinator_->Stop().ok()) << coordinator_->log();
       coordinator_.reset();
     }
-    std::filesystem::remove_all(dir_);
   }
 
   void StartCoordinator(const std::string& listen) {
@@ -201,7 +196,8 @@ class ControlIntegrationTest : public ::testing::Test {
     return result;
   }
 
-  std::string dir_;
+  const gift::TempDir temp_ = test::NewTempDir("gift-control-test");
+  const std::string dir_ = temp_.path();
   std::unique_ptr<CoordinatorProcess> coordinator_;
   std::unique_ptr<CoordinatorClient> client_;
   std::vector<std::unique_ptr<MemberSession>> sessions_;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -29,6 +30,7 @@
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/testing/temp_dir.h"
 #include "tools/giftctl/giftctl.h"
 
 namespace gift::control {
@@ -43,6 +45,7 @@ constexpr absl::Duration kWait = absl::Seconds(10);
 // The CA, certificates per role, and a certificate from another CA; made
 // once for the whole suite (openssl takes a moment per key).
 struct Certificates {
+  std::optional<gift::TempDir> temp;  // removed with the certificates
   std::string dir;
   rpc::TlsFiles coordinator, worker, server, operator_, no_role, foreign;
 };
@@ -53,13 +56,14 @@ std::string skip_reason;
 class TlsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char dir_template[] = "/tmp/gift-tls-test-XXXXXX";
-    if (mkdtemp(dir_template) == nullptr) {
+    absl::StatusOr<gift::TempDir> temp = test::CreateTempDir("gift-tls-test");
+    if (!temp.ok()) {
       skip_reason = "mkdtemp failed";
       return;
     }
     auto c = std::make_unique<Certificates>();
-    c->dir = dir_template;
+    c->dir = temp->path();
+    c->temp = *std::move(temp);
     absl::StatusOr<rpc::TestCa> ca = rpc::TestCa::Create(c->dir, "ca");
     if (absl::IsUnavailable(ca.status())) {
       skip_reason = std::string(ca.status().message());
@@ -83,7 +87,6 @@ class TlsTest : public ::testing::Test {
   }
 
   static void TearDownTestSuite() {
-    if (certs != nullptr) std::filesystem::remove_all(certs->dir);
     delete certs;
     certs = nullptr;
   }
@@ -326,7 +329,8 @@ std::pair<int, std::string> RunDaemon(std::vector<std::string> argv) {
 }
 
 TEST(PlaintextTest, DaemonsRefusePlaintextOnNonLoopbackAddresses) {
-  const std::string state = absl::StrCat(::testing::TempDir(), "/plaintext-test.db");
+  const gift::TempDir dir = test::NewTempDir("gift-plaintext-test");
+  const std::string state = dir.File("plaintext-test.db");
   auto [code, err] = RunDaemon(
       {GIFT_COORDINATOR_BIN, "--listen", "0.0.0.0:0", "--state", state, "--metrics-listen", ""});
   EXPECT_EQ(code, 64);
@@ -348,9 +352,10 @@ TEST(PlaintextTest, DaemonsRefusePlaintextOnNonLoopbackAddresses) {
 }
 
 TEST(PlaintextTest, InsecureAllowsPlaintextOnAnyAddress) {
+  const gift::TempDir dir = test::NewTempDir("gift-insecure-test");
   CoordinatorProcessOptions options;
   options.binary = GIFT_COORDINATOR_BIN;
-  options.state_file = absl::StrCat(::testing::TempDir(), "/insecure-test.db");
+  options.state_file = dir.File("insecure-test.db");
   options.listen = "0.0.0.0:0";
   options.extra_args = {"--insecure", "--metrics-listen", ""};
   auto coordinator = CoordinatorProcess::Start(options);

@@ -16,6 +16,7 @@
 #include "server/coordinator/cluster_state.h"
 #include "server/coordinator/state_store.h"
 #include "tests/coordinator/test_util.h"
+#include "tests/testing/temp_dir.h"
 
 namespace gift::coordinator::testing {
 
@@ -110,7 +111,7 @@ class ClusterStateMachineTest : public ::testing::Test {
     return state_->AckBasis(request);
   }
 
-  TempDir dir_;
+  gift::TempDir dir_ = test::NewTempDir("gift-coord");
   FakeClock clock_;
   ClusterOptions options_;
   StateStore* store_ = nullptr;  // owned by state_

@@ -26,7 +26,6 @@ using ::testing::ElementsAre;
 using testing::FakeClock;
 using ::testing::HasSubstr;
 using testing::MakeBasisBytes;
-using testing::TempDir;
 
 TEST_F(ClusterStateMachineTest, JoinsBumpTheEpochAndGetDenseRanks) {
   EXPECT_EQ(state_->Snapshot()->epoch(), 0u);

@@ -4,7 +4,6 @@
 
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,6 +17,7 @@
 #include "gift/v1/coordinator.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/coordinator/test_util.h"
+#include "tests/testing/coordinator_server.h"
 
 namespace gift::coordinator {
 namespace {
@@ -25,7 +25,6 @@ namespace {
 using testing::FakeClock;
 using ::testing::HasSubstr;
 using testing::MakeBasisBytes;
-using testing::TempDir;
 
 class CoordinatorServiceTest : public ::testing::Test {
  protected:
@@ -34,48 +33,23 @@ class CoordinatorServiceTest : public ::testing::Test {
     options.lease_ttl = absl::Seconds(10);
     options.chunk_bytes = 4096;
     options.max_basis_bytes = 4 << 20;
-    auto store = StateStore::Open(dir_.File("state.db"));
-    ASSERT_TRUE(store.ok()) << store.status();
-    auto state = ClusterStateMachine::Create(options, *std::move(store), &clock_);
-    ASSERT_TRUE(state.ok()) << state.status();
-    state_ = *std::move(state);
-    service_ = std::make_unique<CoordinatorService>(state_.get(), "test-version");
-    grpc::EnableDefaultHealthCheckService(true);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    server_->GetHealthCheckService()->SetServingStatus(true);
-    channel_ =
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
-    stub_ = gift::v1::Coordinator::NewStub(channel_);
+    auto server = test::CoordinatorServer::Start(
+        {.cluster = options, .clock = &clock_, .health_service = true});
+    ASSERT_TRUE(server.ok()) << server.status();
+    coordinator_ = *std::move(server);
+    state_ = coordinator_->state();
+    service_ = coordinator_->service();
+    channel_ = coordinator_->channel();
+    stub_ = coordinator_->stub();
   }
 
-  void TearDown() override {
-    if (server_ != nullptr) {
-      service_->Shutdown();
-      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-      server_->Wait();
-    }
-  }
-
-  std::unique_ptr<grpc::ClientContext> Context() {
-    auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return context;
-  }
+  std::unique_ptr<grpc::ClientContext> Context() { return test::DeadlineContext(); }
 
   gift::v1::JoinResponse Join(const std::string& name,
                               gift::v1::MemberRole role = gift::v1::MEMBER_ROLE_WORKER) {
-    gift::v1::JoinRequest request;
-    request.set_name(name);
-    request.set_role(role);
-    gift::v1::JoinResponse response;
-    grpc::Status s = stub_->Join(Context().get(), request, &response);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return response;
+    auto response = test::JoinOverRpc(*stub_, name, role);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.value_or(gift::v1::JoinResponse());
   }
 
   gift::v1::TensorInfo Register(const std::string& name, int64_t d_out, int64_t d_in) {
@@ -153,13 +127,12 @@ class CoordinatorServiceTest : public ::testing::Test {
     return reader->Finish();
   }
 
-  TempDir dir_;
-  FakeClock clock_;
-  std::unique_ptr<ClusterStateMachine> state_;
-  std::unique_ptr<CoordinatorService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  FakeClock clock_;  // outlives coordinator_
+  std::unique_ptr<test::CoordinatorServer> coordinator_;
+  ClusterStateMachine* state_ = nullptr;    // owned by coordinator_
+  CoordinatorService* service_ = nullptr;  // owned by coordinator_
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<gift::v1::Coordinator::Stub> stub_;
+  gift::v1::Coordinator::Stub* stub_ = nullptr;  // owned by coordinator_
 };
 
 TEST_F(CoordinatorServiceTest, HealthIsServing) {

@@ -21,6 +21,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/coordinator/test_util.h"
+#include "tests/testing/temp_dir.h"
 
 extern char** environ;
 
@@ -28,7 +29,6 @@ namespace gift::coordinator {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::TempDir;
 
 // A child process with stdout and stderr sent to files.
 class Daemon {
@@ -95,7 +95,7 @@ class Daemon {
 };
 
 TEST(DaemonTest, HelpAndBadFlags) {
-  TempDir dir;
+  const gift::TempDir dir = test::NewTempDir("gift-coord");
   Daemon help({"--help"}, dir.File("help.log"));
   EXPECT_EQ(help.Wait(), 0);
   EXPECT_THAT(help.Log(), HasSubstr("--lease-ttl"));
@@ -109,7 +109,7 @@ TEST(DaemonTest, HelpAndBadFlags) {
 }
 
 TEST(DaemonTest, UnusableStateFileExitsOne) {
-  TempDir dir;
+  const gift::TempDir dir = test::NewTempDir("gift-coord");
   std::ofstream(dir.File("bad.db")) << std::string(4096, 'z');
   Daemon daemon({"--listen", "127.0.0.1:0", "--state", dir.File("bad.db")}, dir.File("d.log"));
   EXPECT_EQ(daemon.Wait(), 1);
@@ -117,7 +117,7 @@ TEST(DaemonTest, UnusableStateFileExitsOne) {
 }
 
 TEST(DaemonTest, ServesStopsOnSigtermAndResumesAfterRestart) {
-  TempDir dir;
+  const gift::TempDir dir = test::NewTempDir("gift-coord");
   const std::vector<std::string> args = {"--listen",           "127.0.0.1:0", "--state",
                                          dir.File("state.db"), "--lease-ttl", "30s"};
   std::string cluster_id;

@@ -14,54 +14,30 @@
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/dataplane_key_issuer.h"
 #include "tests/coordinator/test_util.h"
+#include "tests/testing/coordinator_server.h"
+#include "tests/testing/temp_dir.h"
 
 namespace gift::coordinator {
 namespace {
 
 using testing::FakeClock;
-using testing::TempDir;
 
 class DataPlaneKeysTest : public ::testing::Test {
  protected:
   void Start(const DataPlaneKeyIssuer* keys) {
-    auto store = StateStore::Open(dir_.File("state.db"));
-    ASSERT_TRUE(store.ok()) << store.status();
-    auto state = ClusterStateMachine::Create({}, *std::move(store), &clock_);
-    ASSERT_TRUE(state.ok()) << state.status();
-    state_ = *std::move(state);
-    service_ = std::make_unique<CoordinatorService>(state_.get(), "test-version", keys);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    stub_ = gift::v1::Coordinator::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+    auto server = test::CoordinatorServer::Start({.clock = &clock_, .dataplane_keys = keys});
+    ASSERT_TRUE(server.ok()) << server.status();
+    coordinator_ = *std::move(server);
+    state_ = coordinator_->state();
+    stub_ = coordinator_->stub();
   }
 
-  void TearDown() override {
-    if (server_ != nullptr) {
-      service_->Shutdown();
-      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-      server_->Wait();
-    }
-  }
-
-  std::unique_ptr<grpc::ClientContext> Context() {
-    auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return context;
-  }
+  std::unique_ptr<grpc::ClientContext> Context() { return test::DeadlineContext(); }
 
   gift::v1::JoinResponse Join(const std::string& name, gift::v1::MemberRole role) {
-    gift::v1::JoinRequest request;
-    request.set_name(name);
-    request.set_role(role);
-    gift::v1::JoinResponse response;
-    grpc::Status s = stub_->Join(Context().get(), request, &response);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return response;
+    auto response = test::JoinOverRpc(*stub_, name, role);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.value_or(gift::v1::JoinResponse());
   }
 
   grpc::Status Keys(const std::string& member_id, gift::v1::DataPlaneKeys* out) {
@@ -70,13 +46,11 @@ class DataPlaneKeysTest : public ::testing::Test {
     return stub_->GetDataPlaneKeys(Context().get(), request, out);
   }
 
-  TempDir dir_;
   FakeClock clock_;
   std::unique_ptr<DataPlaneKeyIssuer> issuer_;  // outlives the service
-  std::unique_ptr<ClusterStateMachine> state_;
-  std::unique_ptr<CoordinatorService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<gift::v1::Coordinator::Stub> stub_;
+  std::unique_ptr<test::CoordinatorServer> coordinator_;
+  ClusterStateMachine* state_ = nullptr;         // owned by coordinator_
+  gift::v1::Coordinator::Stub* stub_ = nullptr;  // owned by coordinator_
 };
 
 TEST_F(DataPlaneKeysTest, OffHandsOutNothing) {
@@ -128,7 +102,7 @@ TEST_F(DataPlaneKeysTest, MembersGetTheirKeyAndTheirPeers) {
 }
 
 TEST(DataPlaneKeyIssuerTest, KeysFollowTheSecretFile) {
-  TempDir dir;
+  const gift::TempDir dir = test::NewTempDir("gift-coord");
   auto write = [&](const std::string& name, const std::string& bytes) {
     std::ofstream(dir.File(name), std::ios::binary) << bytes;
     return dir.File(name);

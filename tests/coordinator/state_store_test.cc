@@ -11,12 +11,12 @@
 #include <string>
 
 #include "tests/coordinator/test_util.h"
+#include "tests/testing/temp_dir.h"
 
 namespace gift::coordinator {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::TempDir;
 
 StoreMutation SampleMutation() {
   StoreMutation m;
@@ -49,7 +49,7 @@ StoreMutation SampleMutation() {
 }
 
 TEST(StateStoreTest, ReopenKeepsEverything) {
-  TempDir dir;
+  const gift::TempDir dir = test::NewTempDir("gift-coord");
   const std::string path = dir.File("s.db");
   {
     auto store = StateStore::Open(path);
@@ -101,7 +101,7 @@ TEST(StateStoreTest, ReopenKeepsEverything) {
 }
 
 TEST(StateStoreTest, CorruptFileIsAClearError) {
-  TempDir dir;
+  const gift::TempDir dir = test::NewTempDir("gift-coord");
   const std::string path = dir.File("corrupt.db");
   std::ofstream(path) << std::string(8192, 'x');
   auto store = StateStore::Open(path);
@@ -111,7 +111,7 @@ TEST(StateStoreTest, CorruptFileIsAClearError) {
 }
 
 TEST(StateStoreTest, ForeignDatabaseIsRefused) {
-  TempDir dir;
+  const gift::TempDir dir = test::NewTempDir("gift-coord");
   const std::string path = dir.File("other.db");
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
@@ -123,7 +123,7 @@ TEST(StateStoreTest, ForeignDatabaseIsRefused) {
 }
 
 TEST(StateStoreTest, OtherSchemaVersionIsRefused) {
-  TempDir dir;
+  const gift::TempDir dir = test::NewTempDir("gift-coord");
   const std::string path = dir.File("new.db");
   ASSERT_TRUE(StateStore::Open(path).ok());
   sqlite3* db = nullptr;
@@ -136,7 +136,7 @@ TEST(StateStoreTest, OtherSchemaVersionIsRefused) {
 }
 
 TEST(StateStoreTest, SecondOpenWhileInUseFails) {
-  TempDir dir;
+  const gift::TempDir dir = test::NewTempDir("gift-coord");
   const std::string path = dir.File("s.db");
   auto first = StateStore::Open(path);
   ASSERT_TRUE(first.ok());

@@ -1,5 +1,5 @@
-// Helpers shared by the coordinator tests: a settable clock, temp files, and
-// valid serialized bases.
+// Helpers shared by the coordinator tests: a settable clock and valid
+// serialized bases (temp dirs: tests/testing/temp_dir.h).
 #ifndef GIFT_TESTS_COORDINATOR_TEST_UTIL_H_
 #define GIFT_TESTS_COORDINATOR_TEST_UTIL_H_
 
@@ -13,7 +13,6 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/base/temp_dir.h"
 #include "common/transform/basis_serialization.h"
 #include "server/coordinator/cluster_state.h"
 
@@ -34,21 +33,6 @@ class FakeClock : public Clock {
  private:
   absl::Mutex mu_;
   absl::Time now_ = absl::FromUnixSeconds(1'800'000'000);
-};
-
-// A fresh directory under TEST_TMPDIR (or $TMPDIR, /tmp), removed on
-// destruction (common/base/temp_dir.h; a test that cannot make one fails).
-class TempDir {
- public:
-  TempDir() : dir_(gift::TempDir::Create("gift-coord", BaseDir()).value()) {}
-  std::string File(const std::string& name) const { return dir_.File(name); }
-
- private:
-  static std::string BaseDir() {
-    const char* base = std::getenv("TEST_TMPDIR");
-    return base != nullptr ? base : "";
-  }
-  gift::TempDir dir_;
 };
 
 // A RegisterTensors request of FP32 tensors (name, shape).

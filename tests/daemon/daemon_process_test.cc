@@ -29,19 +29,16 @@
 #include "common/rpc/test_ca.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "tests/daemon/http_get.h"
+#include "tests/testing/log_events.h"
+#include "tests/testing/temp_dir.h"
 
 namespace gift::daemon {
 namespace {
 
 using control::Subprocess;
+using test::EventField;
 using testing::HttpGet;
-
-std::string TempDir() {
-  std::string dir = absl::StrCat(::testing::TempDir(), "/gift-daemon-XXXXXX");
-  return mkdtemp(dir.data()) == nullptr ? ::testing::TempDir() : dir;
-}
 
 // A fake systemd notification socket (AF_UNIX datagrams).
 class NotifySocket {
@@ -97,17 +94,6 @@ absl::StatusOr<std::unique_ptr<Subprocess>> StartNotified(const std::vector<std:
   return p;
 }
 
-// The `field` of the first log event named `event`.
-std::string EventField(Subprocess& p, const std::string& event, const std::string& field) {
-  auto line = p.WaitForLine(
-      [&](const std::string& l) {
-        return absl::StrContains(l, absl::StrCat("\"event\":\"", event, "\""));
-      },
-      absl::Seconds(30));
-  if (!line.ok()) return "";
-  return nlohmann::json::parse(*line, nullptr, false).value(field, "");
-}
-
 grpc::health::v1::HealthCheckResponse::ServingStatus Health(const std::string& address) {
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   auto stub = grpc::health::v1::Health::NewStub(channel);
@@ -149,7 +135,8 @@ void ExpectSeries(const std::string& page, const std::vector<std::string>& serie
 }
 
 TEST(DaemonProcessTest, CoordinatorAndServerNotifyServeHealthMetricsAndDrain) {
-  const std::string dir = TempDir();
+  const gift::TempDir temp = test::NewTempDir("gift-daemon");
+  const std::string dir = temp.path();
   NotifySocket coordinator_notify(dir + "/coordinator.notify");
   NotifySocket server_notify(dir + "/server.notify");
   ASSERT_TRUE(coordinator_notify.ok() && server_notify.ok());
@@ -254,7 +241,8 @@ TEST(DaemonProcessTest, CoordinatorAndServerNotifyServeHealthMetricsAndDrain) {
 }
 
 TEST(DaemonProcessTest, WorkerNotifiesServesHealthAndMetricsAndStopsCleanly) {
-  const std::string dir = TempDir();
+  const gift::TempDir temp = test::NewTempDir("gift-daemon");
+  const std::string dir = temp.path();
   NotifySocket notify(dir + "/worker.notify");
   ASSERT_TRUE(notify.ok());
   auto coordinator = Subprocess::Start({GIFT_COORDINATOR_BIN, "--listen", "127.0.0.1:0",
@@ -295,7 +283,8 @@ TEST(DaemonProcessTest, WorkerNotifiesServesHealthAndMetricsAndStopsCleanly) {
 }
 
 TEST(DaemonProcessTest, ConfigFileErrorsExit64) {
-  const std::string dir = TempDir();
+  const gift::TempDir temp = test::NewTempDir("gift-daemon");
+  const std::string dir = temp.path();
   const std::string config = dir + "/bad.toml";
   FILE* f = fopen(config.c_str(), "w");
   ASSERT_NE(f, nullptr);
@@ -315,7 +304,8 @@ TEST(DaemonProcessTest, ConfigFileErrorsExit64) {
 // error quoting the text. A valid duration next to a bad --listen shows the
 // duration was accepted (the daemon gets as far as checking --listen).
 TEST(DaemonProcessTest, DurationFlagsTakeOneSyntax) {
-  const std::string dir = TempDir();
+  const gift::TempDir temp = test::NewTempDir("gift-daemon");
+  const std::string dir = temp.path();
   struct Case {
     std::vector<std::string> argv;
     std::string error;
@@ -358,7 +348,8 @@ TEST(DaemonProcessTest, DurationFlagsTakeOneSyntax) {
 // worker's TCP Worker API admitting workers only, and a server certificate
 // refused as a worker.
 TEST(DaemonProcessTest, MembersJoinWithTheirRoleCertificates) {
-  const std::string dir = TempDir();
+  const gift::TempDir temp = test::NewTempDir("gift-daemon");
+  const std::string dir = temp.path();
   auto ca = rpc::TestCa::Create(dir, "ca");
   if (absl::IsUnavailable(ca.status())) GTEST_SKIP() << ca.status();
   ASSERT_TRUE(ca.ok()) << ca.status();

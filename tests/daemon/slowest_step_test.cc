@@ -9,6 +9,7 @@
 #include "server/coordinator/cluster_state.h"
 #include "server/coordinator/state_store.h"
 #include "tests/coordinator/test_util.h"
+#include "tests/testing/temp_dir.h"
 
 namespace gift::coordinator {
 namespace {
@@ -48,7 +49,7 @@ class SlowestStepTest : public ::testing::Test {
     return *status;
   }
 
-  testing::TempDir dir_;
+  gift::TempDir dir_ = test::NewTempDir("gift-coord");
   testing::FakeClock clock_;
   std::unique_ptr<ClusterStateMachine> state_;
 };

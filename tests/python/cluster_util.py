@@ -5,8 +5,17 @@ cluster is started with the gift-cluster launcher when it is built (its one
 JSON `ready` line on stdout names the coordinator and the worker sockets),
 else from the daemons directly (gift-coordinator, gift_server, gift-worker).
 `skip_reason()` says why the integration tests cannot run, or None.
+
+The fixtures the cluster tests share: `start_cluster` (a cluster with
+direct tensors on the given codecs), `ClusterFixture` (one cluster per test
+class, started in setUpClass and stopped in tearDownClass, with a
+WorkerClient per worker when CLIENTS is set), and `run_trainers` (training
+processes side by side, their output and the cluster's logs in the failure).
+Every cluster lives in its own tempfile.TemporaryDirectory; its daemons are
+children of this process, stopped (SIGTERM, then SIGKILL) by Cluster.stop.
 """
 
+import itertools
 import json
 import os
 import queue
@@ -184,3 +193,69 @@ class Cluster:
             d.stop()
         self.daemons = []
         self.tmp.cleanup()
+
+
+def start_cluster(servers: int = 2, workers: int = 2, push: str = "fp32",
+                  pull: str = "fp32") -> Cluster:
+    """A running cluster whose tensors are direct with these codecs; it is
+    stopped again when the policy cannot be set."""
+    cluster = Cluster(servers=servers, workers=workers)
+    try:
+        cluster.set_codecs(push, pull)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+class ClusterFixture:
+    """Mixin for a unittest.TestCase class sharing one cluster: SERVERS,
+    WORKERS, PUSH, PULL as in start_cluster; with CLIENTS, cls.clients holds
+    a WorkerClient per worker socket (closed in tearDownClass) and
+    cls.steps counts the clients' steps from 1. A subclass that extends
+    setUpClass calls super().setUpClass() first."""
+
+    SERVERS = 2
+    WORKERS = 2
+    PUSH = PULL = "fp32"
+    CLIENTS = False
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = start_cluster(cls.SERVERS, cls.WORKERS, cls.PUSH, cls.PULL)
+        cls.clients = []
+        cls.steps = itertools.count(1)
+        if cls.CLIENTS:
+            from gift_ps import WorkerClient
+            try:
+                cls.clients = [WorkerClient(s, connect_timeout=30) for s in cls.cluster.sockets]
+            except BaseException:
+                cls.cluster.stop()
+                raise
+
+    @classmethod
+    def tearDownClass(cls):
+        for c in cls.clients:
+            c.close()
+        cls.cluster.stop()
+
+
+def run_trainers(argvs: List[List[str]], timeout: float, cluster: Cluster,
+                 label: str = "") -> None:
+    """Runs one training process per argv side by side and waits up to
+    `timeout` s for each (then kills it); raises AssertionError with its
+    output and the cluster's logs when one exits nonzero."""
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for argv in argvs]
+    logs = []
+    for p in procs:
+        try:
+            logs.append(p.communicate(timeout=timeout)[0])
+        except subprocess.TimeoutExpired:
+            p.kill()
+            logs.append(p.communicate()[0])
+    prefix = f"{label}: " if label else ""
+    for p, log in zip(procs, logs):
+        if p.returncode != 0:
+            raise AssertionError(f"{prefix}training process exited {p.returncode}:\n{log}\n"
+                                 f"{cluster.logs()}")

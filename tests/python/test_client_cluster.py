@@ -4,35 +4,19 @@ and get the same bits back; with the FP32 codecs the average is exactly
 (g0 + g1) * 0.5; bad calls give the documented codes. Skipped when the
 daemons are not built."""
 
-import itertools
 import unittest
 
 import torch
 
 import cluster_util
-from gift_ps import GiftError, WorkerClient
+from gift_ps import GiftError
 
 SKIP = cluster_util.skip_reason()
 
 
 @unittest.skipIf(SKIP is not None, SKIP or "")
-class ClientClusterTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.cluster = cluster_util.Cluster(servers=2, workers=2)
-        try:
-            cls.cluster.set_codecs("fp32", "fp32")
-            cls.clients = [WorkerClient(s, connect_timeout=30) for s in cls.cluster.sockets]
-        except BaseException:
-            cls.cluster.stop()
-            raise
-        cls.steps = itertools.count(1)
-
-    @classmethod
-    def tearDownClass(cls):
-        for c in cls.clients:
-            c.close()
-        cls.cluster.stop()
+class ClientClusterTest(cluster_util.ClusterFixture, unittest.TestCase):
+    CLIENTS = True
 
     def push_pull_both(self, step, **kwargs):
         futures = [c.push_pull_async(step, **kwargs) for c in self.clients]

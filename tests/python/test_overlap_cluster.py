@@ -21,7 +21,6 @@ Skipped when the daemons are not built.
 import itertools
 import os
 import socket as socketlib
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -29,7 +28,7 @@ import unittest
 import torch
 
 import cluster_util
-from gift_ps import GiftError, WorkerClient
+from gift_ps import GiftError
 
 SKIP = cluster_util.skip_reason()
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,29 +55,16 @@ def worker_logs(cluster) -> str:
 
 def train(mode: str):
     """Runs train_overlap.py MODE on a fresh cluster; returns the results by rank."""
-    cluster = cluster_util.Cluster(servers=2, workers=2)
+    cluster = cluster_util.start_cluster(2, 2, PUSH, PULL)
     try:
-        cluster.set_codecs(PUSH, PULL)
         port = str(free_port())
         with tempfile.TemporaryDirectory() as d:
-            procs, outs = [], []
-            for i, sock in enumerate(cluster.sockets):
-                outs.append(os.path.join(d, f"out{i}.pt"))
-                procs.append(subprocess.Popen(
-                    [sys.executable, os.path.join(HERE, "train_overlap.py"), sock, mode,
-                     str(FIRST_STEP), str(STEPS), outs[-1], port],
-                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-            logs = []
-            for p in procs:
-                try:
-                    logs.append(p.communicate(timeout=300)[0])
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    logs.append(p.communicate()[0])
-            for p, log in zip(procs, logs):
-                if p.returncode != 0:
-                    raise AssertionError(f"{mode}: training process exited {p.returncode}:\n"
-                                         f"{log}\n{cluster.logs()}")
+            outs = [os.path.join(d, f"out{i}.pt") for i in range(len(cluster.sockets))]
+            cluster_util.run_trainers(
+                [[sys.executable, os.path.join(HERE, "train_overlap.py"), sock, mode,
+                  str(FIRST_STEP), str(STEPS), out, port]
+                 for sock, out in zip(cluster.sockets, outs)],
+                timeout=300, cluster=cluster, label=mode)
             results = sorted((torch.load(o) for o in outs), key=lambda r: r["rank"])
         # Early pushes ran as such: no step fell back to the plain path.
         for event in ("early_push_fallback", "open_step_abandoned"):
@@ -90,25 +76,14 @@ def train(mode: str):
 
 
 @unittest.skipIf(SKIP is not None, SKIP or "")
-class StartTensorsClientTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.cluster = cluster_util.Cluster(servers=2, workers=2)
-        try:
-            cls.cluster.set_codecs("fp32", "fp32")
-            cls.clients = [WorkerClient(s, connect_timeout=30) for s in cls.cluster.sockets]
-        except BaseException:
-            cls.cluster.stop()
-            raise
-        cls.steps = itertools.count(1)
-        cls.shapes = {"ov.a": (5, 300), "ov.b": (64,), "ov.c": (3, 129)}
-        cls.tensors = [c.register(cls.shapes) for c in cls.clients]
+class StartTensorsClientTest(cluster_util.ClusterFixture, unittest.TestCase):
+    CLIENTS = True
 
     @classmethod
-    def tearDownClass(cls):
-        for c in cls.clients:
-            c.close()
-        cls.cluster.stop()
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.shapes = {"ov.a": (5, 300), "ov.b": (64,), "ov.c": (3, 129)}
+        cls.tensors = [c.register(cls.shapes) for c in cls.clients]
 
     def fill(self, seed):
         gen = torch.Generator().manual_seed(seed)

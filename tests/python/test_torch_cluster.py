@@ -19,7 +19,6 @@ Skipped when the daemons are not built.
 """
 
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -38,47 +37,17 @@ BOUND = 0.0625
 def train(cluster, first_step: int, dtype: str = "float32"):
     """Runs the two training processes; returns their saved results."""
     with tempfile.TemporaryDirectory() as d:
-        procs, outs = [], []
-        for rank, socket in enumerate(cluster.sockets):
-            out = os.path.join(d, f"rank{rank}.pt")
-            outs.append(out)
-            procs.append(subprocess.Popen(
-                [sys.executable, os.path.join(HERE, "train_tiny.py"), socket, str(rank),
-                 str(first_step), str(STEPS), out, dtype],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        logs = []
-        for p in procs:
-            try:
-                logs.append(p.communicate(timeout=600)[0])
-            except subprocess.TimeoutExpired:
-                p.kill()
-                logs.append(p.communicate()[0])
-        for p, log in zip(procs, logs):
-            if p.returncode != 0:
-                raise AssertionError(f"training process exited {p.returncode}:\n{log}\n"
-                                     f"{cluster.logs()}")
+        outs = [os.path.join(d, f"rank{rank}.pt") for rank in range(len(cluster.sockets))]
+        cluster_util.run_trainers(
+            [[sys.executable, os.path.join(HERE, "train_tiny.py"), socket, str(rank),
+              str(first_step), str(STEPS), out, dtype]
+             for rank, (socket, out) in enumerate(zip(cluster.sockets, outs))],
+            timeout=600, cluster=cluster)
         return [torch.load(o) for o in outs]
 
 
-class _TorchClusterBase:
-    PUSH = PULL = ""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.cluster = cluster_util.Cluster(servers=2, workers=2)
-        try:
-            cls.cluster.set_codecs(cls.PUSH, cls.PULL)
-        except BaseException:
-            cls.cluster.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.stop()
-
-
 @unittest.skipIf(SKIP is not None, SKIP or "")
-class Fp32BitIdenticalTest(_TorchClusterBase, unittest.TestCase):
+class Fp32BitIdenticalTest(cluster_util.ClusterFixture, unittest.TestCase):
     PUSH = PULL = "fp32"
 
     def test_parameters_equal_local_fp32_average(self):
@@ -116,7 +85,7 @@ class Fp32BitIdenticalTest(_TorchClusterBase, unittest.TestCase):
 
 
 @unittest.skipIf(SKIP is not None, SKIP or "")
-class E4m3WithinBoundTest(_TorchClusterBase, unittest.TestCase):
+class E4m3WithinBoundTest(cluster_util.ClusterFixture, unittest.TestCase):
     PUSH, PULL = "e4m3/block128", "bf16"
 
     def test_parameters_within_bound(self):

@@ -34,21 +34,14 @@ NOBODY = 65534
 
 
 @unittest.skipIf(SKIP is not None, SKIP or "")
-class HostileClientTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.cluster = cluster_util.Cluster(servers=1, workers=1)
-        try:
-            cls.cluster.set_codecs("fp32", "fp32")
-        except BaseException:
-            cls.cluster.stop()
-            raise
-        cls.socket = cls.cluster.sockets[0]
-        cls.step = 0
+class HostileClientTest(cluster_util.ClusterFixture, unittest.TestCase):
+    SERVERS = WORKERS = 1
 
     @classmethod
-    def tearDownClass(cls):
-        cls.cluster.stop()
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.socket = cls.cluster.sockets[0]
+        cls.step = 0
 
     def setUp(self):
         self.client = WorkerClient(self.socket, connect_timeout=30)

@@ -23,9 +23,7 @@
 #include "common/control/member_session.h"
 #include "common/transform/refresh_schedule.h"
 #include "server/coordinator/cluster_state.h"
-#include "server/coordinator/coordinator_service.h"
-#include "server/coordinator/state_store.h"
-#include "tests/coordinator/test_util.h"
+#include "tests/testing/coordinator_server.h"
 #include "worker/basis_store.h"
 
 namespace gift::worker {
@@ -37,12 +35,10 @@ constexpr uint32_t kPeriod = 20;
 class BasisOwnerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto store = coordinator::StateStore::Open(dir_.File("state.db"));
-    ASSERT_TRUE(store.ok()) << store.status();
-    auto state = coordinator::ClusterStateMachine::Create({}, *std::move(store),
-                                                          coordinator::RealClock());
-    ASSERT_TRUE(state.ok()) << state.status();
-    state_ = *std::move(state);
+    auto server = test::CoordinatorServer::Start({.version = "test"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    coordinator_ = *std::move(server);
+    state_ = coordinator_->state();
     // Every transformable tensor transformed, whatever the measurement says.
     gift::v1::SetPolicyRequest set;
     gift::v1::TensorOverride* o = set.mutable_policy()->add_overrides();
@@ -55,16 +51,8 @@ class BasisOwnerTest : public ::testing::Test {
     *set.mutable_policy()->mutable_transform()->mutable_push_codec() =
         codec::ToProto(codec::ParseCodecSpec("nvfp4").value());
     ASSERT_TRUE(state_->SetPolicy(set).ok());
-    service_ = std::make_unique<coordinator::CoordinatorService>(state_.get(), "test");
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
     auto session = control::MemberSession::Start(
-        control::CoordinatorClient::MakeChannel(absl::StrCat("127.0.0.1:", port)),
-        {.name = "owner"});
+        control::CoordinatorClient::MakeChannel(coordinator_->address()), {.name = "owner"});
     ASSERT_TRUE(session.ok()) << session.status();
     session_ = *std::move(session);
     gift::v1::RegisterTensorsRequest request;
@@ -89,11 +77,7 @@ class BasisOwnerTest : public ::testing::Test {
 
   void TearDown() override {
     if (session_ != nullptr) session_->Close().IgnoreError();
-    if (server_ != nullptr) {
-      service_->Shutdown();
-      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-      server_->Wait();
-    }
+    coordinator_.reset();
   }
 
   // A step whose statistics make the geometry ready and a first refresh due.
@@ -168,10 +152,8 @@ class BasisOwnerTest : public ::testing::Test {
   }
 
   std::vector<gift::v1::TensorErrorRatio> last_ratios_;
-  coordinator::testing::TempDir dir_;
-  std::unique_ptr<coordinator::ClusterStateMachine> state_;
-  std::unique_ptr<coordinator::CoordinatorService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<test::CoordinatorServer> coordinator_;
+  coordinator::ClusterStateMachine* state_ = nullptr;  // owned by coordinator_
   std::unique_ptr<control::MemberSession> session_;
   uint64_t tensor_id_ = 0;
 };

@@ -23,6 +23,7 @@
 #include "common/control/coordinator_client.h"
 #include "gift/v1/worker.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_cluster.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/buffer_handoff.h"
 
@@ -98,18 +99,11 @@ void FillGradient(float* g, const TensorShape& t, uint64_t step, int worker) {
 class ClusterIntegrationTest : public ::testing::Test {
  protected:
   void StartCluster(int servers = kServers, int workers = kWorkers) {
-    std::string dir = absl::StrCat(::testing::TempDir(), "/gift-cluster-XXXXXX");
-    ASSERT_NE(mkdtemp(dir.data()), nullptr);
-    tools::LocalClusterOptions options;
-    options.binaries = tools::LocalClusterBinaries::InBuildTree(GIFT_BUILD_DIR);
-    options.dir = dir;
-    options.servers = servers;
-    options.workers = workers;
-    options.lease_ttl = absl::Seconds(2);
-    options.step_timeout = absl::Seconds(60);
-    auto cluster = tools::LocalCluster::Start(options);
+    auto cluster =
+        test::TestCluster::Start(test::ShortLeaseOptions(servers, workers), GIFT_BUILD_DIR);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
+    test_cluster_ = *std::move(cluster);
+    cluster_ = test_cluster_->cluster();
   }
 
   // Runs giftctl against the cluster's coordinator; its standard output.
@@ -181,18 +175,10 @@ class ClusterIntegrationTest : public ::testing::Test {
     return out;
   }
 
-  std::string Logs() {
-    std::string all;
-    for (int w = 0; w < cluster_->options().workers; ++w) {
-      all += absl::StrCat("--- worker ", w, "\n", cluster_->worker(w)->stderr_text());
-    }
-    for (int s = 0; s < cluster_->options().servers; ++s) {
-      all += absl::StrCat("--- server ", s, "\n", cluster_->server(s)->stderr_text());
-    }
-    return all.size() > 20000 ? all.substr(all.size() - 20000) : all;
-  }
+  std::string Logs() { return test_cluster_->Logs(); }
 
-  std::unique_ptr<tools::LocalCluster> cluster_;
+  std::unique_ptr<test::TestCluster> test_cluster_;
+  tools::LocalCluster* cluster_ = nullptr;  // owned by test_cluster_
   std::vector<Trainer> trainers_;
 };
 

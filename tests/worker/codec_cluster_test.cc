@@ -22,6 +22,7 @@
 #include "common/control/coordinator_client.h"
 #include "common/dataplane/chunk_shape.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_cluster.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/worker_client.h"
 
@@ -76,18 +77,11 @@ struct Case {
 class CodecClusterTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    std::string dir = absl::StrCat(::testing::TempDir(), "/gift-codecs-XXXXXX");
-    ASSERT_NE(mkdtemp(dir.data()), nullptr);
-    tools::LocalClusterOptions options;
-    options.binaries = tools::LocalClusterBinaries::InBuildTree(GIFT_BUILD_DIR);
-    options.dir = dir;
-    options.servers = kServers;
-    options.workers = kWorkers;
-    options.lease_ttl = absl::Seconds(2);
-    options.step_timeout = absl::Seconds(60);
-    auto cluster = tools::LocalCluster::Start(options);
+    auto cluster =
+        test::TestCluster::Start(test::ShortLeaseOptions(kServers, kWorkers), GIFT_BUILD_DIR);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
+    test_cluster_ = *std::move(cluster);
+    cluster_ = test_cluster_->cluster();
   }
 
   void TearDown() override {
@@ -179,19 +173,10 @@ class CodecClusterTest : public ::testing::TestWithParam<Case> {
     return std::sqrt(err / norm);
   }
 
-  std::string Logs() const {
-    if (cluster_ == nullptr) return "";
-    std::string all;
-    for (int w = 0; w < kWorkers; ++w) {
-      all += absl::StrCat("--- worker ", w, "\n", cluster_->worker(w)->stderr_text());
-    }
-    for (int s = 0; s < kServers; ++s) {
-      all += absl::StrCat("--- server ", s, "\n", cluster_->server(s)->stderr_text());
-    }
-    return all.size() > 20000 ? all.substr(all.size() - 20000) : all;
-  }
+  std::string Logs() const { return test_cluster_ == nullptr ? "" : test_cluster_->Logs(); }
 
-  std::unique_ptr<tools::LocalCluster> cluster_;
+  std::unique_ptr<test::TestCluster> test_cluster_;
+  tools::LocalCluster* cluster_ = nullptr;  // owned by test_cluster_
   std::vector<std::unique_ptr<client::WorkerClient>> clients_;
   std::vector<std::vector<client::SharedTensor>> tensors_;
 };

@@ -1,13 +1,16 @@
-// What the push-pull engine tests share: test tensors, their chunk routes
-// and gradients, and a local re-computation of what the servers and the
-// engine do (the exact reference results are compared with, bit for bit).
+// What the push-pull engine tests share: an engine on the in-process
+// transport, test tensors, their chunk routes and gradients, and a local
+// re-computation of what the servers and the engine do (the exact reference
+// results are compared with, bit for bit).
 #ifndef GIFT_TESTS_WORKER_ENGINE_TEST_UTIL_H_
 #define GIFT_TESTS_WORKER_ENGINE_TEST_UTIL_H_
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/codec/codec.h"
@@ -15,10 +18,22 @@
 #include "common/dataplane/chunk_rng_key.h"
 #include "common/dataplane/chunk_shape.h"
 #include "common/transform/gradient_transform.h"
+#include "common/transport/inproc/inproc_transport.h"
 #include "gtest/gtest.h"
 #include "worker/push_pull_engine.h"
 
 namespace gift::worker::testing {
+
+// A push-pull engine on the in-process transport of `hub` (not owned; it
+// outlives the engine) whose steps time out after `timeout`.
+inline absl::StatusOr<std::unique_ptr<PushPullEngine>> InprocEngine(transport::InprocHub* hub,
+                                                                    absl::Duration timeout) {
+  return PushPullEngine::Create(
+      [hub](transport::TransportHandlers h) {
+        return transport::CreateInprocTransport(hub, std::move(h));
+      },
+      {.timeout = timeout});
+}
 
 struct Tensor {
   uint64_t id, rows, cols;

@@ -13,6 +13,7 @@
 #include "common/dataplane/chunk_mac.h"
 #include "common/transport/inproc/inproc_transport.h"
 #include "gtest/gtest.h"
+#include "tests/worker/engine_test_util.h"
 #include "worker/push_pull_engine.h"
 
 namespace gift::worker {
@@ -40,11 +41,7 @@ TEST(PushPullEngineAuth, OnlyResultsSealedByTheServerCount) {
     pushes.push_back(std::move(m));
   }});
   ASSERT_TRUE(server.ok());
-  auto engine = PushPullEngine::Create(
-      [&](transport::TransportHandlers h) {
-        return transport::CreateInprocTransport(&hub, std::move(h));
-      },
-      {.timeout = absl::Seconds(10)});
+  auto engine = testing::InprocEngine(&hub, absl::Seconds(10));
   ASSERT_TRUE(engine.ok());
   auto to_engine = (*server)->Connect((*engine)->address());
   ASSERT_TRUE(to_engine.ok());

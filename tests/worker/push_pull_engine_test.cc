@@ -347,11 +347,7 @@ TEST(PushPullEngineResults, StaleAndDuplicateResultsNeverLandOverLiveOnes) {
         if (h.ok()) pushes.push_back(*h);
       }});
   ASSERT_TRUE(server.ok());
-  auto engine = PushPullEngine::Create(
-      [&](transport::TransportHandlers h) {
-        return transport::CreateInprocTransport(&hub, std::move(h));
-      },
-      {.timeout = absl::Seconds(10)});
+  auto engine = testing::InprocEngine(&hub, absl::Seconds(10));
   ASSERT_TRUE(engine.ok());
   auto to_engine = (*server)->Connect((*engine)->address());
   ASSERT_TRUE(to_engine.ok());
