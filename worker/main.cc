@@ -30,12 +30,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/base/thread_pool.h"
-#include "common/control/coordinator_client.h"
 #include "common/control/member_session.h"
 #include "common/control/peer_failure_reporter.h"
 #include "common/daemon/daemon_flags.h"
 #include "common/daemon/daemon_main.h"
 #include "common/daemon/grpc_endpoint.h"
+#include "common/daemon/member_join.h"
 #include "common/daemon/metrics_server.h"
 #include "common/daemon/polled_metrics.h"
 #include "common/daemon/rpc_metrics.h"
@@ -258,22 +258,13 @@ int Main(int argc, char** argv) {
   if (!engine.ok()) return daemon.Fail(absl::StrCat("UCX: ", engine.status().ToString()));
 
   control::MemberSessionOptions session_options;
-  session_options.name = member.name;
   session_options.role = gift::v1::MEMBER_ROLE_WORKER;
   session_options.data_address = (*engine)->address();
   session_options.control_address =
       socket_path.empty() ? listen : absl::StrCat("unix:", socket_path);
-  auto session = control::MemberSession::Start(
-      control::CoordinatorClient::MakeChannel(member.coordinator, credentials->channel),
-      session_options);
-  if (!session.ok()) {
-    return daemon.Fail(
-        absl::StrCat("joining ", member.coordinator, ": ", session.status().ToString()));
-  }
-  Log(Level::kInfo, "joined",
-      {{"coordinator", member.coordinator},
-       {"member_id", (*session)->member_id()},
-       {"rank", static_cast<int64_t>((*session)->rank())}});
+  auto session =
+      daemon::JoinCluster(member, credentials->channel, std::move(session_options), "rank");
+  if (!session.ok()) return daemon.Fail(session.status().message());
   failure_reporter.Attach(session->get());  // aggregator failures go to the coordinator
 
   StepMetrics step_metrics(*(*metrics)->registry());

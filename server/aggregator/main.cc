@@ -40,12 +40,12 @@
 #include "common/base/logging.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
-#include "common/control/coordinator_client.h"
 #include "common/control/member_session.h"
 #include "common/control/peer_failure_reporter.h"
 #include "common/daemon/daemon_flags.h"
 #include "common/daemon/daemon_main.h"
 #include "common/daemon/grpc_endpoint.h"
+#include "common/daemon/member_join.h"
 #include "common/daemon/metrics_server.h"
 #include "common/daemon/polled_metrics.h"
 #include "common/daemon/shutdown.h"
@@ -247,20 +247,11 @@ int Main(int argc, char** argv) {
   if (!shard.ok()) return daemon.Fail(shard.status().ToString());
 
   control::MemberSessionOptions session_options;
-  session_options.name = member.name;
   session_options.role = gift::v1::MEMBER_ROLE_SERVER;
   session_options.data_address = (*shard)->address();
-  auto session = control::MemberSession::Start(
-      control::CoordinatorClient::MakeChannel(member.coordinator, credentials->channel),
-      session_options);
-  if (!session.ok()) {
-    return daemon.Fail(
-        absl::StrCat("joining ", member.coordinator, ": ", session.status().ToString()));
-  }
-  Log(Level::kInfo, "joined",
-      {{"coordinator", member.coordinator},
-       {"member_id", (*session)->member_id()},
-       {"shard", static_cast<int64_t>((*session)->rank())}});
+  auto session =
+      daemon::JoinCluster(member, credentials->channel, std::move(session_options), "shard");
+  if (!session.ok()) return daemon.Fail(session.status().message());
   failure_reporter.Attach(session->get());  // worker failures go to the coordinator
 
   const uint32_t shard_id = (*session)->rank();
