@@ -67,11 +67,8 @@ using daemon::kGauge;
 // What one scrape reads from the shard and the daemon.
 struct ShardSnapshot {
   AggregatorShard::Counters counters;
-  uint64_t epoch = 0;
-  uint64_t chunks = 0;
-  uint64_t workers = 0;
-  uint64_t pending = 0;
-  uint64_t deferred = 0;
+  uint64_t epoch = 0, pending = 0, deferred = 0;  // the shard's
+  uint64_t chunks = 0, workers = 0;               // the daemon's
 };
 
 // The shard's metrics, read from its counters on every scrape.
@@ -86,10 +83,10 @@ void AddShardMetrics(daemon::MetricsServer& metrics, const AggregatorShard* shar
       [shard, daemon] {
         return S{.counters = shard->counters(),
                  .epoch = shard->epoch(),
-                 .chunks = daemon->chunks(),
-                 .workers = daemon->workers(),
                  .pending = shard->pending_chunks(),
-                 .deferred = shard->deferred_pushes()};
+                 .deferred = shard->deferred_pushes(),
+                 .chunks = daemon->chunks(),
+                 .workers = daemon->workers()};
       },
       {
           {kCounter, "gift_server_pushes_total", "Chunk pushes accepted",

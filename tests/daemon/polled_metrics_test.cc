@@ -19,9 +19,7 @@ using ::testing::Not;
 
 // A component's counters, as its snapshot function returns them.
 struct Counts {
-  uint64_t pushes = 0;
-  uint64_t bytes_in = 0;
-  uint64_t bytes_out = 0;
+  uint64_t pushes = 0, bytes_in = 0, bytes_out = 0;
   double seconds = 0;
   int32_t epoch = 0;
 };
