@@ -1,60 +1,31 @@
+// `gift-bench cluster`: the driver. Starts the cluster (twice with
+// --auth-compare), runs it (cluster_run.h), runs the baselines
+// (cluster_baselines.h), and reports per worker, CPU and links, correctness
+// and the summary table, as text and JSON.
 #include "bench/cluster_bench.h"
 
-#include <grpcpp/create_channel.h>
-#include <netinet/in.h>
-#include <stdlib.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <barrier>
 #include <chrono>
-#include <cmath>
-#include <csignal>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_util.h"
-#include "bench/gloo_baseline.h"
-#include "bench/perftest_baseline.h"
-#include "bench/reducer_baseline.h"
+#include "bench/cluster_baselines.h"
+#include "bench/cluster_run.h"
 #include "bench/synthetic_model.h"
-#include "common/base/split_mix64.h"
 #include "common/base/status_macros.h"
 #include "common/base/temp_dir.h"
 #include "common/codec/codec.h"
 #include "common/codec/codec_spec.h"
-#include "common/codec/codec_spec_proto.h"
-#include "common/codec/encoded_tensor.h"
-#include "common/codec/payload.h"
-#include "common/control/coordinator_client.h"
-#include "common/control/subprocess.h"
-#include "common/dataplane/chunk_header.h"
 #include "nlohmann/json.hpp"
-#include "server/aggregator/chunk_reducer.h"
-#include "server/aggregator/reduction_timing.h"
 #include "tools/gift-cluster/local_cluster.h"
-#include "worker/client/worker_client.h"
 
 namespace gift::bench {
 namespace {
@@ -62,320 +33,10 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// ---- codec facts -------------------------------------------------------------------
-
 // Relative rounding bound of one element of `spec` (half an ulp at 1, doubled
 // for stochastic rounding; 0 for fp32).
 double RelativeBound(const codec::CodecSpec& spec) {
   return codec::ElementErrorBound(spec.format, spec.rounding, 1.0, 1.0);
-}
-
-// Payload bytes of one chunk of `elements` FP32 values encoded with `spec`
-// (1024-wide rows when they divide it, else one row).
-absl::StatusOr<uint64_t> ChunkPayloadBytes(const codec::CodecSpec& spec, uint64_t elements) {
-  const uint64_t cols = elements % 1024 == 0 ? 1024 : elements;
-  GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor t,
-                        codec::EncodedTensor::Create(spec, elements / cols, cols));
-  const uint64_t dims[] = {elements / cols, cols};
-  return codec::PayloadSize(t.view(), dims);
-}
-
-// ---- the cluster run -----------------------------------------------------------------
-
-enum class Phase { kWarmup, kTimed, kMeasure, kDone };
-
-struct StepSample {
-  Phase phase = Phase::kWarmup;
-  uint64_t step = 0;
-  double wall_s = 0;    // barrier -> reply, as the client saw it
-  double worker_s = 0;  // as the worker daemon measured it
-  uint64_t bytes_pushed = 0;
-  int transformed = 0;
-  uint64_t hash = 0;
-};
-
-struct WorkerState {
-  std::unique_ptr<client::WorkerClient> client;
-  std::vector<client::SharedTensor> tensors;
-  std::vector<StepSample> samples;
-  absl::Status error;
-  client::PushPullResult last;             // of the current step
-  std::vector<std::vector<float>> inputs;  // the measured step's gradients
-};
-
-struct CpuSnapshot {
-  std::vector<std::optional<ProcessUsage>> workers, servers;
-  std::optional<ProcessUsage> coordinator, self;
-  // With a placement: each placed host's device counters.
-  std::vector<tools::LinkCounters> links;
-  std::string links_error;
-};
-
-CpuSnapshot TakeCpu(tools::LocalCluster& cluster, int servers, int workers) {
-  CpuSnapshot s;
-  for (int i = 0; i < workers; ++i) {
-    s.workers.push_back(ReadProcessUsage(absl::StrCat(cluster.worker(i)->pid())));
-  }
-  for (int i = 0; i < servers; ++i) {
-    s.servers.push_back(ReadProcessUsage(absl::StrCat(cluster.server(i)->pid())));
-  }
-  s.coordinator = ReadProcessUsage(absl::StrCat(cluster.coordinator()->pid()));
-  s.self = ReadProcessUsage("self");
-  absl::StatusOr<std::vector<tools::LinkCounters>> links = cluster.ReadLinkCounters();
-  if (links.ok()) {
-    s.links = *std::move(links);
-  } else {
-    s.links_error = links.status().ToString();
-  }
-  return s;
-}
-
-struct ClusterRun {
-  std::vector<ModelTensor> tensors;
-  uint64_t fp32_bytes = 0;  // per worker per step
-  codec::CodecSpec push_spec, pull_spec;
-  std::vector<WorkerState> workers;
-  std::vector<uint32_t> ranks;
-  int warmup_steps = 0;
-  bool all_transformed = false;
-  int transformable = 0;
-  bool identical_bits = true;
-  std::vector<uint64_t> mismatched_steps;
-  double timed_wall_s = 0;
-  CpuSnapshot cpu_start, cpu_end;
-  // The measured step.
-  double max_service_error = 0;
-  std::string max_service_error_tensor;
-  double max_local_error = 0;
-  std::string max_local_error_tensor;
-  double max_local_vs_service = 0;  // |local - service| / service, largest
-};
-
-absl::Status SetPolicy(const std::string& address, const ClusterBenchOptions& o,
-                       const codec::CodecSpec& push, const codec::CodecSpec& pull) {
-  control::CoordinatorClient client(control::CoordinatorClient::MakeChannel(address),
-                                    absl::Seconds(30));
-  gift::v1::Policy policy;
-  *policy.mutable_transform()->mutable_push_codec() = codec::ToProto(push);
-  *policy.mutable_transform()->mutable_pull_codec() = codec::ToProto(pull);
-  policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);
-  if (o.mode == "gift") {
-    policy.mutable_selection()->add_include("*");  // every 2-D tensor, always
-    policy.mutable_refresh()->set_period_steps(o.period);
-    if (o.source == "per-worker") {  // sketches exchanged on every step (collect period 1)
-      policy.mutable_transform()->set_source(gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS);
-    } else if (o.source != "gradients") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--source ", o.source, ": gradients or per-worker"));
-    }
-  } else {
-    policy.mutable_selection()->add_exclude("*");  // none: direct quantization
-  }
-  absl::StatusOr<gift::v1::Policy> set = client.SetPolicy(policy, 0);
-  if (!set.ok())
-    return absl::Status(set.status().code(), absl::StrCat("SetPolicy: ", set.status().message()));
-  return absl::OkStatus();
-}
-
-absl::Status RunCluster(const ClusterBenchOptions& o, tools::LocalCluster& cluster, ClusterRun& run,
-                        std::ostream& os) {
-  const int P = o.workers;
-  run.workers.resize(P);
-  std::vector<client::TensorSpec> specs;
-  for (const ModelTensor& t : run.tensors) specs.push_back({t.name, t.shape});
-  for (int w = 0; w < P; ++w) {
-    GIFT_ASSIGN_OR_RETURN(run.workers[w].client,
-                          client::WorkerClient::Connect(cluster.worker_socket(w)));
-  }
-  // Register on all workers at once: each call waits for the coordinator to
-  // assign the tensor ids.
-  {
-    std::vector<std::thread> threads;
-    for (int w = 0; w < P; ++w) {
-      threads.emplace_back([&, w] {
-        auto tensors = run.workers[w].client->Register(specs);
-        if (tensors.ok()) {
-          run.workers[w].tensors = *std::move(tensors);
-        } else {
-          run.workers[w].error = tensors.status();
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    for (int w = 0; w < P; ++w) {
-      if (!run.workers[w].error.ok()) {
-        return absl::Status(run.workers[w].error.code(),
-                            absl::StrCat("worker ", w, ": ", run.workers[w].error.message()));
-      }
-      run.ranks.push_back(run.workers[w].client->rank());
-    }
-  }
-  GradientSource source(run.tensors);
-
-  // Shared driver state; written only by the barrier's completion step (all
-  // threads wait there) or by a thread in its own slot.
-  Phase phase = o.warmup > 0 || o.mode == "gift" ? Phase::kWarmup : Phase::kTimed;
-  int warm_done = 0, timed_done = 0;
-  Clock::time_point timed_start = Clock::now();
-  if (phase == Phase::kTimed) run.cpu_start = TakeCpu(cluster, o.servers, P);
-  auto decide = [&]() noexcept {
-    const Phase current = phase;
-    // Errors end the run.
-    for (int w = 0; w < P; ++w) {
-      if (!run.workers[w].error.ok()) {
-        phase = Phase::kDone;
-        return;
-      }
-    }
-    const StepSample& first = run.workers[0].samples.back();
-    for (int w = 1; w < P; ++w) {
-      if (run.workers[w].samples.back().hash != first.hash && current != Phase::kWarmup) {
-        run.identical_bits = false;
-        run.mismatched_steps.push_back(first.step);
-        break;
-      }
-    }
-    switch (current) {
-      case Phase::kWarmup: {
-        ++warm_done;
-        bool transformed = true;
-        for (int w = 0; w < P; ++w) {
-          transformed =
-              transformed && run.workers[w].samples.back().transformed == run.transformable;
-        }
-        run.all_transformed = transformed;
-        const bool ready = o.mode != "gift" || transformed;
-        if (warm_done >= o.warmup && (ready || warm_done >= o.max_warmup)) {
-          phase = Phase::kTimed;
-          run.warmup_steps = warm_done;
-          run.cpu_start = TakeCpu(cluster, o.servers, P);
-          timed_start = Clock::now();
-        }
-        break;
-      }
-      case Phase::kTimed:
-        if (++timed_done >= o.steps) {
-          run.timed_wall_s = SecondsSince(timed_start);
-          run.cpu_end = TakeCpu(cluster, o.servers, P);
-          phase = Phase::kMeasure;
-        }
-        break;
-      case Phase::kMeasure:
-      case Phase::kDone:
-        phase = Phase::kDone;
-        break;
-    }
-  };
-  std::barrier ready_barrier(P);
-  std::barrier done_barrier(P, decide);
-
-  auto drive = [&](int w) {
-    WorkerState& ws = run.workers[w];
-    for (uint64_t step = 0; phase != Phase::kDone; ++step) {
-      const Phase current = phase;
-      for (size_t t = 0; t < run.tensors.size(); ++t) {
-        source.Fill(t, step, w, ws.tensors[t].data());
-      }
-      if (current == Phase::kMeasure) {
-        ws.inputs.clear();
-        for (const client::SharedTensor& t : ws.tensors) {
-          ws.inputs.emplace_back(t.data(), t.data() + t.size());
-        }
-      }
-      ready_barrier.arrive_and_wait();
-      const Clock::time_point start = Clock::now();
-      absl::StatusOr<client::PushPullResult> result =
-          ws.client->PushPull(step, current == Phase::kMeasure);
-      const double wall = SecondsSince(start);
-      StepSample sample{.phase = current, .step = step, .wall_s = wall};
-      if (result.ok()) {
-        sample.worker_s = result->seconds;
-        for (const client::TensorResult& r : result->tensors) {
-          sample.bytes_pushed += r.bytes_sent;
-          sample.transformed += r.transformed ? 1 : 0;
-        }
-        uint64_t h = 0xCBF29CE484222325ull;
-        for (const client::SharedTensor& t : ws.tensors) h = HashFloats(t.data(), t.size(), h);
-        sample.hash = h;
-        ws.last = *std::move(result);
-      } else {
-        ws.error = absl::Status(
-            result.status().code(),
-            absl::StrCat("worker ", w, " step ", step, ": ", result.status().message()));
-      }
-      ws.samples.push_back(sample);
-      done_barrier.arrive_and_wait();
-    }
-  };
-  os << "running: " << o.warmup << "+ warm-up, " << o.steps << " timed steps, 1 measured step\n"
-     << std::flush;
-  {
-    std::vector<std::thread> threads;
-    for (int w = 0; w < P; ++w) threads.emplace_back(drive, w);
-    for (std::thread& t : threads) t.join();
-  }
-  for (int w = 0; w < P; ++w) {
-    if (!run.workers[w].error.ok()) return run.workers[w].error;
-  }
-
-  // The measured step: the service's errors, and the same computed here.
-  for (int w = 0; w < P; ++w) {
-    for (const client::TensorResult& r : run.workers[w].last.tensors) {
-      if (std::isfinite(r.rel_l2_error) && r.rel_l2_error >= run.max_service_error) {
-        run.max_service_error = r.rel_l2_error;
-        run.max_service_error_tensor = r.name;
-      }
-    }
-  }
-  for (size_t t = 0; t < run.tensors.size(); ++t) {
-    const size_t n = run.tensors[t].elements();
-    const float* got = run.workers[0].tensors[t].data();
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < n; ++i) {
-      double exact = 0;
-      for (int w = 0; w < P; ++w) exact += run.workers[w].inputs[t][i];
-      exact /= P;
-      err += (got[i] - exact) * (got[i] - exact);
-      norm += exact * exact;
-    }
-    const double rel = norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
-    if (rel >= run.max_local_error) {
-      run.max_local_error = rel;
-      run.max_local_error_tensor = run.tensors[t].name;
-    }
-    const double service = run.workers[0].last.tensors[t].rel_l2_error;
-    if (service > 0) {
-      run.max_local_vs_service =
-          std::max(run.max_local_vs_service, std::abs(rel - service) / service);
-    }
-  }
-  return absl::OkStatus();
-}
-
-// ---- output helpers ----------------------------------------------------------------------
-
-double Gbps(double bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
-
-json Ratio(double num, double den) {
-  if (!(num > 0) || !(den > 0)) return nullptr;
-  return num / den;
-}
-
-std::string RatioText(const json& r) {
-  return r.is_number() ? absl::StrFormat("%.3f", r.get<double>()) : "-";
-}
-
-// The slowest worker's median timed step.
-double SlowestMedian(const ClusterRun& run) {
-  double slowest = 0;
-  for (const WorkerState& ws : run.workers) {
-    std::vector<double> wall;
-    for (const StepSample& s : ws.samples) {
-      if (s.phase == Phase::kTimed) wall.push_back(s.wall_s);
-    }
-    slowest = std::max(slowest, Median(wall));
-  }
-  return slowest;
 }
 
 // The growth of one field of ProcessUsage from `a` to `b`, summed over the
@@ -481,7 +142,7 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
     os << absl::StrFormat("cluster up in %.1f s (%s), data-plane authentication %s\n",
                           SecondsSince(t0), options.dir, auth ? "on" : "off")
        << std::flush;
-    absl::Status status = SetPolicy(cluster->coordinator_address(), o, r.push_spec, r.pull_spec);
+    absl::Status status = SetClusterPolicy(cluster->coordinator_address(), o, r.push_spec, r.pull_spec);
     if (status.ok()) status = RunCluster(o, *cluster, r, os);
     if (!status.ok()) {
       std::string logs;
@@ -524,17 +185,17 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
                        {"median_step_s", median},
                        {"p90_step_s", p90},
                        {"daemon_median_step_s", Median(daemon)},
-                       {"gbps_fp32", Gbps(run.fp32_bytes, median)},
+                       {"gbps_fp32", GigabytesPerSecond(run.fp32_bytes, median)},
                        {"bytes_pushed_per_step", pushed},
                        {"step_seconds", wall}});
     WriteLine(os, absl::StrFormat("%-7d %4d  %10.1f  %10.1f  %10.1f  %12.3f  %14d  %8.2f", w,
                                   run.ranks[w], 1e3 * median, 1e3 * p90, 1e3 * Median(daemon),
-                                  Gbps(run.fp32_bytes, median), pushed,
+                                  GigabytesPerSecond(run.fp32_bytes, median), pushed,
                                   pushed > 0 ? run.fp32_bytes / static_cast<double>(pushed) : 0));
   }
   const double slowest_median = *std::max_element(all_medians.begin(), all_medians.end());
-  const double pp_gbps = Gbps(run.fp32_bytes, slowest_median);
-  const double wire_gbps = Gbps(bytes_pushed, slowest_median);
+  const double pp_gbps = GigabytesPerSecond(run.fp32_bytes, slowest_median);
+  const double wire_gbps = GigabytesPerSecond(bytes_pushed, slowest_median);
 
   // ---- the cost of data-plane authentication: the same steps on a second
   // cluster with the other setting
@@ -544,7 +205,7 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
     init_run(other);
     absl::Status other_stopped;
     GIFT_RETURN_IF_ERROR(run_cluster(!o.auth, other, other_stopped));
-    const double other_gbps = Gbps(other.fp32_bytes, SlowestMedian(other));
+    const double other_gbps = GigabytesPerSecond(other.fp32_bytes, SlowestMedian(other));
     const double on_gbps = o.auth ? pp_gbps : other_gbps;
     const double off_gbps = o.auth ? other_gbps : pp_gbps;
     auth["gbps_fp32_with_macs"] = on_gbps;
@@ -684,99 +345,14 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
     os << "note: not every 2-D tensor was transformed when timing began (raise --max-warmup)\n";
   }
 
-  // ---- baselines
-  json perftest = {{"ran", false}};
-  std::vector<PerftestResult> perf;
-  if (o.perftest) {
-    if (access(o.perftest_bin.c_str(), X_OK) != 0) {
-      perftest["skipped"] = absl::StrCat(o.perftest_bin, " is not executable (Debian: ucx-utils)");
-    } else {
-      const PerftestOptions perftest_options{
-          .binary = o.perftest_bin, .ucx_tls = o.ucx_tls, .iterations = o.perftest_iters};
-      absl::StatusOr<uint64_t> chunk = ChunkPayloadBytes(run.push_spec, o.chunk_bytes / 4);
-      if (chunk.ok()) perf.push_back(RunPerftest(perftest_options, "one pushed chunk", *chunk));
-      if (bytes_pushed > 0) {
-        perf.push_back(RunPerftest(perftest_options, "bytes pushed per step",
-                                   static_cast<uint64_t>(bytes_pushed)));
-      }
-      json results = json::array();
-      for (const PerftestResult& p : perf) {
-        json r = {
-            {"label", p.label}, {"message_bytes", p.message_bytes}, {"iterations", p.iterations}};
-        if (p.bytes_per_s > 0) {
-          r["gbps"] = p.bytes_per_s / 1e9;
-          r["push_pull_fp32_ratio"] = Ratio(pp_gbps, p.bytes_per_s / 1e9);
-          r["push_pull_wire_ratio"] = Ratio(wire_gbps, p.bytes_per_s / 1e9);
-          perftest["ran"] = true;
-        } else {
-          r["error"] = p.error;
-        }
-        results.push_back(r);
-      }
-      perftest["tls"] = o.ucx_tls.empty() ? "(UCX's choice)" : o.ucx_tls;
-      perftest["test"] = "tag_bw, 127.0.0.1, two processes";
-      perftest["results"] = results;
-    }
-  } else {
-    perftest["skipped"] = "--no-perftest";
-  }
-
-  json gloo = {{"ran", false}};
-  if (o.gloo) {
-    os << "\nrunning the gloo all-reduce baseline (" << o.workers << " processes)...\n"
-       << std::flush;
-    const GlooOptions gloo_options{.python = o.python,
-                                   .script = o.gloo_script,
-                                   .placement_file = o.placement_file,
-                                   .world = o.workers,
-                                   .mode = o.gloo_mode,
-                                   .dtype = o.gloo_dtype};
-    GlooResult g = RunGloo(gloo_options, run.tensors, o.steps, std::max(1, o.warmup));
-    if (g.ran) {
-      gloo = g.report;
-      gloo.erase("step_seconds");
-      gloo["ran"] = true;
-      gloo["median_step_s"] = g.median_s;
-      gloo["p90_step_s"] = g.p90_s;
-      gloo["gbps_fp32"] = Gbps(run.fp32_bytes, g.median_s);
-      gloo["push_pull_speedup"] = Ratio(pp_gbps, Gbps(run.fp32_bytes, g.median_s));
-    } else {
-      gloo["skipped"] = g.skipped;
-    }
-  } else {
-    gloo["skipped"] = "--no-gloo";
-  }
-
-  json reducer = {{"ran", false}};
-  ReducerResult red;
-  if (o.reducer) {
-    absl::StatusOr<ReducerResult> rr = RunReducer({.chunk_bytes = o.chunk_bytes,
-                                                   .workers = static_cast<uint32_t>(o.workers),
-                                                   .reps = o.reducer_reps},
-                                                  run.push_spec, run.pull_spec);
-    if (rr.ok()) {
-      red = *rr;
-      reducer = {{"ran", true},
-                 {"ranks", o.workers},
-                 {"chunk_shape", {red.rows, red.cols}},
-                 {"chunk_fp32_bytes", o.chunk_bytes},
-                 {"payload_bytes", red.payload_bytes},
-                 {"push_codec", codec::ToString(run.push_spec)},
-                 {"pull_codec", codec::ToString(run.pull_spec)},
-                 {"threads", 1},
-                 {"all_pushes_median_s", red.all_pushes_s},
-                 {"last_push_median_s", red.last_push_s},
-                 {"gbps_fp32_out", Gbps(o.chunk_bytes, red.all_pushes_s)},
-                 {"reduce_encode_gbps_fp32_out", Gbps(o.chunk_bytes, red.last_push_s)},
-                 {"memcpy_gbps", Gbps(o.chunk_bytes, red.memcpy_s)},
-                 {"ratio_to_memcpy",
-                  Ratio(Gbps(o.chunk_bytes, red.all_pushes_s), Gbps(o.chunk_bytes, red.memcpy_s))}};
-    } else {
-      reducer["skipped"] = rr.status().ToString();
-    }
-  } else {
-    reducer["skipped"] = "--no-reducer";
-  }
+  // ---- baselines, in the same run
+  const PushPullThroughput pp{.fp32_gbps = pp_gbps,
+                              .wire_gbps = wire_gbps,
+                              .bytes_pushed_per_step = bytes_pushed,
+                              .fp32_bytes_per_step = static_cast<double>(run.fp32_bytes)};
+  const BaselineReport perftest = PerftestBaseline(o, run.push_spec, pp);
+  const BaselineReport gloo = GlooBaseline(o, run.tensors, pp, os);
+  const BaselineReport reducer = ReducerBaseline(o, run.push_spec, run.pull_spec);
 
   // ---- the summary table
   os << "\nthroughput per worker, GB/s of FP32 gradient (" << run.fp32_bytes << " B per step)\n";
@@ -787,58 +363,8 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
                                 pp_gbps, 1e3 * slowest_median, ""));
   WriteLine(os, absl::StrFormat("%-52s  %10.3f  %10s  %s",
                                 "  same, bytes on the wire (pushed only)", wire_gbps, "", ""));
-  if (o.gloo) {
-    if (gloo.value("ran", false)) {
-      WriteLine(os, absl::StrFormat("%-52s  %10.3f  %10.1f  %s",
-                                    absl::StrCat("gloo all-reduce, ", o.workers, " procs (",
-                                                 gloo.value("mode", ""), ", ", o.gloo_dtype, ")"),
-                                    gloo["gbps_fp32"].get<double>(),
-                                    1e3 * gloo["median_step_s"].get<double>(),
-                                    RatioText(gloo["push_pull_speedup"])));
-    } else {
-      WriteLine(
-          os, absl::StrFormat("%-52s  skipped: %s", "gloo all-reduce", gloo.value("skipped", "")));
-    }
-  }
-  if (o.perftest) {
-    if (perftest.contains("skipped")) {
-      WriteLine(os, absl::StrFormat("%-52s  skipped: %s", "ucx_perftest tag_bw",
-                                    perftest["skipped"].get<std::string>()));
-    }
-    for (const PerftestResult& p : perf) {
-      const std::string name =
-          absl::StrCat("ucx_perftest tag_bw ", p.message_bytes, " B (", p.label, ")");
-      if (p.bytes_per_s > 0) {
-        WriteLine(
-            os, absl::StrFormat("%-52s  %10.3f  %10s  FP32 %s, wire %s", name, p.bytes_per_s / 1e9,
-                                "", RatioText(Ratio(pp_gbps, p.bytes_per_s / 1e9)),
-                                RatioText(Ratio(wire_gbps, p.bytes_per_s / 1e9))));
-      } else {
-        WriteLine(os, absl::StrFormat("%-52s  failed: %s", name, p.error));
-      }
-    }
-  }
-  if (o.reducer) {
-    if (red.ran) {
-      WriteLine(os, absl::StrFormat(
-                        "\nserver reduction, one %llu x %llu chunk (%s -> %s), %d ranks, 1 thread:",
-                        static_cast<unsigned long long>(red.rows),
-                        static_cast<unsigned long long>(red.cols), codec::ToString(run.push_spec),
-                        codec::ToString(run.pull_spec), o.workers));
-      WriteLine(os, absl::StrFormat("  %d placed pushes (checksum + parse in place; the last "
-                                    "reduces and re-encodes into the send buffer): "
-                                    "%.3f GB/s FP32 out (%.2f ms)",
-                                    o.workers, Gbps(o.chunk_bytes, red.all_pushes_s),
-                                    1e3 * red.all_pushes_s));
-      WriteLine(os, absl::StrFormat("  the completing push alone: %.3f GB/s (%.2f ms)",
-                                    Gbps(o.chunk_bytes, red.last_push_s), 1e3 * red.last_push_s));
-      WriteLine(os, absl::StrFormat("  memcpy of the same FP32 bytes: %.3f GB/s; reduction / "
-                                    "memcpy = %s",
-                                    Gbps(o.chunk_bytes, red.memcpy_s),
-                                    RatioText(reducer["ratio_to_memcpy"])));
-    } else {
-      WriteLine(os, absl::StrFormat("server reduction: skipped: %s", reducer.value("skipped", "")));
-    }
+  for (const BaselineReport* b : {&gloo, &perftest, &reducer}) {
+    for (const std::string& line : b->summary_lines) WriteLine(os, line);
   }
   if (!stopped.ok()) os << "note: stopping the cluster: " << stopped << "\n";
 
@@ -877,9 +403,9 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
               {"links", links},
               {"correctness", correctness},
               {"identical_bits", run.identical_bits},
-              {"ucx_perftest", perftest},
-              {"gloo", gloo},
-              {"reducer", reducer}};
+              {"ucx_perftest", perftest.json},
+              {"gloo", gloo.json},
+              {"reducer", reducer.json}};
   return sinks.WriteJson(doc);
 }
 

@@ -103,6 +103,21 @@ CLI::Option* AddDurationOption(CLI::App& app, const std::string& name, absl::Dur
   return option;
 }
 
+void AddMemberFlags(CLI::App& app, MemberFlags* flags) {
+  app.add_option("--coordinator", flags->coordinator, "the coordinator's HOST:PORT")
+      ->capture_default_str();
+  app.add_option("--name", flags->name, "member name, unique among live members")
+      ->capture_default_str();
+  app.add_option("--ucx-tls", flags->ucx_tls,
+                 "UCX transports, as UCX_TLS takes them (default: UCX's choice)");
+}
+
+void AddMetricsListenFlag(CLI::App& app, std::string* listen) {
+  app.add_option("--metrics-listen", *listen,
+                 "HOST:PORT for Prometheus metrics at /metrics (\"\" disables; port 0 picks one)")
+      ->capture_default_str();
+}
+
 void AddTlsFlags(CLI::App& app, TlsFlags* flags) {
   app.add_option("--tls-cert", flags->files.cert,
                  "PEM certificate (chain) of this daemon; with --tls-key and --tls-ca every "

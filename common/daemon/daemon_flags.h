@@ -71,6 +71,23 @@ CLI::Option* AddDurationOption(CLI::App& app, const std::string& name, absl::Dur
                                const std::string& help,
                                DurationRange range = DurationRange::kPositive);
 
+// The flags of a cluster member (gift-server, gift-worker): the coordinator
+// to join, the member name, the UCX transports.
+struct MemberFlags {
+  std::string coordinator = "localhost:7070";
+  std::string name;  // the default shown in --help (e.g. DefaultMemberName)
+  std::string ucx_tls;
+};
+
+// Adds --coordinator, --name and --ucx-tls to `app`, their current values
+// shown as defaults. `flags` must outlive the parse.
+void AddMemberFlags(CLI::App& app, MemberFlags* flags);
+
+// Adds --metrics-listen HOST:PORT (the Prometheus endpoint, "" disables, port
+// 0 picks one), the current value shown as default. `listen` must outlive the
+// parse.
+void AddMetricsListenFlag(CLI::App& app, std::string* listen);
+
 // Transport security of a daemon's gRPC endpoints and of its channels to other
 // daemons (common/rpc/credentials.h).
 struct TlsFlags {

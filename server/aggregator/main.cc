@@ -25,15 +25,8 @@
 // no chunk is in flight, then leave (the coordinator moves the chunks) and exit 0.
 // Exit codes: 0 after SIGTERM/SIGINT, 64 for bad flags or config, 1 when UCX,
 // a listen address or the coordinator cannot be used at startup.
-#include <grpcpp/generic/async_generic_service.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,17 +40,19 @@
 #include "common/base/logging.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
-#include "common/control/coordinator_client.h"
 #include "common/control/member_session.h"
 #include "common/control/peer_failure_reporter.h"
 #include "common/daemon/daemon_flags.h"
+#include "common/daemon/daemon_main.h"
+#include "common/daemon/grpc_endpoint.h"
+#include "common/daemon/member_join.h"
 #include "common/daemon/metrics_server.h"
+#include "common/daemon/polled_metrics.h"
 #include "common/daemon/shutdown.h"
 #include "common/daemon/systemd_notify.h"
 #include "common/policy/policy.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "prometheus/counter.h"
-#include "prometheus/gauge.h"
 #include "server/aggregator/aggregator_daemon.h"
 #include "server/aggregator/aggregator_shard.h"
 
@@ -66,36 +61,67 @@ namespace {
 
 using gift::logging::Level;
 using gift::logging::Log;
+using daemon::kCounter;
+using daemon::kGauge;
 
-using daemon::kExitFailure;
-
-constexpr char kName[] = "gift-server";
-
-int Fail(absl::string_view event, absl::string_view message) {
-  Log(Level::kError, event, {{"error", message}});
-  std::fprintf(stderr, "gift-server: %.*s\n", static_cast<int>(message.size()), message.data());
-  return kExitFailure;
-}
+// What one scrape reads from the shard and the daemon.
+struct ShardSnapshot {
+  AggregatorShard::Counters counters;
+  uint64_t epoch = 0, pending = 0, deferred = 0;  // the shard's
+  uint64_t chunks = 0, workers = 0;               // the daemon's
+};
 
 // The shard's metrics, read from its counters on every scrape.
 void AddShardMetrics(daemon::MetricsServer& metrics, const AggregatorShard* shard,
                      const AggregatorDaemon* daemon, uint32_t shard_id) {
+  using S = ShardSnapshot;
+  auto counter = [](uint64_t AggregatorShard::Counters::*field) {
+    return [field](const S& s) { return static_cast<double>(s.counters.*field); };
+  };
+  daemon::AddPolledMetrics<S>(
+      metrics,
+      [shard, daemon] {
+        return S{.counters = shard->counters(),
+                 .epoch = shard->epoch(),
+                 .pending = shard->pending_chunks(),
+                 .deferred = shard->deferred_pushes(),
+                 .chunks = daemon->chunks(),
+                 .workers = daemon->workers()};
+      },
+      {
+          {kCounter, "gift_server_pushes_total", "Chunk pushes accepted",
+           counter(&AggregatorShard::Counters::pushes_accepted)},
+          {kCounter, "gift_server_chunks_completed_total", "(step, chunk) reductions completed",
+           counter(&AggregatorShard::Counters::chunks_completed)},
+          {kCounter, "gift_server_chunks_aborted_total",
+           "(step, chunk) reductions aborted by an epoch change",
+           counter(&AggregatorShard::Counters::chunks_aborted)},
+          {kCounter, "gift_server_result_bytes_total", "Bytes of reduced chunks sent to workers",
+           counter(&AggregatorShard::Counters::result_bytes_sent)},
+          {kCounter, "gift_server_send_failures_total", "Result sends that failed",
+           counter(&AggregatorShard::Counters::send_failures)},
+          {kGauge, "gift_server_epoch", "Epoch the shard serves", daemon::Field(&S::epoch)},
+          {kGauge, "gift_server_shard_id", "This server's shard id",
+           [shard_id](const S&) { return static_cast<double>(shard_id); }},
+          {kGauge, "gift_server_chunks", "Chunks assigned to this shard in the current epoch",
+           daemon::Field(&S::chunks)},
+          {kGauge, "gift_server_workers", "Workers of the current epoch",
+           daemon::Field(&S::workers)},
+          {kGauge, "gift_server_pending_chunks", "(step, chunk) reductions waiting for ranks",
+           daemon::Field(&S::pending)},
+          {kGauge, "gift_server_deferred_pushes",
+           "Pushes held for an epoch or chunk not known yet", daemon::Field(&S::deferred)},
+          {kCounter, "gift_server_push_bytes_total", "Bytes of chunk pushes received",
+           counter(&AggregatorShard::Counters::push_bytes_received)},
+          {kCounter, "gift_server_reduce_seconds_total",
+           "Time spent reducing and re-encoding chunks",
+           [](const S& s) { return s.counters.reduce_seconds; }},
+          {kCounter, "gift_server_reduced_bytes_total",
+           "FP32 bytes of reduced chunks (reduce throughput = rate of this / rate of reduce "
+           "seconds)",
+           counter(&AggregatorShard::Counters::reduced_bytes)},
+      });
   prometheus::Registry& r = *metrics.registry();
-  auto gauge = [&](const std::string& name, const std::string& help) -> prometheus::Gauge& {
-    return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
-  };
-  auto counter = [&](const std::string& name, const std::string& help) -> prometheus::Counter& {
-    return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
-  };
-  prometheus::Counter& pushes = counter("gift_server_pushes_total", "Chunk pushes accepted");
-  prometheus::Counter& completed =
-      counter("gift_server_chunks_completed_total", "(step, chunk) reductions completed");
-  prometheus::Counter& aborted = counter("gift_server_chunks_aborted_total",
-                                         "(step, chunk) reductions aborted by an epoch change");
-  prometheus::Counter& result_bytes =
-      counter("gift_server_result_bytes_total", "Bytes of reduced chunks sent to workers");
-  prometheus::Counter& send_failures =
-      counter("gift_server_send_failures_total", "Result sends that failed");
   auto& rejected = prometheus::BuildCounter()
                        .Name("gift_server_rejected_messages_total")
                        .Help("Messages dropped, by reason (the status code name)")
@@ -119,77 +145,28 @@ void AddShardMetrics(daemon::MetricsServer& metrics, const AggregatorShard* shar
   for (dataplane::AuthFailure f : dataplane::kAllAuthFailures) {
     auth_failures.Add({{"reason", std::string(dataplane::AuthFailureName(f))}});
   }
-  prometheus::Gauge& epoch = gauge("gift_server_epoch", "Epoch the shard serves");
-  prometheus::Gauge& shard_gauge = gauge("gift_server_shard_id", "This server's shard id");
-  prometheus::Gauge& chunk_gauge =
-      gauge("gift_server_chunks", "Chunks assigned to this shard in the current epoch");
-  prometheus::Gauge& worker_gauge = gauge("gift_server_workers", "Workers of the current epoch");
-  prometheus::Gauge& pending =
-      gauge("gift_server_pending_chunks", "(step, chunk) reductions waiting for ranks");
-  prometheus::Gauge& deferred =
-      gauge("gift_server_deferred_pushes", "Pushes held for an epoch or chunk not known yet");
-  prometheus::Counter& push_bytes =
-      counter("gift_server_push_bytes_total", "Bytes of chunk pushes received");
-  prometheus::Counter& reduce_seconds =
-      counter("gift_server_reduce_seconds_total", "Time spent reducing and re-encoding chunks");
-  prometheus::Counter& reduced_bytes = counter(
-      "gift_server_reduced_bytes_total",
-      "FP32 bytes of reduced chunks (reduce throughput = rate of this / rate of reduce seconds)");
-  metrics.AddRefresher([=, &pushes, &completed, &aborted, &result_bytes, &send_failures, &rejected,
-                        &auth_failures, &epoch, &shard_gauge, &chunk_gauge, &worker_gauge, &pending,
-                        &deferred, &push_bytes, &reduce_seconds, &reduced_bytes] {
-    const AggregatorShard::Counters c = shard->counters();
-    daemon::AdvanceCounterTo(pushes, static_cast<double>(c.pushes_accepted));
-    daemon::AdvanceCounterTo(completed, static_cast<double>(c.chunks_completed));
-    daemon::AdvanceCounterTo(aborted, static_cast<double>(c.chunks_aborted));
-    daemon::AdvanceCounterTo(result_bytes, static_cast<double>(c.result_bytes_sent));
-    daemon::AdvanceCounterTo(send_failures, static_cast<double>(c.send_failures));
+  metrics.AddRefresher([shard, &rejected, &auth_failures] {
     for (const auto& [reason, count] : shard->rejections()) {
       daemon::AdvanceCounterTo(rejected.Add({{"reason", reason}}), static_cast<double>(count));
     }
     for (const auto& [reason, count] : shard->auth_failures()) {
       daemon::AdvanceCounterTo(auth_failures.Add({{"reason", reason}}), static_cast<double>(count));
     }
-    epoch.Set(static_cast<double>(shard->epoch()));
-    shard_gauge.Set(shard_id);
-    chunk_gauge.Set(static_cast<double>(daemon->chunks()));
-    worker_gauge.Set(static_cast<double>(daemon->workers()));
-    pending.Set(static_cast<double>(shard->pending_chunks()));
-    deferred.Set(static_cast<double>(shard->deferred_pushes()));
-    daemon::AdvanceCounterTo(push_bytes, static_cast<double>(c.push_bytes_received));
-    daemon::AdvanceCounterTo(reduce_seconds, c.reduce_seconds);
-    daemon::AdvanceCounterTo(reduced_bytes, static_cast<double>(c.reduced_bytes));
   });
 }
 
-std::string DefaultName() {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  return absl::StrCat(host, "/server-", getpid());
-}
-
 int Main(int argc, char** argv) {
-  // First, before anything can start a thread (gRPC starts its executor and
-  // timer threads when the first credentials are made): threads inherit the
-  // mask, and one that leaves SIGTERM unblocked lets it kill the process
-  // (exit 143) instead of starting the drain.
-  daemon::SignalWaiter signals;
+  daemon::DaemonMain daemon("gift-server");  // first: see common/daemon/daemon_main.h
   CLI::App app(
       "gift-server: a GIFT-PS aggregator shard (sums the workers' chunks in FP32, "
       "in the transformed basis, and returns the average).");
-  std::string coordinator = "localhost:7070";
-  std::string name = DefaultName();
-  std::string ucx_tls;
+  daemon::MemberFlags member{.name = daemon::DefaultMemberName("server")};
   int threads = 2;
   std::string listen = "127.0.0.1:7071";
   std::string metrics_listen = "127.0.0.1:9471";
   absl::Duration drain_timeout = absl::Seconds(30);
   daemon::TlsFlags tls;
-  app.add_option("--coordinator", coordinator, "the coordinator's HOST:PORT")
-      ->capture_default_str();
-  app.add_option("--name", name, "member name, unique among live members")->capture_default_str();
-  app.add_option("--ucx-tls", ucx_tls,
-                 "UCX transports, as UCX_TLS takes them (default: UCX's choice)");
+  daemon::AddMemberFlags(app, &member);
   app.add_option("--threads", threads,
                  "threads reducing completed chunks, off the transport's progress thread (0: one "
                  "per hardware thread)")
@@ -198,65 +175,42 @@ int Main(int argc, char** argv) {
   app.add_option("--listen", listen,
                  "HOST:PORT for grpc.health.v1 (SERVING once joined); port 0 picks one")
       ->capture_default_str();
-  app.add_option("--metrics-listen", metrics_listen,
-                 "HOST:PORT for Prometheus metrics at /metrics (\"\" disables; port 0 picks one)")
-      ->capture_default_str();
+  daemon::AddMetricsListenFlag(app, &metrics_listen);
   daemon::AddDurationOption(
       app, "--drain-timeout", &drain_timeout,
       "on SIGTERM, longest wait for in-flight chunks before leaving (e.g. 30s, 1m30s)",
       daemon::DurationRange::kNonNegative);
   daemon::AddTlsFlags(app, &tls);
-  if (std::optional<int> exit = daemon::ParseDaemonFlags(app, argc, argv, kName)) return *exit;
-  if (absl::Status s = daemon::CheckHostPort(listen); !s.ok()) {
-    return daemon::UsageError(kName, absl::StrCat("--listen: ", s.message()));
+  if (std::optional<int> exit = daemon.ParseFlags(app, argc, argv)) return *exit;
+  if (std::optional<int> exit = daemon.CheckAddressFlag("--listen", listen)) return *exit;
+  absl::StatusOr<daemon::DaemonCredentials> credentials = daemon::MakeDaemonCredentials(
+      tls, {{"--listen", listen}, {"--coordinator", member.coordinator}});
+  if (!credentials.ok()) return daemon.UsageError(credentials.status().message());
+  if (std::optional<int> exit =
+          daemon.CheckAddressFlag("--metrics-listen", metrics_listen, /*empty_disables=*/true)) {
+    return *exit;
   }
-  absl::StatusOr<daemon::DaemonCredentials> credentials =
-      daemon::MakeDaemonCredentials(tls, {{"--listen", listen}, {"--coordinator", coordinator}});
-  if (!credentials.ok()) return daemon::UsageError(kName, credentials.status().message());
-  if (!metrics_listen.empty()) {
-    if (absl::Status s = daemon::CheckHostPort(metrics_listen); !s.ok()) {
-      return daemon::UsageError(kName, absl::StrCat("--metrics-listen: ", s.message()));
-    }
-  }
-
-  logging::SetDaemonName(kName);
 
   auto metrics =
       daemon::MetricsServer::StartForDaemon(metrics_listen, app.count("--metrics-listen") > 0);
-  if (!metrics.ok()) return Fail("startup_failed", metrics.status().message());
+  if (!metrics.ok()) return daemon.Fail(metrics.status().message());
 
   // grpc.health.v1 only: NOT_SERVING until joined. As for metrics, only an
   // address given by flag or config must work.
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  int health_port = 0;
-  builder.AddListeningPort(listen, credentials->server, &health_port);
-  // gRPC needs a service with a polled queue to serve the health service: a
-  // generic one that answers UNIMPLEMENTED to everything else.
-  grpc::CallbackGenericService unimplemented;
-  builder.RegisterCallbackGenericService(&unimplemented);
-  std::unique_ptr<grpc::Server> health_server = builder.BuildAndStart();
-  if (health_server == nullptr || health_port == 0) {
-    const std::string error = absl::StrCat("cannot listen on ", listen);
-    if (app.count("--listen") > 0) return Fail("startup_failed", error);
-    Log(Level::kWarning, "health_unavailable", {{"error", error}});
-    health_server.reset();
+  daemon::GrpcEndpointOptions health_options;
+  health_options.ports = {{listen, credentials->server}};
+  absl::StatusOr<std::unique_ptr<daemon::GrpcEndpoint>> health =
+      daemon::GrpcEndpoint::Start(std::move(health_options));
+  if (!health.ok()) {
+    if (app.count("--listen") > 0) return daemon.Fail(health.status().message());
+    Log(Level::kWarning, "health_unavailable", {{"error", health.status().message()}});
+    health = std::unique_ptr<daemon::GrpcEndpoint>();
   } else {
-    Log(Level::kInfo, "health_listening",
-        {{"address", absl::StrCat(listen.substr(0, listen.rfind(':')), ":", health_port)}});
+    Log(Level::kInfo, "health_listening", {{"address", (*health)->bound_address(0)}});
   }
   auto set_serving = [&](bool serving) {
-    if (health_server != nullptr) health_server->GetHealthCheckService()->SetServingStatus(serving);
+    if (*health != nullptr) (*health)->SetServing(serving);
   };
-  set_serving(false);
-  struct HealthStopper {
-    grpc::Server* server;
-    ~HealthStopper() {
-      if (server == nullptr) return;
-      server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
-      server->Wait();
-    }
-  } health_stopper{health_server.get()};
 
   AggregatorShardOptions options;
   options.reduce_threads = threads > 0 ? static_cast<size_t>(threads)
@@ -280,29 +234,21 @@ int Main(int argc, char** argv) {
          {"peer", static_cast<int64_t>(from)},
          {"unreported", static_cast<int64_t>(unreported)}});
   };
-  transport::UcxTransportOptions ucx{.tls = ucx_tls};
+  transport::UcxTransportOptions ucx{.tls = member.ucx_tls};
   // Declared before the shard: it outlives the shard's transport.
   control::PeerFailureReporter failure_reporter;
   auto shard =
       AggregatorShard::Create(options, failure_reporter.Wrap([&](transport::TransportHandlers h) {
         return transport::CreateUcxTransport(std::move(h), ucx);
       }));
-  if (!shard.ok()) return Fail("startup_failed", shard.status().ToString());
+  if (!shard.ok()) return daemon.Fail(shard.status().ToString());
 
   control::MemberSessionOptions session_options;
-  session_options.name = name;
   session_options.role = gift::v1::MEMBER_ROLE_SERVER;
   session_options.data_address = (*shard)->address();
-  auto session = control::MemberSession::Start(
-      control::CoordinatorClient::MakeChannel(coordinator, credentials->channel), session_options);
-  if (!session.ok()) {
-    return Fail("startup_failed",
-                absl::StrCat("joining ", coordinator, ": ", session.status().ToString()));
-  }
-  Log(Level::kInfo, "joined",
-      {{"coordinator", coordinator},
-       {"member_id", (*session)->member_id()},
-       {"shard", static_cast<int64_t>((*session)->rank())}});
+  auto session =
+      daemon::JoinCluster(member, credentials->channel, std::move(session_options), "shard");
+  if (!session.ok()) return daemon.Fail(session.status().message());
   failure_reporter.Attach(session->get());  // worker failures go to the coordinator
 
   const uint32_t shard_id = (*session)->rank();
@@ -316,11 +262,9 @@ int Main(int argc, char** argv) {
   std::optional<daemon::Watchdog> watchdog;
   watchdog.emplace([&] { return absl::Now() - aggregator.last_tick() < absl::Seconds(10); });
 
-  const int signal = signals.Wait();
-  Log(Level::kInfo, "shutting_down", {{"signal", daemon::SignalName(signal)}});
-  daemon::NotifyStopping("draining");
+  daemon.AnnounceShutdown(daemon.signals().Wait(), "draining");
   set_serving(false);
-  aggregator.Drain(drain_timeout, &signals);
+  aggregator.Drain(drain_timeout, &daemon.signals());
   aggregator.Stop();
   watchdog.reset();
   failure_reporter.Detach();
@@ -331,7 +275,7 @@ int Main(int argc, char** argv) {
       {{"pushes_accepted", static_cast<int64_t>(c.pushes_accepted)},
        {"chunks_completed", static_cast<int64_t>(c.chunks_completed)},
        {"chunks_aborted", static_cast<int64_t>(c.chunks_aborted)}});
-  return 0;
+  return daemon::kExitOk;
 }
 
 }  // namespace

@@ -18,17 +18,13 @@
 // SIGTERM. On SIGTERM/SIGINT: health NOT_SERVING, then the service stops.
 // Exit codes: 0 after SIGTERM/SIGINT, 64 for bad flags or config, 1 when the
 // state file or a listen address cannot be used.
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -37,12 +33,12 @@
 #include "absl/time/time.h"
 #include "common/base/logging.h"
 #include "common/daemon/daemon_flags.h"
+#include "common/daemon/daemon_main.h"
+#include "common/daemon/grpc_endpoint.h"
 #include "common/daemon/metrics_server.h"
+#include "common/daemon/polled_metrics.h"
 #include "common/daemon/rpc_metrics.h"
-#include "common/daemon/shutdown.h"
 #include "common/daemon/systemd_notify.h"
-#include "prometheus/counter.h"
-#include "prometheus/gauge.h"
 #include "server/coordinator/cluster_state.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/state_store.h"
@@ -53,95 +49,98 @@ namespace {
 using gift::logging::Level;
 using gift::logging::Log;
 
-using daemon::kExitFailure;
-using daemon::kExitUsage;
+using daemon::kCounter;
+using daemon::kGauge;
 
-constexpr char kName[] = "gift-coordinator";
-
-int Fail(int code, absl::string_view event, absl::string_view message) {
-  Log(Level::kError, event, {{"error", message}});
-  std::fprintf(stderr, "gift-coordinator: %.*s\n", static_cast<int>(message.size()),
-               message.data());
-  return code;
-}
+// What one scrape reads from the state.
+struct ClusterSnapshot {
+  ClusterStateMachine::Counters counters;
+  absl::StatusOr<gift::v1::StatusResponse> status;
+};
 
 // The cluster's metrics, read from the state on every scrape.
 void AddClusterMetrics(daemon::MetricsServer& metrics, ClusterStateMachine* state) {
-  prometheus::Registry& r = *metrics.registry();
-  auto gauge = [&](const std::string& name, const std::string& help) -> prometheus::Gauge& {
-    return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+  using S = ClusterSnapshot;
+  // A gauge of the cluster state (0 while the state cannot be read).
+  auto from_status = [](std::function<double(const gift::v1::StatusResponse&)> value) {
+    return [value = std::move(value)](const S& s) { return s.status.ok() ? value(*s.status) : 0.0; };
   };
-  auto counter = [&](const std::string& name, const std::string& help) -> prometheus::Counter& {
-    return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+  // Set only while a worker is ahead of the slowest: lag, wait and ranks.
+  auto when_behind = [](std::function<double(const gift::v1::StatusResponse&)> value) {
+    return [value = std::move(value)](const S& s) {
+      if (!s.status.ok()) return 0.0;
+      const bool behind =
+          s.status->state().workers_size() > 0 && s.status->max_step() >= s.status->slowest_step();
+      return behind ? value(*s.status) : 0.0;
+    };
   };
-  prometheus::Gauge& epoch = gauge("gift_coordinator_epoch", "Current membership epoch");
-  prometheus::Gauge& revision =
-      gauge("gift_coordinator_state_revision", "Revision of the cluster state");
-  auto& members = prometheus::BuildGauge()
-                      .Name("gift_coordinator_members")
-                      .Help("Live members by role")
-                      .Register(r);
-  prometheus::Gauge& workers = members.Add({{"role", "worker"}});
-  prometheus::Gauge& servers = members.Add({{"role", "server"}});
-  prometheus::Gauge& draining =
-      gauge("gift_coordinator_draining_members", "Live members asked to drain");
-  prometheus::Gauge& tensors = gauge("gift_coordinator_tensors", "Registered tensors");
-  prometheus::Gauge& pending =
-      gauge("gift_coordinator_pending_refreshes", "Basis proposals waiting for acknowledgements");
-  prometheus::Gauge& frozen =
-      gauge("gift_coordinator_frozen_through_step", "Last step whose bases are frozen");
-  prometheus::Gauge& lag = gauge("gift_coordinator_oldest_step_lag_steps",
-                                 "Highest minus lowest last completed step among workers");
-  prometheus::Gauge& wait = gauge(
-      "gift_coordinator_oldest_incomplete_step_wait_seconds",
-      "How long the oldest incomplete step has waited for its slowest ranks (giftctl status)");
-  prometheus::Gauge& waiting_ranks =
-      gauge("gift_coordinator_oldest_incomplete_step_waiting_ranks",
-            "Ranks the oldest incomplete step still waits for (0 when no worker is ahead)");
-  prometheus::Gauge& uptime = gauge("gift_coordinator_uptime_seconds", "Seconds since start");
-  prometheus::Counter& commits = counter("gift_coordinator_basis_commits_total",
-                                         "Basis versions committed (refreshes applied)");
-  prometheus::Counter& postponements =
-      counter("gift_coordinator_basis_postponements_total",
-              "Times a pending basis activation step was moved later (refresh lag)");
-  metrics.AddRefresher([=, &epoch, &revision, &workers, &servers, &draining, &tensors, &pending,
-                        &frozen, &lag, &wait, &waiting_ranks, &uptime, &commits, &postponements] {
-    const ClusterStateMachine::Counters c = state->counters();
-    daemon::AdvanceCounterTo(commits, static_cast<double>(c.basis_commits));
-    daemon::AdvanceCounterTo(postponements, static_cast<double>(c.basis_postponements));
-    absl::StatusOr<gift::v1::StatusResponse> status = state->GetStatus();
-    if (!status.ok()) return;
-    const gift::v1::ClusterState& s = status->state();
-    epoch.Set(static_cast<double>(s.epoch()));
-    revision.Set(static_cast<double>(s.revision()));
-    workers.Set(s.workers_size());
-    servers.Set(s.servers_size());
-    int n_draining = 0;
-    for (const auto* list : {&s.workers(), &s.servers()}) {
-      for (const gift::v1::Member& m : *list) {
-        n_draining += m.state() == gift::v1::MEMBER_STATE_DRAINING;
-      }
-    }
-    draining.Set(n_draining);
-    tensors.Set(s.tensors_size());
-    int n_pending = 0;
-    for (const gift::v1::TensorBasisState& b : s.bases()) n_pending += b.has_proposal();
-    pending.Set(n_pending);
-    frozen.Set(static_cast<double>(s.frozen_through_step()));
-    const bool behind = s.workers_size() > 0 && status->max_step() >= status->slowest_step();
-    lag.Set(behind ? static_cast<double>(status->max_step() + 1 - status->slowest_step()) : 0.0);
-    wait.Set(behind ? static_cast<double>(status->slowest_wait_ms()) / 1000.0 : 0.0);
-    waiting_ranks.Set(behind ? status->slowest_ranks_size() : 0);
-    uptime.Set(static_cast<double>(status->now_unix_ms() - status->started_unix_ms()) / 1000.0);
-  });
+  using Status = gift::v1::StatusResponse;
+  daemon::AddPolledMetrics<S>(
+      metrics, [state] { return S{.counters = state->counters(), .status = state->GetStatus()}; },
+      {
+          {kGauge, "gift_coordinator_epoch", "Current membership epoch",
+           from_status([](const Status& s) { return static_cast<double>(s.state().epoch()); })},
+          {kGauge, "gift_coordinator_state_revision", "Revision of the cluster state",
+           from_status([](const Status& s) { return static_cast<double>(s.state().revision()); })},
+          {kGauge, "gift_coordinator_members", "Live members by role",
+           from_status([](const Status& s) { return s.state().workers_size(); }),
+           {{"role", "worker"}}},
+          {kGauge, "gift_coordinator_members", "Live members by role",
+           from_status([](const Status& s) { return s.state().servers_size(); }),
+           {{"role", "server"}}},
+          {kGauge, "gift_coordinator_draining_members", "Live members asked to drain",
+           from_status([](const Status& s) {
+             int draining = 0;
+             for (const auto* list : {&s.state().workers(), &s.state().servers()}) {
+               for (const gift::v1::Member& m : *list) {
+                 draining += m.state() == gift::v1::MEMBER_STATE_DRAINING;
+               }
+             }
+             return draining;
+           })},
+          {kGauge, "gift_coordinator_tensors", "Registered tensors",
+           from_status([](const Status& s) { return s.state().tensors_size(); })},
+          {kGauge, "gift_coordinator_pending_refreshes",
+           "Basis proposals waiting for acknowledgements", from_status([](const Status& s) {
+             int pending = 0;
+             for (const gift::v1::TensorBasisState& b : s.state().bases()) {
+               pending += b.has_proposal();
+             }
+             return pending;
+           })},
+          {kGauge, "gift_coordinator_frozen_through_step", "Last step whose bases are frozen",
+           from_status([](const Status& s) {
+             return static_cast<double>(s.state().frozen_through_step());
+           })},
+          {kGauge, "gift_coordinator_oldest_step_lag_steps",
+           "Highest minus lowest last completed step among workers",
+           when_behind([](const Status& s) {
+             return static_cast<double>(s.max_step() + 1 - s.slowest_step());
+           })},
+          {kGauge, "gift_coordinator_oldest_incomplete_step_wait_seconds",
+           "How long the oldest incomplete step has waited for its slowest ranks (giftctl "
+           "status)",
+           when_behind([](const Status& s) {
+             return static_cast<double>(s.slowest_wait_ms()) / 1000.0;
+           })},
+          {kGauge, "gift_coordinator_oldest_incomplete_step_waiting_ranks",
+           "Ranks the oldest incomplete step still waits for (0 when no worker is ahead)",
+           when_behind([](const Status& s) { return s.slowest_ranks_size(); })},
+          {kGauge, "gift_coordinator_uptime_seconds", "Seconds since start",
+           from_status([](const Status& s) {
+             return static_cast<double>(s.now_unix_ms() - s.started_unix_ms()) / 1000.0;
+           })},
+          {kCounter, "gift_coordinator_basis_commits_total",
+           "Basis versions committed (refreshes applied)",
+           [](const S& s) { return static_cast<double>(s.counters.basis_commits); }},
+          {kCounter, "gift_coordinator_basis_postponements_total",
+           "Times a pending basis activation step was moved later (refresh lag)",
+           [](const S& s) { return static_cast<double>(s.counters.basis_postponements); }},
+      });
 }
 
 int Main(int argc, char** argv) {
-  // First, before anything can start a thread (gRPC starts its executor and
-  // timer threads when the first credentials are made): threads inherit the
-  // mask, and one that leaves SIGTERM unblocked lets it kill the process
-  // (exit 143) instead of starting the drain.
-  daemon::SignalWaiter signals;
+  daemon::DaemonMain daemon("gift-coordinator");  // first: see common/daemon/daemon_main.h
   CLI::App app(
       "gift-coordinator: the GIFT-PS control plane (membership, shard map, basis "
       "refresh negotiation, refresh policy).");
@@ -171,9 +170,7 @@ int Main(int argc, char** argv) {
   app.add_option("--max-basis-bytes", max_basis_bytes, "largest basis accepted, in bytes")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
-  app.add_option("--metrics-listen", metrics_listen,
-                 "HOST:PORT for Prometheus metrics at /metrics (\"\" disables; port 0 picks one)")
-      ->capture_default_str();
+  daemon::AddMetricsListenFlag(app, &metrics_listen);
   daemon::AddTlsFlags(app, &tls);
   app.add_flag("--dataplane-auth", dataplane_auth,
                "MACs on every data-plane chunk without TLS too (always on with TLS; "
@@ -181,38 +178,30 @@ int Main(int argc, char** argv) {
   app.add_option("--dataplane-secret-file", dataplane_secret_file,
                  "file of at least 32 secret bytes the members' data-plane keys derive from "
                  "(default: drawn at start, so a restart changes every key)");
-  if (std::optional<int> exit = daemon::ParseDaemonFlags(app, argc, argv, kName)) return *exit;
+  if (std::optional<int> exit = daemon.ParseFlags(app, argc, argv)) return *exit;
   ClusterOptions options;
   options.step_window = step_window;
   options.chunk_bytes = chunk_bytes;
   options.max_basis_bytes = max_basis_bytes;
   options.lease_ttl = lease_ttl;
-  if (absl::Status s = daemon::CheckHostPort(listen); !s.ok()) {
-    return daemon::UsageError(kName, absl::StrCat("--listen: ", s.message()));
-  }
+  if (std::optional<int> exit = daemon.CheckAddressFlag("--listen", listen)) return *exit;
   absl::StatusOr<daemon::DaemonCredentials> credentials =
       daemon::MakeDaemonCredentials(tls, {{"--listen", listen}});
-  if (!credentials.ok()) return daemon::UsageError(kName, credentials.status().message());
-  if (!metrics_listen.empty()) {
-    if (absl::Status s = daemon::CheckHostPort(metrics_listen); !s.ok()) {
-      return daemon::UsageError(kName, absl::StrCat("--metrics-listen: ", s.message()));
-    }
+  if (!credentials.ok()) return daemon.UsageError(credentials.status().message());
+  if (std::optional<int> exit =
+          daemon.CheckAddressFlag("--metrics-listen", metrics_listen, /*empty_disables=*/true)) {
+    return *exit;
   }
-  const size_t colon = listen.rfind(':');
-
-  logging::SetDaemonName("gift-coordinator");
-  // SIGTERM and SIGINT are taken by the waiter; it blocks them before any
-  // thread starts so that every thread inherits the mask.
 
   absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(state_file);
-  if (!store.ok()) return Fail(kExitFailure, "startup_failed", store.status().message());
+  if (!store.ok()) return daemon.Fail(store.status().message());
   absl::StatusOr<std::unique_ptr<ClusterStateMachine>> state =
       ClusterStateMachine::Create(options, *std::move(store), RealClock());
-  if (!state.ok()) return Fail(kExitFailure, "startup_failed", state.status().ToString());
+  if (!state.ok()) return daemon.Fail(state.status().ToString());
 
   auto metrics =
       daemon::MetricsServer::StartForDaemon(metrics_listen, app.count("--metrics-listen") > 0);
-  if (!metrics.ok()) return Fail(kExitFailure, "startup_failed", metrics.status().message());
+  if (!metrics.ok()) return daemon.Fail(metrics.status().message());
   AddClusterMetrics(**metrics, state->get());
 
   // Data-plane authentication: always with TLS, on request without.
@@ -221,26 +210,20 @@ int Main(int argc, char** argv) {
     auto issuer = dataplane_secret_file.empty()
                       ? DataPlaneKeyIssuer::Random()
                       : DataPlaneKeyIssuer::FromFile(dataplane_secret_file);
-    if (!issuer.ok()) return Fail(kExitFailure, "startup_failed", issuer.status().ToString());
+    if (!issuer.ok()) return daemon.Fail(issuer.status().ToString());
     dataplane_keys = *std::move(issuer);
   }
   CoordinatorService service(state->get(), GIFT_VERSION, dataplane_keys.get());
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(listen, credentials->server, &port);
-  builder.RegisterService(&service);
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(daemon::MakeRpcCounterInterceptor(
-      *(*metrics)->registry(), "gift_coordinator_rpc_total", {"gift.v1.Coordinator"}));
-  builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    return Fail(kExitFailure, "startup_failed", absl::StrCat("cannot listen on ", listen));
-  }
-  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-  health->SetServingStatus(true);
-  const std::string address = absl::StrCat(listen.substr(0, colon), ":", port);
+  daemon::GrpcEndpointOptions endpoint_options;
+  endpoint_options.ports = {{listen, credentials->server}};
+  endpoint_options.service = &service;
+  endpoint_options.rpc_counter = daemon::MakeRpcCounterInterceptor(
+      *(*metrics)->registry(), "gift_coordinator_rpc_total", {"gift.v1.Coordinator"});
+  absl::StatusOr<std::unique_ptr<daemon::GrpcEndpoint>> endpoint =
+      daemon::GrpcEndpoint::Start(std::move(endpoint_options));
+  if (!endpoint.ok()) return daemon.Fail(endpoint.status().message());
+  (*endpoint)->SetServing(true);
+  const std::string& address = (*endpoint)->bound_address(0);
   Log(Level::kInfo, "listening",
       {{"address", address},
        {"state", state_file},
@@ -266,21 +249,18 @@ int Main(int argc, char** argv) {
     return since < std::max(options.lease_ttl, absl::Seconds(10));
   });
 
-  const int signal = signals.Wait();
-  Log(Level::kInfo, "shutting_down", {{"signal", daemon::SignalName(signal)}});
-  daemon::NotifyStopping("shutting down");
-  health->SetServingStatus(false);
+  daemon.AnnounceShutdown(daemon.signals().Wait(), "shutting down");
+  (*endpoint)->SetServing(false);
   service.Shutdown();
   // Calls still running after the grace period are cancelled (clients retry);
   // gRPC otherwise waits for the whole deadline while clients stay connected.
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-  server->Wait();
+  (*endpoint)->Shutdown(absl::Milliseconds(500));
   stop.Notify();
   expiry.join();
   metrics->reset();  // its refreshers read the state
   state->reset();    // closes the state file
   Log(Level::kInfo, "stopped");
-  return 0;
+  return daemon::kExitOk;
 }
 
 }  // namespace

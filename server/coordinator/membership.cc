@@ -12,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/rpc/member_role.h"
 
 namespace gift::coordinator {
 namespace {
@@ -25,17 +26,6 @@ constexpr char kMemberIdPrefix[] = "m";
 }  // namespace
 
 bool IsWorker(const gift::v1::Member& m) { return m.role() == gift::v1::MEMBER_ROLE_WORKER; }
-
-absl::string_view RoleName(gift::v1::MemberRole role) {
-  switch (role) {
-    case gift::v1::MEMBER_ROLE_WORKER:
-      return "worker";
-    case gift::v1::MEMBER_ROLE_SERVER:
-      return "server";
-    default:
-      return "unspecified";
-  }
-}
 
 void Membership::Reset(uint64_t epoch, uint64_t next_member_seq,
                        std::vector<gift::v1::Member> members) {
@@ -78,7 +68,7 @@ absl::StatusOr<gift::v1::Member*> Membership::LiveWorker(const std::string& memb
   GIFT_ASSIGN_OR_RETURN(gift::v1::Member * m, Live(member_id));
   if (!IsWorker(*m)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("member ", member_id, " is a ", RoleName(m->role()), ", not a worker"));
+        absl::StrCat("member ", member_id, " is a ", rpc::MemberRoleName(m->role()), ", not a worker"));
   }
   return m;
 }
@@ -252,7 +242,7 @@ void Membership::Record(absl::string_view event, const gift::v1::Member& member,
   Log(Level::kInfo, absl::StrCat("member_", event),
       {{"member_id", member.member_id()},
        {"name", member.name()},
-       {"role", RoleName(member.role())},
+       {"role", rpc::MemberRoleName(member.role())},
        {"rank", member.rank()},
        {"epoch", epoch_}});
 }

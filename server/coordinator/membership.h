@@ -40,7 +40,6 @@
 namespace gift::coordinator {
 
 bool IsWorker(const gift::v1::Member& member);
-absl::string_view RoleName(gift::v1::MemberRole role);
 
 class Membership {
  public:

@@ -1,0 +1,199 @@
+// giftctl policy get, giftctl policy set.
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/codec/codec_spec.h"
+#include "common/codec/codec_spec_proto.h"
+#include "nlohmann/json.hpp"
+#include "tools/giftctl/commands.h"
+#include "tools/giftctl/output.h"
+
+namespace gift::giftctl {
+
+namespace v1 = ::gift::v1;
+using nlohmann::json;
+
+namespace {
+
+std::string Powers(const google::protobuf::RepeatedField<double>& powers) {
+  return powers.empty() ? "-" : absl::StrJoin(powers, ",");
+}
+
+void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
+  if (as_json) {
+    out << ProtoJson(p).dump(2) << '\n';
+    return;
+  }
+  const v1::TransformPolicy& t = p.transform();
+  const v1::RefreshPolicy& r = p.refresh();
+  const v1::SelectionPolicy& s = p.selection();
+  Table g({"FIELD", "VALUE"});
+  g.Add({"version", absl::StrCat(p.version())});
+  g.Add({"sides", SidesName(t.sides())});
+  g.Add({"powers", Powers(t.powers())});
+  g.Add({"source", SourceName(t.source())});
+  g.Add({"rank", NumOrDash(t.rank())});
+  g.Add({"residual", ResidualName(t.residual())});
+  g.Add({"ema_decay", NumOrDash(t.ema_decay())});
+  g.Add({"collect_period", NumOrDash(t.collect_period())});
+  g.Add({"damping_eps", NumOrDash(t.damping_eps())});
+  g.Add({"push_codec", CodecName(t.push_codec())});
+  g.Add({"pull_codec", CodecName(t.pull_codec())});
+  g.Add({"error_feedback", t.error_feedback() ? "true" : "false"});
+  g.Add({"period_steps", NumOrDash(r.period_steps())});
+  g.Add({"drift_threshold", NumOrDash(r.drift_threshold())});
+  g.Add({"activation_lead_steps", NumOrDash(r.activation_lead_steps())});
+  g.Add({"selection", SelectionName(s.mode())});
+  g.Add({"include", Or(absl::StrJoin(s.include(), ","))});
+  g.Add({"exclude", Or(absl::StrJoin(s.exclude(), ","))});
+  g.Add({"margin", NumOrDash(s.margin())});
+  g.Add({"min_elements", NumOrDash(s.min_elements())});
+  g.Print(out);
+  if (p.overrides().empty()) return;
+  out << "\noverrides (the last matching glob wins, field by field):\n";
+  Table o({"GLOB", "SIDES", "POWERS", "SOURCE", "RANK", "RESIDUAL", "PERIOD", "ENABLED", "PUSH",
+           "PULL", "ERROR_FEEDBACK"});
+  for (const v1::TensorOverride& x : p.overrides()) {
+    o.Add({x.glob(), x.has_sides() ? SidesName(x.sides()) : "-", Powers(x.powers()),
+           x.has_source() ? SourceName(x.source()) : "-",
+           x.has_rank() ? absl::StrCat(x.rank()) : "-",
+           x.has_residual() ? ResidualName(x.residual()) : "-",
+           x.has_period_steps() ? absl::StrCat(x.period_steps()) : "-",
+           x.has_enabled() ? (x.enabled() ? "true" : "false") : "-",
+           x.has_push_codec() ? CodecName(x.push_codec()) : "-",
+           x.has_pull_codec() ? CodecName(x.pull_codec()) : "-",
+           x.has_error_feedback() ? (x.error_feedback() ? "on" : "off") : "-"});
+  }
+  o.Print(out);
+}
+
+absl::StatusOr<v1::CodecSpec> ParseCodec(const std::string& flag, const std::string& text) {
+  absl::StatusOr<codec::CodecSpec> spec = codec::ParseCodecSpec(text);
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", spec.status().message()));
+  }
+  return codec::ToProto(*spec);
+}
+
+}  // namespace
+
+absl::Status PolicyGetCommand(const CommandContext& ctx) {
+  absl::StatusOr<v1::Policy> policy = ctx.client.GetPolicy();
+  if (!policy.ok()) return policy.status();
+  PrintPolicy(*policy, ctx.json, ctx.out);
+  return absl::OkStatus();
+}
+
+absl::Status PolicySetCommand(const CommandContext& ctx, const PolicyEdit& edit) {
+  absl::StatusOr<v1::Policy> updated;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    absl::StatusOr<v1::Policy> current = ctx.client.GetPolicy();
+    if (!current.ok()) return current.status();
+    v1::Policy policy = *current;
+    ApplyPolicyEdit(edit, &policy);
+    updated = ctx.client.SetPolicy(policy, current->version());
+    if (!absl::IsAborted(updated.status())) break;
+  }
+  if (!updated.ok()) return updated.status();
+  PrintPolicy(*updated, ctx.json, ctx.out);
+  return absl::OkStatus();
+}
+
+void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* f) {
+  auto& o = f->options;
+  o["tensor"] = cmd->add_option("--tensor", f->tensor,
+                                "write the per-tensor override for this name glob instead of the "
+                                "global policy");
+  o["period"] = cmd->add_option("--period", f->period, "refresh period in steps (>= 1)");
+  o["rank"] = cmd->add_option("--rank", f->rank, "approximation rank r (>= 1)");
+  o["power"] =
+      cmd->add_option("--power", f->powers, "candidate power(s) p > 0; repeat or give a comma list")
+          ->delimiter(',');
+  o["sides"] = cmd->add_option("--sides", f->sides, "transformed sides: both|in|out");
+  o["source"] =
+      cmd->add_option("--source", f->source, "geometry source: gradients|per-worker|activations");
+  o["residual"] = cmd->add_option("--residual", f->residual, "residual model: isotropic|diagonal");
+  o["enabled"] = cmd->add_option("--enabled", f->enabled,
+                                 "with --tensor: true (always transformed) or false (always "
+                                 "direct)");
+  o["error-feedback"] = cmd->add_option("--error-feedback", f->error_feedback,
+                                        "on|off: feed each push's quantization error into the "
+                                        "next (global, or with --tensor for its override)");
+  o["ema-decay"] = cmd->add_option("--ema-decay", f->ema_decay, "EMA decay in [0, 1)");
+  o["push-codec"] = cmd->add_option("--push-codec", f->push_codec,
+                                    "codec workers -> servers, e.g. e4m3/block128");
+  o["pull-codec"] =
+      cmd->add_option("--pull-codec", f->pull_codec, "codec servers -> workers, e.g. bf16");
+  o["drift"] =
+      cmd->add_option("--drift", f->drift, "early-refresh drift threshold (>= 0; 0 disables)");
+  o["margin"] = cmd->add_option("--margin", f->margin, "selection margin in [0, 1)");
+  o["selection"] = cmd->add_option("--selection", f->selection, "selection mode: measured|list");
+  o["include"] = cmd->add_option("--include", f->include,
+                                 "tensor-name glob to include (repeatable; replaces the list)");
+  o["exclude"] = cmd->add_option("--exclude", f->exclude,
+                                 "tensor-name glob to exclude (repeatable; replaces the list)");
+}
+
+absl::StatusOr<PolicyEdit> ToPolicyEdit(const PolicySetFlags& f) {
+  PolicyEdit e;
+  e.tensor_glob = f.tensor;
+  if (f.given("tensor") && f.tensor.empty()) {
+    return absl::InvalidArgumentError("--tensor needs a nonempty glob");
+  }
+  if (f.given("period")) e.period_steps = f.period;
+  if (f.given("rank")) e.rank = f.rank;
+  if (f.given("power")) e.powers = f.powers;
+  if (f.given("sides")) {
+    absl::StatusOr<v1::Sides> v = ParseSides(f.sides);
+    if (!v.ok()) return v.status();
+    e.sides = *v;
+  }
+  if (f.given("source")) {
+    absl::StatusOr<v1::GeometrySource> v = ParseSource(f.source);
+    if (!v.ok()) return v.status();
+    e.source = *v;
+  }
+  if (f.given("residual")) {
+    absl::StatusOr<v1::ResidualModel> v = ParseResidual(f.residual);
+    if (!v.ok()) return v.status();
+    e.residual = *v;
+  }
+  if (f.given("enabled")) {
+    if (f.enabled != "true" && f.enabled != "false") {
+      return absl::InvalidArgumentError("--enabled takes true or false");
+    }
+    e.enabled = f.enabled == "true";
+  }
+  if (f.given("error-feedback")) {
+    if (f.error_feedback != "on" && f.error_feedback != "off") {
+      return absl::InvalidArgumentError("--error-feedback takes on or off");
+    }
+    e.error_feedback = f.error_feedback == "on";
+  }
+  if (f.given("ema-decay")) e.ema_decay = f.ema_decay;
+  if (f.given("push-codec")) {
+    absl::StatusOr<v1::CodecSpec> v = ParseCodec("--push-codec", f.push_codec);
+    if (!v.ok()) return v.status();
+    e.push_codec = *v;
+  }
+  if (f.given("pull-codec")) {
+    absl::StatusOr<v1::CodecSpec> v = ParseCodec("--pull-codec", f.pull_codec);
+    if (!v.ok()) return v.status();
+    e.pull_codec = *v;
+  }
+  if (f.given("drift")) e.drift_threshold = f.drift;
+  if (f.given("margin")) e.margin = f.margin;
+  if (f.given("selection")) {
+    absl::StatusOr<v1::SelectionMode> v = ParseSelection(f.selection);
+    if (!v.ok()) return v.status();
+    e.selection = *v;
+  }
+  if (f.given("include")) e.include = f.include;
+  if (f.given("exclude")) e.exclude = f.exclude;
+  if (e.empty()) return absl::InvalidArgumentError("nothing to change; see policy set --help");
+  if (absl::Status valid = ValidatePolicyEdit(e); !valid.ok()) return valid;
+  return e;
+}
+
+}  // namespace gift::giftctl

@@ -1,0 +1,123 @@
+// giftctl status, giftctl members.
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/rpc/member_role.h"
+#include "nlohmann/json.hpp"
+#include "tools/giftctl/commands.h"
+#include "tools/giftctl/output.h"
+
+namespace gift::giftctl {
+
+namespace v1 = ::gift::v1;
+using nlohmann::json;
+
+namespace {
+
+std::string StateName(v1::MemberState state) {
+  switch (state) {
+    case v1::MEMBER_STATE_ACTIVE:
+      return "active";
+    case v1::MEMBER_STATE_DRAINING:
+      return "draining";
+    default:
+      return "-";
+  }
+}
+
+// "step 41 for 12.3 s on ranks 2, 3", or "-" when no worker is ahead of another.
+std::string WaitingText(const v1::StatusResponse& status) {
+  if (status.slowest_ranks().empty() || status.max_step() < status.slowest_step()) return "-";
+  return absl::StrFormat("step %d for %.1f s on rank%s %s", status.slowest_step(),
+                         static_cast<double>(status.slowest_wait_ms()) / 1000.0,
+                         status.slowest_ranks_size() == 1 ? "" : "s",
+                         absl::StrJoin(status.slowest_ranks(), ", "));
+}
+
+}  // namespace
+
+absl::Status StatusCommand(const CommandContext& ctx, const std::string& address) {
+  absl::StatusOr<v1::StatusResponse> status = ctx.client.GetStatus();
+  if (!status.ok()) return status.status();
+  const v1::ClusterState& s = status->state();
+  int draining = 0;
+  for (const v1::Member& m : s.workers()) draining += m.state() == v1::MEMBER_STATE_DRAINING;
+  int pending = 0;
+  for (const v1::TensorBasisState& b : s.bases()) pending += b.has_proposal();
+  const int64_t uptime_ms = status->now_unix_ms() - status->started_unix_ms();
+  if (ctx.json) {
+    json j = {{"coordinator", address},
+              {"version", status->version()},
+              {"uptime_ms", uptime_ms},
+              {"cluster_id", s.cluster_id()},
+              {"revision", s.revision()},
+              {"epoch", s.epoch()},
+              {"workers", s.workers_size()},
+              {"draining", draining},
+              {"servers", s.servers_size()},
+              {"tensors", s.tensors_size()},
+              {"pending_refreshes", pending},
+              {"chunks", s.shard_map().chunks_size()},
+              {"policy_version", s.policy().version()},
+              {"frozen_through_step", s.frozen_through_step()},
+              {"slowest_step", status->slowest_step()},
+              {"slowest_member_ids", status->slowest_member_ids()},
+              {"slowest_ranks", status->slowest_ranks()},
+              {"slowest_wait_ms", status->slowest_wait_ms()},
+              {"max_step", status->max_step()}};
+    ctx.out << j.dump(2) << '\n';
+    return absl::OkStatus();
+  }
+  Table t({"FIELD", "VALUE"});
+  t.Add({"coordinator", absl::StrCat(address, " (version ", Or(status->version()), ", up ",
+                                     Millis(uptime_ms), ")")});
+  t.Add({"cluster", Or(s.cluster_id())});
+  t.Add({"revision", absl::StrCat(s.revision())});
+  t.Add({"epoch", absl::StrCat(s.epoch())});
+  t.Add({"workers", absl::StrCat(s.workers_size(), " (", draining, " draining)")});
+  t.Add({"servers", absl::StrCat(s.servers_size())});
+  t.Add({"tensors", absl::StrCat(s.tensors_size(), " in ", s.shard_map().chunks_size(), " chunks, ",
+                                 pending, " refreshes pending")});
+  t.Add({"policy", absl::StrCat("version ", s.policy().version())});
+  t.Add({"frozen through step", absl::StrCat(s.frozen_through_step())});
+  t.Add({"slowest step",
+         absl::StrCat(status->slowest_step(), status->slowest_member_ids().empty() ? "" : " (",
+                      absl::StrJoin(status->slowest_member_ids(), ", "),
+                      status->slowest_member_ids().empty() ? "" : ")")});
+  t.Add({"waiting", WaitingText(*status)});
+  t.Print(ctx.out);
+  return absl::OkStatus();
+}
+
+absl::Status MembersCommand(const CommandContext& ctx) {
+  absl::StatusOr<v1::StatusResponse> status = ctx.client.GetStatus();
+  if (!status.ok()) return status.status();
+  const v1::ClusterState& s = status->state();
+  if (ctx.json) {
+    json j = {{"revision", s.revision()}, {"epoch", s.epoch()}};
+    j["workers"] = json::array();
+    j["servers"] = json::array();
+    for (const v1::Member& m : s.workers()) j["workers"].push_back(ProtoJson(m));
+    for (const v1::Member& m : s.servers()) j["servers"].push_back(ProtoJson(m));
+    ctx.out << j.dump(2) << '\n';
+    return absl::OkStatus();
+  }
+  Table t({"ROLE", "RANK", "NAME", "MEMBER", "STATE", "LAST_STEP", "LEASE_LEFT", "JOINED_EPOCH",
+           "CONTROL"});
+  for (const auto* members : {&s.workers(), &s.servers()}) {
+    for (const v1::Member& m : *members) {
+      t.Add({std::string(rpc::MemberRoleName(m.role())), absl::StrCat(m.rank()), m.name(), m.member_id(),
+             StateName(m.state()), absl::StrCat(m.last_step()),
+             Millis(m.lease_expires_unix_ms() - status->now_unix_ms()),
+             absl::StrCat(m.joined_epoch()), Or(m.control_address())});
+    }
+  }
+  ctx.out << "epoch " << s.epoch() << ", " << s.workers_size() << " workers, " << s.servers_size()
+          << " servers\n";
+  t.Print(ctx.out);
+  return absl::OkStatus();
+}
+
+}  // namespace gift::giftctl
