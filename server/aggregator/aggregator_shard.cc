@@ -98,8 +98,10 @@ absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
   // epoch's workers.
   const Peers old_peers = CurrentPeers();
   if (auto s = CheckEpochKeys(epoch); !s.ok()) return s;
-  auto update =
-      reducer_->SetEpoch(epoch.epoch, static_cast<uint32_t>(epoch.workers.size()), epoch.chunks);
+  auto update = reducer_->SetEpoch(
+      epoch.epoch, static_cast<uint32_t>(epoch.workers.size()), epoch.chunks,
+      epoch.nodes.size() == epoch.workers.size() ? NodeGroups::FromNodes(epoch.nodes)
+                                                 : NodeGroups());
   if (!update.ok()) return update.status();
   InstallEpochKeys(epoch);
   const std::string text = absl::StrCat("epoch ", epoch.epoch, " replaced the step's epoch");
@@ -124,7 +126,7 @@ void AggregatorShard::Deliver(EpochUpdate update) {
       CountCompletedLocked(r.elements, r.seconds);
     }
     auto payload = std::make_shared<const std::vector<uint8_t>>(std::move(r.payload));
-    Broadcast(r.header, *payload, payload, peers);
+    Broadcast(r.header, *payload, payload, peers, r.recipients);
   }
 }
 
@@ -193,7 +195,8 @@ void AggregatorShard::RunJob() {
       absl::MutexLock lock(&mu_);
       CountCompletedLocked(result->elements, result->seconds);
     }
-    Broadcast(result->header, result->payload(), result->buffer, queued->peers);
+    Broadcast(result->header, result->payload(), result->buffer, queued->peers,
+              result->recipients);
   }
   jobs_in_flight_.fetch_sub(1);
 }
@@ -213,7 +216,8 @@ void AggregatorShard::Reject(const absl::Status& why) {
 }
 
 void AggregatorShard::Broadcast(const ChunkHeader& header, absl::Span<const uint8_t> payload,
-                                std::shared_ptr<const void> keep_alive, const Peers& peers) {
+                                std::shared_ptr<const void> keep_alive, const Peers& peers,
+                                absl::Span<const uint32_t> recipients) {
   const std::vector<uint8_t> bytes = HeaderFor(header, payload);
   if (bytes.empty()) {  // no key of its epoch: nothing a worker would accept
     absl::MutexLock lock(&mu_);
@@ -221,7 +225,10 @@ void AggregatorShard::Broadcast(const ChunkHeader& header, absl::Span<const uint
     return;
   }
   const size_t size = payload.size();
-  for (transport::PeerId peer : *peers) {
+  for (size_t i = 0; i < (recipients.empty() ? peers->size() : recipients.size()); ++i) {
+    const size_t rank = recipients.empty() ? i : recipients[i];
+    if (rank >= peers->size()) continue;
+    const transport::PeerId peer = (*peers)[rank];
     if (peer == 0) continue;  // unreachable this epoch
     sends_in_flight_.fetch_add(1);
     // The callback holds the payload until the transport is done with it.

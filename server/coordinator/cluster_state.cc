@@ -141,6 +141,7 @@ absl::StatusOr<gift::v1::JoinResponse> ClusterStateMachine::Join(
     member.set_state(gift::v1::MEMBER_STATE_ACTIVE);
     member.set_data_address(request.data_address());
     member.set_control_address(request.control_address());
+    member.set_node(request.node());
     member.set_lease_expires_unix_ms(absl::ToUnixMillis(clock_->Now() + options_.lease_ttl));
     const std::string id = membership_.Add(std::move(member)).member_id();
     OnMembershipChangedLocked();
@@ -466,7 +467,16 @@ absl::StatusOr<gift::v1::Policy> ClusterStateMachine::SetPolicyLocked(
   GIFT_RETURN_IF_ERROR(policy::Validate(next));
   GIFT_RETURN_IF_ERROR(policy::ValidateRanksForTensors(next, registry_.Shapes({})));
   next.set_version(meta_.policy.version() + 1);
+  // Node-local aggregation changes how every worker routes its chunks: only
+  // at an epoch boundary, so that no step mixes the two (docs/design.md
+  // section 6.7).
+  const bool new_epoch =
+      policy::WithDefaults(meta_.policy).hierarchy() != next.hierarchy();
   meta_.policy = std::move(next);
+  if (new_epoch) {
+    membership_.BumpEpoch();
+    OnMembershipChangedLocked();
+  }
   TouchLocked();
   Log(Level::kInfo, "policy_set", {{"version", meta_.policy.version()}});
   return meta_.policy;
