@@ -63,11 +63,13 @@ int Fail(absl::string_view message) {
   return daemon::kExitFailure;
 }
 
-std::string DefaultName() {
+std::string HostName() {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  return absl::StrCat(host, "/worker-", getpid());
+  return host;
 }
+
+std::string DefaultName() { return absl::StrCat(HostName(), "/worker-", getpid()); }
 
 int Main(int argc, char** argv) {
   // First, before anything can start a thread (gRPC starts its executor and
@@ -82,6 +84,7 @@ int Main(int argc, char** argv) {
   std::string socket_path = "/run/gift/worker.sock";
   std::string listen;
   std::string name = DefaultName();
+  std::string node = HostName();
   std::string ucx_tls;
   std::string metrics_listen = "127.0.0.1:9472";
   absl::Duration step_timeout = absl::Seconds(120);
@@ -98,6 +101,10 @@ int Main(int argc, char** argv) {
                  "optional TCP HOST:PORT for the Worker API and health (off by default; mutual "
                  "TLS with the --tls-* flags)");
   app.add_option("--name", name, "member name, unique among live members")->capture_default_str();
+  app.add_option("--node", node,
+                 "the host this worker runs on: workers with the same node aggregate locally "
+                 "first under the policy's hierarchy NODE")
+      ->capture_default_str();
   app.add_option("--ucx-tls", ucx_tls,
                  "UCX transports, as UCX_TLS takes them (default: UCX's choice)");
   app.add_option("--metrics-listen", metrics_listen,
@@ -158,6 +165,7 @@ int Main(int argc, char** argv) {
   session_options.name = name;
   session_options.role = gift::v1::MEMBER_ROLE_WORKER;
   session_options.data_address = (*engine)->address();
+  session_options.node = node;
   session_options.control_address =
       socket_path.empty() ? listen : absl::StrCat("unix:", socket_path);
   auto session = control::MemberSession::Start(

@@ -126,7 +126,7 @@ void AggregatorShard::Deliver(EpochUpdate update) {
       CountCompletedLocked(r.elements, r.seconds);
     }
     auto payload = std::make_shared<const std::vector<uint8_t>>(std::move(r.payload));
-    Broadcast(r.header, *payload, payload, peers, r.recipients);
+    Broadcast(r.header, *payload, payload, peers);
   }
 }
 
@@ -195,8 +195,7 @@ void AggregatorShard::RunJob() {
       absl::MutexLock lock(&mu_);
       CountCompletedLocked(result->elements, result->seconds);
     }
-    Broadcast(result->header, result->payload(), result->buffer, queued->peers,
-              result->recipients);
+    Broadcast(result->header, result->payload(), result->buffer, queued->peers);
   }
   jobs_in_flight_.fetch_sub(1);
 }
@@ -216,8 +215,7 @@ void AggregatorShard::Reject(const absl::Status& why) {
 }
 
 void AggregatorShard::Broadcast(const ChunkHeader& header, absl::Span<const uint8_t> payload,
-                                std::shared_ptr<const void> keep_alive, const Peers& peers,
-                                absl::Span<const uint32_t> recipients) {
+                                std::shared_ptr<const void> keep_alive, const Peers& peers) {
   const std::vector<uint8_t> bytes = HeaderFor(header, payload);
   if (bytes.empty()) {  // no key of its epoch: nothing a worker would accept
     absl::MutexLock lock(&mu_);
@@ -225,10 +223,7 @@ void AggregatorShard::Broadcast(const ChunkHeader& header, absl::Span<const uint
     return;
   }
   const size_t size = payload.size();
-  for (size_t i = 0; i < (recipients.empty() ? peers->size() : recipients.size()); ++i) {
-    const size_t rank = recipients.empty() ? i : recipients[i];
-    if (rank >= peers->size()) continue;
-    const transport::PeerId peer = (*peers)[rank];
+  for (transport::PeerId peer : *peers) {
     if (peer == 0) continue;  // unreachable this epoch
     sends_in_flight_.fetch_add(1);
     // The callback holds the payload until the transport is done with it.

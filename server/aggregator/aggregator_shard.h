@@ -182,12 +182,10 @@ class AggregatorShard {
   void Reject(const absl::Status& why);
   void CountCompletedLocked(uint64_t elements, double seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   using Peers = std::shared_ptr<const std::vector<transport::PeerId>>;  // by rank
-  // Sends header + payload to every one of `peers` (only to the ranks in
-  // `recipients` when it is not empty); `keep_alive` owns the payload's
-  // bytes and is held until each send completed.
+  // Sends header + payload to every one of `peers`; `keep_alive` owns the
+  // payload's bytes and is held until each send completed.
   void Broadcast(const dataplane::ChunkHeader& header, absl::Span<const uint8_t> payload,
-                 std::shared_ptr<const void> keep_alive, const Peers& peers,
-                 absl::Span<const uint32_t> recipients = {});
+                 std::shared_ptr<const void> keep_alive, const Peers& peers);
   Peers CurrentPeers() const;
   // Queues a completed chunk's reduction on the pool, for `peers`.
   void Schedule(ReductionJob job, Peers peers);

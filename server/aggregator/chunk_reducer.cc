@@ -462,18 +462,12 @@ absl::StatusOr<ChunkResult> ChunkReducer::Reduce(ReductionJob job) {
   ChunkState& chunk = *job.chunk_;
   const ChunkHeader& last = job.header_;
   absl::InlinedVector<codec::EncodedView, 8> views;
-  std::vector<uint32_t> recipients;  // filled only when some rank did not push
   bool exact = true;
   for (uint32_t r = 0; r < inputs.slots.size(); ++r) {
     const Slot& slot = inputs.slots[r];
     if (slot.state != Slot::State::kReceived) continue;  // counted in a node sum
     views.push_back(slot.view);
     exact = exact && slot.view.spec.format == codec::Format::kF32;
-  }
-  if (views.size() < inputs.slots.size()) {
-    for (uint32_t r = 0; r < inputs.slots.size(); ++r) {
-      if (inputs.slots[r].state == Slot::State::kReceived) recipients.push_back(r);
-    }
   }
   const size_t world = inputs.slots.size();
   const codec::CodecSpec out_spec =
@@ -534,7 +528,6 @@ absl::StatusOr<ChunkResult> ChunkReducer::Reduce(ReductionJob job) {
   result.header.kind = ChunkKind::kResult;
   result.header.rank = static_cast<uint32_t>(world);
   result.buffer = std::move(out);
-  result.recipients = std::move(recipients);
   result.elements = job.shape_.rows * job.shape_.cols;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
@@ -550,7 +543,6 @@ absl::StatusOr<std::optional<ReducedChunk>> ChunkReducer::AddPush(const ChunkHea
   const absl::Span<const uint8_t> bytes = result->payload();
   return std::optional<ReducedChunk>(ReducedChunk{.header = result->header,
                                                   .payload = {bytes.begin(), bytes.end()},
-                                                  .recipients = result->recipients,
                                                   .elements = result->elements,
                                                   .seconds = result->seconds});
 }

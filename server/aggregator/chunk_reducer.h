@@ -10,7 +10,7 @@
 //     node sum (kNodePush, docs/design.md section 6.7) counts for every
 //     rank of its sender's node group, and a contribution overlapping ranks
 //     already counted is refused (node_coverage.h); the average is always
-//     over the world size, and the result goes to the ranks that pushed;
+//     over the world size;
 //   - all pushes of a (step, chunk) carry one basis version (a push with
 //     another version is refused: versions are never mixed);
 //   - a new epoch drops every incomplete chunk of the old one and reports
@@ -92,7 +92,6 @@ struct ChunkReducerOptions {
 struct ReducedChunk {
   dataplane::ChunkHeader header;  // kind kResult; rank = ranks summed
   std::vector<uint8_t> payload;   // the encoded average
-  std::vector<uint32_t> recipients;  // as ChunkResult's
   uint64_t elements = 0;          // of the chunk
   double seconds = 0;             // the reduction and re-encoding took
 };
@@ -103,9 +102,6 @@ struct ReducedChunk {
 struct ChunkResult {
   dataplane::ChunkHeader header;  // kind kResult; rank = ranks summed
   std::shared_ptr<const ReusableBuffer> buffer;
-  // The ranks that pushed (the node leaders, with node sums), ascending;
-  // empty when every rank did (send the result to all).
-  std::vector<uint32_t> recipients;
   uint64_t elements = 0;
   double seconds = 0;
   absl::Span<const uint8_t> payload() const { return buffer->span(); }
