@@ -63,7 +63,11 @@ void PushPullEngine::FileNodeContributionLocked(const ChunkHeader& header,
     return;
   }
   node_inbox_bytes_ += message.bytes().size();
-  node_inbox_.push_back({.header = header, .payload = std::move(message.payload)});
+  std::vector<uint8_t> payload = message.placed.data() == nullptr
+                                     ? std::move(message.payload)
+                                     : std::vector<uint8_t>(message.placed.begin(),
+                                                            message.placed.end());
+  node_inbox_.push_back({.header = header, .payload = std::move(payload)});
   ++node_arrivals_;
 }
 
