@@ -6,6 +6,7 @@
 // average shows exactly which ranks were counted, and how often.
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <iostream>
 #include <map>
