@@ -194,6 +194,7 @@ int Main(int argc, char** argv) {
   daemon::MemberFlags member{.name = daemon::DefaultMemberName("worker")};
   std::string socket_path = "/run/gift/worker.sock";
   std::string listen;
+  std::string node = daemon::HostName();  // workers on one host share it
   std::string metrics_listen = "127.0.0.1:9472";
   absl::Duration step_timeout = absl::Seconds(120);
   absl::Duration drain_timeout = absl::Seconds(30);
@@ -208,6 +209,10 @@ int Main(int argc, char** argv) {
                  "optional TCP HOST:PORT for the Worker API and health (off by default; mutual "
                  "TLS with the --tls-* flags)");
   daemon::AddMetricsListenFlag(app, &metrics_listen);
+  app.add_option("--node", node,
+                 "the host this worker runs on: workers with the same node aggregate locally "
+                 "first under the policy's hierarchy NODE")
+      ->capture_default_str();
   daemon::AddDurationOption(app, "--step-timeout", &step_timeout,
                             "longest PushPull, retries under new epochs included (e.g. 120s, 2m)");
   daemon::AddDurationOption(app, "--drain-timeout", &drain_timeout,
@@ -260,6 +265,7 @@ int Main(int argc, char** argv) {
   control::MemberSessionOptions session_options;
   session_options.role = gift::v1::MEMBER_ROLE_WORKER;
   session_options.data_address = (*engine)->address();
+  session_options.node = node;
   session_options.control_address =
       socket_path.empty() ? listen : absl::StrCat("unix:", socket_path);
   auto session =

@@ -117,6 +117,9 @@ std::string PushPullEngine::address() const { return transport_->address(); }
 void PushPullEngine::OnPeerFailure(transport::PeerId peer, const absl::Status& why) {
   connections_.Forget(peer);
   absl::MutexLock lock(&mu_);
+  // Another worker of the node group: its death ends its epoch, not this
+  // step by itself (see StepPlan::node).
+  if (node_mate_peers_.erase(peer) > 0) return;
   failed_peers_.insert(peer);
   // Only a connection the step pushes to ends it: a report about another
   // one (a server of an earlier epoch, a connection attempt made for an
@@ -234,6 +237,9 @@ void PushPullEngine::OnMessage(transport::Message message) {
       outstanding_.erase(it);
     }
   }
+  if (header.ok() && header->kind == ChunkKind::kNodeMember) {
+    return FileNodeContributionLocked(*header, message);  // of this step or a later one
+  }
   if (!header.ok() || !active_ || header->epoch != inflight_.epoch ||
       header->step != inflight_.step) {
     ++stray_;
@@ -340,10 +346,12 @@ absl::StatusOr<bool> PushPullEngine::DrainArrivals(const StepPlan& plan, bool wa
     absl::MutexLock lock(&mu_);
     if (wait) {
       auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !inflight_.ready.empty() || inflight_.remaining == 0 || !inflight_.aborted.ok();
+        return !inflight_.ready.empty() || inflight_.remaining == 0 || !inflight_.aborted.ok() ||
+               node_arrivals_ != node_seen_;
       };
       if (!mu_.AwaitWithDeadline(absl::Condition(&woken), deadline)) return false;
     }
+    if (plan.node == nullptr) node_seen_ = node_arrivals_;  // nothing to sum this step
     // Once every result is in, the step completed at every server (a server
     // sends a chunk's result only when all ranks pushed it), so a late
     // abort (e.g. this worker saw the next epoch first) no longer fails it.
@@ -356,6 +364,9 @@ absl::StatusOr<bool> PushPullEngine::DrainArrivals(const StepPlan& plan, bool wa
     if (auto s = DecodeArrived(plan, *slot, report); !s.ok()) return s;
   }
   report.decode_seconds += SecondsSince(start);
+  if (plan.node != nullptr) {
+    if (auto s = PushNodeSums(plan, report); !s.ok()) return s;
+  }
   return true;
 }
 
@@ -420,6 +431,7 @@ StepPlan StepHeader(const StepPlan& plan) {
   header.worker_set = plan.worker_set;
   header.result_timeout = plan.result_timeout;
   header.keys = plan.keys;
+  header.node = plan.node;
   return header;
 }
 
@@ -447,6 +459,7 @@ absl::Status PushPullEngine::Begin(const StepPlan& step) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", step.rank, " of world size ", step.world_size));
   }
+  if (auto s = BeginNodeStep(step); !s.ok()) return s;
   ++runs_;
   // Error feedback residuals belong to one world: a new set of workers
   // starts them from zero (a step retried in the same world keeps them).
@@ -508,8 +521,17 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
   for (size_t k = 0; k < tensors.size(); ++k) {
     peers[first + k].clear();
     for (const ChunkRoute& c : tensors[k].chunks) {
-      auto peer = PeerFor(c.server);
+      // Node-local aggregation: a chunk led by another member goes to it.
+      const NodeGroup* group = plan.node.get();
+      const bool to_leader =
+          group != nullptr && group->LeaderOf(tensors[k].tensor_id, c.index) != plan.rank;
+      auto peer = PeerFor(
+          to_leader ? group->AddressOf(group->LeaderOf(tensors[k].tensor_id, c.index)) : c.server);
       if (!peer.ok()) return fail(peer.status());
+      if (to_leader) {
+        absl::MutexLock lock(&mu_);
+        node_mate_peers_.insert(*peer);
+      }
       peers[first + k].push_back(*peer);
     }
   }
@@ -565,6 +587,10 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
     if (!x.ok()) return fail(Annotate(x.status(), t.tensor_id));
     for (size_t c = 0; c < t.chunks.size(); ++c) {
       ChunkSlot& slot = buffers.chunks()[c];
+      if (plan.node != nullptr) {  // node-local aggregation
+        if (auto s = RouteNodeChunk(plan, i, c, *x, peers[i][c], report); !s.ok()) return fail(s);
+        continue;
+      }
       const uint64_t dims[] = {slot.shape.rows, slot.shape.cols};
       auto view = codec::StartPayload(t.push_spec, dims, slot.send);
       absl::Status s = view.status();
@@ -628,6 +654,9 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
       auto drained = DrainArrivals(plan, /*wait=*/false, absl::InfinitePast(), report);
       if (!drained.ok()) return fail(drained.status());
     }
+  }
+  if (plan.node != nullptr) {
+    if (auto s = PushNodeSums(plan, report); !s.ok()) return fail(s);
   }
   report.encode_seconds += SecondsSince(start) - (report.decode_seconds - decode_before);
   return absl::OkStatus();

@@ -81,6 +81,7 @@
 #include "common/transport/connection_cache.h"
 #include "common/transport/transport.h"
 #include "worker/step_failure.h"
+#include "worker/node_group.h"
 
 namespace gift::worker {
 
@@ -138,6 +139,18 @@ struct StepPlan {
   // by a server's key (others are dropped, counted in auth_failures()).
   // Null: authentication off.
   std::shared_ptr<const dataplane::EpochKeys> keys;
+  // Node-local aggregation (node_group.h; Policy.hierarchy NODE): this
+  // worker's node group of the epoch. Each chunk goes to its leader in the
+  // group (FP32) instead of its server, and the chunks this worker leads
+  // are pushed as the group's sum once every member's chunk is in. A
+  // member's failure does not fail the step by itself (the step completes
+  // if the member's chunks made it into the node's sums; otherwise the
+  // epoch change that evicts it aborts the step). Workers of one group must run the
+  // same steps with the same group. The servers send every result to every
+  // rank, as without a group. Null: every chunk is pushed directly.
+  // Not yet with authentication (Begin: Unimplemented): workers hold no
+  // keys of each other.
+  std::shared_ptr<const NodeGroup> node;
 };
 
 // `plan` without its tensors: what PushPullEngine::Begin takes.
@@ -149,6 +162,10 @@ struct StepReport {
   double encode_seconds = 0;  // transform + encode
   double wait_seconds = 0;    // from the last push to the last result
   double decode_seconds = 0;  // decode + inverse transform
+  // Node-local aggregation: payload bytes sent within the node group
+  // (chunks to their leaders); not in bytes_pushed, which counts what went
+  // to the servers.
+  uint64_t node_bytes_sent = 0;
 };
 
 struct PushPullEngineOptions {
@@ -263,6 +280,24 @@ class PushPullEngine {
   // for an arrival, the end of the step or an abort. False on timeout.
   absl::StatusOr<bool> DrainArrivals(const StepPlan& plan, bool wait, absl::Time deadline,
                                      StepReport& report);
+  // Node-local aggregation (push_pull_engine_node.cc). Begin's part: the
+  // group's sums reset, contributions of ended epochs dropped.
+  absl::Status BeginNodeStep(const StepPlan& step);
+  // Add's part for chunk `c` of plan.tensors[i] (x as Prepare returned):
+  // leads it, or sends it in FP32 to its leader (`peer`).
+  absl::Status RouteNodeChunk(const StepPlan& plan, size_t i, size_t c, const float* x,
+                              transport::PeerId peer, StepReport& report);
+  // Files the members' contributions that arrived and pushes the sums of
+  // the led chunks whose every contribution is in.
+  absl::Status PushNodeSums(const StepPlan& plan, StepReport& report);
+  // OnMessage's part for a kNodeMember.
+  void FileNodeContributionLocked(const dataplane::ChunkHeader& header, transport::Message& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends header + payload (owned by the send until it completes); a failed
+  // send fails the step in flight.
+  absl::Status SendOwned(transport::PeerId peer, std::vector<uint8_t> header,
+                         std::shared_ptr<const std::vector<uint8_t>> payload, uint64_t epoch,
+                         uint64_t step);
   // Ends the step in flight (late results become strays), grows the result
   // slots that were too small, frees buffers unused for long.
   void EndStep();
@@ -300,6 +335,17 @@ class PushPullEngine {
   uint64_t peer_failures_that_aborted_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, uint64_t> auth_failures_ ABSL_GUARDED_BY(mu_);
   uint64_t sends_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Node-local aggregation: the led chunks' sums (Run thread), the
+  // members' contributions received and not yet filed (of this step or a
+  // later one), and the connections to other workers (their failures do
+  // not fail a step: see StepPlan::node).
+  NodeSums node_sums_;
+  std::vector<float> node_scratch_;
+  std::vector<NodeContribution> node_inbox_ ABSL_GUARDED_BY(mu_);
+  uint64_t node_inbox_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t node_arrivals_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t node_seen_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_set<transport::PeerId> node_mate_peers_ ABSL_GUARDED_BY(mu_);
   // Placed buffers not yet delivered -> their slots (possibly of an ended
   // step).
   absl::flat_hash_map<const uint8_t*, ChunkSlot*> outstanding_ ABSL_GUARDED_BY(mu_);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/codec/codec_spec_proto.h"
 #include "common/policy/policy.h"
+#include "worker/node_group.h"
 
 namespace gift::worker {
 
@@ -81,6 +82,7 @@ absl::StatusOr<StepPlan> PlanStep(const gift::v1::ClusterState& state, absl::str
                 .rank = self->rank(),
                 .world_size = static_cast<uint32_t>(state.workers_size()),
                 .worker_set = WorkerSetOf(state)};
+  plan.node = NodeGroupOf(state, self->rank());  // hierarchy NODE (node_group.h)
   for (const LocalTensor& local : tensors) {
     auto info = infos.find(local.tensor_id);
     if (info == infos.end()) {

@@ -6,7 +6,8 @@
 // (cluster.proto: the committed version with the largest activation step <=
 // step), its transform, its chunks with the aggregator address of each, and
 // whether its push uses error feedback (the policy's error_feedback after the
-// tensor's overrides, the same resolution).
+// tensor's overrides, the same resolution), and, under the policy's
+// hierarchy NODE, this worker's node group (node_group.h NodeGroupOf).
 //
 // Thread safety: pure functions.
 #ifndef GIFT_WORKER_STEP_PLANNER_H_

@@ -91,6 +91,7 @@ absl::StatusOr<v1::JoinResponse> MemberSession::SendJoin() const {
   request.set_role(options_.role);
   request.set_data_address(options_.data_address);
   request.set_control_address(options_.control_address);
+  request.set_node(options_.node);
   return client_.Join(request);
 }
 

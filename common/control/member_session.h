@@ -73,6 +73,9 @@ struct MemberSessionOptions {
   gift::v1::MemberRole role = gift::v1::MEMBER_ROLE_WORKER;
   std::string data_address;
   std::string control_address;
+  // The host it runs on (JoinRequest.node; workers: the node group of
+  // node-local aggregation). Empty: a node of its own.
+  std::string node;
   // Deadline of each unary call (and of basis publish / fetch).
   absl::Duration rpc_timeout = absl::Seconds(10);
   // Zero: a quarter of the lease TTL the coordinator grants.

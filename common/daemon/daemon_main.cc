@@ -52,10 +52,14 @@ void DaemonMain::AnnounceShutdown(int signal, absl::string_view status) const {
   NotifyStopping(status);
 }
 
-std::string DefaultMemberName(absl::string_view kind) {
+std::string HostName() {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  return absl::StrCat(host, "/", kind, "-", getpid());
+  return host;
+}
+
+std::string DefaultMemberName(absl::string_view kind) {
+  return absl::StrCat(HostName(), "/", kind, "-", getpid());
 }
 
 }  // namespace gift::daemon

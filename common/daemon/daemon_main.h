@@ -81,6 +81,9 @@ class DaemonMain {
   const std::string name_;
 };
 
+// This host's name (gethostname): e.g. the worker's default --node.
+std::string HostName();
+
 // "<hostname>/<kind>-<pid>" ("node-3/server-4711"): the default member name,
 // unique among the live members of one host.
 std::string DefaultMemberName(absl::string_view kind);

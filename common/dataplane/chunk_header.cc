@@ -31,6 +31,10 @@ absl::string_view KindName(ChunkKind kind) {
       return "result";
     case ChunkKind::kAbort:
       return "abort";
+    case ChunkKind::kNodePush:
+      return "node-push";
+    case ChunkKind::kNodeMember:
+      return "node-member";
   }
   return "unknown";
 }
@@ -116,7 +120,7 @@ absl::StatusOr<ChunkHeader> ParseChunkHeader(absl::Span<const uint8_t> bytes) {
   }
   ChunkHeader h;
   const uint8_t kind = p[6];
-  if (kind < 1 || kind > 3) {
+  if (kind < 1 || kind > 5) {
     return absl::InvalidArgumentError(absl::StrCat("chunk header kind ", int{kind}));
   }
   h.kind = static_cast<ChunkKind>(kind);
@@ -129,9 +133,15 @@ absl::StatusOr<ChunkHeader> ParseChunkHeader(absl::Span<const uint8_t> bytes) {
   h.world_size = Get<uint32_t>(p + 48);
   h.status_code = Get<uint32_t>(p + 52);
   if (h.world_size == 0) return absl::InvalidArgumentError("chunk header world size 0");
-  if (h.kind == ChunkKind::kPush && h.rank >= h.world_size) {
+  const bool from_rank = h.kind == ChunkKind::kPush || h.kind == ChunkKind::kNodePush ||
+                         h.kind == ChunkKind::kNodeMember;
+  if (from_rank && h.rank >= h.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk header rank ", h.rank, " is not below world size ", h.world_size));
+  }
+  if (h.kind == ChunkKind::kNodePush && (h.status_code == 0 || h.status_code > h.world_size)) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk header node sum of ", h.status_code,
+                                                   " ranks in a world of ", h.world_size));
   }
   return h;
 }

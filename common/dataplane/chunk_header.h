@@ -14,10 +14,12 @@
 //       24    8 tensor id
 //       32    8 basis version (0: direct)
 //       40    4 chunk index
-//       44    4 rank: the sender's rank (kPush) or the number of ranks summed
-//                 (kResult)
+//       44    4 rank: the sender's rank (kPush, kNodePush, kNodeMember) or
+//                 the number of ranks summed (kResult)
 //       48    4 world size of the epoch
-//       52    4 status code (kAbort: an absl::StatusCode), else 0
+//       52    4 status code (kAbort: an absl::StatusCode); kNodePush: the
+//                 number of ranks its sum holds (the sender's node group,
+//                 at least 1); else 0
 //       56    4 CRC-32C of bytes 0..55
 //       60    4 reserved, 0
 //
@@ -26,7 +28,7 @@
 //
 //       60    1 MAC algorithm (kMacAes256Gmac)
 //       61    3 reserved, 0
-//       64    4 signer: the sender's rank (kPush) or shard id (kResult,
+//       64    4 signer: the sender's rank (kPush, kNodePush, kNodeMember) or shard id (kResult,
 //                 kAbort); its key of the epoch made the tags
 //       68   12 nonce (random, lowest bit of byte 79 zero)
 //       80   16 header tag: AES-256-GMAC, IV = nonce, over bytes 0..79
@@ -36,8 +38,14 @@
 // ParseChunkHeader reads both versions and checks neither tag; a receiver
 // with authentication on refuses version 1 (chunk_mac.h).
 //
-// The payload is a codec payload (common/codec/payload.h) for kPush and
-// kResult, and a UTF-8 reason for kAbort.
+// The payload is a codec payload (common/codec/payload.h) for kPush,
+// kNodePush, kNodeMember and kResult, and a UTF-8 reason for kAbort.
+//
+// Node-local aggregation (docs/design.md section 6.7) adds kinds 4 and 5 in
+// the same two versions: a leader's kNodePush carries the FP32 sum of its
+// node group's ranks (in the push codec) as one contribution; a member's
+// kNodeMember carries its own chunk (FP32) to the chunk's leader, worker to
+// worker. Receivers of an older build refuse them as an unknown kind.
 //
 // Thread safety: reentrant functions on values.
 #ifndef GIFT_COMMON_DATAPLANE_CHUNK_HEADER_H_
@@ -73,6 +81,8 @@ enum class ChunkKind : uint8_t {
   kPush = 1,    // worker -> server: one rank's encoded chunk
   kResult = 2,  // server -> worker: the encoded average of all ranks
   kAbort = 3,   // server -> worker: the (epoch, step) will not complete
+  kNodePush = 4,    // leader -> server: the node group's sum (status_code ranks)
+  kNodeMember = 5,  // member -> the chunk's leader on its node: its FP32 chunk
 };
 
 struct ChunkHeader {
@@ -101,8 +111,9 @@ std::array<uint8_t, kSealedChunkHeaderBytes> SerializeSealedChunkHeaderPrefix(
     const ChunkHeader& header, uint32_t signer);
 
 // Either version. InvalidArgument naming the bad field (size for the
-// version, magic, kind, reserved bytes, MAC algorithm, world size 0, a kPush
-// rank not below the world size), DataLoss for a checksum mismatch,
+// version, magic, kind, reserved bytes, MAC algorithm, world size 0, a kPush,
+// kNodePush or kNodeMember rank not below the world size, a kNodePush of 0
+// ranks or of more than the world size), DataLoss for a checksum mismatch,
 // Unimplemented for a newer version. The tags are not checked.
 absl::StatusOr<ChunkHeader> ParseChunkHeader(absl::Span<const uint8_t> bytes);
 

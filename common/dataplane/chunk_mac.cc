@@ -176,7 +176,11 @@ std::optional<AuthFailure> CheckChunk(const EpochKeys& keys, const ChunkHeader& 
   if (!IsSealedChunkHeader(header_bytes)) return AuthFailure::kMissing;
   const uint8_t* p = header_bytes.data();
   const uint32_t signer = GetU32(p + kSealSignerOffset);
-  if (parsed.kind == ChunkKind::kPush && signer != parsed.rank) return AuthFailure::kWrongSigner;
+  if ((parsed.kind == ChunkKind::kPush || parsed.kind == ChunkKind::kNodePush ||
+       parsed.kind == ChunkKind::kNodeMember) &&
+      signer != parsed.rank) {
+    return AuthFailure::kWrongSigner;
+  }
   if (parsed.epoch != keys.epoch || signer >= keys.peers.size() ||
       !keys.peers[signer].has_value()) {
     return AuthFailure::kUnknownKey;

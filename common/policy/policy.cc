@@ -132,6 +132,9 @@ Policy WithDefaults(const Policy& policy) {
     s.set_mode(gift::v1::SELECTION_MODE_MEASURED);
   if (s.margin() == 0) s.set_margin(kDefaultMargin);
   if (s.min_elements() == 0) s.set_min_elements(kDefaultMinElements);
+  if (out.hierarchy() == gift::v1::HIERARCHY_UNSPECIFIED) {
+    out.set_hierarchy(gift::v1::HIERARCHY_NONE);
+  }
   return out;
 }
 
@@ -219,6 +222,22 @@ absl::Status Validate(const Policy& policy) {
     }
     if (o.has_pull_codec()) {
       GIFT_RETURN_IF_ERROR(ValidateCodec(absl::StrCat(prefix, "pull_codec"), o.pull_codec()));
+    }
+  }
+  if (!gift::v1::Hierarchy_IsValid(policy.hierarchy())) {
+    return Invalid("hierarchy", policy.hierarchy(), "must be NONE or NODE");
+  }
+  if (policy.hierarchy() == gift::v1::HIERARCHY_NODE) {
+    // A node's sum is encoded by its leader without a residual.
+    if (t.error_feedback()) {
+      return Invalid("transform.error_feedback", "true",
+                     "error feedback is not supported with hierarchy NODE");
+    }
+    for (int i = 0; i < policy.overrides_size(); ++i) {
+      if (policy.overrides(i).error_feedback()) {
+        return Invalid(absl::StrCat("overrides[", i, "].error_feedback"), "true",
+                       "error feedback is not supported with hierarchy NODE");
+      }
     }
   }
   return absl::OkStatus();

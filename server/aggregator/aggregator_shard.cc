@@ -98,8 +98,10 @@ absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
   // epoch's workers.
   const Peers old_peers = CurrentPeers();
   if (auto s = CheckEpochKeys(epoch); !s.ok()) return s;
-  auto update =
-      reducer_->SetEpoch(epoch.epoch, static_cast<uint32_t>(epoch.workers.size()), epoch.chunks);
+  auto update = reducer_->SetEpoch(
+      epoch.epoch, static_cast<uint32_t>(epoch.workers.size()), epoch.chunks,
+      epoch.nodes.size() == epoch.workers.size() ? NodeGroups::FromNodes(epoch.nodes)
+                                                 : NodeGroups());
   if (!update.ok()) return update.status();
   InstallEpochKeys(epoch);
   const std::string text = absl::StrCat("epoch ", epoch.epoch, " replaced the step's epoch");

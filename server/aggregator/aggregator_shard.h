@@ -64,6 +64,9 @@ struct ShardEpoch {
   uint64_t epoch = 0;
   // The workers' transport addresses, by rank (size = world size).
   std::vector<std::string> workers;
+  // The workers' nodes (Member.node), by rank, for node sums
+  // (node_coverage.h); empty or shorter than `workers`: every rank alone.
+  std::vector<std::string> nodes;
   // The chunks this shard reduces in this epoch.
   absl::flat_hash_map<ChunkId, ChunkShape> chunks;
   // The policy's pull codec, when it names one; else the shard keeps its own.

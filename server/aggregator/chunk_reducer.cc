@@ -29,8 +29,9 @@ struct Slot {
 struct StepInputs {
   uint64_t step = 0;
   uint64_t basis_version = 0;  // of the first push received
-  uint32_t received = 0;
+  uint32_t received = 0;       // ranks counted (a node sum counts its group)
   std::vector<Slot> slots;
+  std::vector<uint8_t> covered;  // by rank: counted
 };
 
 struct ChunkState {
@@ -106,7 +107,8 @@ void ChunkReducer::ResetChunkLocked(ChunkState& chunk, const ChunkId& id,
 }
 
 absl::StatusOr<EpochUpdate> ChunkReducer::SetEpoch(
-    uint64_t epoch, uint32_t world_size, absl::flat_hash_map<ChunkId, ChunkShape> chunks) {
+    uint64_t epoch, uint32_t world_size, absl::flat_hash_map<ChunkId, ChunkShape> chunks,
+    NodeGroups nodes) {
   if (world_size == 0) return absl::InvalidArgumentError("world size 0");
   EpochUpdate update;
   // Chunk states dropped here free their buffers after the lock.
@@ -128,6 +130,7 @@ absl::StatusOr<EpochUpdate> ChunkReducer::SetEpoch(
     has_epoch_ = true;
     epoch_ = epoch;
     world_size_ = world_size;
+    nodes_ = std::move(nodes);
   }
   old.clear();
   registry_->Drain();
@@ -240,6 +243,7 @@ StepInputs& ChunkReducer::OpenStepLocked(ChunkState& chunk, uint64_t step) {
   inputs->step = step;
   inputs->received = 0;
   inputs->slots.resize(world_size_);
+  inputs->covered.assign(world_size_, 0);
   StepInputs& ref = *inputs;
   chunk.steps.emplace(step, std::move(inputs));
   return ref;
@@ -294,7 +298,7 @@ absl::Status CheckVersion(const ChunkHeader& header, const StepInputs& inputs) {
 
 absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::StoreLocked(
     const ChunkHeader& header, ChunkState& chunk, StepInputs& inputs,
-    const codec::EncodedView& view) {
+    const codec::EncodedView& view, uint32_t ranks) {
   Slot& slot = inputs.slots[header.rank];
   if (inputs.received == 0) {
     inputs.basis_version = header.basis_version;
@@ -303,7 +307,8 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::StoreLocked(
   slot.state = Slot::State::kReceived;
   slot.view = view;
   pending_bytes_ += slot.buffer.size();
-  if (++inputs.received < world_size_) return std::nullopt;
+  inputs.received += ranks;
+  if (inputs.received < world_size_) return std::nullopt;
   auto it = chunk.steps.find(header.step);
   ReductionJob job;
   job.header_ = header;
@@ -319,7 +324,8 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::StoreLocked(
 }
 
 absl::Span<uint8_t> ChunkReducer::PlacePush(const ChunkHeader& header, size_t payload_bytes) {
-  if (header.kind != ChunkKind::kPush || payload_bytes == 0 ||
+  if ((header.kind != ChunkKind::kPush && header.kind != ChunkKind::kNodePush) ||
+      payload_bytes == 0 ||
       payload_bytes > options_.payload_limits.max_bytes) {
     return {};
   }
@@ -390,21 +396,19 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::AcceptPlaced(
     RecycleIfUnusedLocked(*chunk, header.step);
     return why;
   };
-  if (header.kind != ChunkKind::kPush) {
-    return refuse(
-        absl::InvalidArgumentError(absl::StrCat("not a push: ", dataplane::ToString(header))));
-  }
   if (!parsed.ok()) return refuse(WithHeader(header, parsed.status(), "payload: "));
   auto checked = CheckPushLocked(header, ChunkShape{parsed->view.rows, parsed->view.cols});
   if (!checked.ok()) return refuse(checked.status());
   StepInputs& inputs = *chunk->steps.at(header.step);
   if (auto s = CheckVersion(header, inputs); !s.ok()) return refuse(s);
-  return StoreLocked(header, *chunk, inputs, parsed->view);
+  auto ranks = nodes_.Cover(header, absl::MakeSpan(inputs.covered));  // checks the kind
+  if (!ranks.ok()) return refuse(ranks.status());
+  return StoreLocked(header, *chunk, inputs, parsed->view, *ranks);
 }
 
 absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::Accept(const ChunkHeader& header,
                                                                  std::vector<uint8_t> payload) {
-  if (header.kind != ChunkKind::kPush) {
+  if (header.kind != ChunkKind::kPush && header.kind != ChunkKind::kNodePush) {
     return absl::InvalidArgumentError(absl::StrCat("not a push: ", dataplane::ToString(header)));
   }
   // Parse (checksum, layout, contents) before taking the lock.
@@ -435,6 +439,11 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::Accept(const ChunkHead
     return absl::AlreadyExistsError(
         absl::StrCat(dataplane::ToString(header), ": rank already contributed"));
   }
+  auto ranks = nodes_.Cover(header, absl::MakeSpan(inputs.covered));
+  if (!ranks.ok()) {
+    RecycleIfUnusedLocked(**chunk, header.step);
+    return ranks.status();
+  }
   // Into the slot, and the view moved with the bytes.
   slot.buffer.Resize(payload.size(), registry_);
   std::memcpy(slot.buffer.data(), payload.data(), payload.size());
@@ -444,7 +453,7 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::Accept(const ChunkHead
   };
   view.codes = rebase(view.codes);
   view.scales = rebase(view.scales);
-  return StoreLocked(header, **chunk, inputs, view);
+  return StoreLocked(header, **chunk, inputs, view, *ranks);
 }
 
 absl::StatusOr<ChunkResult> ChunkReducer::Reduce(ReductionJob job) {
@@ -454,10 +463,13 @@ absl::StatusOr<ChunkResult> ChunkReducer::Reduce(ReductionJob job) {
   const ChunkHeader& last = job.header_;
   absl::InlinedVector<codec::EncodedView, 8> views;
   bool exact = true;
-  for (const Slot& slot : inputs.slots) {
+  for (uint32_t r = 0; r < inputs.slots.size(); ++r) {
+    const Slot& slot = inputs.slots[r];
+    if (slot.state != Slot::State::kReceived) continue;  // counted in a node sum
     views.push_back(slot.view);
     exact = exact && slot.view.spec.format == codec::Format::kF32;
   }
+  const size_t world = inputs.slots.size();
   const codec::CodecSpec out_spec =
       exact ? codec::CodecSpec{.format = codec::Format::kF32, .scaling = codec::Scaling::kNone}
             : job.pull_spec_;
@@ -491,7 +503,7 @@ absl::StatusOr<ChunkResult> ChunkReducer::Reduce(ReductionJob job) {
     if (status.ok()) {
       codec::CodecOptions codec_options = options_.codec_options;
       status = codec::ReduceEncodedBlocked(
-          views, 1.0f / static_cast<float>(views.size()), *view, absl::MakeSpan(scratch),
+          views, 1.0f / static_cast<float>(world), *view, absl::MakeSpan(scratch),
           dataplane::ChunkRngKey(last.tensor_id, last.chunk_index, last.step,
                                  dataplane::kResultRngRank),
           codec_options);
@@ -514,7 +526,7 @@ absl::StatusOr<ChunkResult> ChunkReducer::Reduce(ReductionJob job) {
   ChunkResult result;
   result.header = last;
   result.header.kind = ChunkKind::kResult;
-  result.header.rank = static_cast<uint32_t>(views.size());
+  result.header.rank = static_cast<uint32_t>(world);
   result.buffer = std::move(out);
   result.elements = job.shape_.rows * job.shape_.cols;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -6,7 +6,11 @@
 // Rules (docs/design.md section 6.3):
 //   - a push is accepted only for the current epoch, from a rank below its
 //     world size, for a chunk this shard owns, with the chunk's shape;
-//   - each rank counts once per (step, chunk) (a duplicate is refused);
+//   - each rank counts once per (step, chunk) (a duplicate is refused); a
+//     node sum (kNodePush, docs/design.md section 6.7) counts for every
+//     rank of its sender's node group, and a contribution overlapping ranks
+//     already counted is refused (node_coverage.h); the average is always
+//     over the world size;
 //   - all pushes of a (step, chunk) carry one basis version (a push with
 //     another version is refused: versions are never mixed);
 //   - a new epoch drops every incomplete chunk of the old one and reports
@@ -63,6 +67,7 @@
 #include "common/codec/payload.h"
 #include "common/dataplane/chunk_header.h"
 #include "common/dataplane/chunk_shape.h"
+#include "server/aggregator/node_coverage.h"
 #include "server/aggregator/reusable_buffer.h"
 
 namespace gift::server {
@@ -145,12 +150,15 @@ class ChunkReducer {
   // InvalidArgument on an invalid pull spec.
   static absl::StatusOr<std::unique_ptr<ChunkReducer>> Create(const ChunkReducerOptions& options);
 
-  // Installs a new epoch: its world size and the chunks this shard owns;
+  // Installs a new epoch: its world size, the chunks this shard owns and
+  // its node groups (for node sums: node_coverage.h; default: every rank
+  // alone);
   // drops the incomplete chunks of the previous epoch and replays the
   // deferred pushes of the new one (see EpochUpdate). An epoch not above the
   // current one is refused (FailedPrecondition) and changes nothing.
   absl::StatusOr<EpochUpdate> SetEpoch(uint64_t epoch, uint32_t world_size,
-                                       absl::flat_hash_map<ChunkId, ChunkShape> chunks);
+                                       absl::flat_hash_map<ChunkId, ChunkShape> chunks,
+                                       NodeGroups nodes = {});
 
   // Adds chunks this shard owns within the current epoch (tensors registered
   // after it began) and replays the pushes deferred for them. A chunk
@@ -252,9 +260,11 @@ class ChunkReducer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stores the parsed push of `slot_rank` of `inputs` (its bytes already in
   // the slot): basis version, counts; the job when complete.
+  // `ranks`: how many ranks the push counts for (CoverLocked).
   absl::StatusOr<std::optional<ReductionJob>> StoreLocked(const dataplane::ChunkHeader& header,
                                                           ChunkState& chunk, StepInputs& inputs,
-                                                          const codec::EncodedView& view)
+                                                          const codec::EncodedView& view,
+                                                          uint32_t ranks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The open inputs of `step` of `chunk`, from the spares when new.
   StepInputs& OpenStepLocked(ChunkState& chunk, uint64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -278,6 +288,7 @@ class ChunkReducer {
   bool has_epoch_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t world_size_ ABSL_GUARDED_BY(mu_) = 0;
+  NodeGroups nodes_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ChunkId, std::shared_ptr<ChunkState>> chunks_ ABSL_GUARDED_BY(mu_);
   size_t pending_chunks_ ABSL_GUARDED_BY(mu_) = 0;  // open steps some rank pushed
   uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -19,6 +19,7 @@ absl::StatusOr<ShardEpoch> ShardEpochFromState(const gift::v1::ClusterState& sta
   }
   ShardEpoch out{.epoch = state.epoch()};
   out.workers.resize(state.workers_size());
+  out.nodes.resize(state.workers_size());
   std::vector<bool> seen(state.workers_size(), false);
   for (const gift::v1::Member& w : state.workers()) {
     if (w.rank() >= static_cast<uint32_t>(state.workers_size()) || seen[w.rank()]) {
@@ -32,6 +33,7 @@ absl::StatusOr<ShardEpoch> ShardEpochFromState(const gift::v1::ClusterState& sta
     }
     seen[w.rank()] = true;
     out.workers[w.rank()] = w.data_address();
+    out.nodes[w.rank()] = w.node();
   }
   struct Dims {
     uint64_t total = 0;

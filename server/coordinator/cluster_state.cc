@@ -444,7 +444,16 @@ absl::StatusOr<gift::v1::Policy> ClusterStateMachine::SetPolicyLocked(
   GIFT_RETURN_IF_ERROR(policy::Validate(next));
   GIFT_RETURN_IF_ERROR(policy::ValidateRanksForTensors(next, registry_.Shapes({})));
   next.set_version(meta_.policy.version() + 1);
+  // Node-local aggregation changes how every worker routes its chunks: only
+  // at an epoch boundary, so that no step mixes the two (docs/design.md
+  // section 6.7).
+  const bool new_epoch =
+      policy::WithDefaults(meta_.policy).hierarchy() != next.hierarchy();
   meta_.policy = std::move(next);
+  if (new_epoch) {
+    membership_.BumpEpoch();
+    OnMembershipChangedLocked();
+  }
   TouchLocked();
   Log(Level::kInfo, "policy_set", {{"version", meta_.policy.version()}});
   return meta_.policy;

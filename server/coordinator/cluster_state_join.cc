@@ -43,6 +43,7 @@ absl::StatusOr<gift::v1::JoinResponse> ClusterStateMachine::Join(
     member.set_state(gift::v1::MEMBER_STATE_ACTIVE);
     member.set_data_address(request.data_address());
     member.set_control_address(request.control_address());
+    member.set_node(request.node());
     member.set_lease_expires_unix_ms(absl::ToUnixMillis(clock_->Now() + options_.lease_ttl));
     gift::v1::JoinResponse response;
     std::string id;

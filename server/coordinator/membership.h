@@ -81,6 +81,9 @@ class Membership {
   // "fail": a confirmed peer failure report, ...); no-op for an unknown id.
   // An expired or failed worker is remembered for Live's message.
   void Remove(const std::string& member_id, absl::string_view event, int64_t now_ms);
+  // +1 epoch with the same members (a change every member must apply at an
+  // epoch boundary: the policy's hierarchy).
+  void BumpEpoch() { ++epoch_; }
   // The ids (joining ones too) whose lease ends at or before `now_ms`.
   std::vector<std::string> Expired(int64_t now_ms) const;
   // Re-ranks both roles and marks every member changed.

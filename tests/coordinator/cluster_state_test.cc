@@ -414,6 +414,27 @@ TEST_F(ClusterStateMachineTest, PolicyIsValidatedAndVersioned) {
   EXPECT_EQ(state_->GetPolicy().version(), 2u);
 }
 
+TEST_F(ClusterStateMachineTest, TheNodeOfAJoinIsKeptAndAHierarchySwitchStartsAnEpoch) {
+  gift::v1::JoinRequest join;
+  join.set_name("w");
+  join.set_role(gift::v1::MEMBER_ROLE_WORKER);
+  join.set_node("host-7");
+  ASSERT_TRUE(state_->Join(join).ok());
+  ASSERT_EQ(state_->Snapshot()->workers_size(), 1);
+  EXPECT_EQ(state_->Snapshot()->workers(0).node(), "host-7");
+  const uint64_t epoch = state_->Snapshot()->epoch();
+  gift::v1::SetPolicyRequest request;
+  request.mutable_policy()->mutable_refresh()->set_period_steps(25);
+  ASSERT_TRUE(state_->SetPolicy(request).ok());
+  EXPECT_EQ(state_->Snapshot()->epoch(), epoch);  // no routing change
+  request.mutable_policy()->set_hierarchy(gift::v1::HIERARCHY_NODE);
+  ASSERT_TRUE(state_->SetPolicy(request).ok());
+  EXPECT_EQ(state_->Snapshot()->epoch(), epoch + 1);
+  EXPECT_EQ(state_->Snapshot()->shard_map().epoch(), epoch + 1);
+  ASSERT_TRUE(state_->SetPolicy(request).ok());  // unchanged: the same epoch
+  EXPECT_EQ(state_->Snapshot()->epoch(), epoch + 1);
+}
+
 TEST_F(ClusterStateMachineTest, DrainKeepsTheEpochUntilTheMemberLeaves) {
   const std::string a = Join("a").member_id();
   Join("b");

@@ -63,5 +63,33 @@ TEST(ChunkHeaderTest, RefusesInconsistentFields) {
   EXPECT_TRUE(ParseChunkHeader(SerializeChunkHeader(h)).ok());
 }
 
+TEST(ChunkHeaderTest, NodeKindsRoundTripAndCarryTheirRankCount) {
+  ChunkHeader h = Sample();
+  h.kind = ChunkKind::kNodePush;
+  h.status_code = 2;  // the ranks its sum holds
+  EXPECT_EQ(ParseChunkHeader(SerializeChunkHeader(h)).value(), h);
+  h.status_code = 0;
+  EXPECT_EQ(ParseChunkHeader(SerializeChunkHeader(h)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  h.status_code = 5;  // more than the world size 4
+  EXPECT_EQ(ParseChunkHeader(SerializeChunkHeader(h)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  h.status_code = 4;
+  h.rank = 4;  // the sender's rank, below the world size
+  EXPECT_EQ(ParseChunkHeader(SerializeChunkHeader(h)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  h = Sample();
+  h.kind = ChunkKind::kNodeMember;
+  EXPECT_EQ(ParseChunkHeader(SerializeChunkHeader(h)).value(), h);
+  h.rank = 4;
+  EXPECT_EQ(ParseChunkHeader(SerializeChunkHeader(h)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Kinds beyond the newest are unknown.
+  h = Sample();
+  h.kind = static_cast<ChunkKind>(6);
+  EXPECT_EQ(ParseChunkHeader(SerializeChunkHeader(h)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace gift::dataplane

@@ -131,6 +131,16 @@ TEST(ChunkMacTest, WrongKeyAndWrongRankAreRefused) {
   // Rank 1's honest signer on a push that claims rank 3.
   EXPECT_EQ(Check(keys, SealChunk(Push(3), 1, payload, *keys.peers[1]).value(), payload),
             AuthFailure::kWrongSigner);
+  // A node sum (leader -> server) is signed by its leader's rank like a
+  // push: honest, and claiming another rank.
+  ChunkHeader node_sum = Push(1);
+  node_sum.kind = ChunkKind::kNodePush;
+  node_sum.status_code = 2;
+  EXPECT_EQ(Check(keys, SealChunk(node_sum, 1, payload, *keys.peers[1]).value(), payload),
+            std::nullopt);
+  node_sum.rank = 3;
+  EXPECT_EQ(Check(keys, SealChunk(node_sum, 1, payload, *keys.peers[1]).value(), payload),
+            AuthFailure::kWrongSigner);
   // A signer the receiver holds no key for.
   EpochKeys partial = keys;
   partial.peers[3].reset();

@@ -342,5 +342,23 @@ TEST(ResolveTest, CodecOverridesLastMatchWinsPerDirection) {
   EXPECT_EQ(mlp.selection, Selection::kMeasure);
 }
 
+TEST(PolicyHierarchyTest, DefaultsToNoneAndRefusesErrorFeedbackWithNode) {
+  EXPECT_EQ(Defaults().hierarchy(), gift::v1::HIERARCHY_NONE);
+  gift::v1::Policy p = Defaults();
+  p.set_hierarchy(gift::v1::HIERARCHY_NODE);
+  EXPECT_TRUE(Validate(p).ok());
+  p.mutable_transform()->set_error_feedback(true);
+  EXPECT_THAT(std::string(Validate(p).message()), HasSubstr("transform.error_feedback"));
+  p.mutable_transform()->set_error_feedback(false);
+  gift::v1::TensorOverride* o = p.add_overrides();
+  o->set_glob("layers.*");
+  o->set_error_feedback(true);
+  EXPECT_THAT(std::string(Validate(p).message()), HasSubstr("overrides[0].error_feedback"));
+  p.set_hierarchy(gift::v1::HIERARCHY_NONE);
+  EXPECT_TRUE(Validate(p).ok());  // error feedback is fine without node groups
+  p.set_hierarchy(static_cast<gift::v1::Hierarchy>(7));
+  EXPECT_THAT(std::string(Validate(p).message()), HasSubstr("hierarchy = 7"));
+}
+
 }  // namespace
 }  // namespace gift::policy

@@ -373,6 +373,10 @@ absl::Status LocalCluster::StartAll() {
         MetricsListen(options_.metrics, placement)};
     if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
     for (std::string& flag : PlaintextFlags(options_.placement)) argv.push_back(std::move(flag));
+    if (static_cast<size_t>(w) < options_.worker_nodes.size() &&
+        !options_.worker_nodes[w].empty()) {
+      argv.insert(argv.end(), {"--node", options_.worker_nodes[w]});
+    }
     argv.insert(argv.end(), options_.worker_args.begin(), options_.worker_args.end());
     auto p = control::Subprocess::Start(
         Placed(placement, std::move(argv)),

@@ -133,6 +133,9 @@ struct LocalClusterOptions {
   std::vector<std::string> coordinator_args;
   std::vector<std::string> server_args;
   std::vector<std::string> worker_args;
+  // Each worker's --node (its node group under the policy's hierarchy
+  // NODE); empty, or one per worker ("" keeps the default, the hostname).
+  std::vector<std::string> worker_nodes;
   absl::Duration startup_timeout = absl::Seconds(60);
   // Serve each daemon's Prometheus page on a free port of its bind address
   // (see metrics_addresses()); off: no metrics endpoints.
