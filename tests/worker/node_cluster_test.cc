@@ -20,6 +20,7 @@
 #include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
 #include "gtest/gtest.h"
+#include "tests/testing/cluster_clients.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/worker_client.h"
 
@@ -87,21 +88,10 @@ class NodeClusterTest : public ::testing::Test {
   }
 
   void Register() {
-    clients_.resize(kWorkers);
-    tensors_.resize(kWorkers);
-    std::vector<std::future<absl::Status>> calls;
-    for (int w = 0; w < kWorkers; ++w) {
-      auto c = client::WorkerClient::Connect(cluster_->worker_socket(w));
-      ASSERT_TRUE(c.ok()) << c.status();
-      clients_[w] = *std::move(c);
-      calls.push_back(std::async(std::launch::async, [this, w]() -> absl::Status {
-        auto t = clients_[w]->Register(Specs());
-        if (!t.ok()) return t.status();
-        tensors_[w] = *std::move(t);
-        return absl::OkStatus();
-      }));
-    }
-    for (auto& c : calls) ASSERT_TRUE(c.get().ok());
+    auto registered = test::ConnectAndRegister(*cluster_, kWorkers, Specs());
+    ASSERT_TRUE(registered.ok()) << registered.status();
+    clients_ = std::move(registered->clients);
+    tensors_ = std::move(registered->tensors);
   }
 
   // Worker w's gradients: Value(its rank at registration).
