@@ -500,6 +500,24 @@ TEST_F(ControlIntegrationTest, PerTensorCodecsThroughGiftctl) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(ControlIntegrationTest, HierarchyAndAZeroDriftThroughGiftctl) {
+  MemberSession& watcher = Join("w0");
+  CommandResult set = Giftctl({"--coordinator", coordinator_->address(), "policy", "set",
+                               "--hierarchy", "node", "--drift", "0"});
+  ASSERT_EQ(set.code, 0) << set.err;
+  EXPECT_NE(set.out.find("hierarchy"), std::string::npos) << set.out;
+  auto seen = watcher.WaitFor(
+      [](const v1::ClusterState& s) { return s.policy().hierarchy() == v1::HIERARCHY_NODE; },
+      kWait);
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  ASSERT_TRUE((*seen)->policy().refresh().has_drift_threshold());
+  EXPECT_EQ((*seen)->policy().refresh().drift_threshold(), 0.0);
+  EXPECT_EQ(Giftctl({"--coordinator", coordinator_->address(), "policy", "set", "--hierarchy",
+                     "rack"})
+                .code,
+            64);
+}
+
 TEST_F(ControlIntegrationTest, PolicyChangeThroughGiftctlReachesAWatcher) {
   MemberSession& watcher = Join("w0");
   const uint64_t version = client_->GetPolicy()->version();

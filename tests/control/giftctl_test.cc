@@ -129,6 +129,22 @@ TEST(PolicyEditTest, RejectsOutOfRangeValuesAndGlobalOnlyFieldsInOverrides) {
   edit = {};
   edit.enabled = true;
   EXPECT_TRUE(absl::IsInvalidArgument(ValidatePolicyEdit(edit)));
+  edit = {};
+  edit.tensor_glob = "x";
+  edit.hierarchy = gift::v1::HIERARCHY_NODE;  // the policy's, not a tensor's
+  EXPECT_NE(ValidatePolicyEdit(edit).message().find("--hierarchy"), absl::string_view::npos);
+}
+
+TEST(PolicyEditTest, HierarchyAndAZeroDriftAreSetOnTheGlobalPolicy) {
+  PolicyEdit edit;
+  edit.hierarchy = gift::v1::HIERARCHY_NODE;
+  edit.drift_threshold = 0.0;
+  ASSERT_TRUE(ValidatePolicyEdit(edit).ok());
+  gift::v1::Policy policy;
+  ApplyPolicyEdit(edit, &policy);
+  EXPECT_EQ(policy.hierarchy(), gift::v1::HIERARCHY_NODE);
+  ASSERT_TRUE(policy.refresh().has_drift_threshold()) << "0 must stay set, not read as unset";
+  EXPECT_EQ(policy.refresh().drift_threshold(), 0.0);
 }
 
 TEST(PolicyEditTest, EnumNamesRoundTrip) {
@@ -138,7 +154,10 @@ TEST(PolicyEditTest, EnumNamesRoundTrip) {
   }
   EXPECT_EQ(ResidualName(*ParseResidual("diagonal")), "diagonal");
   EXPECT_EQ(SelectionName(*ParseSelection("list")), "list");
+  for (const char* name : {"none", "node"}) EXPECT_EQ(HierarchyName(*ParseHierarchy(name)), name);
+  EXPECT_EQ(HierarchyName(gift::v1::HIERARCHY_UNSPECIFIED), "none");
   EXPECT_FALSE(ParseSides("left").ok());
+  EXPECT_FALSE(ParseHierarchy("rack").ok());
 }
 
 TEST(GiftctlTest, UsageErrorsExit64WithAMessage) {

@@ -49,6 +49,7 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
   g.Add({"exclude", Or(absl::StrJoin(s.exclude(), ","))});
   g.Add({"margin", NumOrDash(s.margin())});
   g.Add({"min_elements", NumOrDash(s.min_elements())});
+  g.Add({"hierarchy", HierarchyName(p.hierarchy())});
   g.Print(out);
   if (p.overrides().empty()) return;
   out << "\noverrides (the last matching glob wins, field by field):\n";
@@ -129,6 +130,9 @@ void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* f) {
       cmd->add_option("--drift", f->drift, "early-refresh drift threshold (>= 0; 0 disables)");
   o["margin"] = cmd->add_option("--margin", f->margin, "selection margin in [0, 1)");
   o["selection"] = cmd->add_option("--selection", f->selection, "selection mode: measured|list");
+  o["hierarchy"] = cmd->add_option("--hierarchy", f->hierarchy,
+                                   "none|node: node-local aggregation first (workers of one "
+                                   "--node); a change starts a new epoch");
   o["include"] = cmd->add_option("--include", f->include,
                                  "tensor-name glob to include (repeatable; replaces the list)");
   o["exclude"] = cmd->add_option("--exclude", f->exclude,
@@ -188,6 +192,11 @@ absl::StatusOr<PolicyEdit> ToPolicyEdit(const PolicySetFlags& f) {
     absl::StatusOr<v1::SelectionMode> v = ParseSelection(f.selection);
     if (!v.ok()) return v.status();
     e.selection = *v;
+  }
+  if (f.given("hierarchy")) {
+    absl::StatusOr<v1::Hierarchy> v = ParseHierarchy(f.hierarchy);
+    if (!v.ok()) return v.status();
+    e.hierarchy = *v;
   }
   if (f.given("include")) e.include = f.include;
   if (f.given("exclude")) e.exclude = f.exclude;

@@ -31,6 +31,8 @@ constexpr Choice<v1::ResidualModel> kResiduals[] = {{"isotropic", v1::RESIDUAL_M
                                                     {"diagonal", v1::RESIDUAL_MODEL_DIAGONAL}};
 constexpr Choice<v1::SelectionMode> kSelections[] = {{"measured", v1::SELECTION_MODE_MEASURED},
                                                      {"list", v1::SELECTION_MODE_LIST}};
+constexpr Choice<v1::Hierarchy> kHierarchies[] = {{"none", v1::HIERARCHY_NONE},
+                                                  {"node", v1::HIERARCHY_NODE}};
 
 template <typename Enum, size_t N>
 absl::StatusOr<Enum> ParseChoice(const Choice<Enum> (&choices)[N], absl::string_view what,
@@ -72,6 +74,13 @@ std::string SidesName(v1::Sides sides) { return ChoiceName(kSides, sides); }
 std::string SourceName(v1::GeometrySource source) { return ChoiceName(kSources, source); }
 std::string ResidualName(v1::ResidualModel residual) { return ChoiceName(kResiduals, residual); }
 std::string SelectionName(v1::SelectionMode mode) { return ChoiceName(kSelections, mode); }
+absl::StatusOr<v1::Hierarchy> ParseHierarchy(absl::string_view text) {
+  return ParseChoice(kHierarchies, "hierarchy", text);
+}
+std::string HierarchyName(v1::Hierarchy hierarchy) {
+  return ChoiceName(kHierarchies,
+                    hierarchy == v1::HIERARCHY_UNSPECIFIED ? v1::HIERARCHY_NONE : hierarchy);
+}
 
 std::string CodecName(const v1::CodecSpec& spec) {
   absl::StatusOr<codec::CodecSpec> parsed = codec::FromProto(spec);
@@ -81,7 +90,7 @@ std::string CodecName(const v1::CodecSpec& spec) {
 bool PolicyEdit::empty() const {
   return !period_steps && !rank && !powers && !sides && !source && !residual && !enabled &&
          !error_feedback && !ema_decay && !push_codec && !pull_codec && !drift_threshold &&
-         !margin && !selection && !include && !exclude;
+         !margin && !selection && !hierarchy && !include && !exclude;
 }
 
 absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
@@ -116,6 +125,7 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
   if (edit.drift_threshold) global_only.push_back("--drift");
   if (edit.margin) global_only.push_back("--margin");
   if (edit.selection) global_only.push_back("--selection");
+  if (edit.hierarchy) global_only.push_back("--hierarchy");
   if (edit.include) global_only.push_back("--include");
   if (edit.exclude) global_only.push_back("--exclude");
   if (!global_only.empty()) {
@@ -166,6 +176,7 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
   if (edit.drift_threshold) r->set_drift_threshold(*edit.drift_threshold);
   if (edit.margin) s->set_margin(*edit.margin);
   if (edit.selection) s->set_mode(*edit.selection);
+  if (edit.hierarchy) policy->set_hierarchy(*edit.hierarchy);
   if (edit.include) s->mutable_include()->Assign(edit.include->begin(), edit.include->end());
   if (edit.exclude) s->mutable_exclude()->Assign(edit.exclude->begin(), edit.exclude->end());
 }

@@ -39,6 +39,7 @@ struct PolicyEdit {
   std::optional<double> drift_threshold;
   std::optional<double> margin;
   std::optional<gift::v1::SelectionMode> selection;
+  std::optional<gift::v1::Hierarchy> hierarchy;
   std::optional<std::vector<std::string>> include;
   std::optional<std::vector<std::string>> exclude;
 
@@ -55,17 +56,21 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit);
 void ApplyPolicyEdit(const PolicyEdit& edit, gift::v1::Policy* policy);
 
 // The command-line names of the enums ("both", "in", "out"; "gradients",
-// "per-worker", "activations"; "isotropic", "diagonal"; "measured", "list"),
+// "per-worker", "activations"; "isotropic", "diagonal"; "measured", "list";
+// "none", "node"),
 // parsed (InvalidArgument listing the choices) and printed ("-" for
 // unspecified).
 absl::StatusOr<gift::v1::Sides> ParseSides(absl::string_view text);
 absl::StatusOr<gift::v1::GeometrySource> ParseSource(absl::string_view text);
 absl::StatusOr<gift::v1::ResidualModel> ParseResidual(absl::string_view text);
 absl::StatusOr<gift::v1::SelectionMode> ParseSelection(absl::string_view text);
+absl::StatusOr<gift::v1::Hierarchy> ParseHierarchy(absl::string_view text);
 std::string SidesName(gift::v1::Sides sides);
 std::string SourceName(gift::v1::GeometrySource source);
 std::string ResidualName(gift::v1::ResidualModel residual);
 std::string SelectionName(gift::v1::SelectionMode mode);
+// HIERARCHY_UNSPECIFIED prints as "none" (its meaning).
+std::string HierarchyName(gift::v1::Hierarchy hierarchy);
 
 // "e4m3/block128/rne" for a codec spec, "-" when unset or invalid.
 std::string CodecName(const gift::v1::CodecSpec& spec);
