@@ -21,6 +21,7 @@
 #include "common/control/coordinator_client.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cluster_clients.h"
+#include "tests/testing/test_cluster.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/worker_client.h"
 
@@ -48,11 +49,7 @@ float Value(uint32_t rank, size_t k) {
 class NodeClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string dir = absl::StrCat(::testing::TempDir(), "/gift-node-XXXXXX");
-    ASSERT_NE(mkdtemp(dir.data()), nullptr);
     tools::LocalClusterOptions options;
-    options.binaries = tools::LocalClusterBinaries::InBuildTree(GIFT_BUILD_DIR);
-    options.dir = dir;
     options.servers = kServers;
     options.workers = kWorkers;
     options.worker_nodes = kNodes;
@@ -60,9 +57,11 @@ class NodeClusterTest : public ::testing::Test {
     options.coordinator_args = {"--chunk-bytes", "16384"};
     options.lease_ttl = absl::Seconds(2);
     options.step_timeout = absl::Seconds(60);
-    auto cluster = tools::LocalCluster::Start(options);
+    // A temp dir of its own, removed after the processes (test_cluster.h).
+    auto cluster = test::TestCluster::Start(options, GIFT_BUILD_DIR);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
+    test_cluster_ = *std::move(cluster);
+    cluster_ = test_cluster_->cluster();
   }
 
   void TearDown() override {
@@ -148,7 +147,8 @@ class NodeClusterTest : public ::testing::Test {
     return all.size() > 20000 ? all.substr(all.size() - 20000) : all;
   }
 
-  std::unique_ptr<tools::LocalCluster> cluster_;
+  std::unique_ptr<test::TestCluster> test_cluster_;
+  tools::LocalCluster* cluster_ = nullptr;  // owned by test_cluster_
   std::vector<std::unique_ptr<client::WorkerClient>> clients_;
   std::vector<std::vector<client::SharedTensor>> tensors_;
 };

@@ -27,6 +27,7 @@
 #include "common/control/coordinator_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_cluster.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/worker_client.h"
 
@@ -41,18 +42,16 @@ constexpr int64_t kRows = 64, kCols = 64;
 class RejoinIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string dir = absl::StrCat(::testing::TempDir(), "/gift-rejoin-XXXXXX");
-    ASSERT_NE(mkdtemp(dir.data()), nullptr);
     tools::LocalClusterOptions options;
-    options.binaries = tools::LocalClusterBinaries::InBuildTree(GIFT_BUILD_DIR);
-    options.dir = dir;
     options.servers = 1;
     options.workers = kWorkers;
     options.lease_ttl = absl::Seconds(2);
     options.step_timeout = absl::Seconds(60);
-    auto cluster = tools::LocalCluster::Start(options);
+    // A temp dir of its own, removed after the processes (test_cluster.h).
+    auto cluster = test::TestCluster::Start(options, GIFT_BUILD_DIR);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
+    test_cluster_ = *std::move(cluster);
+    cluster_ = test_cluster_->cluster();
     ASSERT_TRUE(SetFp32Policy().ok());
     for (int w = 0; w < kWorkers; ++w) {
       auto c = client::WorkerClient::Connect(cluster_->worker_socket(w));
@@ -115,7 +114,8 @@ class RejoinIntegrationTest : public ::testing::Test {
     return absl::ToDoubleSeconds(absl::Now() - t0);
   }
 
-  std::unique_ptr<tools::LocalCluster> cluster_;
+  std::unique_ptr<test::TestCluster> test_cluster_;
+  tools::LocalCluster* cluster_ = nullptr;  // owned by test_cluster_
   std::vector<std::unique_ptr<client::WorkerClient>> clients_;
   std::vector<client::SharedTensor> tensors_;
   bool stopped_ = false;
