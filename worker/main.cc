@@ -8,7 +8,7 @@
 // registers its gradient buffers once as shared memory, then calls
 // PushPull(step) after every backward pass; the daemon transforms,
 // quantizes, pushes the chunks to the aggregator servers over UCX, and
-// writes the average back into the buffers (worker_daemon.h).
+// writes the average back into the buffers (worker_core.h).
 // Logs one JSON object per line on stderr; the `ready` event {socket,
 // listen, member_id, rank} says it serves. Exit codes: 0 after
 // SIGTERM/SIGINT (after the step in flight), 64 for bad flags or config, 1
@@ -46,7 +46,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
-#include "worker/worker_daemon.h"
+#include "worker/worker_core.h"
 #include "worker/worker_grpc_service.h"
 
 namespace gift::worker {
@@ -115,32 +115,39 @@ class StepMetrics {
 
 // What one scrape reads from the daemon and the session.
 struct WorkerSnapshot {
-  WorkerDaemon::Counters counters;
+  WorkerCore::Counters counters;
   uint64_t epoch = 0;
 };
 
 // The daemon's counters, copied on every scrape, and the owner's drift
 // measurement per owned tensor.
-void AddWorkerMetrics(daemon::MetricsServer& metrics, const WorkerDaemon* worker,
+void AddWorkerMetrics(daemon::MetricsServer& metrics, const WorkerCore* worker,
                       const control::MemberSession* session) {
   using S = WorkerSnapshot;
-  using C = WorkerDaemon::Counters;
+  using C = WorkerCore::Counters;
   auto field = [](auto C::*member) {
     return [member](const S& s) { return static_cast<double>(s.counters.*member); };
   };
   daemon::AddPolledMetrics<S>(
-      metrics, [worker, session] { return S{worker->counters(), session->epoch()}; },
+      metrics,
+      [worker, session] {
+        return S{worker->counters(), session->epoch()};
+      },
       {
           {kCounter, "gift_worker_steps_completed_total", "PushPull steps completed",
            field(&C::steps_completed)},
           {kCounter, "gift_worker_step_retries_total",
            "Step plans run again under a new epoch (a member left or joined)",
            field(&C::step_retries)},
-          {kCounter, "gift_worker_data_bytes_total",
-           "Encoded payload bytes moved over the data plane", field(&C::bytes_pushed),
+          {kCounter,
+           "gift_worker_data_bytes_total",
+           "Encoded payload bytes moved over the data plane",
+           field(&C::bytes_pushed),
            {{"direction", "push"}}},
-          {kCounter, "gift_worker_data_bytes_total",
-           "Encoded payload bytes moved over the data plane", field(&C::bytes_pulled),
+          {kCounter,
+           "gift_worker_data_bytes_total",
+           "Encoded payload bytes moved over the data plane",
+           field(&C::bytes_pulled),
            {{"direction", "pull"}}},
           {kCounter, "gift_worker_basis_publications_total", "Bases this worker published as owner",
            field(&C::basis_publications)},
@@ -155,18 +162,28 @@ void AddWorkerMetrics(daemon::MetricsServer& metrics, const WorkerDaemon* worker
            "Memory held by error feedback residuals (FP32, current and pending, every tensor "
            "with error feedback on)",
            field(&C::error_feedback_bytes)},
-          {kCounter, "gift_worker_sketch_bytes_total",
+          {kCounter,
+           "gift_worker_sketch_bytes_total",
            "Payload bytes of per-worker statistics (sketch) exchanges",
-           field(&C::sketch_bytes_pushed), {{"direction", "push"}}},
-          {kCounter, "gift_worker_sketch_bytes_total",
+           field(&C::sketch_bytes_pushed),
+           {{"direction", "push"}}},
+          {kCounter,
+           "gift_worker_sketch_bytes_total",
            "Payload bytes of per-worker statistics (sketch) exchanges",
-           field(&C::sketch_bytes_pulled), {{"direction", "pull"}}},
+           field(&C::sketch_bytes_pulled),
+           {{"direction", "pull"}}},
           {kCounter, "gift_worker_sketch_seconds_total",
            "Seconds computing and exchanging per-worker sketches", field(&C::sketch_seconds)},
-          {kCounter, "gift_worker_sketch_exchanges_total", "Steps' sketch exchanges, by result",
-           field(&C::sketch_exchanges), {{"result", "ok"}}},
-          {kCounter, "gift_worker_sketch_exchanges_total", "Steps' sketch exchanges, by result",
-           field(&C::sketch_failures), {{"result", "failed"}}},
+          {kCounter,
+           "gift_worker_sketch_exchanges_total",
+           "Steps' sketch exchanges, by result",
+           field(&C::sketch_exchanges),
+           {{"result", "ok"}}},
+          {kCounter,
+           "gift_worker_sketch_exchanges_total",
+           "Steps' sketch exchanges, by result",
+           field(&C::sketch_failures),
+           {{"result", "failed"}}},
       });
   auto& error_ratio = prometheus::BuildGauge()
                           .Name("gift_worker_basis_error_ratio")
@@ -255,11 +272,10 @@ int Main(int argc, char** argv) {
   transport::UcxTransportOptions ucx{.tls = member.ucx_tls};
   // Declared before the engine: it outlives the engine's transport.
   control::PeerFailureReporter failure_reporter;
-  auto engine = PushPullEngine::Create(
-      failure_reporter.Wrap([&](transport::TransportHandlers h) {
-        return transport::CreateUcxTransport(std::move(h), ucx);
-      }),
-      {.codec_options = codec_options, .timeout = step_timeout});
+  auto engine = PushPullEngine::Create(failure_reporter.Wrap([&](transport::TransportHandlers h) {
+    return transport::CreateUcxTransport(std::move(h), ucx);
+  }),
+                                       {.codec_options = codec_options, .timeout = step_timeout});
   if (!engine.ok()) return daemon.Fail(absl::StrCat("UCX: ", engine.status().ToString()));
 
   control::MemberSessionOptions session_options;
@@ -274,12 +290,12 @@ int Main(int argc, char** argv) {
   failure_reporter.Attach(session->get());  // aggregator failures go to the coordinator
 
   StepMetrics step_metrics(*(*metrics)->registry());
-  auto worker = std::make_unique<WorkerDaemon>(
+  auto worker = std::make_unique<WorkerCore>(
       *std::move(engine), session->get(),
-      WorkerDaemonOptions{.step_timeout = step_timeout,
-                          .min_workers = min_workers,
-                          .codec_options = codec_options,
-                          .on_step = [&](const StepStats& s) { step_metrics.Observe(s); }});
+      WorkerCoreOptions{.step_timeout = step_timeout,
+                        .min_workers = min_workers,
+                        .codec_options = codec_options,
+                        .on_step = [&](const StepStats& s) { step_metrics.Observe(s); }});
   AddWorkerMetrics(**metrics, worker.get(), session->get());
 
   if (!socket_path.empty()) {  // where clients hand over their buffers
@@ -331,7 +347,7 @@ int Main(int argc, char** argv) {
   failure_reporter.Detach();
   const absl::Status left = (*session)->Close();
   if (!left.ok()) Log(Level::kWarning, "leave_failed", {{"error", left.ToString()}});
-  const WorkerDaemon::Counters c = worker->counters();
+  const WorkerCore::Counters c = worker->counters();
   worker.reset();
   if (!socket_path.empty()) unlink(socket_path.c_str());
   Log(Level::kInfo, "stopped",

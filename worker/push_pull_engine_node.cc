@@ -63,10 +63,10 @@ void PushPullEngine::FileNodeContributionLocked(const ChunkHeader& header,
     return;
   }
   node_inbox_bytes_ += message.bytes().size();
-  std::vector<uint8_t> payload = message.placed.data() == nullptr
-                                     ? std::move(message.payload)
-                                     : std::vector<uint8_t>(message.placed.begin(),
-                                                            message.placed.end());
+  std::vector<uint8_t> payload =
+      message.placed.data() == nullptr
+          ? std::move(message.payload)
+          : std::vector<uint8_t>(message.placed.begin(), message.placed.end());
   node_inbox_.push_back({.header = header, .payload = std::move(payload)});
   ++node_arrivals_;
 }
@@ -79,17 +79,17 @@ absl::Status PushPullEngine::SendOwned(transport::PeerId peer, std::vector<uint8
     absl::MutexLock lock(&mu_);
     ++sends_in_flight_;
   }
-  const absl::Status s = transport_->Send(
-      peer, *owned_header, *payload,
-      [this, owned_header, payload, epoch, step](const absl::Status& done) {
-        absl::MutexLock lock(&mu_);
-        --sends_in_flight_;
-        if (!done.ok() && active_ && inflight_.epoch == epoch && inflight_.step == step &&
-            inflight_.aborted.ok()) {
-          inflight_.aborted =
-              absl::UnavailableError(absl::StrCat("a send to the node group failed: ", done.message()));
-        }
-      });
+  const absl::Status s =
+      transport_->Send(peer, *owned_header, *payload,
+                       [this, owned_header, payload, epoch, step](const absl::Status& done) {
+                         absl::MutexLock lock(&mu_);
+                         --sends_in_flight_;
+                         if (!done.ok() && active_ && inflight_.epoch == epoch &&
+                             inflight_.step == step && inflight_.aborted.ok()) {
+                           inflight_.aborted = absl::UnavailableError(
+                               absl::StrCat("a send to the node group failed: ", done.message()));
+                         }
+                       });
   if (!s.ok()) {
     absl::MutexLock lock(&mu_);
     --sends_in_flight_;
@@ -162,23 +162,24 @@ absl::Status PushPullEngine::PushNodeSums(const StepPlan& plan, StepReport& repo
     const uint64_t dims[] = {slot.shape.rows, slot.shape.cols};
     auto view = codec::StartPayload(t.push_spec, dims, slot.send);
     if (!view.ok()) return view.status();
-    if (auto s = codec::Encode(node_scratch_.data(), *view,
-                               dataplane::ChunkRngKey(t.tensor_id, slot.index, plan.step, plan.rank),
-                               options_.codec_options);
+    if (auto s =
+            codec::Encode(node_scratch_.data(), *view,
+                          dataplane::ChunkRngKey(t.tensor_id, slot.index, plan.step, plan.rank),
+                          options_.codec_options);
         !s.ok()) {
       return s;
     }
     codec::FinishPayload(slot.send);
     report.bytes_pushed += slot.send.size();
-    const ChunkHeader header{.kind = ChunkKind::kNodePush,
-                             .epoch = plan.epoch,
-                             .step = plan.step,
-                             .tensor_id = t.tensor_id,
-                             .basis_version = t.basis_version,
-                             .chunk_index = slot.index,
-                             .rank = plan.rank,
-                             .world_size = plan.world_size,
-                             .status_code = static_cast<uint32_t>(plan.node->size())};
+    ChunkHeader header{.kind = ChunkKind::kNodePush,
+                       .epoch = plan.epoch,
+                       .step = plan.step,
+                       .tensor_id = t.tensor_id,
+                       .basis_version = t.basis_version,
+                       .chunk_index = slot.index,
+                       .rank = plan.rank,
+                       .world_size = plan.world_size};
+    header.set_ranks_summed(static_cast<uint32_t>(plan.node->size()));
     const auto header_bytes = dataplane::SerializeChunkHeader(header);
     {
       absl::MutexLock lock(&mu_);

@@ -1,5 +1,5 @@
 // When a worker retries a failed step: under the same epoch at once, or only
-// once the cluster has moved to a new epoch (worker_daemon.cc's retry loops).
+// once the cluster has moved to a new epoch (worker_core.cc's retry loops).
 //
 // A step that failed after some of its pushes left must wait for a new
 // epoch: servers count a rank once per (epoch, step, chunk), and a chunk that

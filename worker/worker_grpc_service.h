@@ -1,4 +1,4 @@
-// The gift.v1.Worker gRPC service over a WorkerDaemon: each call forwards to
+// The gift.v1.Worker gRPC service over a WorkerCore: each call forwards to
 // the daemon and maps its absl::Status to the gRPC status (same code, same
 // message). PushPull blocks its handler thread for the step; StartTensors for
 // the encoding and pushing of its tensors.
@@ -9,13 +9,13 @@
 #define GIFT_WORKER_WORKER_GRPC_SERVICE_H_
 
 #include "gift/v1/worker.grpc.pb.h"
-#include "worker/worker_daemon.h"
+#include "worker/worker_core.h"
 
 namespace gift::worker {
 
 class WorkerGrpcService final : public gift::v1::Worker::Service {
  public:
-  explicit WorkerGrpcService(WorkerDaemon* daemon) : daemon_(daemon) {}
+  explicit WorkerGrpcService(WorkerCore* daemon) : daemon_(daemon) {}
 
   grpc::Status RegisterBuffers(grpc::ServerContext* context,
                                const gift::v1::RegisterBuffersRequest* request,
@@ -33,7 +33,7 @@ class WorkerGrpcService final : public gift::v1::Worker::Service {
                              gift::v1::WorkerInfo* response) override;
 
  private:
-  WorkerDaemon* const daemon_;
+  WorkerCore* const daemon_;
 };
 
 }  // namespace gift::worker

@@ -44,7 +44,9 @@ absl::string_view KindName(ChunkKind kind) {
 std::string ToString(const ChunkHeader& h) {
   return absl::StrCat(KindName(h.kind), " epoch=", h.epoch, " step=", h.step,
                       " tensor=", h.tensor_id, " chunk=", h.chunk_index, " basis=", h.basis_version,
-                      " rank=", h.rank, "/", h.world_size,
+                      h.kind == ChunkKind::kPush || h.kind == ChunkKind::kNodeMember
+                          ? absl::StrCat(" rank=", h.rank, "/", h.world_size)
+                          : absl::StrCat(" ranks=", h.ranks_summed(), "/", h.world_size),
                       h.status_code != 0 ? absl::StrCat(" status=", h.status_code) : "");
 }
 
@@ -139,8 +141,9 @@ absl::StatusOr<ChunkHeader> ParseChunkHeader(absl::Span<const uint8_t> bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk header rank ", h.rank, " is not below world size ", h.world_size));
   }
-  if (h.kind == ChunkKind::kNodePush && (h.status_code == 0 || h.status_code > h.world_size)) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk header node sum of ", h.status_code,
+  if (h.kind == ChunkKind::kNodePush &&
+      (h.ranks_summed() == 0 || h.ranks_summed() > h.world_size)) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk header node sum of ", h.ranks_summed(),
                                                    " ranks in a world of ", h.world_size));
   }
   return h;

@@ -78,10 +78,10 @@ inline constexpr size_t kSealTagBytes = 16;
 
 // Values are on the wire; never renumber.
 enum class ChunkKind : uint8_t {
-  kPush = 1,    // worker -> server: one rank's encoded chunk
-  kResult = 2,  // server -> worker: the encoded average of all ranks
-  kAbort = 3,   // server -> worker: the (epoch, step) will not complete
-  kNodePush = 4,    // leader -> server: the node group's sum (status_code ranks)
+  kPush = 1,        // worker -> server: one rank's encoded chunk
+  kResult = 2,      // server -> worker: the encoded average of all ranks
+  kAbort = 3,       // server -> worker: the (epoch, step) will not complete
+  kNodePush = 4,    // leader -> server: the node group's sum (ranks_summed() ranks)
   kNodeMember = 5,  // member -> the chunk's leader on its node: its FP32 chunk
 };
 
@@ -95,6 +95,34 @@ struct ChunkHeader {
   uint32_t rank = 0;
   uint32_t world_size = 0;
   uint32_t status_code = 0;
+
+  // How many ranks' gradients the chunk holds: 1 for a kPush and a
+  // kNodeMember; the node group's size for a kNodePush (carried in
+  // `status_code`); the ranks summed for a kResult and the ranks received
+  // before it ended for a kAbort (both carried in `rank`, which names a
+  // sender only in pushes).
+  uint32_t ranks_summed() const {
+    switch (kind) {
+      case ChunkKind::kPush:
+      case ChunkKind::kNodeMember:
+        return 1;
+      case ChunkKind::kNodePush:
+        return status_code;
+      case ChunkKind::kResult:
+      case ChunkKind::kAbort:
+        break;
+    }
+    return rank;
+  }
+  // Sets what ranks_summed() returns, for a kNodePush, kResult or kAbort
+  // (set `kind` first; pushes of one rank have nothing to set).
+  void set_ranks_summed(uint32_t ranks) {
+    if (kind == ChunkKind::kNodePush) {
+      status_code = ranks;
+    } else if (kind == ChunkKind::kResult || kind == ChunkKind::kAbort) {
+      rank = ranks;
+    }
+  }
 
   bool operator==(const ChunkHeader&) const = default;
 };

@@ -5,7 +5,7 @@ import re
 from typing import Optional
 
 # The worker's refusal of a step below its admit step
-# (worker/worker_daemon.h CheckAdmitted).
+# (worker/worker_core.h CheckAdmitted).
 _ADMITTED = re.compile(r"admitted at step ([0-9]+)")
 
 

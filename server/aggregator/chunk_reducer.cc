@@ -86,7 +86,7 @@ void ChunkReducer::ResetChunkLocked(ChunkState& chunk, const ChunkId& id,
       h.tensor_id = id.first;
       h.chunk_index = id.second;
       h.basis_version = inputs->basis_version;
-      h.rank = inputs->received;
+      h.set_ranks_summed(inputs->received);
       h.world_size = world_size_;
       h.status_code = static_cast<uint32_t>(absl::StatusCode::kAborted);
       aborted->push_back(h);
@@ -106,9 +106,9 @@ void ChunkReducer::ResetChunkLocked(ChunkState& chunk, const ChunkId& id,
   chunk.steps.clear();
 }
 
-absl::StatusOr<EpochUpdate> ChunkReducer::SetEpoch(
-    uint64_t epoch, uint32_t world_size, absl::flat_hash_map<ChunkId, ChunkShape> chunks,
-    NodeGroups nodes) {
+absl::StatusOr<EpochUpdate> ChunkReducer::SetEpoch(uint64_t epoch, uint32_t world_size,
+                                                   absl::flat_hash_map<ChunkId, ChunkShape> chunks,
+                                                   NodeGroups nodes) {
   if (world_size == 0) return absl::InvalidArgumentError("world size 0");
   EpochUpdate update;
   // Chunk states dropped here free their buffers after the lock.
@@ -325,8 +325,7 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::StoreLocked(
 
 absl::Span<uint8_t> ChunkReducer::PlacePush(const ChunkHeader& header, size_t payload_bytes) {
   if ((header.kind != ChunkKind::kPush && header.kind != ChunkKind::kNodePush) ||
-      payload_bytes == 0 ||
-      payload_bytes > options_.payload_limits.max_bytes) {
+      payload_bytes == 0 || payload_bytes > options_.payload_limits.max_bytes) {
     return {};
   }
   absl::MutexLock lock(&mu_);
@@ -526,7 +525,7 @@ absl::StatusOr<ChunkResult> ChunkReducer::Reduce(ReductionJob job) {
   ChunkResult result;
   result.header = last;
   result.header.kind = ChunkKind::kResult;
-  result.header.rank = static_cast<uint32_t>(world);
+  result.header.set_ranks_summed(static_cast<uint32_t>(world));
   result.buffer = std::move(out);
   result.elements = job.shape_.rows * job.shape_.cols;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -52,15 +52,15 @@ absl::StatusOr<uint32_t> NodeGroups::Cover(const ChunkHeader& header,
     return absl::InvalidArgumentError(absl::StrCat("not a push: ", dataplane::ToString(header)));
   }
   const std::vector<uint32_t> group = GroupOf(header.rank);
-  if (header.status_code != group.size()) {
+  if (header.ranks_summed() != group.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(dataplane::ToString(header), ": a node sum of ", header.status_code,
+        absl::StrCat(dataplane::ToString(header), ": a node sum of ", header.ranks_summed(),
                      " ranks, the sender's node has ", group.size(), " in this epoch"));
   }
   for (uint32_t r : group) {
     if (r >= covered.size() || covered[r] != 0) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          dataplane::ToString(header), ": rank ", r, " of the node was already counted"));
+      return absl::AlreadyExistsError(absl::StrCat(dataplane::ToString(header), ": rank ", r,
+                                                   " of the node was already counted"));
     }
   }
   for (uint32_t r : group) covered[r] = 1;

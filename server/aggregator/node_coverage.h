@@ -1,7 +1,7 @@
 // Which ranks a push counts for, under node-local aggregation
 // (docs/design.md section 6.7): a kPush counts for its rank; a kNodePush
 // from a leader counts for every rank of the leader's node group in the
-// epoch, and must say so (its header's status_code is the group's size).
+// epoch, and must say so (its header's ranks_summed() is the group's size).
 // A (step, chunk) counts each rank once: a contribution that overlaps ranks
 // already counted is refused, whichever came first.
 //

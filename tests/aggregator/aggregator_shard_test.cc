@@ -111,7 +111,7 @@ TEST_P(AggregatorShardTest, EveryWorkerReceivesTheSameResult) {
     auto h = dataplane::ParseChunkHeader(m.header);
     ASSERT_TRUE(h.ok()) << h.status();
     EXPECT_EQ(h->kind, ChunkKind::kResult);
-    EXPECT_EQ(h->rank, kWorld);
+    EXPECT_EQ(h->ranks_summed(), kWorld);
     EXPECT_EQ(h->step, 10u);
     EXPECT_EQ(m.payload, first);
     EXPECT_TRUE(codec::ParsePayload(m.payload).ok());
@@ -165,7 +165,7 @@ TEST_P(AggregatorShardTest, ANewEpochAbortsTheIncompleteStep) {
     ASSERT_TRUE(workers_[r]->WaitFor(2));
     auto h = dataplane::ParseChunkHeader(workers_[r]->Received()[1].header);
     EXPECT_EQ(h->kind, ChunkKind::kResult);
-    EXPECT_EQ(h->rank, 3u);
+    EXPECT_EQ(h->ranks_summed(), 3u);
   }
   EXPECT_EQ(shard_->counters().chunks_aborted, 1u);
 }

@@ -31,6 +31,26 @@ TEST(ChunkHeaderTest, RoundTrips) {
             "push epoch=72623859790382856 step=99 tensor=7 chunk=2 basis=3 rank=1/4");
 }
 
+TEST(ChunkHeaderTest, RanksSummedSurvivesTheWireForEveryKind) {
+  for (ChunkKind kind : {ChunkKind::kPush, ChunkKind::kResult, ChunkKind::kAbort,
+                         ChunkKind::kNodePush, ChunkKind::kNodeMember}) {
+    ChunkHeader h = Sample();
+    h.kind = kind;
+    h.set_ranks_summed(3);
+    auto parsed = ParseChunkHeader(SerializeChunkHeader(h));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    const bool one_rank = kind == ChunkKind::kPush || kind == ChunkKind::kNodeMember;
+    EXPECT_EQ(parsed->ranks_summed(), one_rank ? 1u : 3u) << ToString(h);
+    // A sender's rank is only changed where the field holds a count.
+    if (kind != ChunkKind::kResult && kind != ChunkKind::kAbort) EXPECT_EQ(parsed->rank, 1u);
+  }
+  ChunkHeader result = Sample();
+  result.kind = ChunkKind::kResult;
+  result.set_ranks_summed(4);
+  EXPECT_EQ(ToString(result),
+            "result epoch=72623859790382856 step=99 tensor=7 chunk=2 basis=3 ranks=4/4");
+}
+
 TEST(ChunkHeaderTest, EveryCorruptionIsRefused) {
   const auto good = SerializeChunkHeader(Sample());
   // Any single flipped bit is caught (field check or checksum).

@@ -1,5 +1,5 @@
 // Fuzzes the gift.v1.Worker service (worker/worker_grpc_service.h over
-// worker::WorkerDaemon) in-process: RegisterBuffers, PushPull,
+// worker::WorkerCore) in-process: RegisterBuffers, PushPull,
 // SubmitActivationStats and GetWorkerInfo called directly on the service
 // with fuzzed requests, in the order a gift.fuzz.WorkerInput
 // (fuzz_inputs.proto) gives. Behind it is a real, small cluster in this
@@ -23,7 +23,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-
 #include "common/control/member_session.h"
 #include "common/transport/inproc/inproc_transport.h"
 #include "server/aggregator/aggregator_daemon.h"
@@ -33,7 +32,7 @@
 #include "tests/fuzz/inproc_coordinator.h"
 #include "worker/client/buffer_handoff.h"
 #include "worker/push_pull_engine.h"
-#include "worker/worker_daemon.h"
+#include "worker/worker_core.h"
 #include "worker/worker_grpc_service.h"
 
 namespace {
@@ -62,7 +61,7 @@ struct Cluster {
   std::unique_ptr<gift::control::MemberSession> server_session;
   std::unique_ptr<gift::server::AggregatorDaemon> aggregator;
   std::unique_ptr<gift::control::MemberSession> worker_session;
-  std::unique_ptr<gift::worker::WorkerDaemon> worker;
+  std::unique_ptr<gift::worker::WorkerCore> worker;
   std::unique_ptr<gift::worker::WorkerGrpcService> service;
   gift::client::SealedRegion regions[2];
   std::unique_ptr<gift::client::BufferChannel> channel;
@@ -81,7 +80,8 @@ struct Cluster {
     auto s = gift::control::MemberSession::Start(coordinator.channel(), server_options);
     if (!s.ok()) gift::fuzz::Fail("server session");
     server_session = *std::move(s);
-    aggregator = std::make_unique<gift::server::AggregatorDaemon>(shard.get(), server_session.get());
+    aggregator =
+        std::make_unique<gift::server::AggregatorDaemon>(shard.get(), server_session.get());
 
     auto engine = gift::worker::PushPullEngine::Create(factory, {.timeout = absl::Seconds(5)});
     if (!engine.ok()) gift::fuzz::Fail("push-pull engine");
@@ -91,9 +91,9 @@ struct Cluster {
     auto w = gift::control::MemberSession::Start(coordinator.channel(), worker_options);
     if (!w.ok()) gift::fuzz::Fail("worker session");
     worker_session = *std::move(w);
-    worker = std::make_unique<gift::worker::WorkerDaemon>(
+    worker = std::make_unique<gift::worker::WorkerCore>(
         *std::move(engine), worker_session.get(),
-        gift::worker::WorkerDaemonOptions{.step_timeout = absl::Seconds(5)});
+        gift::worker::WorkerCoreOptions{.step_timeout = absl::Seconds(5)});
     service = std::make_unique<gift::worker::WorkerGrpcService>(worker.get());
 
     const std::string socket = absl::StrCat("/tmp/gift-fuzz-worker-", getpid(), ".buffers");

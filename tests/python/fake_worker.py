@@ -51,7 +51,7 @@ class FakeWorker:
         self.gate = threading.Event()
         self.gate.set()
         # Steps below it are refused as the daemon refuses them after a
-        # re-join (worker_daemon.h CheckAdmitted).
+        # re-join (worker_core.h CheckAdmitted).
         self.admit_step = 0
         fake = self
 

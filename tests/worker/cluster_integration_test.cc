@@ -571,7 +571,9 @@ TEST_F(ClusterIntegrationTest, TheWorkerApiRejectsBadCallsAndKeepsServing) {
   EXPECT_EQ(push_pull(5).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(push_pull(3).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(push_pull(6, {12345}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Steps whose key would collide with a measure or sketch exchange (step_key.h).
   EXPECT_EQ(push_pull(uint64_t{1} << 63).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(push_pull(uint64_t{1} << 62).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   {
     grpc::ClientContext context;
     gift::v1::SubmitActivationStatsRequest request;

@@ -1,4 +1,4 @@
-#include "worker/worker_daemon.h"
+#include "worker/worker_core.h"
 
 #include <algorithm>
 #include <chrono>
@@ -31,12 +31,12 @@ double RelativeL2(const float* got, const float* want, uint64_t n) {
 
 }  // namespace
 
-bool WorkerDaemon::Retryable(const absl::Status& s) {
+bool WorkerCore::Retryable(const absl::Status& s) {
   return s.code() == absl::StatusCode::kAborted || s.code() == absl::StatusCode::kUnavailable;
 }
 
-WorkerDaemon::WorkerDaemon(std::unique_ptr<PushPullEngine> engine, control::MemberSession* session,
-                           WorkerDaemonOptions options)
+WorkerCore::WorkerCore(std::unique_ptr<PushPullEngine> engine, control::MemberSession* session,
+                       WorkerCoreOptions options)
     : options_(std::move(options)),
       session_(session),
       engine_(std::move(engine)),
@@ -74,7 +74,7 @@ WorkerDaemon::WorkerDaemon(std::unique_ptr<PushPullEngine> engine, control::Memb
   owner_thread_ = std::thread([this] { OwnerLoop(); });
 }
 
-WorkerDaemon::~WorkerDaemon() {
+WorkerCore::~WorkerCore() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -84,7 +84,7 @@ WorkerDaemon::~WorkerDaemon() {
   engine_.reset();
 }
 
-absl::Status WorkerDaemon::ServeBuffers(const std::string& path) {
+absl::Status WorkerCore::ServeBuffers(const std::string& path) {
   if (buffer_socket_ != nullptr) return absl::FailedPreconditionError("already serving buffers");
   auto socket = BufferSocket::Start(path);
   if (!socket.ok()) return socket.status();
@@ -92,7 +92,7 @@ absl::Status WorkerDaemon::ServeBuffers(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
+absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerCore::RegisterBuffers(
     const gift::v1::RegisterBuffersRequest& request) {
   if (request.buffers_size() == 0) return absl::InvalidArgumentError("no buffers");
   std::vector<RegisteredTensor> mapped;
@@ -137,15 +137,17 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerDaemon::RegisterBuffers(
   return response;
 }
 
-bool WorkerDaemon::AttachChunkKeys(StepPlan* plan) const {
+bool WorkerCore::AttachChunkKeys(StepPlan* plan) const {
   plan->keys = session_->chunk_keys(plan->epoch);
   return plan->keys != nullptr || !session_->dataplane_auth();
 }
 
-absl::StatusOr<StepReport> WorkerDaemon::Exchange(
-    uint64_t step, const std::vector<LocalTensor>& tensors, uint64_t exact_bit, absl::Time deadline,
-    uint64_t* epoch, uint32_t* world_size, std::vector<std::pair<uint64_t, bool>>* versions,
-    std::optional<absl::Duration> result_timeout) {
+absl::StatusOr<StepReport> WorkerCore::Exchange(uint64_t step,
+                                                const std::vector<LocalTensor>& tensors,
+                                                ExchangeKind exchange, absl::Time deadline,
+                                                uint64_t* epoch, uint32_t* world_size,
+                                                std::vector<std::pair<uint64_t, bool>>* versions,
+                                                std::optional<absl::Duration> result_timeout) {
   const BasisLookup lookup = [this](uint64_t tensor, uint64_t version) {
     return store_.Get(tensor, version);
   };
@@ -186,8 +188,8 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
                                       std::min(left, absl::Milliseconds(500)));
       continue;
     }
-    if (exact_bit != 0) {
-      plan->step = step | exact_bit;
+    if (exchange != ExchangeKind::kGradients) {
+      plan->step = StepKey(step, exchange);
       for (TensorStep& t : plan->tensors) {
         t.push_spec = {.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
         t.transform = nullptr;
@@ -230,11 +232,12 @@ absl::StatusOr<StepReport> WorkerDaemon::Exchange(
   }
 }
 
-absl::Status WorkerDaemon::CheckNewStep(uint64_t step) const {
+absl::Status WorkerCore::CheckNewStep(uint64_t step) const {
   absl::MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("the worker is draining; no new steps");
-  if (step & (kMeasureStepBit | kSketchStepBit)) {
-    return absl::InvalidArgumentError(absl::StrCat("step ", step, " is too large"));
+  if (step > kMaxTrainingStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", step, " is too large (at most ", kMaxTrainingStep, ")"));
   }
   if (last_step_.has_value() && step <= *last_step_) {
     return absl::InvalidArgumentError(
@@ -243,7 +246,7 @@ absl::Status WorkerDaemon::CheckNewStep(uint64_t step) const {
   return CheckAdmitted(step);
 }
 
-absl::Status WorkerDaemon::CheckAdmitted(uint64_t step) const {
+absl::Status WorkerCore::CheckAdmitted(uint64_t step) const {
   const control::MemberIdentity me = session_->identity();
   if (step >= me.admit_step) return absl::OkStatus();
   const absl::Status lost = session_->lease_lost();
@@ -254,7 +257,7 @@ absl::Status WorkerDaemon::CheckAdmitted(uint64_t step) const {
       me.admit_step));
 }
 
-absl::StatusOr<std::vector<const RegisteredTensor*>> WorkerDaemon::Select(
+absl::StatusOr<std::vector<const RegisteredTensor*>> WorkerCore::Select(
     const google::protobuf::RepeatedField<uint64_t>& ids) const {
   if (registered_.empty()) {
     return absl::FailedPreconditionError("no buffers registered: call RegisterBuffers first");
@@ -276,7 +279,7 @@ absl::StatusOr<std::vector<const RegisteredTensor*>> WorkerDaemon::Select(
   return selected;
 }
 
-absl::Status WorkerDaemon::AwaitStartBarrier(absl::Time deadline) {
+absl::Status WorkerCore::AwaitStartBarrier(absl::Time deadline) {
   bool first;
   {
     absl::MutexLock lock(&mu_);
@@ -290,16 +293,16 @@ absl::Status WorkerDaemon::AwaitStartBarrier(absl::Time deadline) {
       },
       deadline - absl::Now());
   if (!ready.ok()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("the first step waits for ", want, " workers; ",
-                     session_->state()->workers_size(), " joined within the step timeout"));
+    return absl::DeadlineExceededError(absl::StrCat("the first step waits for ", want, " workers; ",
+                                                    session_->state()->workers_size(),
+                                                    " joined within the step timeout"));
   }
   return absl::OkStatus();
 }
 
-void WorkerDaemon::AddOwnedSteps(const gift::v1::ClusterState& before, uint64_t step,
-                                 const std::vector<LocalTensor>& tensors,
-                                 std::vector<OwnedTensorStep>* owned) {
+void WorkerCore::AddOwnedSteps(const gift::v1::ClusterState& before, uint64_t step,
+                               const std::vector<LocalTensor>& tensors,
+                               std::vector<OwnedTensorStep>* owned) {
   for (const LocalTensor& t : tensors) {
     for (const gift::v1::TensorInfo& info : before.tensors()) {
       if (info.tensor_id() != t.tensor_id) continue;
@@ -313,7 +316,7 @@ void WorkerDaemon::AddOwnedSteps(const gift::v1::ClusterState& before, uint64_t 
   }
 }
 
-absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
+absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::PushPull(
     const gift::v1::PushPullRequest& request) {
   const auto start = std::chrono::steady_clock::now();
   const absl::Time deadline = absl::Now() + options_.step_timeout;
@@ -323,7 +326,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
     in_step_ = true;
   }
   struct Done {
-    WorkerDaemon* self;
+    WorkerCore* self;
     ~Done() {
       absl::MutexLock lock(&self->mu_);
       self->in_step_ = false;
@@ -371,8 +374,8 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
       exact[i].assign(tensors[i].data, tensors[i].data + tensors[i].rows * tensors[i].cols);
       copies[i].data = exact[i].data();
     }
-    auto r =
-        Exchange(request.step(), copies, kMeasureStepBit, deadline, &epoch, &world_size, nullptr);
+    auto r = Exchange(request.step(), copies, ExchangeKind::kExactMeasure, deadline, &epoch,
+                      &world_size, nullptr);
     if (!r.ok()) return r.status();
     measure_report = *r;
   }
@@ -382,8 +385,8 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
     retries_before = counters_.step_retries;
   }
   std::vector<std::pair<uint64_t, bool>> versions;
-  auto report =
-      Exchange(request.step(), tensors, /*exact_bit=*/0, deadline, &epoch, &world_size, &versions);
+  auto report = Exchange(request.step(), tensors, ExchangeKind::kGradients, deadline, &epoch,
+                         &world_size, &versions);
   if (!report.ok()) return report.status();
   const StepReport sketch_report = ExchangeSketches(request.step(), sketches, deadline);
   return CompleteStep({.step = request.step(),
@@ -402,7 +405,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::PushPull(
                        .world_size = world_size});
 }
 
-gift::v1::PushPullResponse WorkerDaemon::CompleteStep(Completed c) {
+gift::v1::PushPullResponse WorkerCore::CompleteStep(Completed c) {
   const std::vector<LocalTensor>& tensors = c.tensors;
   const bool measured = !c.exact.empty();
   const StepReport& sketch_report = c.sketch_report;
@@ -496,14 +499,14 @@ gift::v1::PushPullResponse WorkerDaemon::CompleteStep(Completed c) {
   return response;
 }
 
-StepReport WorkerDaemon::ExchangeSketches(uint64_t step, const std::vector<LocalTensor>& sketches,
-                                          absl::Time step_deadline) {
+StepReport WorkerCore::ExchangeSketches(uint64_t step, const std::vector<LocalTensor>& sketches,
+                                        absl::Time step_deadline) {
   if (sketches.empty()) return {};
   const absl::Time deadline = std::min(step_deadline, absl::Now() + options_.sketch_timeout);
   uint64_t epoch = 0;
   uint32_t world_size = 0;
-  auto report = Exchange(step, sketches, kSketchStepBit, deadline, &epoch, &world_size, nullptr,
-                         options_.sketch_timeout);
+  auto report = Exchange(step, sketches, ExchangeKind::kSketches, deadline, &epoch, &world_size,
+                         nullptr, options_.sketch_timeout);
   if (!report.ok()) {
     sketches_.Forget();  // the owner gets no statistics of this step
     CountSketchFailure(step, report.status());
@@ -514,7 +517,7 @@ StepReport WorkerDaemon::ExchangeSketches(uint64_t step, const std::vector<Local
   return *report;
 }
 
-void WorkerDaemon::CountSketchFailure(uint64_t step, const absl::Status& why) {
+void WorkerCore::CountSketchFailure(uint64_t step, const absl::Status& why) {
   {
     absl::MutexLock lock(&mu_);
     ++counters_.sketch_failures;
@@ -523,7 +526,7 @@ void WorkerDaemon::CountSketchFailure(uint64_t step, const absl::Status& why) {
       {{"step", static_cast<int64_t>(step)}, {"error", why.ToString()}});
 }
 
-absl::Status WorkerDaemon::SubmitActivationStats(
+absl::Status WorkerCore::SubmitActivationStats(
     const gift::v1::SubmitActivationStatsRequest& request) {
   uint64_t d_in = 0;
   {
@@ -562,7 +565,7 @@ absl::Status WorkerDaemon::SubmitActivationStats(
   return absl::OkStatus();
 }
 
-gift::v1::WorkerInfo WorkerDaemon::Info() const {
+gift::v1::WorkerInfo WorkerCore::Info() const {
   gift::v1::WorkerInfo info;
   const control::MemberIdentity id = session_->identity();
   std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
@@ -579,7 +582,7 @@ gift::v1::WorkerInfo WorkerDaemon::Info() const {
   return info;
 }
 
-WorkerDaemon::Counters WorkerDaemon::counters() const {
+WorkerCore::Counters WorkerCore::counters() const {
   Counters c;
   {
     absl::MutexLock lock(&mu_);
@@ -589,19 +592,19 @@ WorkerDaemon::Counters WorkerDaemon::counters() const {
   return c;
 }
 
-std::vector<gift::v1::TensorErrorRatio> WorkerDaemon::error_ratios() const {
+std::vector<gift::v1::TensorErrorRatio> WorkerCore::error_ratios() const {
   absl::MutexLock lock(&mu_);
   return error_ratios_;
 }
 
-bool WorkerDaemon::Drain(absl::Duration timeout) {
+bool WorkerCore::Drain(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   draining_ = true;
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !in_step_ && !step_open_; };
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 
-void WorkerDaemon::EnqueueOwnerJob(OwnerJob job) {
+void WorkerCore::EnqueueOwnerJob(OwnerJob job) {
   absl::MutexLock lock(&mu_);
   if (owner_jobs_.size() >= options_.max_owner_jobs) {
     ++counters_.owner_jobs_dropped;
@@ -610,7 +613,7 @@ void WorkerDaemon::EnqueueOwnerJob(OwnerJob job) {
   owner_jobs_.push_back(std::move(job));
 }
 
-void WorkerDaemon::OwnerLoop() {
+void WorkerCore::OwnerLoop() {
   while (true) {
     OwnerJob job;
     {
@@ -644,7 +647,7 @@ void WorkerDaemon::OwnerLoop() {
   }
 }
 
-void WorkerDaemon::FollowLoop() {
+void WorkerCore::FollowLoop() {
   uint64_t seen = 0;
   absl::Status last_error;
   while (true) {

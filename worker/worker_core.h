@@ -47,8 +47,8 @@
 // must outlive the daemon. Thread safety: every public method may be called
 // from any thread; PushPull, StartTensors and RegisterBuffers run one at a
 // time (a second call waits).
-#ifndef GIFT_WORKER_WORKER_DAEMON_H_
-#define GIFT_WORKER_WORKER_DAEMON_H_
+#ifndef GIFT_WORKER_WORKER_CORE_H_
+#define GIFT_WORKER_WORKER_CORE_H_
 
 #include <chrono>
 #include <cstdint>
@@ -74,6 +74,7 @@
 #include "worker/registered_tensor.h"
 #include "worker/shared_buffer.h"
 #include "worker/sketch_exchange.h"
+#include "worker/step_key.h"
 #include "worker/step_planner.h"
 
 namespace gift::worker {
@@ -99,7 +100,7 @@ struct StepStats {
   std::optional<double> error_direct;
 };
 
-struct WorkerDaemonOptions {
+struct WorkerCoreOptions {
   // The longest a PushPull may take, retries under new epochs included.
   absl::Duration step_timeout = absl::Seconds(120);
   // The first step waits until the world has at least this many workers.
@@ -114,13 +115,7 @@ struct WorkerDaemonOptions {
   std::function<void(const StepStats&)> on_step;
 };
 
-// The step key bit of the exact FP32 exchange a measured step adds (so the
-// servers keep it apart from the step's own chunks).
-inline constexpr uint64_t kMeasureStepBit = uint64_t{1} << 63;
-// The step key bit of a step's sketch exchange.
-inline constexpr uint64_t kSketchStepBit = uint64_t{1} << 62;
-
-class WorkerDaemon {
+class WorkerCore {
  public:
   struct Counters {
     uint64_t steps_completed = 0;
@@ -131,19 +126,19 @@ class WorkerDaemon {
     uint64_t basis_publications = 0;
     double last_step_seconds = 0;
     uint64_t error_feedback_bytes = 0;  // PushPullEngine::error_feedback_bytes
-    uint64_t sketch_exchanges = 0;  // completed
-    uint64_t sketch_failures = 0;   // sketches not computed or not exchanged
+    uint64_t sketch_exchanges = 0;      // completed
+    uint64_t sketch_failures = 0;       // sketches not computed or not exchanged
     uint64_t sketch_bytes_pushed = 0;
     uint64_t sketch_bytes_pulled = 0;
     double sketch_seconds = 0;  // computing and exchanging sketches
   };
 
   // Starts the follower and owner threads.
-  WorkerDaemon(std::unique_ptr<PushPullEngine> engine, control::MemberSession* session,
-               WorkerDaemonOptions options);
-  ~WorkerDaemon();
-  WorkerDaemon(const WorkerDaemon&) = delete;
-  WorkerDaemon& operator=(const WorkerDaemon&) = delete;
+  WorkerCore(std::unique_ptr<PushPullEngine> engine, control::MemberSession* session,
+             WorkerCoreOptions options);
+  ~WorkerCore();
+  WorkerCore(const WorkerCore&) = delete;
+  WorkerCore& operator=(const WorkerCore&) = delete;
 
   // Starts the buffer socket at `path` (see buffer_socket.h); call once,
   // before serving the Worker API. Until then RegisterBuffers fails.
@@ -207,10 +202,10 @@ class WorkerDaemon {
   };
 
   // Runs one exchange of `tensors` (plans it, retries under new epochs)
-  // until `deadline`. `exact_bit` 0: the step itself; kMeasureStepBit or
-  // kSketchStepBit: an FP32 direct exchange under that step key.
+  // until `deadline`. ExchangeKind::kGradients: the step itself; the others: an
+  // FP32 direct exchange under that step key (step_key.h).
   absl::StatusOr<StepReport> Exchange(uint64_t step, const std::vector<LocalTensor>& tensors,
-                                      uint64_t exact_bit, absl::Time deadline, uint64_t* epoch,
+                                      ExchangeKind exchange, absl::Time deadline, uint64_t* epoch,
                                       uint32_t* world_size,
                                       std::vector<std::pair<uint64_t, bool>>* versions,
                                       std::optional<absl::Duration> result_timeout = std::nullopt);
@@ -224,7 +219,7 @@ class WorkerDaemon {
   StepReport ExchangeSketches(uint64_t step, const std::vector<LocalTensor>& sketches,
                               absl::Time step_deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   void CountSketchFailure(uint64_t step, const absl::Status& why);
-  // A step opened by StartTensors (worker_daemon_overlap.cc).
+  // A step opened by StartTensors (worker_core_overlap.cc).
   struct OpenStep {
     uint64_t step = 0;
     std::chrono::steady_clock::time_point start;
@@ -290,7 +285,7 @@ class WorkerDaemon {
   void FollowLoop();
   void OwnerLoop();
 
-  const WorkerDaemonOptions options_;
+  const WorkerCoreOptions options_;
   control::MemberSession* const session_;
   std::unique_ptr<PushPullEngine> engine_;
   BasisStore store_;
@@ -323,4 +318,4 @@ class WorkerDaemon {
 
 }  // namespace gift::worker
 
-#endif  // GIFT_WORKER_WORKER_DAEMON_H_
+#endif  // GIFT_WORKER_WORKER_CORE_H_

@@ -1,4 +1,4 @@
-// WorkerDaemon's steps started early (StartTensors, worker_daemon.h): the
+// WorkerCore's steps started early (StartTensors, worker_core.h): the
 // open step, its tensors pushed as they come, and its completion by the
 // step's PushPull.
 #include <utility>
@@ -7,20 +7,20 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "worker/step_retry.h"
-#include "worker/worker_daemon.h"
+#include "worker/worker_core.h"
 
 namespace gift::worker {
 
 using logging::Level;
 using logging::Log;
 
-absl::Status WorkerDaemon::StartTensors(const gift::v1::StartTensorsRequest& request) {
+absl::Status WorkerCore::StartTensors(const gift::v1::StartTensorsRequest& request) {
   if (auto s = CheckNewStep(request.step()); !s.ok()) return s;
   absl::MutexLock step_lock(&step_mu_);
   if (open_.has_value() && open_->step != request.step()) {
     if (request.step() < open_->step) {
-      return absl::InvalidArgumentError(absl::StrCat("step ", request.step(),
-                                                     " is below the open step ", open_->step));
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", request.step(), " is below the open step ", open_->step));
     }
     AbandonOpenStep(absl::StrCat("step ", request.step(), " started"));
   }
@@ -58,7 +58,7 @@ absl::Status WorkerDaemon::StartTensors(const gift::v1::StartTensorsRequest& req
   return absl::OkStatus();
 }
 
-void WorkerDaemon::AddToOpenStep(const std::vector<const RegisteredTensor*>& more) {
+void WorkerCore::AddToOpenStep(const std::vector<const RegisteredTensor*>& more) {
   if (more.empty()) return;
   OpenStep& o = *open_;
   std::vector<LocalTensor> tensors;
@@ -85,8 +85,8 @@ void WorkerDaemon::AddToOpenStep(const std::vector<const RegisteredTensor*>& mor
     o.epoch = plan->epoch;
     o.world_size = plan->world_size;
   } else if (s.ok() && plan->epoch != o.epoch) {
-    s = absl::AbortedError(absl::StrCat("step ", o.step, ": the cluster moved from epoch ",
-                                        o.epoch, " to ", plan->epoch, " during the step"));
+    s = absl::AbortedError(absl::StrCat("step ", o.step, ": the cluster moved from epoch ", o.epoch,
+                                        " to ", plan->epoch, " during the step"));
   }
   if (s.ok()) s = engine_->Add(plan->tensors);
   if (s.ok()) {
@@ -99,7 +99,7 @@ void WorkerDaemon::AddToOpenStep(const std::vector<const RegisteredTensor*>& mor
   engine_->Cancel();
 }
 
-absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::FinishOpenStep(
+absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::FinishOpenStep(
     const gift::v1::PushPullRequest& request) {
   if (request.measure_error()) {
     AbandonOpenStep("its PushPull asked to measure errors");
@@ -163,7 +163,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::FinishOpenStep(
           std::max(absl::ZeroDuration(), o.deadline - absl::Now()));
     }
     o.versions.clear();
-    auto again = Exchange(o.step, o.tensors, /*exact_bit=*/0, o.deadline, &o.epoch,
+    auto again = Exchange(o.step, o.tensors, ExchangeKind::kGradients, o.deadline, &o.epoch,
                           &o.world_size, &o.versions);
     if (!again.ok()) return again.status();
     report = *again;
@@ -183,7 +183,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerDaemon::FinishOpenStep(
                        .world_size = o.world_size});
 }
 
-void WorkerDaemon::AbandonOpenStep(absl::string_view why) {
+void WorkerCore::AbandonOpenStep(absl::string_view why) {
   Log(Level::kWarning, "open_step_abandoned",
       {{"step", static_cast<int64_t>(open_->step)}, {"reason", std::string(why)}});
   engine_->Cancel();
