@@ -1,5 +1,7 @@
 #include "common/transform/moment_sketch.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -15,7 +17,7 @@ namespace {
 using RowMajorFloatMap =
     Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
 
-// Rows of G widened to double at a time.
+// Rows of G widened to double at a time (the double fallback).
 constexpr int64_t kBlock = 64;
 
 absl::Status CheckGradient(const float* g, int64_t d_out, int64_t d_in, const float* out) {
@@ -41,6 +43,22 @@ void WriteContribution(const Eigen::MatrixXd& y, const Eigen::VectorXd& diag, fl
   out[n * k + n] = static_cast<float>(diag.sum());
 }
 
+// Writes diag * scale and its trace after the n*k products already in
+// `out`; false when any of the products or these is not finite (the FP32
+// products overflowed), so the caller redoes it in double.
+bool WriteDiagonal(const std::vector<double>& diag, double scale, int64_t products, float* out) {
+  if (FirstNonFinite(out, products) >= 0) return false;
+  double trace = 0.0;
+  for (size_t i = 0; i < diag.size(); ++i) {
+    out[products + static_cast<int64_t>(i)] = static_cast<float>(diag[i] * scale);
+    trace += diag[i] * scale;
+  }
+  out[products + static_cast<int64_t>(diag.size())] = static_cast<float>(trace);
+  return FirstNonFinite(out + products, static_cast<int64_t>(diag.size()) + 1) < 0;
+}
+
+int BlasInt(int64_t v) { return static_cast<int>(v); }
+
 }  // namespace
 
 absl::StatusOr<MomentSketch> MomentSketch::Create(int64_t n, int64_t sketch_size, uint64_t seed) {
@@ -53,6 +71,14 @@ absl::StatusOr<MomentSketch> MomentSketch::Create(int64_t n, int64_t sketch_size
   return MomentSketch(qr.householderQ() * Eigen::MatrixXd::Identity(n, sketch_size));
 }
 
+MomentSketch::MomentSketch(Eigen::MatrixXd omega)
+    : omega_(std::move(omega)), omega_f32_(static_cast<size_t>(omega_.size())) {
+  const int64_t k = omega_.cols();
+  for (int64_t i = 0; i < omega_.rows(); ++i) {
+    for (int64_t j = 0; j < k; ++j) omega_f32_[i * k + j] = static_cast<float>(omega_(i, j));
+  }
+}
+
 absl::Status MomentSketch::InputSideContribution(const float* g, int64_t d_out, int64_t d_in,
                                                  float* out) const {
   if (auto s = CheckGradient(g, d_out, d_in, out); !s.ok()) return s;
@@ -60,18 +86,22 @@ absl::Status MomentSketch::InputSideContribution(const float* g, int64_t d_out, 
     return absl::InvalidArgumentError(
         absl::StrCat("input-side sketch of dimension ", dim(), " given d_in = ", d_in));
   }
-  const RowMajorFloatMap map(g, d_out, d_in);
-  Eigen::MatrixXd y = Eigen::MatrixXd::Zero(d_in, sketch_size());
-  Eigen::VectorXd diag = Eigen::VectorXd::Zero(d_in);
-  for (int64_t r = 0; r < d_out; r += kBlock) {
-    const int64_t b = std::min(kBlock, d_out - r);
-    const Eigen::MatrixXd block = map.middleRows(r, b).cast<double>();
-    const Eigen::MatrixXd t = block * omega_;  // b x k
-    y.noalias() += block.transpose() * t;
-    diag += block.colwise().squaredNorm().transpose();
+  const int64_t k = sketch_size();
+  const float inv = static_cast<float>(1.0 / static_cast<double>(d_out));
+  // T = G Omega (d_out x k), Y = G^T T / d_out (d_in x k) straight into `out`.
+  std::vector<float> t(static_cast<size_t>(d_out * k));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BlasInt(d_out), BlasInt(k), BlasInt(d_in),
+              1.0f, g, BlasInt(d_in), omega_f32_.data(), BlasInt(k), 0.0f, t.data(), BlasInt(k));
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, BlasInt(d_in), BlasInt(k), BlasInt(d_out),
+              inv, g, BlasInt(d_in), t.data(), BlasInt(k), 0.0f, out, BlasInt(k));
+  std::vector<double> diag(static_cast<size_t>(d_in), 0.0);
+  for (int64_t r = 0; r < d_out; ++r) {
+    const float* row = g + r * d_in;
+    for (int64_t c = 0; c < d_in; ++c) diag[c] += static_cast<double>(row[c]) * row[c];
   }
-  const double inv = 1.0 / static_cast<double>(d_out);
-  WriteContribution(y * inv, diag * inv, out);
+  if (!WriteDiagonal(diag, 1.0 / static_cast<double>(d_out), d_in * k, out)) {
+    return DoubleContribution(g, d_out, d_in, /*input_side=*/true, out);
+  }
   return absl::OkStatus();
 }
 
@@ -82,7 +112,44 @@ absl::Status MomentSketch::OutputSideContribution(const float* g, int64_t d_out,
     return absl::InvalidArgumentError(
         absl::StrCat("output-side sketch of dimension ", dim(), " given d_out = ", d_out));
   }
+  const int64_t k = sketch_size();
+  const float inv = static_cast<float>(1.0 / static_cast<double>(d_in));
+  // U = G^T Omega (d_in x k), Y = G U / d_in (d_out x k) straight into `out`.
+  std::vector<float> u(static_cast<size_t>(d_in * k));
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, BlasInt(d_in), BlasInt(k), BlasInt(d_out),
+              1.0f, g, BlasInt(d_in), omega_f32_.data(), BlasInt(k), 0.0f, u.data(), BlasInt(k));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BlasInt(d_out), BlasInt(k), BlasInt(d_in),
+              inv, g, BlasInt(d_in), u.data(), BlasInt(k), 0.0f, out, BlasInt(k));
+  std::vector<double> diag(static_cast<size_t>(d_out), 0.0);
+  for (int64_t r = 0; r < d_out; ++r) {
+    const float* row = g + r * d_in;
+    double sum = 0.0;
+    for (int64_t c = 0; c < d_in; ++c) sum += static_cast<double>(row[c]) * row[c];
+    diag[r] = sum;
+  }
+  if (!WriteDiagonal(diag, 1.0 / static_cast<double>(d_in), d_out * k, out)) {
+    return DoubleContribution(g, d_out, d_in, /*input_side=*/false, out);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MomentSketch::DoubleContribution(const float* g, int64_t d_out, int64_t d_in,
+                                              bool input_side, float* out) const {
   const RowMajorFloatMap map(g, d_out, d_in);
+  if (input_side) {
+    Eigen::MatrixXd y = Eigen::MatrixXd::Zero(d_in, sketch_size());
+    Eigen::VectorXd diag = Eigen::VectorXd::Zero(d_in);
+    for (int64_t r = 0; r < d_out; r += kBlock) {
+      const int64_t b = std::min(kBlock, d_out - r);
+      const Eigen::MatrixXd block = map.middleRows(r, b).cast<double>();
+      const Eigen::MatrixXd t = block * omega_;  // b x k
+      y.noalias() += block.transpose() * t;
+      diag += block.colwise().squaredNorm().transpose();
+    }
+    const double inv = 1.0 / static_cast<double>(d_out);
+    WriteContribution(y * inv, diag * inv, out);
+    return absl::OkStatus();
+  }
   // G^T Omega (d_in x k), accumulated over blocks of rows.
   Eigen::MatrixXd gt_omega = Eigen::MatrixXd::Zero(d_in, sketch_size());
   for (int64_t r = 0; r < d_out; r += kBlock) {

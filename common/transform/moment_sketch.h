@@ -44,6 +44,7 @@
 
 #include <Eigen/Dense>
 #include <cstdint>
+#include <vector>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -69,7 +70,11 @@ class MomentSketch {
   // Writes the contribution of G (d_out x d_in, row-major FP32, finite) to
   // `out` (contribution_size() floats): Y row-major n x k, then diag, then
   // trace. Input side: n == d_in, M_i = G^T G / d_out; output side:
-  // n == d_out, M_i = G G^T / d_in. Arithmetic in double, rounded once.
+  // n == d_out, M_i = G G^T / d_in. The products Y are two FP32 SGEMMs
+  // (OpenBLAS; the contribution is FP32 on the wire anyway, and the double
+  // products cost 4x the time on a worker's step thread), the diagonal and
+  // trace are summed in double; where the FP32 products overflow (elements
+  // near 1e19) the contribution is computed in double instead.
   // InvalidArgument on a shape mismatch, a null pointer or a non-finite
   // element (out untouched then).
   absl::Status InputSideContribution(const float* g, int64_t d_out, int64_t d_in, float* out) const;
@@ -77,8 +82,12 @@ class MomentSketch {
                                       float* out) const;
 
  private:
-  explicit MomentSketch(Eigen::MatrixXd omega) : omega_(std::move(omega)) {}
+  explicit MomentSketch(Eigen::MatrixXd omega);
+  // Both in double (the fallback) and in FP32 (the SGEMMs), n x k.
+  absl::Status DoubleContribution(const float* g, int64_t d_out, int64_t d_in, bool input_side,
+                                  float* out) const;
   Eigen::MatrixXd omega_;
+  std::vector<float> omega_f32_;  // row-major
 };
 
 // The exponential moving average of averaged sketch contributions, and the

@@ -1,5 +1,6 @@
 #include "common/transform/moment_sketch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -36,6 +37,37 @@ std::vector<float> AverageContribution(const MomentSketch& sketch,
 double SubspaceSine(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b) {
   const Eigen::MatrixXd residual = b - a * (a.transpose() * b);
   return Eigen::JacobiSVD<Eigen::MatrixXd>(residual).singularValues()(0);
+}
+
+TEST(MomentSketchTest, HugeElementsThatOverflowFp32ProductsAreSketchedInDouble) {
+  // Squares near 1e38 summed over 48 rows overflow an FP32 accumulation; the
+  // scaled moment (about 1e38) does not, and must come out finite and right.
+  constexpr int64_t kOut = 48, kIn = 16, kK = 4;
+  auto grads = SharedPlusNoiseGradients(kOut, kIn, 2, 1, 0.3, 7);
+  double max_abs = 0.0;
+  for (float v : grads[0]) max_abs = std::max(max_abs, static_cast<double>(std::abs(v)));
+  for (float& v : grads[0]) v = static_cast<float>(v / max_abs * 1.5e19);
+  for (bool input_side : {true, false}) {
+    const int64_t n = input_side ? kIn : kOut;
+    auto sketch = MomentSketch::Create(n, kK, 3);
+    ASSERT_TRUE(sketch.ok()) << sketch.status();
+    std::vector<float> out(sketch->contribution_size());
+    ASSERT_TRUE((input_side ? sketch->InputSideContribution(grads[0].data(), kOut, kIn, out.data())
+                            : sketch->OutputSideContribution(grads[0].data(), kOut, kIn, out.data()))
+                    .ok());
+    auto exact = SecondMomentEma::Create(n);
+    const std::vector<const float*> ptrs = {grads[0].data()};
+    ASSERT_TRUE((input_side ? exact->UpdateInputSide(ptrs, kOut, kIn)
+                            : exact->UpdateOutputSide(ptrs, kOut, kIn))
+                    .ok());
+    const Eigen::MatrixXd want_y = exact->value() * sketch->omega();
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < kK; ++j) {
+        ASSERT_TRUE(std::isfinite(out[i * kK + j])) << i << "," << j;
+        EXPECT_NEAR(out[i * kK + j] / want_y.norm(), want_y(i, j) / want_y.norm(), 1e-6);
+      }
+    }
+  }
 }
 
 TEST(MomentSketchTest, ContributionIsTheSketchOfTheExactMoment) {
