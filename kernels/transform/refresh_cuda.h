@@ -21,11 +21,14 @@
 //     (cusolverDnSgeqrf + Sorgqr), Y = A Q, a final Q, B = Q^T A Q
 //     symmetrized (cublasSgemm, Sgeam), cusolverDnSsyevd of B, the top r Ritz
 //     pairs Q V; or, when k = r + oversample >= n, Ssyevd of A itself.
-//   - SideBasisFromStatisticsCuda / TensorBasisFromStatisticsCuda hand the
-//     eigenpairs (n x r, downloaded and widened to double) and the diagonal
-//     of A to SideBasis::FromEigenpairs / TensorBasis::Create on the host:
-//     O(n r) (isotropic) or O(n r^2) (diagonal model) host work; the O(n^2 k)
-//     products and the O(d_out d_in n) statistics stay on the device.
+//   - TopEigenpairsCuda's vectors are downloaded, widened to double and
+//     re-orthonormalized by one Cholesky QR in double on the host (FP32
+//     leaves them orthonormal to ~1e-6 only; SideBasis checks 1e-6); O(n r^2).
+//   - SideBasisFromStatisticsCuda / TensorBasisFromStatisticsCuda hand those
+//     eigenpairs and the diagonal of A to SideBasis::FromEigenpairs /
+//     TensorBasis::Create on the host: O(n r) (isotropic) or O(n r^2)
+//     (diagonal model) host work; the O(n^2 k) products and the O(d_out d_in
+//     n) statistics stay on the device.
 //
 // Accuracy: FP32 statistics and FP32 factorizations where the CPU uses
 // double. The EMA matches SecondMomentEma within FP32 rounding of its sums
