@@ -5,6 +5,7 @@
 //                         each transform + format on real gradients (--grads)
 //   gift-bench control-plane  refresh negotiation and watch fan-out of gift-coordinator
 //   gift-bench transform  transform + quantize against direct quantize, CPU and GPU
+//   gift-bench refresh    a basis refresh (statistics EMA + TensorBasis), CPU and GPU (--gpu)
 //   gift-bench cluster    push-pull of a local cluster against ucx_perftest, gloo, memcpy
 //   gift-bench model      predicted step time: rings against the service (nothing measured)
 //   gift-bench faults     kill -9 / SIGSTOP of each daemon kind: exact-once counts and stalls
@@ -26,6 +27,7 @@
 #include "bench/fidelity_report.h"
 #include "bench/mac_bench.h"
 #include "bench/model_bench.h"
+#include "bench/refresh_bench.h"
 #include "bench/transform_bench.h"
 
 namespace {
@@ -53,6 +55,7 @@ int Main(int argc, char** argv) {
   commands.push_back(gift::bench::AddFidelityCommand(app));
   commands.push_back(gift::bench::AddControlPlaneCommand(app));
   commands.push_back(gift::bench::AddTransformCommand(app));
+  commands.push_back(gift::bench::AddRefreshCommand(app));
   commands.push_back(gift::bench::AddClusterCommand(app));
   commands.push_back(gift::bench::AddModelCommand(app));
   commands.push_back(gift::bench::AddFaultsCommand(app));

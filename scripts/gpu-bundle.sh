@@ -17,7 +17,7 @@ if command -v ccache >/dev/null; then
 fi
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGIFT_ENABLE_CUDA=ON \
   "${launchers[@]}" >/dev/null
-tests="codec_cuda_test transform_cuda_test forward_encode_cuda_test cuda_ipc_buffers_test"
+tests="codec_cuda_test transform_cuda_test forward_encode_cuda_test cuda_ipc_buffers_test refresh_cuda_test"
 # shellcheck disable=SC2086
 cmake --build "$build_dir" -j "$(nproc)" --target $tests gift_bench
 rm -rf .gpu && mkdir -p .gpu/lib
@@ -27,9 +27,10 @@ for bin in .gpu/*_test .gpu/gift-bench; do
   ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*) ;;
-      # cuBLAS (libcublasLt is ~540 MB, over what a device run carries) comes
-      # from the GPU machine's own CUDA libraries; run.sh finds them.
-      libcublas.so*|libcublasLt.so*) ;;
+      # cuBLAS (libcublasLt is ~540 MB, over what a device run carries) and
+      # cuSOLVER (~140 MB, with its cuSPARSE and nvJitLink) come from the GPU
+      # machine's own CUDA libraries; run.sh finds them.
+      libcublas.so*|libcublasLt.so*|libcusolver.so*|libcusparse.so*|libnvJitLink.so*) ;;
       *) cp -Ln "$lib" .gpu/lib/ ;;
     esac
   done
@@ -41,10 +42,10 @@ strip --strip-unneeded .gpu/*_test .gpu/gift-bench
 tar -C .gpu -czf .gpu/lib.tar.gz lib && rm -rf .gpu/lib
 cat > .gpu/run.sh <<'RUN'
 #!/usr/bin/env bash
-# Runs the GPU tests and the codec and transform benchmarks in one short run
-# (about 2 minutes expected on an H200; each step has a 90 s limit, so one
-# that hangs cannot take the whole device lease); writes logs and JSON to
-# $OUT.
+# Runs the GPU tests and the codec, transform and refresh benchmarks in one
+# short run (about 3 minutes expected on an H200; each step has a 90 s limit
+# or less, so one that hangs cannot take the whole device lease); writes logs
+# and JSON to $OUT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-out/gpu}
@@ -53,11 +54,18 @@ lib=$(mktemp -d)
 trap 'rm -rf "$lib"' EXIT
 tar -C "$lib" -xzf "$here/lib.tar.gz"
 export LD_LIBRARY_PATH="$lib/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# libcublas.so.13 / libcublasLt.so.13: the toolkit's or a pip nvidia-cublas wheel's.
-cublas=$(find /usr/local/cuda*/lib64 /usr/local/lib /usr/lib /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
-[ -n "$cublas" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
+# cuBLAS, cuSOLVER and what cuSOLVER loads: the toolkit's or the pip
+# nvidia-cublas / -cusolver / -cusparse / -nvjitlink wheels'.
+for so in libcublasLt.so.13 libcusolver.so.12 libcusparse.so.12 libnvJitLink.so.13; do
+  found=$(find -H /usr/local/cuda*/lib64 /usr/local/lib /usr/lib /opt -name "$so" 2>/dev/null | head -1)
+  if [ -n "$found" ]; then
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
+  else
+    echo "run.sh: $so not found; the binaries that need it will not start" | tee -a "$out/missing-libs.txt"
+  fi
+done
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-for t in codec_cuda_test transform_cuda_test forward_encode_cuda_test cuda_ipc_buffers_test; do
+for t in codec_cuda_test transform_cuda_test forward_encode_cuda_test cuda_ipc_buffers_test refresh_cuda_test; do
   timeout 90 "$here/$t" --gtest_brief=1 >"$out/$t.txt" 2>&1
   echo "$t rc=$?" | tee -a "$out/$t.txt"
   tail -3 "$out/$t.txt"
@@ -71,6 +79,15 @@ for rank in 64 128; do
     --shapes 1024x1024,4096x4096,4096x11008 --json "$out/transform_bench_r$rank.json" 2>&1 |
     tee "$out/transform_bench_r$rank.txt"
 done
+# The basis refresh (statistics EMA + TensorBasis) on the GPU at rank 64 and
+# 128: against the CPU's in the same run at 4096x4096 (the CPU's double
+# refresh, its eigen products on one thread, takes seconds there), GPU only
+# at 4096x11008 (the CPU's would take about a minute of the lease).
+timeout 90 "$here/gift-bench" refresh --gpu --reps 3 --ranks 64,128 \
+  --shapes 4096x4096 --json "$out/refresh_bench.json" 2>&1 | tee "$out/refresh_bench.txt"
+timeout 60 "$here/gift-bench" refresh --gpu --reps 3 --ranks 64,128 --cpu-max-dim 4096 \
+  --shapes 4096x11008 --json "$out/refresh_bench_11008.json" 2>&1 |
+  tee "$out/refresh_bench_11008.txt"
 RUN
 chmod +x .gpu/run.sh
 du -sh .gpu
