@@ -19,6 +19,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/base/status_macros.h"
 #include "common/codec/codec.h"
 
@@ -59,6 +60,23 @@ CLI::Validator NumberAtLeast(double lo, bool strict, const char* name) {
 
 CLI::Validator PositiveNumber() { return NumberAtLeast(0, true, "POSITIVE"); }
 CLI::Validator NonNegativeNumber() { return NumberAtLeast(0, false, "NONNEGATIVE"); }
+
+absl::StatusOr<MatrixShape> ParseMatrixShape(const std::string& text, int64_t max_side,
+                                             int64_t max_elements) {
+  const std::vector<std::string> parts = absl::StrSplit(text, absl::ByAnyChar("xX"));
+  MatrixShape s;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &s.rows) ||
+      !absl::SimpleAtoi(parts[1], &s.cols) || s.rows < 1 || s.cols < 1 || s.rows > max_side ||
+      s.cols > max_side) {
+    return absl::InvalidArgumentError(absl::StrCat("bad shape '", text, "': want ROWSxCOLS, each in [1, ",
+                                                   max_side, "], e.g. 1024x1024"));
+  }
+  if (s.rows > max_elements / s.cols) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape '", text, "' is too large (at most ", max_elements, " elements)"));
+  }
+  return s;
+}
 
 absl::StatusOr<std::vector<codec::CodecSpec>> ParseSpecs(const std::vector<std::string>& names) {
   if (names.empty()) return absl::InvalidArgumentError("the list of codec specs is empty");

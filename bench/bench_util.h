@@ -36,6 +36,16 @@ CLI::Validator CodecSpecValidator();
 CLI::Validator PositiveNumber();
 CLI::Validator NonNegativeNumber();
 
+// A matrix shape from the command line: "ROWSxCOLS" (x or X), e.g. 4096x11008.
+struct MatrixShape {
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+// InvalidArgument naming `text` unless both sides are in [1, max_side] and
+// rows * cols <= max_elements.
+absl::StatusOr<MatrixShape> ParseMatrixShape(const std::string& text, int64_t max_side,
+                                             int64_t max_elements = INT64_MAX);
+
 // Parses spec names that CodecSpecValidator accepted (or fails the same way).
 absl::StatusOr<std::vector<codec::CodecSpec>> ParseSpecs(const std::vector<std::string>& names);
 

@@ -29,24 +29,10 @@
 namespace gift::bench {
 namespace {
 
-struct Shape {
-  uint64_t rows = 0;
-  uint64_t cols = 0;
-};
+using Shape = MatrixShape;
 
 absl::StatusOr<Shape> ParseShape(const std::string& text) {
-  std::vector<std::string> parts = absl::StrSplit(text, absl::ByAnyChar("xX"));
-  Shape s;
-  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &s.rows) ||
-      !absl::SimpleAtoi(parts[1], &s.cols) || s.rows == 0 || s.cols == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shape '", text, "' is not ROWSxCOLS with positive sizes, e.g. 1024x1024"));
-  }
-  if (s.rows > (uint64_t{1} << 31) || s.cols > (uint64_t{1} << 31) ||
-      s.rows * s.cols > (uint64_t{1} << 31)) {
-    return absl::InvalidArgumentError(absl::StrCat("shape '", text, "' is too large"));
-  }
-  return s;
+  return ParseMatrixShape(text, int64_t{1} << 31, int64_t{1} << 31);
 }
 
 CLI::Validator ShapeValidator() {

@@ -36,15 +36,8 @@ using transform::TensorBasis;
 constexpr double kDecay = SecondMomentEma::kDefaultDecay;
 
 absl::StatusOr<std::pair<int64_t, int64_t>> ParseRefreshShape(const std::string& text) {
-  const std::vector<std::string> parts = absl::StrSplit(text, 'x');
-  int64_t rows = 0, cols = 0;
-  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rows) ||
-      !absl::SimpleAtoi(parts[1], &cols) || rows < 1 || cols < 1 || rows > 65536 ||
-      cols > 65536) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad shape '", text, "': want ROWSxCOLS, each in [1, 65536]"));
-  }
-  return std::make_pair(rows, cols);
+  GIFT_ASSIGN_OR_RETURN(const MatrixShape s, ParseMatrixShape(text, 65536));
+  return std::make_pair(s.rows, s.cols);
 }
 
 double SecondsOf(const std::function<absl::Status()>& fn, absl::Status* status) {

@@ -50,15 +50,8 @@ struct Shape {
 };
 
 absl::StatusOr<Shape> ParseShape(const std::string& text) {
-  const std::vector<std::string> parts = absl::StrSplit(text, 'x');
-  Shape s;
-  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &s.d_out) ||
-      !absl::SimpleAtoi(parts[1], &s.d_in) || s.d_out < 1 || s.d_in < 1 ||
-      s.d_out > (int64_t{1} << 20) || s.d_in > (int64_t{1} << 20)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad shape '", text, "': want ROWSxCOLS, each in [1, 2^20]"));
-  }
-  return s;
+  GIFT_ASSIGN_OR_RETURN(const MatrixShape s, ParseMatrixShape(text, int64_t{1} << 20));
+  return Shape{.d_out = s.rows, .d_in = s.cols};
 }
 
 // n x k with orthonormal columns (QR of a seeded Gaussian).
