@@ -11,7 +11,9 @@ JSON for direct/fp32/gift, bench/gloo_allreduce.py JSON for gloo-*), writes
                     ideal (those bytes / rate), the ratio step / ideal, the
                     ideal if sending and receiving did not overlap, TCP
                     segments retransmitted per step (all hosts), CPU
-                    seconds per step per process kind;
+                    seconds per step per process kind, and the step
+                    against gloo-fp32's at the same rate when that mode
+                    ran (x_gloo_fp32);
   OUT/table.txt     the same as a table (also printed);
   OUT/netlab.png    step time against link rate, one line per method, its
                     ideal dashed (when matplotlib is there).
@@ -142,10 +144,16 @@ def main():
                     problems += [f"{mode} {rate['name']}: {x}" for x in
                                  check_bytes(doc, args.check_bytes)]
             rows.append(row)
+    # The step against gloo's FP32 ring at the same rate, measured in the same run.
+    gloo = {r["rate"]: r["median_step_s"] for r in rows
+            if r["mode"] == "gloo-fp32" and "error" not in r}
+    for r in rows:
+        if "error" not in r:
+            r["x_gloo_fp32"] = r["median_step_s"] / gloo[r["rate"]] if r["rate"] in gloo else None
 
     header = (f"{'method':<12} {'rate':>8} {'median ms':>10} {'busiest B/step':>15} "
-              f"{'ideal ms':>9} {'x ideal':>8} {'tx+rx ms':>9} {'TCP retx':>9} {'rel err':>7}  "
-              f"CPU s/step per process")
+              f"{'ideal ms':>9} {'x ideal':>8} {'tx+rx ms':>9} {'x gloo32':>8} {'TCP retx':>9} "
+              f"{'rel err':>7}  CPU s/step per process")
     lines = [
         f"netlab: {manifest['workers']} worker hosts, {manifest['servers']} "
         + ("servers on the worker hosts, " if manifest.get("colocate") else "server hosts, ")
@@ -169,11 +177,13 @@ def main():
             f"{fmt(r['ideal_step_s'] and 1e3 * r['ideal_step_s'], '>9.1f')} "
             f"{fmt(r['ratio_to_ideal'], '>8.2f')} "
             f"{fmt(r['serial_ideal_step_s'] and 1e3 * r['serial_ideal_step_s'], '>9.1f')} "
+            f"{fmt(r['x_gloo_fp32'], '>8.2f')} "
             f"{r['tcp_retrans_segs_per_step']:>9.0f} {fmt(r.get('rel_l2_error'), '>7.4f')}  {cpu}"
         )
     lines.append("ideal: the busiest host's bytes per step (max of tx and rx on its device) / "
                  "the link rate; tx+rx: the same with the host's tx and rx added (what a step "
-                 "takes when sending and receiving do not overlap); TCP retx: segments "
+                 "takes when sending and receiving do not overlap); x gloo32: the median step "
+                 "over gloo-fp32's at the same rate; TCP retx: segments "
                  "retransmitted per step, all hosts; rel err: the largest relative L2 error "
                  "of a tensor's average against the exact FP32 average")
     lines.append("")

@@ -33,7 +33,7 @@ import time
 from gift_ps.demo.configs import CONFIGS, DDP_HOOKS, DEFAULT_CONFIGS, FULL, OVERLAP, QUICK
 from gift_ps.demo.data import Corpus, DataError, load_bytes
 from gift_ps.demo.processes import REPO, Cluster, DemoError, free_port, run_ranks, set_policy
-from gift_ps.demo.report import fmt, plot, summarize, summary_lines, table
+from gift_ps.demo.report import fmt, overlap_lines, overlap_rows, plot, summarize, summary_lines, table
 
 
 def parse_args(argv):
@@ -237,7 +237,8 @@ def main(argv=None):
     print(
         f"  train: {args.workers} processes x {args.batch // args.workers} sequences (global batch {args.batch}), "
         f"{args.steps} steps, AdamW lr {args.lr:g} (warm-up {args.warmup}, cosine), seed {args.seed}; "
-        f"validation every {args.eval_every} steps, gradient error measured every {args.measure_every} steps",
+        f"validation every {args.eval_every} steps, "
+        + (f"gradient error measured every {args.measure_every} steps" if args.measure_every > 0 else "gradient error not measured"),
         flush=True,
     )
     for c in args.configs:
@@ -357,6 +358,14 @@ def main(argv=None):
                   f"{r['compute_s']:9.3f} {r['sync_s']:7.3f}")
         print("  compute s: forward, backward and optimizer (DDP: its all-reduces run inside backward, so they are "
               "counted here); sync s: the wait for the averages after backward")
+        if args.measure_every > 0:
+            print(f"  the seconds include the steps that measured the gradient error (every {args.measure_every}): they "
+                  "also average an exact FP32 copy (--measure-every 0 for times without them)")
+    overlap = overlap_rows(results)
+    if overlap:
+        print()
+        for line in overlap_lines(overlap):
+            print("  " + line)
     summary = summary_lines(results)
     if summary:
         print()
@@ -381,6 +390,7 @@ def main(argv=None):
         "summary": summary,
         "link": link,
         "time_to_fp32_loss": reach,
+        "overlap": overlap,
         "configs": results,
         "timings": dict(timings, total_s=time.monotonic() - t_begin),
     }

@@ -4,7 +4,7 @@ import json
 import os
 import statistics
 
-from gift_ps.demo.configs import CONFIGS
+from gift_ps.demo.configs import CONFIGS, OVERLAP
 from gift_ps.demo.processes import DemoError
 
 
@@ -129,9 +129,9 @@ def table(results, args):
         "push KiB / pull KiB: payload bytes one worker pushes / receives per step (sums of its tensors' bytes_sent / "
         "bytes_received); step s: mean wall time of a "
         "training step on rank 0 (sync s: of it, the gradient averaging), over the steps that do not measure errors",
-        "grad err: relative L2 error of the averaged gradient against the exact average, measured by the service every "
-        f"{args.measure_every} steps, mean over the second half of the run and over all tensors; err 2-D: over the weight "
-        "matrices only",
+        ("grad err: relative L2 error of the averaged gradient against the exact average, measured by the service every "
+         f"{args.measure_every} steps, mean over the second half of the run and over all tensors; err 2-D: over the weight "
+         "matrices only") if args.measure_every > 0 else "grad err, err 2-D: not measured (--measure-every 0)",
         "in basis: tensors the service ran in a GIFT basis per step (TensorResult.transformed), mean over the steps from "
         "the first one with a basis active (@ step) on, of the model's weight matrices (per step: results.json "
         "transformed_per_step)",
@@ -163,6 +163,37 @@ def summary_lines(results):
             ratio = rows[base]["rel_err_matrices_mean"] / rows[g]["rel_err_matrices_mean"]
             word = f"{ratio:.2f}x lower" if ratio >= 1 else f"{1 / ratio:.2f}x higher"
             lines.append(f"{g} vs {base}: gradient error {word} ({what})")
+    return lines
+
+
+def overlap_rows(results):
+    """For each overlapped configuration run beside its sequential twin: its step against the twin's compute and
+    sync seconds measured separately (the twin syncs after backward, so the two add up to its step).
+
+    Returns [{name, twin, step_s, compute_s, sync_s, sum_s, hidden_s}]: hidden_s = sum_s - step_s, the seconds of
+    communication the overlap hid per step (negative when the overlapped step is slower)."""
+    rows = {r["name"]: r for r in results}
+    out = []
+    for name, twin in OVERLAP.items():
+        if name in rows and twin in rows:
+            o, t = rows[name], rows[twin]
+            total = t["compute_s"] + t["sync_s"]
+            out.append({"name": name, "twin": twin, "step_s": o["step_s"], "compute_s": t["compute_s"], "sync_s": t["sync_s"],
+                        "sum_s": total, "hidden_s": total - o["step_s"]})
+    return out
+
+
+def overlap_lines(rows):
+    """One plain line per overlap_rows() row."""
+    lines = []
+    for o in rows:
+        if o["hidden_s"] < 0:
+            verdict = f"{-o['hidden_s']:.3f} s slower, nothing hidden"
+        else:
+            share = f" ({100 * o['hidden_s'] / o['sync_s']:.0f} % of the sync)" if o["sync_s"] > 0 else ""
+            verdict = f"{o['hidden_s']:.3f} s{share} hidden"
+        lines.append(f"overlap: {o['name']} step {o['step_s']:.3f} s against {o['twin']}'s compute {o['compute_s']:.3f} s + "
+                     f"sync {o['sync_s']:.3f} s = {o['sum_s']:.3f} s measured separately: {verdict}")
     return lines
 
 
