@@ -216,8 +216,8 @@ TEST_P(DeviceStageTest, MatchesTheHostStageInAnyArrivalOrder) {
   std::vector<size_t> in_order(chunks.size());
   for (size_t k = 0; k < in_order.size(); ++k) in_order[k] = k;
   std::vector<float> host_out(g.size());
-  const StageRun host_run = RunStage(*host, g.data(), push, chunks, results, in_order,
-                                     host_out.data());
+  const StageRun host_run =
+      RunStage(*host, g.data(), push, chunks, results, in_order, host_out.data());
   ASSERT_TRUE(host_run.status.ok()) << host_run.status;
 
   auto device = DeviceCodecStage::Create(transform, {.spec = push});
@@ -229,8 +229,8 @@ TEST_P(DeviceStageTest, MatchesTheHostStageInAnyArrivalOrder) {
     if (trial == 1) std::reverse(order.begin(), order.end());
     if (trial == 2) std::shuffle(order.begin(), order.end(), rng);
     DeviceTensor out(std::vector<float>(g.size(), -1.0f));
-    const StageRun run = RunStage(**device, gradient.data(), push, chunks, results, order,
-                                  out.data());
+    const StageRun run =
+        RunStage(**device, gradient.data(), push, chunks, results, order, out.data());
     ASSERT_TRUE(run.status.ok()) << run.status;
     ASSERT_EQ(run.payloads.size(), host_run.payloads.size());
     const std::vector<float> device_out = out.Read();
@@ -251,14 +251,13 @@ TEST_P(DeviceStageTest, MatchesTheHostStageInAnyArrivalOrder) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Codecs, DeviceStageTest,
-    ::testing::Values(StageCase{"e4m3/block32", "bf16", false, 16},
-                      StageCase{"nvfp4", "e4m3/block32", false, 8},
-                      StageCase{"bf16", "fp32", false, 10},
-                      StageCase{"e4m3/block32/sr", "e4m3/block128", false, 16},
-                      StageCase{"e4m3/block32", "bf16", true, 16},
-                      StageCase{"nvfp4", "fp32", true, 10}));
+INSTANTIATE_TEST_SUITE_P(Codecs, DeviceStageTest,
+                         ::testing::Values(StageCase{"e4m3/block32", "bf16", false, 16},
+                                           StageCase{"nvfp4", "e4m3/block32", false, 8},
+                                           StageCase{"bf16", "fp32", false, 10},
+                                           StageCase{"e4m3/block32/sr", "e4m3/block128", false, 16},
+                                           StageCase{"e4m3/block32", "bf16", true, 16},
+                                           StageCase{"nvfp4", "fp32", true, 10}));
 
 TEST(DeviceStageRefusalTest, ErrorFeedbackIsRefusedAndCounted) {
   SKIP_WITHOUT_DEVICE();
@@ -296,13 +295,14 @@ TEST(DeviceStageRefusalTest, AnEngineWithoutDeviceStagesRefusesADeviceTensor) {
   ASSERT_TRUE(engine.ok()) << engine.status();
   std::vector<float> g(kRows * kCols, 1.0f);
   StepPlan plan{.epoch = 1, .step = 1, .rank = 0, .world_size = 1};
-  plan.tensors.push_back({.tensor_id = 1,
-                          .rows = kRows,
-                          .cols = kCols,
-                          .data = g.data(),
-                          .device = true,
-                          .chunks = testing::Routes({1, kRows, kCols, 16, false}, {(*shard)->address()}),
-                          .push_spec = codec::ParseCodecSpec("e4m3/block32").value()});
+  plan.tensors.push_back(
+      {.tensor_id = 1,
+       .rows = kRows,
+       .cols = kCols,
+       .data = g.data(),
+       .device = true,
+       .chunks = testing::Routes({1, kRows, kCols, 16, false}, {(*shard)->address()}),
+       .push_spec = codec::ParseCodecSpec("e4m3/block32").value()});
   const auto report = (*engine)->Run(plan);
   EXPECT_EQ(report.status().code(), absl::StatusCode::kUnimplemented) << report.status();
 }
@@ -334,9 +334,9 @@ TEST(DeviceEngineTest, DeviceAndHostRanksGetTheSameAverage) {
     engines.push_back(*std::move(engine));
   }
   const std::vector<testing::Tensor> tensors = {
-      {1, kRows, kCols, 16, true},   // GIFT basis
-      {2, 33, 50, 10, false},        // direct, the last chunk of 3 rows
-      {3, 1, 1000, 0, false},        // direct, one row in 512 + 488
+      {1, kRows, kCols, 16, true},  // GIFT basis
+      {2, 33, 50, 10, false},       // direct, the last chunk of 3 rows
+      {3, 1, 1000, 0, false},       // direct, one row in 512 + 488
   };
   const auto basis = Basis();
   const codec::CodecSpec push = codec::ParseCodecSpec("e4m3/block32").value();
@@ -355,7 +355,7 @@ TEST(DeviceEngineTest, DeviceAndHostRanksGetTheSameAverage) {
 
   for (uint64_t step = 1; step <= 3; ++step) {
     std::vector<std::vector<std::vector<float>>> host(kWorld);  // [rank][tensor]
-    std::vector<std::unique_ptr<DeviceTensor>> device;         // rank 0's
+    std::vector<std::unique_ptr<DeviceTensor>> device;          // rank 0's
     std::vector<StepPlan> plans(kWorld);
     for (uint32_t r = 0; r < kWorld; ++r) {
       plans[r] = {.epoch = 1, .step = step, .rank = r, .world_size = kWorld};
@@ -389,8 +389,8 @@ TEST(DeviceEngineTest, DeviceAndHostRanksGetTheSameAverage) {
       const std::vector<float>& on_host = host[1][i];
       if (!tensors[i].transformed) {
         EXPECT_EQ(on_device, on_host) << "tensor " << tensors[i].id << ", step " << step;
-        EXPECT_EQ(on_host, testing::LocalAverage(tensors[i], step, kWorld, servers, push, pull,
-                                                 nullptr))
+        EXPECT_EQ(on_host,
+                  testing::LocalAverage(tensors[i], step, kWorld, servers, push, pull, nullptr))
             << "tensor " << tensors[i].id << ", step " << step;
       } else {
         EXPECT_LT(RelativeError(on_device, on_host), kTransformTolerance) << "step " << step;

@@ -46,11 +46,11 @@ absl::StatusOr<std::unique_ptr<DeviceCodecStage>> DeviceCodecStage::Create(
   }
   std::unique_ptr<DeviceCodecStage> stage(
       new DeviceCodecStage(transform->d_out(), transform->d_in(), device));
-  GIFT_RETURN_IF_ERROR(CudaStatus(
-      cudaStreamCreateWithFlags(&stage->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stage->stream_, cudaStreamNonBlocking),
+                                  "cudaStreamCreate"));
   void* work = nullptr;
-  GIFT_RETURN_IF_ERROR(CudaStatus(
-      cudaMalloc(&work, sizeof(float) * stage->rows_ * stage->cols_), "cudaMalloc (sum)"));
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&work, sizeof(float) * stage->rows_ * stage->cols_),
+                                  "cudaMalloc (sum)"));
   stage->work_ = static_cast<float*>(work);
   GIFT_RETURN_IF_ERROR(stage->UseTransform(std::move(transform)));
   if (options.error_feedback) {
@@ -164,15 +164,15 @@ absl::Status DeviceCodecStage::EncodeChunk(uint64_t offset, const codec::Mutable
                                                   cudaMemcpyDeviceToHost, stream_),
                                   "copy of codes"));
   if (layout.scale_bytes > 0) {
-    GIFT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(out.scales, on_device.scales,
-                                                    layout.scale_bytes, cudaMemcpyDeviceToHost,
-                                                    stream_),
-                                    "copy of scales"));
+    GIFT_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(out.scales, on_device.scales, layout.scale_bytes,
+                                   cudaMemcpyDeviceToHost, stream_),
+                   "copy of scales"));
   }
   if (encoded_ == events_.size()) {
     cudaEvent_t e = nullptr;
-    GIFT_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
-                                    "cudaEventCreate"));
+    GIFT_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"));
     events_.push_back(e);
   }
   cudaEvent_t done = events_[encoded_++];
@@ -201,14 +201,14 @@ absl::Status DeviceCodecStage::DecodeChunk(const codec::EncodedView& chunk, uint
   codec::EncodedView on_device = chunk;
   on_device.codes = result_;
   on_device.scales = layout.scale_bytes > 0 ? result_ + layout.code_bytes : nullptr;
-  GIFT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(result_, chunk.codes, layout.code_bytes,
-                                                  cudaMemcpyHostToDevice, stream_),
-                                  "copy of result codes"));
+  GIFT_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(result_, chunk.codes, layout.code_bytes, cudaMemcpyHostToDevice, stream_),
+      "copy of result codes"));
   if (layout.scale_bytes > 0) {
-    GIFT_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(result_ + layout.code_bytes, chunk.scales, layout.scale_bytes,
-                        cudaMemcpyHostToDevice, stream_),
-        "copy of result scales"));
+    GIFT_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(result_ + layout.code_bytes, chunk.scales, layout.scale_bytes,
+                                   cudaMemcpyHostToDevice, stream_),
+                   "copy of result scales"));
   }
   // Synchronizes the stream: the result slot may be reused afterwards.
   return kernels::DecodeCuda(on_device, work_ + offset, /*accumulate=*/false, stream_);
@@ -221,8 +221,7 @@ absl::Status DeviceCodecStage::FinishDecode() {
 
 absl::Status DeviceCodecStage::WriteResult(float* gradient) {
   if (gradient == nullptr) return absl::InvalidArgumentError("null gradient");
-  GIFT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(gradient, work_,
-                                                  sizeof(float) * rows_ * cols_,
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(gradient, work_, sizeof(float) * rows_ * cols_,
                                                   cudaMemcpyDeviceToDevice, stream_),
                                   "copy of the average"));
   return CudaStatus(cudaStreamSynchronize(stream_), "stream");

@@ -107,9 +107,9 @@ class DeviceCodecStage final : public TensorCodecStage {
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<const transform::GradientTransform> transform_;
   std::optional<kernels::TensorBasisCuda> basis_;  // none: the identity
-  float* work_ = nullptr;        // device: T(G), then the sum, then the average
-  const float* prepared_ = nullptr;  // device: what the step's chunks encode from
-  uint8_t* arena_ = nullptr;     // host: the attached send arena
+  float* work_ = nullptr;                          // device: T(G), then the sum, then the average
+  const float* prepared_ = nullptr;                // device: what the step's chunks encode from
+  uint8_t* arena_ = nullptr;                       // host: the attached send arena
   size_t arena_bytes_ = 0;
   bool arena_pinned_ = false;
   uint8_t* device_arena_ = nullptr;  // device: its mirror
