@@ -3,11 +3,13 @@
 // transform and the codec run on the GPU, on a CUDA stream the stage owns,
 // and only the encoded bytes cross to the host.
 //
-// Which path runs, and why: the staging path. The transport (UCX) is given
-// host send buffers; UCX built with CUDA memory support could send device
-// memory directly, but the worker's UCX context is created without the
-// CUDA memory type and the transports' registration takes host spans, so
-// device memory is never handed to UCX. Per step and chunk:
+// Which path runs, and why: the staging path, always. The transport (UCX) is
+// given host send buffers: Debian's UCX, the one the project links, ships no
+// CUDA transport module (its ucx/ modules are cma, ib and rdmacm), and the
+// UCX transport maps host spans only (RegisterMemory: ucp_mem_map without a
+// memory type), so device memory is never handed to UCX; detecting a
+// CUDA-capable UCX (ucp_context_query's memory types) is not built. Per step
+// and chunk:
 //
 //   Prepare:      T(G) on the stream into the stage's FP32 device buffer
 //                 (TensorBasisCuda::Forward, cuBLAS); direct codecs encode
