@@ -22,6 +22,11 @@ tests="codec_cuda_test transform_cuda_test forward_encode_cuda_test cuda_ipc_buf
 cmake --build "$build_dir" -j "$(nproc)" --target $tests gift_bench
 rm -rf .gpu && mkdir -p .gpu/lib
 for t in $tests; do cp "$build_dir/tests/kernels/$t" .gpu/; done
+# The worker's device stage (engine + aggregator shards on UCX loopback).
+worker_tests="device_codec_stage_test"
+# shellcheck disable=SC2086
+cmake --build "$build_dir" -j "$(nproc)" --target $worker_tests
+for t in $worker_tests; do cp "$build_dir/tests/worker/$t" .gpu/; done
 cp "$build_dir/bench/gift-bench" .gpu/
 for bin in .gpu/*_test .gpu/gift-bench; do
   ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
@@ -65,7 +70,8 @@ for so in libcublasLt.so.13 libcusolver.so.12 libcusparse.so.12 libnvJitLink.so.
   fi
 done
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-for t in codec_cuda_test transform_cuda_test forward_encode_cuda_test cuda_ipc_buffers_test refresh_cuda_test; do
+for t in codec_cuda_test transform_cuda_test forward_encode_cuda_test cuda_ipc_buffers_test \
+  refresh_cuda_test device_codec_stage_test; do
   timeout 90 "$here/$t" --gtest_brief=1 >"$out/$t.txt" 2>&1
   echo "$t rc=$?" | tee -a "$out/$t.txt"
   tail -3 "$out/$t.txt"

@@ -296,7 +296,7 @@ absl::StatusOr<TensorBuffers*> PushPullEngine::BuffersFor(
     auto created = TensorBuffers::Create(
         t, shapes, spec,
         {.error_feedback = t.error_feedback, .codec_options = options_.codec_options},
-        transport_.get(), previous.get());
+        transport_.get(), previous.get(), options_.device_stages);
     if (previous != nullptr) {
       bool busy = false;
       {
@@ -329,13 +329,13 @@ absl::Status PushPullEngine::DecodeArrived(const StepPlan& plan, ChunkSlot& slot
                                                 parsed->view.cols, ", chunk is ", slot.shape.rows,
                                                 "x", slot.shape.cols));
   }
-  if (s.ok()) s = buffers.pipeline().DecodeChunk(parsed->view, slot.offset, buffers.work());
+  if (s.ok()) s = buffers.stage().DecodeChunk(parsed->view, slot.offset);
   if (!s.ok()) {
     return Annotate(absl::Status(s.code(), absl::StrCat("result: ", s.message())), t.tensor_id,
                     slot.index);
   }
   if (--buffers.chunks_left == 0) {
-    return Annotate(buffers.pipeline().FinishDecode(buffers.work()), t.tensor_id);
+    return Annotate(buffers.stage().FinishDecode(), t.tensor_id);
   }
   return absl::OkStatus();
 }
@@ -465,7 +465,7 @@ absl::Status PushPullEngine::Begin(const StepPlan& step) {
   // starts them from zero (a step retried in the same world keeps them).
   const std::pair<uint32_t, uint64_t> world{step.world_size, step.worker_set};
   if (world_.has_value() && *world_ != world) {
-    for (auto& [key, buffers] : buffers_) buffers->pipeline().ResetResidual();
+    for (auto& [key, buffers] : buffers_) buffers->stage().ResetResidual();
   }
   world_ = world;
   open_plan_ = step;
@@ -583,8 +583,13 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
   for (size_t i = first; i < plan.tensors.size(); ++i) {
     const TensorStep& t = plan.tensors[i];
     TensorBuffers& buffers = *step_buffers_[i];
-    auto x = buffers.pipeline().Prepare(t.data, buffers.work());
+    auto x = buffers.stage().Prepare(t.data);
     if (!x.ok()) return fail(Annotate(x.status(), t.tensor_id));
+    if (plan.node != nullptr && *x == nullptr) {
+      return fail(Annotate(absl::UnimplementedError(
+                               "node-local aggregation of a device tensor is not built"),
+                           t.tensor_id));
+    }
     for (size_t c = 0; c < t.chunks.size(); ++c) {
       ChunkSlot& slot = buffers.chunks()[c];
       if (plan.node != nullptr) {  // node-local aggregation
@@ -595,8 +600,8 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
       auto view = codec::StartPayload(t.push_spec, dims, slot.send);
       absl::Status s = view.status();
       if (s.ok()) {
-        s = buffers.pipeline().EncodeChunk(
-            *x, slot.offset, *view,
+        s = buffers.stage().EncodeChunk(
+            slot.offset, *view,
             dataplane::ChunkRngKey(t.tensor_id, slot.index, plan.step, plan.rank));
       }
       if (!s.ok()) return fail(Annotate(s, t.tensor_id, slot.index));
@@ -703,8 +708,10 @@ absl::StatusOr<StepReport> PushPullEngine::Finish() {
   const auto commit = Clock::now();
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     const TensorStep& t = plan.tensors[i];
-    std::memcpy(t.data, step_buffers_[i]->work(), sizeof(float) * t.rows * t.cols);
-    step_buffers_[i]->pipeline().CommitResidual();
+    if (auto s = step_buffers_[i]->stage().WriteResult(t.data); !s.ok()) {
+      return fail(Annotate(s, t.tensor_id));
+    }
+    step_buffers_[i]->stage().CommitResidual();
   }
   report.decode_seconds += SecondsSince(commit);
   const StepReport done = report;

@@ -31,8 +31,11 @@
 // Memory per (tensor, spec) in use: one FP32 buffer of the tensor's size,
 // its encoded payloads, and its results' size.
 //
-// Encoding is the tensor's transform::EncoderPipeline (error feedback as a
-// decorator; TensorStep::error_feedback, off by default).
+// Encoding is the tensor's TensorCodecStage (tensor_codec_stage.h): for a
+// host tensor transform::EncoderPipeline on the CPU (error feedback as a
+// decorator; TensorStep::error_feedback, off by default), for a device
+// tensor (TensorStep::device) the CUDA stage of options.device_stages. The
+// engine calls only the stage's chunked operations.
 //
 // A step whose epoch a server aborts (a member left) returns Aborted: the
 // caller plans the step again under the new epoch and calls Run again; the
@@ -80,8 +83,9 @@
 #include "common/transform/gradient_transform.h"
 #include "common/transport/connection_cache.h"
 #include "common/transport/transport.h"
-#include "worker/step_failure.h"
 #include "worker/node_group.h"
+#include "worker/step_failure.h"
+#include "worker/tensor_codec_stage.h"
 
 namespace gift::worker {
 
@@ -100,8 +104,11 @@ struct TensorStep {
   uint64_t rows = 0;  // the 2-D view: product of all dimensions but the last
   uint64_t cols = 0;  // the last dimension
   // In: this worker's gradient; out: the average over the world. Not owned;
-  // valid and untouched by others during Run.
+  // valid and untouched by others during Run. Host memory, or CUDA device
+  // memory when `device` (then the engine's device stage runs the transform
+  // and codec on the GPU: PushPullEngineOptions::device_stages).
   float* data = nullptr;
+  bool device = false;
   // Null: direct quantization. Otherwise its shape must be rows x cols.
   std::shared_ptr<const transform::GradientTransform> transform;
   uint64_t basis_version = 0;
@@ -171,6 +178,9 @@ struct StepReport {
 struct PushPullEngineOptions {
   codec::CodecOptions codec_options = {};  // the pool is not owned
   absl::Duration timeout = absl::Seconds(60);
+  // The stage of device tensors (worker/cuda/device_codec_stage.h), set only
+  // by builds with CUDA; null: a device tensor is refused (Unimplemented).
+  DeviceStageFactory device_stages = nullptr;
 };
 
 using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<transport::Transport>>(

@@ -28,7 +28,8 @@ std::unique_ptr<transport::MemoryRegion> Register(transport::Transport* transpor
 absl::StatusOr<std::unique_ptr<TensorBuffers>> TensorBuffers::Create(
     const TensorStep& t, absl::Span<const dataplane::ChunkShape> shapes,
     const codec::CodecSpec& spec, const transform::EncoderPipelineOptions& pipeline_options,
-    transport::Transport* transport, TensorBuffers* previous) {
+    transport::Transport* transport, TensorBuffers* previous,
+    const DeviceStageFactory& device_stages) {
   if (shapes.size() != t.chunks.size()) {
     return absl::InvalidArgumentError("one shape per chunk expected");
   }
@@ -38,22 +39,30 @@ absl::StatusOr<std::unique_ptr<TensorBuffers>> TensorBuffers::Create(
   auto identity_ptr = std::make_shared<transform::IdentityTransform>(std::move(identity));
   transform::EncoderPipelineOptions options = pipeline_options;
   options.spec = spec;
-  const bool keep_residual = previous != nullptr && t.error_feedback &&
-                             previous->pipeline_.options().error_feedback &&
-                             previous->rows_ == t.rows && previous->cols_ == t.cols;
-  GIFT_ASSIGN_OR_RETURN(
-      transform::EncoderPipeline pipeline,
-      keep_residual ? absl::StatusOr<transform::EncoderPipeline>(std::move(previous->pipeline_))
-                    : transform::EncoderPipeline::Create(
-                          t.transform != nullptr
-                              ? t.transform
-                              : std::shared_ptr<const transform::GradientTransform>(identity_ptr),
-                          options));
-  std::unique_ptr<TensorBuffers> buffers(
-      new TensorBuffers(std::move(pipeline), std::move(identity_ptr), transport));
+  const bool keep_residual = previous != nullptr && previous->stage_ != nullptr &&
+                             t.error_feedback && previous->error_feedback_ &&
+                             previous->device_ == t.device && previous->rows_ == t.rows &&
+                             previous->cols_ == t.cols;
+  std::shared_ptr<const transform::GradientTransform> transform =
+      t.transform != nullptr ? t.transform
+                             : std::shared_ptr<const transform::GradientTransform>(identity_ptr);
+  std::unique_ptr<TensorCodecStage> stage;
+  if (keep_residual) {
+    stage = std::move(previous->stage_);
+  } else if (t.device) {
+    if (device_stages == nullptr) {
+      return absl::UnimplementedError(
+          "a device tensor, and this worker was built without CUDA (no device stage)");
+    }
+    GIFT_ASSIGN_OR_RETURN(stage, device_stages(std::move(transform), options));
+  } else {
+    GIFT_ASSIGN_OR_RETURN(stage, HostCodecStage::Create(std::move(transform), options));
+  }
+  std::unique_ptr<TensorBuffers> buffers(new TensorBuffers(std::move(identity_ptr), transport));
   buffers->rows_ = t.rows;
   buffers->cols_ = t.cols;
-  buffers->work_.resize(t.rows * t.cols);
+  buffers->device_ = t.device;
+  buffers->error_feedback_ = t.error_feedback;
 
   std::vector<size_t> starts;
   size_t arena = 0;
@@ -75,6 +84,8 @@ absl::StatusOr<std::unique_ptr<TensorBuffers>> TensorBuffers::Create(
         absl::MakeSpan(buffers->send_arena_.data() + starts[c], *codec::PayloadSizeFor(spec, dims));
   }
   buffers->send_region_ = Register(transport, absl::MakeSpan(buffers->send_arena_));
+  GIFT_RETURN_IF_ERROR(stage->AttachSendBuffer(absl::MakeSpan(buffers->send_arena_)));
+  buffers->stage_ = std::move(stage);
   return buffers;
 }
 
@@ -82,7 +93,7 @@ TensorBuffers::~TensorBuffers() { ReleaseRegions(); }
 
 bool TensorBuffers::Fits(const TensorStep& t) const {
   if (t.rows != rows_ || t.cols != cols_ || t.chunks.size() != chunks_.size() ||
-      t.error_feedback != pipeline_.options().error_feedback) {
+      t.error_feedback != error_feedback_ || t.device != device_) {
     return false;
   }
   for (size_t c = 0; c < chunks_.size(); ++c) {
@@ -99,8 +110,7 @@ bool TensorBuffers::Fits(const TensorStep& t) const {
 absl::Status TensorBuffers::UseTransform(
     const std::shared_ptr<const transform::GradientTransform>& t) {
   const std::shared_ptr<const transform::GradientTransform>& next = t != nullptr ? t : identity_;
-  if (pipeline_.shared_transform() == next) return absl::OkStatus();
-  return pipeline_.SwitchBasis(next);
+  return stage_->UseTransform(next);
 }
 
 void TensorBuffers::GrowResult(ChunkSlot& slot, size_t bytes) {

@@ -3,10 +3,9 @@
 // and reused every step, so a steady-state step allocates, zeroes and
 // faults in nothing of its size:
 //
-//   - the tensor's EncoderPipeline (transform + optional error feedback),
-//   - `work`: d_out x d_in floats, the transformed gradient (when the
-//     pipeline needs one), then the decoded sum the results land in, chunk
-//     by chunk, and the inverse transform runs on in place,
+//   - the tensor's TensorCodecStage (tensor_codec_stage.h: transform +
+//     codec + optional error feedback, with the transformed gradient and the
+//     decoded sum in its own memory; host, or device for a device tensor),
 //   - one send arena holding every chunk's payload back to back (the encoder
 //     writes straight into it, the transport sends from it),
 //   - one result slot per chunk, grown to the size results arrive in
@@ -34,6 +33,7 @@
 #include "common/codec/codec_spec.h"
 #include "common/dataplane/chunk_shape.h"
 #include "common/transform/encoder_pipeline.h"
+#include "worker/tensor_codec_stage.h"
 #include "common/transport/transport.h"
 #include "worker/push_pull_engine.h"
 
@@ -75,18 +75,22 @@ class TensorBuffers {
   // shape of t.chunks[i]) with `spec` as the push codec. `transport` is used
   // to register the buffers and must outlive this object. `previous`, when
   // not null, is the tensor's buffers these replace (same push spec): when
-  // both have error feedback and the same shape (a new chunking, e.g. after a
-  // server joined or left), its pipeline, residual included, moves to the
-  // new buffers; `previous` may then only be released and destroyed.
-  // Errors: InvalidArgument (the spec, the pipeline).
+  // both have error feedback and the same shape and memory kind (a new
+  // chunking, e.g. after a server joined or left), its stage, residual
+  // included, moves to the new buffers; `previous` may then only be
+  // released and destroyed. A device tensor (t.device) gets its stage from
+  // `device_stages`. Errors: InvalidArgument (the spec, the pipeline),
+  // Unimplemented (a device tensor and no `device_stages`), the device
+  // stage's.
   static absl::StatusOr<std::unique_ptr<TensorBuffers>> Create(
       const TensorStep& t, absl::Span<const dataplane::ChunkShape> shapes,
       const codec::CodecSpec& spec, const transform::EncoderPipelineOptions& pipeline_options,
-      transport::Transport* transport, TensorBuffers* previous = nullptr);
+      transport::Transport* transport, TensorBuffers* previous = nullptr,
+      const DeviceStageFactory& device_stages = nullptr);
   ~TensorBuffers();
 
   // Whether these buffers serve `t` as planned: same shape, same chunks in
-  // the same order, error feedback on or off alike.
+  // the same order, error feedback requested alike, same memory kind.
   bool Fits(const TensorStep& t) const;
 
   // Makes the pipeline use `t`'s transform (the identity when it is null),
@@ -100,10 +104,9 @@ class TensorBuffers {
   // Unregisters every buffer (before the transport goes away).
   void ReleaseRegions();
 
-  transform::EncoderPipeline& pipeline() { return pipeline_; }
+  TensorCodecStage& stage() { return *stage_; }
   // FP32 bytes of the error feedback residual and its pending copy (0 without).
-  uint64_t error_feedback_bytes() const { return 2 * sizeof(float) * pipeline_.residual().size(); }
-  float* work() { return work_.data(); }
+  uint64_t error_feedback_bytes() const { return stage_->error_feedback_bytes(); }
   std::vector<ChunkSlot>& chunks() { return chunks_; }
   const std::vector<ChunkSlot>& chunks() const { return chunks_; }
 
@@ -112,20 +115,21 @@ class TensorBuffers {
   size_t chunks_left = 0;  // chunks of the current step not decoded yet
 
  private:
-  TensorBuffers(transform::EncoderPipeline pipeline,
-                std::shared_ptr<const transform::GradientTransform> identity,
+  TensorBuffers(std::shared_ptr<const transform::GradientTransform> identity,
                 transport::Transport* transport)
-      : pipeline_(std::move(pipeline)), identity_(std::move(identity)), transport_(transport) {}
+      : identity_(std::move(identity)), transport_(transport) {}
 
-  transform::EncoderPipeline pipeline_;
   // The direct path's transform (kept to switch back to it).
   std::shared_ptr<const transform::GradientTransform> identity_;
   transport::Transport* transport_;
   uint64_t rows_ = 0, cols_ = 0;
-  std::vector<float> work_;
+  bool device_ = false;
+  bool error_feedback_ = false;  // as requested by the plan
   std::vector<uint8_t> send_arena_;
   std::unique_ptr<transport::MemoryRegion> send_region_;
   std::vector<ChunkSlot> chunks_;
+  // After the arena: a device stage unpins it when destroyed.
+  std::unique_ptr<TensorCodecStage> stage_;
 };
 
 }  // namespace gift::worker

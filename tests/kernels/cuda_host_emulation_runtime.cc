@@ -98,4 +98,33 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t /*s
   return cudaSuccess;
 }
 
+// Events and page-locking, for the worker's device stage: the emulated
+// device runs every call to completion, so an event is complete once
+// recorded, and host memory needs no pinning.
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int /*flags*/) {
+  *event = static_cast<cudaEvent_t>(std::malloc(1));
+  return *event == nullptr ? Fail(cudaErrorMemoryAllocation) : cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  std::free(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t /*stream*/) {
+  return event == nullptr ? Fail(cudaErrorInvalidResourceHandle) : cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return event == nullptr ? Fail(cudaErrorInvalidResourceHandle) : cudaSuccess;
+}
+
+cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int /*flags*/) {
+  return ptr == nullptr || size == 0 ? Fail(cudaErrorInvalidValue) : cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void* ptr) {
+  return ptr == nullptr ? Fail(cudaErrorInvalidValue) : cudaSuccess;
+}
+
 }  // extern "C"

@@ -1,0 +1,403 @@
+// The push-pull engine's device stage (worker/cuda/device_codec_stage.h)
+// against the host stage (worker/tensor_codec_stage.h):
+//
+//   - stage by stage: the same gradient encoded by both, chunk by chunk into
+//     send arenas (bit-identical payloads for direct codecs; for a GIFT
+//     basis, the device transform agrees within transform_cuda_test's
+//     tolerance, so the payloads decode to within it plus the rare code at a
+//     rounding boundary), and the same result chunks decoded by both in a
+//     shuffled order, inverse-transformed and written back (bit-identical
+//     for direct codecs, within 1e-5 relative for GIFT);
+//   - end to end: two push-pull engines on UCX over loopback against two
+//     real aggregator shards, rank 0's gradients in device memory (the
+//     device stage), rank 1's in host memory: both ranks get the same
+//     average, bit for bit for direct codecs and equal to the local
+//     re-computation, within 1e-5 for GIFT (the inverse ran on the device
+//     for one and on the CPU for the other);
+//   - error feedback asked for a device tensor is refused, counted.
+//
+// Built twice (tests/worker/CMakeLists.txt): device_codec_stage_test (on a
+// GPU; skips without one, saying so) and device_codec_stage_emulated_test
+// (over the host emulation of tests/kernels/, everywhere; device memory is
+// the emulated cudaMalloc's).
+#include "worker/cuda/device_codec_stage.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/codec/codec.h"
+#include "common/codec/codec_spec.h"
+#include "common/codec/payload.h"
+#include "common/dataplane/chunk_rng_key.h"
+#include "common/dataplane/chunk_shape.h"
+#include "common/transform/identity_transform.h"
+#include "common/transform/tensor_basis_transform.h"
+#include "common/transport/ucx/ucx_transport.h"
+#include "gtest/gtest.h"
+#include "kernels/codec/codec_cuda.h"
+#include "server/aggregator/aggregator_shard.h"
+#include "tests/transform/test_util.h"
+#include "tests/worker/engine_test_util.h"
+#include "worker/push_pull_engine.h"
+#include "worker/tensor_codec_stage.h"
+
+namespace gift::worker {
+namespace {
+
+constexpr uint64_t kRows = 64, kCols = 96;
+constexpr double kTransformTolerance = 1e-5;  // transform_cuda_test.cc's, kFp32
+
+#define SKIP_WITHOUT_DEVICE() \
+  if (!kernels::CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device: nothing to run on"
+
+std::shared_ptr<const transform::GradientTransform> Basis() {
+  const auto factors = transform::testing::SampleFactors(kRows, kCols, 5, 3);
+  return std::make_shared<transform::TensorBasisTransform>(
+      transform::TensorBasis::Create(
+          {.tensor_id = 1, .version = 1, .d_out = kRows, .d_in = kCols, .config = {}},
+          transform::SideBasis::FromFactor(factors.out, 16).value(),
+          transform::SideBasis::FromFactor(factors.in, 16).value())
+          .value());
+}
+
+std::shared_ptr<const transform::GradientTransform> Identity() {
+  return std::make_shared<transform::IdentityTransform>(
+      transform::IdentityTransform::Create(kRows, kCols).value());
+}
+
+double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+// Device memory holding a copy of `host` (freed with the object).
+class DeviceTensor {
+ public:
+  explicit DeviceTensor(const std::vector<float>& host) : size_(host.size()) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, sizeof(float) * size_), cudaSuccess);
+    data_ = static_cast<float*>(p);
+    EXPECT_EQ(cudaMemcpy(data_, host.data(), sizeof(float) * size_, cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  ~DeviceTensor() { cudaFree(data_); }
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  float* data() { return data_; }
+  std::vector<float> Read() const {
+    std::vector<float> host(size_);
+    EXPECT_EQ(cudaMemcpy(host.data(), data_, sizeof(float) * size_, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return host;
+  }
+
+ private:
+  size_t size_;
+  float* data_ = nullptr;
+};
+
+// One step of `stage` by hand, as the engine runs it: the gradient encoded
+// chunk by chunk into a send arena, then `results` (host payloads, one per
+// chunk) decoded in `order`, inverse-transformed and written into `out`.
+struct StageRun {
+  std::vector<std::vector<uint8_t>> payloads;  // what each chunk sent
+  absl::Status status;
+};
+
+StageRun RunStage(TensorCodecStage& stage, const float* gradient, const codec::CodecSpec& spec,
+                  const std::vector<ChunkRoute>& chunks,
+                  const std::vector<std::vector<uint8_t>>& results,
+                  const std::vector<size_t>& order, float* out) {
+  StageRun run;
+  std::vector<size_t> starts;
+  size_t arena_bytes = 0;
+  for (const ChunkRoute& c : chunks) {
+    const auto shape = dataplane::ChunkShapeOf(kRows * kCols, kCols, c.offset, c.num_elements);
+    const uint64_t dims[] = {shape->rows, shape->cols};
+    starts.push_back(arena_bytes);
+    arena_bytes += codec::PayloadSizeFor(spec, dims).value();
+  }
+  std::vector<uint8_t> arena(arena_bytes);
+  auto check = [&run](absl::Status s) {
+    if (run.status.ok()) run.status = s;
+    return s.ok();
+  };
+  if (!check(stage.AttachSendBuffer(absl::MakeSpan(arena)))) return run;
+  if (!check(stage.Prepare(gradient).status())) return run;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const auto shape =
+        dataplane::ChunkShapeOf(kRows * kCols, kCols, chunks[k].offset, chunks[k].num_elements);
+    const uint64_t dims[] = {shape->rows, shape->cols};
+    const size_t end = k + 1 < chunks.size() ? starts[k + 1] : arena_bytes;
+    const absl::Span<uint8_t> send = absl::MakeSpan(arena.data() + starts[k], end - starts[k]);
+    auto view = codec::StartPayload(spec, dims, send);
+    if (!check(view.status())) return run;
+    if (!check(stage.EncodeChunk(chunks[k].offset, *view,
+                                 dataplane::ChunkRngKey(1, chunks[k].index, 7, 0)))) {
+      return run;
+    }
+    codec::FinishPayload(send);
+    run.payloads.emplace_back(send.begin(), send.end());
+  }
+  for (size_t k : order) {
+    auto parsed = codec::ParsePayload(results[k]);
+    if (!check(parsed.status())) return run;
+    if (!check(stage.DecodeChunk(parsed->view, chunks[k].offset))) return run;
+  }
+  if (!check(stage.FinishDecode())) return run;
+  check(stage.WriteResult(out));
+  stage.CommitResidual();
+  return run;
+}
+
+std::vector<float> DecodePayloads(const std::vector<std::vector<uint8_t>>& payloads,
+                                  const std::vector<ChunkRoute>& chunks) {
+  std::vector<float> out(kRows * kCols);
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    auto parsed = codec::ParsePayload(payloads[k]);
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    if (parsed.ok()) {
+      EXPECT_TRUE(codec::Decode(parsed->view, out.data() + chunks[k].offset).ok());
+    }
+  }
+  return out;
+}
+
+struct StageCase {
+  std::string push;
+  std::string pull;  // the results' codec
+  bool gift;
+  uint64_t rows_per_chunk;
+};
+
+void PrintTo(const StageCase& c, std::ostream* os) {
+  *os << c.push << " -> " << c.pull << (c.gift ? ", GIFT" : ", direct") << ", chunks of "
+      << c.rows_per_chunk << " rows";
+}
+
+class DeviceStageTest : public ::testing::TestWithParam<StageCase> {};
+
+TEST_P(DeviceStageTest, MatchesTheHostStageInAnyArrivalOrder) {
+  SKIP_WITHOUT_DEVICE();
+  const StageCase& p = GetParam();
+  const codec::CodecSpec push = codec::ParseCodecSpec(p.push).value();
+  const codec::CodecSpec pull = codec::ParseCodecSpec(p.pull).value();
+  const testing::Tensor tensor{1, kRows, kCols, p.rows_per_chunk, p.gift};
+  const std::vector<ChunkRoute> chunks = testing::Routes(tensor, {"s"});
+  ASSERT_GE(chunks.size(), 3u);
+  const std::vector<float> g = testing::Gradient(tensor, 0, 7);
+  const auto transform = p.gift ? Basis() : Identity();
+
+  // Results: another gradient's chunks in the pull codec, as servers send.
+  const std::vector<float> sum = testing::Gradient(tensor, 1, 8);
+  std::vector<std::vector<uint8_t>> results;
+  for (const ChunkRoute& c : chunks) {
+    const auto shape = dataplane::ChunkShapeOf(kRows * kCols, kCols, c.offset, c.num_elements);
+    auto encoded = codec::EncodedTensor::Create(pull, shape->rows, shape->cols).value();
+    ASSERT_TRUE(codec::Encode(sum.data() + c.offset, encoded.mutable_view(), {}).ok());
+    const uint64_t dims[] = {shape->rows, shape->cols};
+    results.push_back(codec::SerializePayload(encoded.view(), dims).value());
+  }
+
+  auto host = HostCodecStage::Create(transform, {.spec = push}).value();
+  std::vector<size_t> in_order(chunks.size());
+  for (size_t k = 0; k < in_order.size(); ++k) in_order[k] = k;
+  std::vector<float> host_out(g.size());
+  const StageRun host_run =
+      RunStage(*host, g.data(), push, chunks, results, in_order, host_out.data());
+  ASSERT_TRUE(host_run.status.ok()) << host_run.status;
+
+  auto device = DeviceCodecStage::Create(transform, {.spec = push});
+  ASSERT_TRUE(device.ok()) << device.status();
+  DeviceTensor gradient(g);
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 3; ++trial) {  // the same stage, step after step
+    std::vector<size_t> order = in_order;
+    if (trial == 1) std::reverse(order.begin(), order.end());
+    if (trial == 2) std::shuffle(order.begin(), order.end(), rng);
+    DeviceTensor out(std::vector<float>(g.size(), -1.0f));
+    const StageRun run =
+        RunStage(**device, gradient.data(), push, chunks, results, order, out.data());
+    ASSERT_TRUE(run.status.ok()) << run.status;
+    ASSERT_EQ(run.payloads.size(), host_run.payloads.size());
+    const std::vector<float> device_out = out.Read();
+    EXPECT_EQ(gradient.Read(), g) << "the gradient is read only";
+    if (!p.gift) {
+      for (size_t k = 0; k < chunks.size(); ++k) {
+        EXPECT_EQ(run.payloads[k], host_run.payloads[k]) << "chunk " << k << ", trial " << trial;
+      }
+      EXPECT_EQ(device_out, host_out) << "trial " << trial;
+    } else {
+      // The device forward agrees within the transform tolerance, so codes
+      // differ only where a value sits that close to a rounding boundary.
+      EXPECT_LT(RelativeError(DecodePayloads(run.payloads, chunks),
+                              DecodePayloads(host_run.payloads, chunks)),
+                1e-2);
+      EXPECT_LT(RelativeError(device_out, host_out), kTransformTolerance) << "trial " << trial;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, DeviceStageTest,
+                         ::testing::Values(StageCase{"e4m3/block32", "bf16", false, 16},
+                                           StageCase{"nvfp4", "e4m3/block32", false, 8},
+                                           StageCase{"bf16", "fp32", false, 10},
+                                           StageCase{"e4m3/block32/sr", "e4m3/block128", false, 16},
+                                           StageCase{"e4m3/block32", "bf16", true, 16},
+                                           StageCase{"nvfp4", "fp32", true, 10}));
+
+TEST(DeviceStageRefusalTest, ErrorFeedbackIsRefusedAndCounted) {
+  SKIP_WITHOUT_DEVICE();
+  const uint64_t before = DeviceCodecStage::error_feedback_refusals();
+  auto stage = DeviceCodecStage::Create(
+      Identity(), {.spec = codec::ParseCodecSpec("e4m3/block32").value(), .error_feedback = true});
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  EXPECT_FALSE((*stage)->error_feedback());
+  EXPECT_EQ((*stage)->error_feedback_bytes(), 0u);
+  EXPECT_EQ(DeviceCodecStage::error_feedback_refusals(), before + 1);
+}
+
+TEST(DeviceStageRefusalTest, WithoutADeviceCreateIsRefused) {
+  if (kernels::CudaDeviceAvailable()) GTEST_SKIP() << "a CUDA device is present";
+  const auto stage =
+      DeviceCodecStage::Create(Identity(), {.spec = codec::ParseCodecSpec("e4m3/block32").value()});
+  EXPECT_EQ(stage.status().code(), absl::StatusCode::kFailedPrecondition) << stage.status();
+}
+
+TEST(DeviceStageRefusalTest, ABadSpecIsRefused) {
+  codec::CodecSpec bad = codec::ParseCodecSpec("e4m3/block32").value();
+  bad.block_size = 7;
+  EXPECT_EQ(DeviceCodecStage::Create(Identity(), {.spec = bad}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DeviceStageRefusalTest, AnEngineWithoutDeviceStagesRefusesADeviceTensor) {
+  auto shard = server::AggregatorShard::Create(
+      {.reducer = {.pull_spec = codec::ParseCodecSpec("bf16").value()}},
+      [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); });
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  auto engine = PushPullEngine::Create(
+      [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); },
+      {.timeout = absl::Seconds(5)});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<float> g(kRows * kCols, 1.0f);
+  StepPlan plan{.epoch = 1, .step = 1, .rank = 0, .world_size = 1};
+  plan.tensors.push_back(
+      {.tensor_id = 1,
+       .rows = kRows,
+       .cols = kCols,
+       .data = g.data(),
+       .device = true,
+       .chunks = testing::Routes({1, kRows, kCols, 16, false}, {(*shard)->address()}),
+       .push_spec = codec::ParseCodecSpec("e4m3/block32").value()});
+  const auto report = (*engine)->Run(plan);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kUnimplemented) << report.status();
+}
+
+// Two engines on UCX over loopback and two aggregator shards: rank 0's
+// tensors on the device, rank 1's on the host.
+TEST(DeviceEngineTest, DeviceAndHostRanksGetTheSameAverage) {
+  SKIP_WITHOUT_DEVICE();
+  constexpr uint32_t kWorld = 2;
+  constexpr int kServers = 2;
+  const codec::CodecSpec pull = codec::ParseCodecSpec("bf16").value();
+  std::vector<std::unique_ptr<server::AggregatorShard>> shards;
+  std::vector<std::string> servers;
+  for (int s = 0; s < kServers; ++s) {
+    auto shard = server::AggregatorShard::Create(
+        {.reducer = {.pull_spec = pull}},
+        [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); });
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    servers.push_back((*shard)->address());
+    shards.push_back(*std::move(shard));
+  }
+  std::vector<std::unique_ptr<PushPullEngine>> engines;
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    auto engine = PushPullEngine::Create(
+        [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); },
+        {.timeout = absl::Seconds(30),
+         .device_stages = r == 0 ? DeviceCodecStage::Factory() : nullptr});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engines.push_back(*std::move(engine));
+  }
+  const std::vector<testing::Tensor> tensors = {
+      {1, kRows, kCols, 16, true},  // GIFT basis
+      {2, 33, 50, 10, false},       // direct, the last chunk of 3 rows
+      {3, 1, 1000, 0, false},       // direct, one row in 512 + 488
+  };
+  const auto basis = Basis();
+  const codec::CodecSpec push = codec::ParseCodecSpec("e4m3/block32").value();
+  for (int s = 0; s < kServers; ++s) {
+    server::ShardEpoch e{.epoch = 1};
+    for (const auto& engine : engines) e.workers.push_back(engine->address());
+    for (const testing::Tensor& t : tensors) {
+      for (const ChunkRoute& c : testing::Routes(t, servers)) {
+        if (c.server != servers[s]) continue;
+        e.chunks[{t.id, c.index}] =
+            dataplane::ChunkShapeOf(t.rows * t.cols, t.cols, c.offset, c.num_elements).value();
+      }
+    }
+    ASSERT_TRUE(shards[s]->SetEpoch(e).ok());
+  }
+
+  for (uint64_t step = 1; step <= 3; ++step) {
+    std::vector<std::vector<std::vector<float>>> host(kWorld);  // [rank][tensor]
+    std::vector<std::unique_ptr<DeviceTensor>> device;          // rank 0's
+    std::vector<StepPlan> plans(kWorld);
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      plans[r] = {.epoch = 1, .step = step, .rank = r, .world_size = kWorld};
+      for (const testing::Tensor& t : tensors) {
+        host[r].push_back(testing::Gradient(t, r, step));
+        float* data = host[r].back().data();
+        if (r == 0) {
+          device.push_back(std::make_unique<DeviceTensor>(host[r].back()));
+          data = device.back()->data();
+        }
+        plans[r].tensors.push_back({.tensor_id = t.id,
+                                    .rows = t.rows,
+                                    .cols = t.cols,
+                                    .data = data,
+                                    .device = r == 0,
+                                    .transform = t.transformed ? basis : nullptr,
+                                    .basis_version = t.transformed ? 1u : 0u,
+                                    .chunks = testing::Routes(t, servers),
+                                    .push_spec = push});
+      }
+    }
+    std::vector<absl::Status> done(kWorld);
+    std::vector<std::thread> threads;
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      threads.emplace_back([&, r] { done[r] = engines[r]->Run(plans[r]).status(); });
+    }
+    for (auto& t : threads) t.join();
+    for (uint32_t r = 0; r < kWorld; ++r) ASSERT_TRUE(done[r].ok()) << "rank " << r << done[r];
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const std::vector<float> on_device = device[i]->Read();
+      const std::vector<float>& on_host = host[1][i];
+      if (!tensors[i].transformed) {
+        EXPECT_EQ(on_device, on_host) << "tensor " << tensors[i].id << ", step " << step;
+        EXPECT_EQ(on_host,
+                  testing::LocalAverage(tensors[i], step, kWorld, servers, push, pull, nullptr))
+            << "tensor " << tensors[i].id << ", step " << step;
+      } else {
+        EXPECT_LT(RelativeError(on_device, on_host), kTransformTolerance) << "step " << step;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gift::worker

@@ -1,0 +1,230 @@
+#include "worker/cuda/device_codec_stage.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/codec/codec_spec.h"
+#include "common/transform/identity_transform.h"
+#include "common/transform/tensor_basis_transform.h"
+#include "kernels/codec/codec_cuda.h"
+
+namespace gift::worker {
+namespace {
+
+std::atomic<uint64_t> error_feedback_refusals_{0};
+
+absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+}  // namespace
+
+uint64_t DeviceCodecStage::error_feedback_refusals() {
+  return error_feedback_refusals_.load(std::memory_order_relaxed);
+}
+
+DeviceStageFactory DeviceCodecStage::Factory(const DeviceCodecStageOptions& device) {
+  return [device](std::shared_ptr<const transform::GradientTransform> transform,
+                  const transform::EncoderPipelineOptions& options)
+             -> absl::StatusOr<std::unique_ptr<TensorCodecStage>> {
+    GIFT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceCodecStage> stage,
+                          Create(std::move(transform), options, device));
+    return std::unique_ptr<TensorCodecStage>(std::move(stage));
+  };
+}
+
+absl::StatusOr<std::unique_ptr<DeviceCodecStage>> DeviceCodecStage::Create(
+    std::shared_ptr<const transform::GradientTransform> transform,
+    const transform::EncoderPipelineOptions& options, const DeviceCodecStageOptions& device) {
+  if (transform == nullptr) return absl::InvalidArgumentError("null transform");
+  GIFT_RETURN_IF_ERROR(codec::Validate(options.spec));
+  if (!kernels::CudaDeviceAvailable()) {
+    return absl::FailedPreconditionError("a device tensor, and no CUDA device is available");
+  }
+  std::unique_ptr<DeviceCodecStage> stage(
+      new DeviceCodecStage(transform->d_out(), transform->d_in(), device));
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stage->stream_, cudaStreamNonBlocking),
+                                  "cudaStreamCreate"));
+  void* work = nullptr;
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&work, sizeof(float) * stage->rows_ * stage->cols_),
+                                  "cudaMalloc (sum)"));
+  stage->work_ = static_cast<float*>(work);
+  GIFT_RETURN_IF_ERROR(stage->UseTransform(std::move(transform)));
+  if (options.error_feedback) {
+    error_feedback_refusals_.fetch_add(1, std::memory_order_relaxed);
+    logging::Log(logging::Level::kWarning, "device_error_feedback_refused",
+                 {{"reason", "error feedback is not built for device tensors; running without"},
+                  {"rows", static_cast<int64_t>(stage->rows_)},
+                  {"cols", static_cast<int64_t>(stage->cols_)}});
+  }
+  return stage;
+}
+
+DeviceCodecStage::~DeviceCodecStage() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  ReleaseArena();
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  basis_.reset();  // before the stream it uses
+  if (result_ != nullptr) cudaFree(result_);
+  if (work_ != nullptr) cudaFree(work_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void DeviceCodecStage::ReleaseArena() {
+  if (arena_pinned_) cudaHostUnregister(arena_);
+  if (device_arena_ != nullptr) cudaFree(device_arena_);
+  arena_ = nullptr;
+  arena_bytes_ = 0;
+  arena_pinned_ = false;
+  device_arena_ = nullptr;
+}
+
+absl::Status DeviceCodecStage::AttachSendBuffer(absl::Span<uint8_t> arena) {
+  cudaStreamSynchronize(stream_);  // no copy into the old arena is pending
+  ReleaseArena();
+  if (arena.empty()) return absl::OkStatus();
+  void* mirror = nullptr;
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&mirror, arena.size()), "cudaMalloc (send mirror)"));
+  device_arena_ = static_cast<uint8_t*>(mirror);
+  arena_ = arena.data();
+  arena_bytes_ = arena.size();
+  // Page-locked so that the copies of the encoded chunks are DMA straight
+  // into the arena; a failure (e.g. a locked-memory limit) is not an error,
+  // the copies then go through the driver's staging buffer.
+  arena_pinned_ = cudaHostRegister(arena_, arena_bytes_, cudaHostRegisterDefault) == cudaSuccess;
+  if (!arena_pinned_) {
+    cudaGetLastError();  // clear it
+    logging::Log(logging::Level::kWarning, "device_send_buffer_not_pinned",
+                 {{"bytes", static_cast<int64_t>(arena_bytes_)}});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceCodecStage::UseTransform(std::shared_ptr<const transform::GradientTransform> t) {
+  if (t == nullptr) return absl::InvalidArgumentError("null transform");
+  if (t == transform_) return absl::OkStatus();
+  if (t->d_out() != rows_ || t->d_in() != cols_) {
+    return absl::InvalidArgumentError(absl::StrCat("transform is ", t->d_out(), "x", t->d_in(),
+                                                   ", tensor is ", rows_, "x", cols_));
+  }
+  if (dynamic_cast<const transform::IdentityTransform*>(t.get()) != nullptr) {
+    basis_.reset();
+  } else if (const auto* b = dynamic_cast<const transform::TensorBasisTransform*>(t.get())) {
+    cudaStreamSynchronize(stream_);  // the old basis may still be in use
+    GIFT_ASSIGN_OR_RETURN(kernels::TensorBasisCuda basis,
+                          kernels::TensorBasisCuda::Create(b->basis(), stream_, device_.math));
+    basis_.emplace(std::move(basis));
+  } else {
+    return absl::UnimplementedError(
+        absl::StrCat("transform ", t->name(), " has no device implementation"));
+  }
+  transform_ = std::move(t);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const float*> DeviceCodecStage::Prepare(const float* gradient) {
+  if (gradient == nullptr) return absl::InvalidArgumentError("null gradient");
+  encoded_ = 0;
+  prepared_ = nullptr;
+  if (basis_.has_value()) {
+    GIFT_RETURN_IF_ERROR(basis_->Forward(gradient, rows_, cols_, work_));
+    prepared_ = work_;
+  } else {
+    prepared_ = gradient;
+  }
+  return nullptr;  // no host copy of the prepared tensor
+}
+
+absl::Status DeviceCodecStage::EncodeChunk(uint64_t offset, const codec::MutableEncodedView& out,
+                                           const codec::RngKey& key) {
+  if (prepared_ == nullptr) return absl::FailedPreconditionError("EncodeChunk before Prepare");
+  const uint64_t total = static_cast<uint64_t>(rows_) * static_cast<uint64_t>(cols_);
+  if (offset > total || out.rows * out.cols > total - offset) {
+    return absl::InvalidArgumentError("chunk runs past the tensor");
+  }
+  GIFT_ASSIGN_OR_RETURN(codec::EncodedLayout layout,
+                        codec::ComputeLayout(out.spec, out.rows, out.cols));
+  // The view points into the attached arena; the device mirror has the same
+  // offsets.
+  auto mirrored = [&](uint8_t* p, uint64_t bytes) -> absl::StatusOr<uint8_t*> {
+    if (bytes == 0) return p == nullptr ? nullptr : device_arena_ + (p - arena_);
+    if (p < arena_ || p + bytes > arena_ + arena_bytes_) {
+      return absl::InvalidArgumentError("encoded view outside the attached send buffer");
+    }
+    return device_arena_ + (p - arena_);
+  };
+  codec::MutableEncodedView on_device = out;
+  GIFT_ASSIGN_OR_RETURN(on_device.codes, mirrored(out.codes, layout.code_bytes));
+  GIFT_ASSIGN_OR_RETURN(on_device.scales, mirrored(out.scales, layout.scale_bytes));
+  GIFT_RETURN_IF_ERROR(kernels::EncodeCuda(prepared_ + offset, on_device, key, stream_));
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(out.codes, on_device.codes, layout.code_bytes,
+                                                  cudaMemcpyDeviceToHost, stream_),
+                                  "copy of codes"));
+  if (layout.scale_bytes > 0) {
+    GIFT_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(out.scales, on_device.scales, layout.scale_bytes,
+                                   cudaMemcpyDeviceToHost, stream_),
+                   "copy of scales"));
+  }
+  if (encoded_ == events_.size()) {
+    cudaEvent_t e = nullptr;
+    GIFT_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"));
+    events_.push_back(e);
+  }
+  cudaEvent_t done = events_[encoded_++];
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(done, stream_), "cudaEventRecord"));
+  return CudaStatus(cudaEventSynchronize(done), "chunk copy");
+}
+
+absl::Status DeviceCodecStage::DecodeChunk(const codec::EncodedView& chunk, uint64_t offset) {
+  const uint64_t total = static_cast<uint64_t>(rows_) * static_cast<uint64_t>(cols_);
+  if (offset > total || chunk.rows * chunk.cols > total - offset) {
+    return absl::InvalidArgumentError("chunk runs past the tensor");
+  }
+  GIFT_ASSIGN_OR_RETURN(codec::EncodedLayout layout,
+                        codec::ComputeLayout(chunk.spec, chunk.rows, chunk.cols));
+  const size_t bytes = layout.code_bytes + layout.scale_bytes;
+  if (bytes > result_bytes_) {
+    GIFT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "stream"));
+    if (result_ != nullptr) cudaFree(result_);
+    result_ = nullptr;
+    result_bytes_ = 0;
+    void* p = nullptr;
+    GIFT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&p, bytes), "cudaMalloc (result)"));
+    result_ = static_cast<uint8_t*>(p);
+    result_bytes_ = bytes;
+  }
+  codec::EncodedView on_device = chunk;
+  on_device.codes = result_;
+  on_device.scales = layout.scale_bytes > 0 ? result_ + layout.code_bytes : nullptr;
+  GIFT_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(result_, chunk.codes, layout.code_bytes, cudaMemcpyHostToDevice, stream_),
+      "copy of result codes"));
+  if (layout.scale_bytes > 0) {
+    GIFT_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(result_ + layout.code_bytes, chunk.scales, layout.scale_bytes,
+                                   cudaMemcpyHostToDevice, stream_),
+                   "copy of result scales"));
+  }
+  // Synchronizes the stream: the result slot may be reused afterwards.
+  return kernels::DecodeCuda(on_device, work_ + offset, /*accumulate=*/false, stream_);
+}
+
+absl::Status DeviceCodecStage::FinishDecode() {
+  if (!basis_.has_value()) return absl::OkStatus();
+  return basis_->Inverse(work_, rows_, cols_, work_);
+}
+
+absl::Status DeviceCodecStage::WriteResult(float* gradient) {
+  if (gradient == nullptr) return absl::InvalidArgumentError("null gradient");
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(gradient, work_, sizeof(float) * rows_ * cols_,
+                                                  cudaMemcpyDeviceToDevice, stream_),
+                                  "copy of the average"));
+  return CudaStatus(cudaStreamSynchronize(stream_), "stream");
+}
+
+}  // namespace gift::worker
