@@ -16,7 +16,8 @@
 //                    them), so their pushes overlap the rest of backward;
 //                    the step's PushPull then only adds the rest and waits;
 //   owner duties     for the tensors this member owns: statistics and basis
-//                    refreshes on a background thread (basis_owner.h);
+//                    refreshes on a background thread (basis_owner.h;
+//                    worker_core_background.cc, with the follower thread);
 //   sketches         on the collect steps of tensors whose source is
 //                    per-worker gradients, every worker sketches its own
 //                    gradient and exchanges the sketches (FP32, their own
