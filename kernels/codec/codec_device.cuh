@@ -1,7 +1,8 @@
-// Device helpers shared by the CUDA codec's kernels (codec_kernels.cu) and
-// the fused forward transform + encode kernel (kernels/transform/
-// forward_encode_kernels.cu): the element formats as scalar::MiniFloat,
-// little-endian scale and code stores at any alignment, quad loads, |bits|.
+// Device helpers shared by the CUDA codec's kernels (codec_encode_kernels.cu,
+// codec_decode_kernels.cu) and the fused forward transform + encode kernel
+// (kernels/transform/forward_encode_kernels.cu): the element formats as
+// scalar::MiniFloat, little-endian scale and code stores at any alignment,
+// quad loads, |bits|.
 // Include only from .cu files (or from their host-emulated builds,
 // tests/kernels/cuda_host_emulation.h), after the CUDA runtime.
 //
