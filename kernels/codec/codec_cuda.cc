@@ -1,6 +1,6 @@
 // Host side of the CUDA codec: device detection, validation against the CPU
 // codec's rules (codec::ComputeLayout), status conversion, and the order of
-// kernel launches. The kernels are in codec_kernels.cu.
+// kernel launches. The kernels are in codec_encode_kernels.cu and codec_decode_kernels.cu.
 #include "kernels/codec/codec_cuda.h"
 
 #include <cuda_runtime_api.h>

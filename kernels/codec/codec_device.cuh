@@ -1,7 +1,8 @@
-// Device helpers shared by the CUDA codec's kernels (codec_kernels.cu) and
-// the fused forward transform + encode kernel (kernels/transform/
-// forward_encode_kernels.cu): the element formats as scalar::MiniFloat,
-// little-endian scale and code stores at any alignment, quad loads, |bits|.
+// Device helpers shared by the CUDA codec's kernels (codec_encode_kernels.cu,
+// codec_decode_kernels.cu) and the fused forward transform + encode kernel
+// (kernels/transform/forward_encode_kernels.cu): the element formats as
+// scalar::MiniFloat, little-endian scale and code stores at any alignment,
+// quad loads, |bits|.
 // Include only from .cu files (or from their host-emulated builds,
 // tests/kernels/cuda_host_emulation.h), after the CUDA runtime.
 //
@@ -82,33 +83,36 @@ __device__ __forceinline__ void StoreU16(uint8_t* p, uint32_t v) {
   }
 }
 
-// Four consecutive floats; one 16-byte access when `p` allows it.
-__device__ __forceinline__ void LoadQuad(const float* p, float v[4]) {
-  if (IsAligned(p, 16)) {
-    const float4 q = __ldg(reinterpret_cast<const float4*>(p));
-    v[0] = q.x;
-    v[1] = q.y;
-    v[2] = q.z;
-    v[3] = q.w;
+// Four consecutive floats; one 16-byte access when `p` allows it. With
+// kReadOnly through the read-only data cache (__ldg): only for memory no
+// thread of the kernel writes.
+template <bool kReadOnly, typename T>
+__device__ __forceinline__ T LoadVia(const T* p) {
+  if constexpr (kReadOnly) {
+    return __ldg(p);
   } else {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = __ldg(p + k);
+    return *p;
   }
 }
 
-// The same for memory this kernel also writes (the accumulator).
-__device__ __forceinline__ void LoadQuadRw(const float* p, float v[4]) {
+template <bool kReadOnly>
+__device__ __forceinline__ void LoadQuadVia(const float* p, float v[4]) {
   if (IsAligned(p, 16)) {
-    const float4 q = *reinterpret_cast<const float4*>(p);
+    const float4 q = LoadVia<kReadOnly>(reinterpret_cast<const float4*>(p));
     v[0] = q.x;
     v[1] = q.y;
     v[2] = q.z;
     v[3] = q.w;
   } else {
 #pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = p[k];
+    for (int k = 0; k < 4; ++k) v[k] = LoadVia<kReadOnly>(p + k);
   }
 }
+
+__device__ __forceinline__ void LoadQuad(const float* p, float v[4]) { LoadQuadVia<true>(p, v); }
+
+// The same for memory this kernel also writes (the accumulator).
+__device__ __forceinline__ void LoadQuadRw(const float* p, float v[4]) { LoadQuadVia<false>(p, v); }
 
 __device__ __forceinline__ void StoreQuad(float* p, const float v[4]) {
   if (IsAligned(p, 16)) {

@@ -1,7 +1,8 @@
 // Internal interface between the CUDA codec's host API (codec_cuda.cc, which
 // validates, converts errors to absl::Status and may use Abseil freely) and
-// its kernels (codec_kernels.cu, compiled by nvcc, which includes nothing but
-// the CUDA runtime and common/codec/scalar.h).
+// its kernels (codec_encode_kernels.cu and codec_decode_kernels.cu, compiled
+// by nvcc, which include nothing but the CUDA runtime and
+// common/codec/scalar.h).
 //
 // Callers have already validated the spec and computed the layout with
 // codec::ComputeLayout; these functions trust every field they are given.

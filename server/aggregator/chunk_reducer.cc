@@ -2,51 +2,22 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstring>
 #include <utility>
 
-#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "common/codec/reduce.h"
 #include "common/dataplane/chunk_rng_key.h"
+#include "server/aggregator/reducer_slots.h"
+#include "server/aggregator/step_reduction.h"
 
 namespace gift::server {
 
 using dataplane::ChunkHeader;
 using dataplane::ChunkKind;
 
-namespace reducer_internal {
-
-// One rank's push of one step.
-struct Slot {
-  enum class State { kEmpty, kPlaced, kReceived };
-  State state = State::kEmpty;
-  ReusableBuffer buffer;    // the payload's bytes (capacity kept across steps)
-  codec::EncodedView view;  // into `buffer`, once received
-};
-
-// The pushes of one (step, chunk), by rank.
-struct StepInputs {
-  uint64_t step = 0;
-  uint64_t basis_version = 0;  // of the first push received
-  uint32_t received = 0;       // ranks counted (a node sum counts its group)
-  std::vector<Slot> slots;
-  std::vector<uint8_t> covered;  // by rank: counted
-};
-
-struct ChunkState {
-  explicit ChunkState(ChunkShape s) : shape(s) {}
-  const ChunkShape shape;
-  // Open steps (usually one) and closed ones kept for reuse, buffers and all.
-  absl::flat_hash_map<uint64_t, std::unique_ptr<StepInputs>> steps;
-  std::vector<std::unique_ptr<StepInputs>> spare;
-  // Send buffers of results; one is free when nothing else holds it.
-  std::vector<std::shared_ptr<ReusableBuffer>> results;
-};
-
-}  // namespace reducer_internal
-
+using reducer_internal::CheckVersion;
 using reducer_internal::ChunkState;
+using reducer_internal::OpenStep;
+using reducer_internal::RecycleIfUnused;
 using reducer_internal::Slot;
 using reducer_internal::StepInputs;
 
@@ -65,7 +36,8 @@ absl::Status WithHeader(const ChunkHeader& header, const absl::Status& s, absl::
 ChunkReducer::ChunkReducer(const ChunkReducerOptions& options)
     : options_(options),
       registry_(std::make_shared<BufferRegistry>(options.register_memory)),
-      pull_spec_(options.pull_spec) {}
+      pull_spec_(options.pull_spec),
+      deferred_(options.max_deferred_bytes) {}
 
 absl::StatusOr<std::unique_ptr<ChunkReducer>> ChunkReducer::Create(
     const ChunkReducerOptions& options) {
@@ -73,37 +45,6 @@ absl::StatusOr<std::unique_ptr<ChunkReducer>> ChunkReducer::Create(
     return absl::InvalidArgumentError(absl::StrCat("pull codec: ", s.message()));
   }
   return std::unique_ptr<ChunkReducer>(new ChunkReducer(options));
-}
-
-void ChunkReducer::ResetChunkLocked(ChunkState& chunk, const ChunkId& id,
-                                    std::vector<ChunkHeader>* aborted) {
-  for (auto& [step, inputs] : chunk.steps) {
-    if (inputs->received > 0) {
-      ChunkHeader h;
-      h.kind = ChunkKind::kAbort;
-      h.epoch = epoch_;
-      h.step = step;
-      h.tensor_id = id.first;
-      h.chunk_index = id.second;
-      h.basis_version = inputs->basis_version;
-      h.set_ranks_summed(inputs->received);
-      h.world_size = world_size_;
-      h.status_code = static_cast<uint32_t>(absl::StatusCode::kAborted);
-      aborted->push_back(h);
-      --pending_chunks_;
-    }
-    for (Slot& slot : inputs->slots) {
-      if (slot.state == Slot::State::kPlaced) {
-        orphans_.push_back(std::move(slot.buffer));  // the transport may still write it
-      } else if (slot.state == Slot::State::kReceived) {
-        pending_bytes_ -= slot.buffer.size();
-      }
-      slot.state = Slot::State::kEmpty;
-    }
-    inputs->received = 0;
-    chunk.spare.push_back(std::move(inputs));
-  }
-  chunk.steps.clear();
 }
 
 absl::StatusOr<EpochUpdate> ChunkReducer::SetEpoch(uint64_t epoch, uint32_t world_size,
@@ -119,7 +60,12 @@ absl::StatusOr<EpochUpdate> ChunkReducer::SetEpoch(uint64_t epoch, uint32_t worl
       return absl::FailedPreconditionError(
           absl::StrCat("epoch ", epoch, " is not above the current epoch ", epoch_));
     }
-    for (auto& [id, state] : chunks_) ResetChunkLocked(*state, id, &update.aborted);
+    reducer_internal::EndedSteps ended{.aborted = &update.aborted, .orphans = &orphans_};
+    for (auto& [id, state] : chunks_) {
+      EndOpenSteps(*state, id.first, id.second, epoch_, world_size_, ended);
+    }
+    pending_chunks_ -= ended.pushed_steps;
+    pending_bytes_ -= ended.received_bytes;
     old.swap(chunks_);
     for (const auto& [id, shape] : chunks) {
       auto it = old.find(id);
@@ -168,26 +114,18 @@ bool ChunkReducer::MustDeferLocked(const ChunkHeader& header) const {
 }
 
 void ChunkReducer::ReplayDeferred(EpochUpdate& update) {
-  std::vector<Deferred> ready;
+  std::vector<DeferredPushes::Push> ready;
   {
     absl::MutexLock lock(&mu_);
-    std::vector<Deferred> keep;
-    for (Deferred& d : deferred_) {
-      if (d.header.epoch < epoch_) {
-        deferred_bytes_ -= d.payload.size();
-        update.refused.push_back(absl::FailedPreconditionError(
-            absl::StrCat(dataplane::ToString(d.header), ": deferred push of epoch ", d.header.epoch,
-                         ", which ended before this shard served it (epoch ", epoch_, ")")));
-      } else if (!MustDeferLocked(d.header)) {
-        deferred_bytes_ -= d.payload.size();
-        ready.push_back(std::move(d));
-      } else {
-        keep.push_back(std::move(d));
-      }
-    }
-    deferred_ = std::move(keep);
+    ready = deferred_.TakeDecidable(
+        epoch_,
+        [this](const ChunkHeader& header) {
+          mu_.AssertReaderHeld();
+          return MustDeferLocked(header);
+        },
+        update.refused);
   }
-  for (Deferred& d : ready) {
+  for (DeferredPushes::Push& d : ready) {
     auto result = AddPush(d.header, std::move(d.payload));
     if (!result.ok()) {
       update.refused.push_back(result.status());
@@ -230,35 +168,6 @@ codec::CodecSpec ChunkReducer::pull_spec(uint64_t tensor_id) const {
   return it == tensor_pull_specs_.end() ? pull_spec_ : it->second;
 }
 
-StepInputs& ChunkReducer::OpenStepLocked(ChunkState& chunk, uint64_t step) {
-  auto it = chunk.steps.find(step);
-  if (it != chunk.steps.end()) return *it->second;
-  std::unique_ptr<StepInputs> inputs;
-  if (!chunk.spare.empty()) {
-    inputs = std::move(chunk.spare.back());
-    chunk.spare.pop_back();
-  } else {
-    inputs = std::make_unique<StepInputs>();
-  }
-  inputs->step = step;
-  inputs->received = 0;
-  inputs->slots.resize(world_size_);
-  inputs->covered.assign(world_size_, 0);
-  StepInputs& ref = *inputs;
-  chunk.steps.emplace(step, std::move(inputs));
-  return ref;
-}
-
-void ChunkReducer::RecycleIfUnusedLocked(ChunkState& chunk, uint64_t step) {
-  auto it = chunk.steps.find(step);
-  if (it == chunk.steps.end() || it->second->received > 0) return;
-  for (const Slot& slot : it->second->slots) {
-    if (slot.state != Slot::State::kEmpty) return;
-  }
-  chunk.spare.push_back(std::move(it->second));
-  chunk.steps.erase(it);
-}
-
 absl::StatusOr<ChunkState*> ChunkReducer::CheckPushLocked(const ChunkHeader& header,
                                                           const ChunkShape& got) const {
   if (header.epoch != epoch_) {
@@ -282,19 +191,6 @@ absl::StatusOr<ChunkState*> ChunkReducer::CheckPushLocked(const ChunkHeader& hea
   }
   return chunk->second.get();
 }
-
-namespace {
-
-absl::Status CheckVersion(const ChunkHeader& header, const StepInputs& inputs) {
-  if (inputs.received > 0 && inputs.basis_version != header.basis_version) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        dataplane::ToString(header), ": basis version ", header.basis_version,
-        " differs from version ", inputs.basis_version, " of the ranks already received"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::StoreLocked(
     const ChunkHeader& header, ChunkState& chunk, StepInputs& inputs,
@@ -335,7 +231,7 @@ absl::Span<uint8_t> ChunkReducer::PlacePush(const ChunkHeader& header, size_t pa
   }
   auto chunk = chunks_.find(ChunkId{header.tensor_id, header.chunk_index});
   if (chunk == chunks_.end()) return {};
-  StepInputs& inputs = OpenStepLocked(*chunk->second, header.step);
+  StepInputs& inputs = OpenStep(*chunk->second, header.step, world_size_);
   Slot& slot = inputs.slots[header.rank];
   if (slot.state != Slot::State::kEmpty) return {};  // a duplicate: Accept refuses it
   slot.buffer.Resize(payload_bytes, registry_);
@@ -375,7 +271,7 @@ void ChunkReducer::DiscardPlaced(const ChunkHeader& header, absl::Span<const uin
   absl::StatusOr<Slot*> slot = TakePlacedLocked(header, placed, &chunk);
   if (!slot.ok()) return;  // an orphan (freed now) or not placed here
   (*slot)->state = Slot::State::kEmpty;
-  RecycleIfUnusedLocked(*chunk, header.step);
+  RecycleIfUnused(*chunk, header.step);
 }
 
 absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::AcceptPlaced(
@@ -392,7 +288,7 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::AcceptPlaced(
   Slot* slot = *found;
   auto refuse = [&](const absl::Status& why) {
     slot->state = Slot::State::kEmpty;
-    RecycleIfUnusedLocked(*chunk, header.step);
+    RecycleIfUnused(*chunk, header.step);
     return why;
   };
   if (!parsed.ok()) return refuse(WithHeader(header, parsed.status(), "payload: "));
@@ -416,21 +312,14 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::Accept(const ChunkHead
   absl::MutexLock lock(&mu_);
   if (closed_) return absl::UnavailableError("the reducer is shutting down");
   if (MustDeferLocked(header)) {
-    if (deferred_bytes_ + payload.size() > options_.max_deferred_bytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat(dataplane::ToString(header), ": ", deferred_bytes_,
-                       " bytes of pushes already wait for an epoch or chunk this shard does "
-                       "not know yet"));
-    }
-    deferred_bytes_ += payload.size();
-    deferred_.push_back({.header = header, .payload = std::move(payload)});
+    if (auto s = deferred_.Hold(header, std::move(payload)); !s.ok()) return s;
     return std::nullopt;
   }
   auto chunk = CheckPushLocked(header, ChunkShape{parsed->view.rows, parsed->view.cols});
   if (!chunk.ok()) return chunk.status();
-  StepInputs& inputs = OpenStepLocked(**chunk, header.step);
+  StepInputs& inputs = OpenStep(**chunk, header.step, world_size_);
   if (auto s = CheckVersion(header, inputs); !s.ok()) {
-    RecycleIfUnusedLocked(**chunk, header.step);
+    RecycleIfUnused(**chunk, header.step);
     return s;
   }
   Slot& slot = inputs.slots[header.rank];
@@ -440,18 +329,11 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::Accept(const ChunkHead
   }
   auto ranks = nodes_.Cover(header, absl::MakeSpan(inputs.covered));
   if (!ranks.ok()) {
-    RecycleIfUnusedLocked(**chunk, header.step);
+    RecycleIfUnused(**chunk, header.step);
     return ranks.status();
   }
   // Into the slot, and the view moved with the bytes.
-  slot.buffer.Resize(payload.size(), registry_);
-  std::memcpy(slot.buffer.data(), payload.data(), payload.size());
-  codec::EncodedView view = parsed->view;
-  const auto rebase = [&](const uint8_t* p) {
-    return p == nullptr ? nullptr : slot.buffer.data() + (p - payload.data());
-  };
-  view.codes = rebase(view.codes);
-  view.scales = rebase(view.scales);
+  const codec::EncodedView view = CopyIntoSlot(slot, payload, parsed->view, registry_);
   return StoreLocked(header, **chunk, inputs, view, *ranks);
 }
 
@@ -460,19 +342,6 @@ absl::StatusOr<ChunkResult> ChunkReducer::Reduce(ReductionJob job) {
   StepInputs& inputs = *job.inputs_;
   ChunkState& chunk = *job.chunk_;
   const ChunkHeader& last = job.header_;
-  absl::InlinedVector<codec::EncodedView, 8> views;
-  bool exact = true;
-  for (uint32_t r = 0; r < inputs.slots.size(); ++r) {
-    const Slot& slot = inputs.slots[r];
-    if (slot.state != Slot::State::kReceived) continue;  // counted in a node sum
-    views.push_back(slot.view);
-    exact = exact && slot.view.spec.format == codec::Format::kF32;
-  }
-  const size_t world = inputs.slots.size();
-  const codec::CodecSpec out_spec =
-      exact ? codec::CodecSpec{.format = codec::Format::kF32, .scaling = codec::Scaling::kNone}
-            : job.pull_spec_;
-  const uint64_t dims[] = {job.shape_.rows, job.shape_.cols};
   std::shared_ptr<ReusableBuffer> out;
   {
     absl::MutexLock lock(&mu_);
@@ -487,28 +356,12 @@ absl::StatusOr<ChunkResult> ChunkReducer::Reduce(ReductionJob job) {
   // The sends that held this buffer are done with it (their release of the
   // reference happened before this point).
   std::atomic_thread_fence(std::memory_order_acquire);
-  absl::Status status;
-  auto size = codec::PayloadSizeFor(out_spec, dims);
-  if (!size.ok()) {
-    status = size.status();
-  } else {
-    out->Resize(*size, registry_);
-    out->Register();
-    auto view = codec::StartPayload(out_spec, dims, out->span());
-    thread_local std::vector<float> scratch;
-    const uint64_t need = codec::ReduceScratchFloats(job.shape_.cols);
-    if (scratch.size() < need) scratch.resize(need);
-    status = view.status();
-    if (status.ok()) {
-      codec::CodecOptions codec_options = options_.codec_options;
-      status = codec::ReduceEncodedBlocked(
-          views, 1.0f / static_cast<float>(world), *view, absl::MakeSpan(scratch),
-          dataplane::ChunkRngKey(last.tensor_id, last.chunk_index, last.step,
-                                 dataplane::kResultRngRank),
-          codec_options);
-    }
-    if (status.ok()) codec::FinishPayload(out->span());
-  }
+  const absl::Status status =
+      reducer_internal::EncodeAverage(inputs, job.shape_, job.pull_spec_,
+                                      dataplane::ChunkRngKey(last.tensor_id, last.chunk_index,
+                                                             last.step, dataplane::kResultRngRank),
+                                      options_.codec_options, *out, registry_);
+  const size_t world = inputs.slots.size();
   // The slots go back to the chunk for a later step, registered (this is no
   // progress thread).
   for (Slot& slot : inputs.slots) {
@@ -568,14 +421,7 @@ void ChunkReducer::ReleaseMemory(bool close) {
     pending_chunks_ = 0;
     pending_bytes_ = 0;
   }
-  for (auto& [id, chunk] : closed.chunks) {
-    auto unregister = [](StepInputs& inputs) {
-      for (Slot& slot : inputs.slots) slot.buffer.Unregister();
-    };
-    for (auto& [step, inputs] : chunk->steps) unregister(*inputs);
-    for (auto& inputs : chunk->spare) unregister(*inputs);
-    for (auto& result : chunk->results) result->Unregister();
-  }
+  for (auto& [id, chunk] : closed.chunks) reducer_internal::UnregisterBuffers(*chunk);
   for (ReusableBuffer& orphan : closed.orphans) orphan.Unregister();
   registry_->Close();
   absl::MutexLock lock(&mu_);

@@ -45,6 +45,10 @@
 // (options.register_memory). Deferred pushes and AddPush allocate (rare
 // paths and tests).
 //
+// Parts: reducer_slots.h (the chunks' steps and slots, and ending them when
+// an epoch does), step_reduction.h (the sum and re-encoding of a completed
+// step), deferred_pushes.h (the pushes held for an epoch or chunk).
+//
 // Thread safety: thread-safe. Accept* store and return a job without
 // reducing; Reduce runs on any thread, concurrently with everything else
 // (the shard runs it on its pool). AddPush reduces a completed chunk on the
@@ -67,6 +71,7 @@
 #include "common/codec/payload.h"
 #include "common/dataplane/chunk_header.h"
 #include "common/dataplane/chunk_shape.h"
+#include "server/aggregator/deferred_pushes.h"
 #include "server/aggregator/node_coverage.h"
 #include "server/aggregator/reusable_buffer.h"
 
@@ -240,10 +245,6 @@ class ChunkReducer {
  private:
   using ChunkState = reducer_internal::ChunkState;
   using StepInputs = reducer_internal::StepInputs;
-  struct Deferred {
-    dataplane::ChunkHeader header;
-    std::vector<uint8_t> payload;
-  };
 
   explicit ChunkReducer(const ChunkReducerOptions& options);
   // The checks every accepted push passes under the lock: epoch, world
@@ -265,15 +266,6 @@ class ChunkReducer {
                                                           ChunkState& chunk, StepInputs& inputs,
                                                           const codec::EncodedView& view,
                                                           uint32_t ranks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The open inputs of `step` of `chunk`, from the spares when new.
-  StepInputs& OpenStepLocked(ChunkState& chunk, uint64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Closes a step no slot of which is used any more.
-  void RecycleIfUnusedLocked(ChunkState& chunk, uint64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends every open step of `chunk` (placed slots are orphaned); adds an
-  // abort header for each step some rank had pushed.
-  void ResetChunkLocked(ChunkState& chunk, const ChunkId& id,
-                        std::vector<dataplane::ChunkHeader>* aborted)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a push must wait for an epoch or chunk this shard does not know
   // yet.
@@ -306,8 +298,7 @@ class ChunkReducer {
   std::vector<Closed> closed_buffers_ ABSL_GUARDED_BY(mu_);
   codec::CodecSpec pull_spec_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, codec::CodecSpec> tensor_pull_specs_ ABSL_GUARDED_BY(mu_);
-  std::vector<Deferred> deferred_ ABSL_GUARDED_BY(mu_);
-  uint64_t deferred_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  DeferredPushes deferred_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gift::server

@@ -387,7 +387,9 @@ void CoordinatorService::Shutdown() {
 
 template <typename Response, typename Fn>
 grpc::ServerUnaryReactor* CoordinatorService::Unary(grpc::CallbackServerContext* context,
-                                                    Response* response, Fn fn) {
+                                                    const grpc::Status& access, Response* response,
+                                                    Fn fn) {
+  if (!access.ok()) return rpc::FinishUnary(context, access);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (shutting_down_.load()) {
     reactor->Finish(ShuttingDown());
@@ -402,53 +404,46 @@ grpc::ServerUnaryReactor* CoordinatorService::Unary(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* context,
                                                    const gift::v1::JoinRequest* request,
                                                    gift::v1::JoinResponse* response) {
-  if (grpc::Status denied = CheckJoinRole(*context, *request); !denied.ok()) {
-    return rpc::FinishUnary(context, denied);
-  }
-  return Unary(context, response, [&]() -> absl::StatusOr<gift::v1::JoinResponse> {
-    auto joined = state_->Join(*request);
-    if (!joined.ok()) return joined;
-    if (dataplane_keys_ == nullptr) return joined;
-    if (auto s = SetMemberKey(joined->member_id(), joined->mutable_dataplane_key()); !s.ok()) {
-      return s;
-    }
-    return joined;
-  });
+  return Unary(context, CheckJoinRole(*context, *request), response,
+               [&]() -> absl::StatusOr<gift::v1::JoinResponse> {
+                 auto joined = state_->Join(*request);
+                 if (!joined.ok()) return joined;
+                 if (dataplane_keys_ == nullptr) return joined;
+                 if (auto s = SetMemberKey(joined->member_id(), joined->mutable_dataplane_key());
+                     !s.ok()) {
+                   return s;
+                 }
+                 return joined;
+               });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,
                                                     const gift::v1::LeaveRequest* request,
                                                     gift::v1::LeaveResponse* response) {
-  if (grpc::Status denied = CheckMember(*context, "Leave"); !denied.ok()) {
-    return rpc::FinishUnary(context, denied);
-  }
-  return Unary(context, response, [&] { return state_->Leave(*request); });
+  return Unary(context, CheckMember(*context, "Leave"), response,
+               [&] { return state_->Leave(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
                                                         const gift::v1::HeartbeatRequest* request,
                                                         gift::v1::HeartbeatResponse* response) {
-  if (grpc::Status denied = CheckMember(*context, "Heartbeat"); !denied.ok()) {
-    return rpc::FinishUnary(context, denied);
-  }
-  return Unary(context, response, [&]() -> absl::StatusOr<gift::v1::HeartbeatResponse> {
-    auto beat = state_->Heartbeat(*request);
-    if (!beat.ok()) return beat;
-    if (dataplane_keys_ == nullptr) return beat;
-    if (auto s = SetMemberKey(request->member_id(), beat->mutable_dataplane_key()); !s.ok()) {
-      return s;
-    }
-    return beat;
-  });
+  return Unary(context, CheckMember(*context, "Heartbeat"), response,
+               [&]() -> absl::StatusOr<gift::v1::HeartbeatResponse> {
+                 auto beat = state_->Heartbeat(*request);
+                 if (!beat.ok()) return beat;
+                 if (dataplane_keys_ == nullptr) return beat;
+                 if (auto s = SetMemberKey(request->member_id(), beat->mutable_dataplane_key());
+                     !s.ok()) {
+                   return s;
+                 }
+                 return beat;
+               });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ReportPeerFailure(
     grpc::CallbackServerContext* context, const gift::v1::ReportPeerFailureRequest* request,
     gift::v1::ReportPeerFailureResponse* response) {
-  if (grpc::Status denied = CheckMember(*context, "ReportPeerFailure"); !denied.ok()) {
-    return rpc::FinishUnary(context, denied);
-  }
-  return Unary(context, response, [&] {
+  return Unary(context, CheckMember(*context, "ReportPeerFailure"), response, [&] {
     return state_->ReportPeerFailure(*request, connections_.CheckOrRemember(*request));
   });
 }
@@ -456,80 +451,61 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportPeerFailure(
 grpc::ServerUnaryReactor* CoordinatorService::RegisterTensors(
     grpc::CallbackServerContext* context, const gift::v1::RegisterTensorsRequest* request,
     gift::v1::RegisterTensorsResponse* response) {
-  if (grpc::Status denied = CheckMember(*context, "RegisterTensors"); !denied.ok()) {
-    return rpc::FinishUnary(context, denied);
-  }
-  return Unary(context, response, [&] { return state_->RegisterTensors(*request); });
+  return Unary(context, CheckMember(*context, "RegisterTensors"), response,
+               [&] { return state_->RegisterTensors(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::AckBasis(grpc::CallbackServerContext* context,
                                                        const gift::v1::AckBasisRequest* request,
                                                        gift::v1::AckBasisResponse* response) {
-  if (grpc::Status denied = CheckMember(*context, "AckBasis"); !denied.ok()) {
-    return rpc::FinishUnary(context, denied);
-  }
-  return Unary(context, response, [&] { return state_->AckBasis(*request); });
+  return Unary(context, CheckMember(*context, "AckBasis"), response,
+               [&] { return state_->AckBasis(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetPolicy(
     grpc::CallbackServerContext* context, const gift::v1::GetPolicyRequest* /*request*/,
     gift::v1::Policy* response) {
-  if (grpc::Status denied = CheckAnyRole(*context, "GetPolicy"); !denied.ok()) {
-    return rpc::FinishUnary(context, denied);
-  }
-  return Unary(context, response,
+  return Unary(context, CheckAnyRole(*context, "GetPolicy"), response,
                [&]() -> absl::StatusOr<gift::v1::Policy> { return state_->GetPolicy(); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::SetPolicy(grpc::CallbackServerContext* context,
                                                         const gift::v1::SetPolicyRequest* request,
                                                         gift::v1::Policy* response) {
-  if (grpc::Status denied = CheckRole(*context, "SetPolicy", {Role::kOperator}); !denied.ok()) {
-    return rpc::FinishUnary(context, denied);
-  }
-  return Unary(context, response, [&] { return state_->SetPolicy(*request); });
+  return Unary(context, CheckRole(*context, "SetPolicy", {Role::kOperator}), response,
+               [&] { return state_->SetPolicy(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RequestRefresh(
     grpc::CallbackServerContext* context, const gift::v1::RequestRefreshRequest* request,
     gift::v1::RequestRefreshResponse* response) {
-  if (grpc::Status denied = CheckRole(*context, "RequestRefresh", {Role::kOperator});
-      !denied.ok()) {
-    return rpc::FinishUnary(context, denied);
-  }
-  return Unary(context, response, [&] { return state_->RequestRefresh(*request); });
+  return Unary(context, CheckRole(*context, "RequestRefresh", {Role::kOperator}), response,
+               [&] { return state_->RequestRefresh(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::SetRank(grpc::CallbackServerContext* context,
                                                       const gift::v1::SetRankRequest* request,
                                                       gift::v1::SetRankResponse* response) {
-  if (grpc::Status denied = CheckRole(*context, "SetRank", {Role::kOperator}); !denied.ok()) {
-    return rpc::FinishUnary(context, denied);
-  }
-  return Unary(context, response, [&] { return state_->SetRank(*request); });
+  return Unary(context, CheckRole(*context, "SetRank", {Role::kOperator}), response,
+               [&] { return state_->SetRank(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
     grpc::CallbackServerContext* context, const gift::v1::GetStatusRequest* /*request*/,
     gift::v1::StatusResponse* response) {
-  if (grpc::Status denied = CheckAnyRole(*context, "GetStatus"); !denied.ok()) {
-    return rpc::FinishUnary(context, denied);
-  }
-  return Unary(context, response, [&]() -> absl::StatusOr<gift::v1::StatusResponse> {
-    absl::StatusOr<gift::v1::StatusResponse> status = state_->GetStatus();
-    if (status.ok()) status->set_version(version_);
-    return status;
-  });
+  return Unary(context, CheckAnyRole(*context, "GetStatus"), response,
+               [&]() -> absl::StatusOr<gift::v1::StatusResponse> {
+                 absl::StatusOr<gift::v1::StatusResponse> status = state_->GetStatus();
+                 if (status.ok()) status->set_version(version_);
+                 return status;
+               });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Drain(grpc::CallbackServerContext* context,
                                                     const gift::v1::DrainRequest* request,
                                                     gift::v1::DrainResponse* response) {
-  if (grpc::Status denied = CheckRole(*context, "Drain", {Role::kOperator, Role::kServer});
-      !denied.ok()) {
-    return rpc::FinishUnary(context, denied);
-  }
-  return Unary(context, response, [&] { return state_->Drain(*request); });
+  return Unary(context, CheckRole(*context, "Drain", {Role::kOperator, Role::kServer}), response,
+               [&] { return state_->Drain(*request); });
 }
 
 // ---- Data-plane keys (docs/design.md section 8.2) ------------------------------
@@ -579,10 +555,8 @@ absl::StatusOr<gift::v1::DataPlaneKeys> CoordinatorService::PeerKeys(
 grpc::ServerUnaryReactor* CoordinatorService::GetDataPlaneKeys(
     grpc::CallbackServerContext* context, const gift::v1::GetDataPlaneKeysRequest* request,
     gift::v1::DataPlaneKeys* response) {
-  if (grpc::Status denied = CheckMember(*context, "GetDataPlaneKeys"); !denied.ok()) {
-    return rpc::FinishUnary(context, denied);
-  }
-  return Unary(context, response, [&] { return PeerKeys(*context, request->member_id()); });
+  return Unary(context, CheckMember(*context, "GetDataPlaneKeys"), response,
+               [&] { return PeerKeys(*context, request->member_id()); });
 }
 
 }  // namespace gift::coordinator

@@ -36,8 +36,8 @@
 #include "absl/synchronization/mutex.h"
 #include "gift/v1/coordinator.grpc.pb.h"
 #include "server/coordinator/cluster_state.h"
-#include "server/coordinator/member_connections.h"
 #include "server/coordinator/dataplane_key_issuer.h"
+#include "server/coordinator/member_connections.h"
 
 namespace gift::coordinator {
 
@@ -107,9 +107,12 @@ class CoordinatorService final : public gift::v1::Coordinator::CallbackService {
   class PublishReactor;
   class FetchReactor;
 
-  // Finishes a unary call with `result`, or UNAVAILABLE when shutting down.
+  // Finishes a unary call with `access` when it denies the call (the
+  // caller's role check), else UNAVAILABLE when shutting down, else with
+  // the result of `fn`.
   template <typename Response, typename Fn>
-  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, Response* response, Fn fn);
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, const grpc::Status& access,
+                                  Response* response, Fn fn);
 
   // Adds a watcher unless shutting down (then returns false).
   bool AddWatcher(WatchReactor* watcher);

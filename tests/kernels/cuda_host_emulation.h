@@ -1,5 +1,5 @@
 // A small CPU emulation of the CUDA execution model, so that the codec's
-// kernels (kernels/codec/codec_kernels.cu) can be compiled as C++ and tested
+// kernels (kernels/codec/codec_*_kernels.cu) can be compiled as C++ and tested
 // against the CPU codec on machines without a GPU.
 //
 // What is emulated: a launch runs its CTAs one after another; the threads of

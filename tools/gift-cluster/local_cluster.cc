@@ -328,6 +328,18 @@ absl::Status LocalCluster::StartAll() {
                                      "\n", Tail(p.stderr_text())));
   };
 
+  // Starts a server or worker: `argv`, the transport flags every daemon
+  // takes, then `extra` (the caller's own flags); logs to <logs>/<name>.log.
+  auto start_daemon = [&](const DaemonPlacement& placement, std::vector<std::string> argv,
+                          const std::vector<std::string>& extra, const std::string& name) {
+    if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
+    for (std::string& flag : PlaintextFlags(options_.placement)) argv.push_back(std::move(flag));
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return control::Subprocess::Start(
+        Placed(placement, std::move(argv)),
+        {.log_path = logs + name + ".log", .parent_death_signal = SIGTERM});
+  };
+
   for (int s = 0; s < options_.servers; ++s) {
     const DaemonPlacement& placement = server_placement(s);
     std::vector<std::string> argv = {options_.binaries.server,
@@ -341,12 +353,7 @@ absl::Status LocalCluster::StartAll() {
                                      absl::StrCat(HostOf(placement), ":0"),
                                      "--metrics-listen",
                                      MetricsListen(options_.metrics, placement)};
-    if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
-    for (std::string& flag : PlaintextFlags(options_.placement)) argv.push_back(std::move(flag));
-    argv.insert(argv.end(), options_.server_args.begin(), options_.server_args.end());
-    auto p = control::Subprocess::Start(
-        Placed(placement, std::move(argv)),
-        {.log_path = logs + server_name(s) + ".log", .parent_death_signal = SIGTERM});
+    auto p = start_daemon(placement, std::move(argv), options_.server_args, server_name(s));
     if (!p.ok()) return p.status();
     servers_.push_back(*std::move(p));
   }
@@ -371,16 +378,11 @@ absl::Status LocalCluster::StartAll() {
         absl::StrCat(absl::ToInt64Milliseconds(options_.step_timeout), "ms"),
         "--metrics-listen",
         MetricsListen(options_.metrics, placement)};
-    if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
-    for (std::string& flag : PlaintextFlags(options_.placement)) argv.push_back(std::move(flag));
     if (static_cast<size_t>(w) < options_.worker_nodes.size() &&
         !options_.worker_nodes[w].empty()) {
       argv.insert(argv.end(), {"--node", options_.worker_nodes[w]});
     }
-    argv.insert(argv.end(), options_.worker_args.begin(), options_.worker_args.end());
-    auto p = control::Subprocess::Start(
-        Placed(placement, std::move(argv)),
-        {.log_path = logs + worker_name(w) + ".log", .parent_death_signal = SIGTERM});
+    auto p = start_daemon(placement, std::move(argv), options_.worker_args, worker_name(w));
     if (!p.ok()) return p.status();
     workers_.push_back(*std::move(p));
     killed_.push_back(false);

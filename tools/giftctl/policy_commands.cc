@@ -1,8 +1,11 @@
 // giftctl policy get, giftctl policy set.
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
 #include "nlohmann/json.hpp"
@@ -77,6 +80,24 @@ absl::StatusOr<v1::CodecSpec> ParseCodec(const std::string& flag, const std::str
   return codec::ToProto(*spec);
 }
 
+// `on` or `off` (e.g. "true" or "false") as a bool; InvalidArgument naming
+// `flag` for any other text.
+absl::StatusOr<bool> ParseSwitch(const std::string& flag, const std::string& text, const char* on,
+                                 const char* off) {
+  if (text != on && text != off) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " takes ", on, " or ", off));
+  }
+  return text == on;
+}
+
+// Sets `field` to a flag's parsed value, or returns why it did not parse.
+template <typename T>
+absl::Status SetParsed(absl::StatusOr<T> parsed, std::optional<T>& field) {
+  if (!parsed.ok()) return parsed.status();
+  field = *std::move(parsed);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status PolicyGetCommand(const CommandContext& ctx) {
@@ -148,55 +169,31 @@ absl::StatusOr<PolicyEdit> ToPolicyEdit(const PolicySetFlags& f) {
   if (f.given("period")) e.period_steps = f.period;
   if (f.given("rank")) e.rank = f.rank;
   if (f.given("power")) e.powers = f.powers;
-  if (f.given("sides")) {
-    absl::StatusOr<v1::Sides> v = ParseSides(f.sides);
-    if (!v.ok()) return v.status();
-    e.sides = *v;
-  }
-  if (f.given("source")) {
-    absl::StatusOr<v1::GeometrySource> v = ParseSource(f.source);
-    if (!v.ok()) return v.status();
-    e.source = *v;
-  }
-  if (f.given("residual")) {
-    absl::StatusOr<v1::ResidualModel> v = ParseResidual(f.residual);
-    if (!v.ok()) return v.status();
-    e.residual = *v;
-  }
+  if (f.given("sides")) GIFT_RETURN_IF_ERROR(SetParsed(ParseSides(f.sides), e.sides));
+  if (f.given("source")) GIFT_RETURN_IF_ERROR(SetParsed(ParseSource(f.source), e.source));
+  if (f.given("residual")) GIFT_RETURN_IF_ERROR(SetParsed(ParseResidual(f.residual), e.residual));
   if (f.given("enabled")) {
-    if (f.enabled != "true" && f.enabled != "false") {
-      return absl::InvalidArgumentError("--enabled takes true or false");
-    }
-    e.enabled = f.enabled == "true";
+    GIFT_RETURN_IF_ERROR(
+        SetParsed(ParseSwitch("--enabled", f.enabled, "true", "false"), e.enabled));
   }
   if (f.given("error-feedback")) {
-    if (f.error_feedback != "on" && f.error_feedback != "off") {
-      return absl::InvalidArgumentError("--error-feedback takes on or off");
-    }
-    e.error_feedback = f.error_feedback == "on";
+    GIFT_RETURN_IF_ERROR(SetParsed(ParseSwitch("--error-feedback", f.error_feedback, "on", "off"),
+                                   e.error_feedback));
   }
   if (f.given("ema-decay")) e.ema_decay = f.ema_decay;
   if (f.given("push-codec")) {
-    absl::StatusOr<v1::CodecSpec> v = ParseCodec("--push-codec", f.push_codec);
-    if (!v.ok()) return v.status();
-    e.push_codec = *v;
+    GIFT_RETURN_IF_ERROR(SetParsed(ParseCodec("--push-codec", f.push_codec), e.push_codec));
   }
   if (f.given("pull-codec")) {
-    absl::StatusOr<v1::CodecSpec> v = ParseCodec("--pull-codec", f.pull_codec);
-    if (!v.ok()) return v.status();
-    e.pull_codec = *v;
+    GIFT_RETURN_IF_ERROR(SetParsed(ParseCodec("--pull-codec", f.pull_codec), e.pull_codec));
   }
   if (f.given("drift")) e.drift_threshold = f.drift;
   if (f.given("margin")) e.margin = f.margin;
   if (f.given("selection")) {
-    absl::StatusOr<v1::SelectionMode> v = ParseSelection(f.selection);
-    if (!v.ok()) return v.status();
-    e.selection = *v;
+    GIFT_RETURN_IF_ERROR(SetParsed(ParseSelection(f.selection), e.selection));
   }
   if (f.given("hierarchy")) {
-    absl::StatusOr<v1::Hierarchy> v = ParseHierarchy(f.hierarchy);
-    if (!v.ok()) return v.status();
-    e.hierarchy = *v;
+    GIFT_RETURN_IF_ERROR(SetParsed(ParseHierarchy(f.hierarchy), e.hierarchy));
   }
   if (f.given("include")) e.include = f.include;
   if (f.given("exclude")) e.exclude = f.exclude;

@@ -1,6 +1,6 @@
-// The codec's kernels compiled as C++ for the host emulation of CUDA
+// The codec's decode kernels compiled as C++ for the host emulation of CUDA
 // (cuda_host_emulation.h); see tests/kernels/CMakeLists.txt.
 // clang-format off
 #include "tests/kernels/cuda_host_emulation.h"  // must come first
-#include "kernels/codec/codec_kernels.cu"
+#include "kernels/codec/codec_decode_kernels.cu"
 // clang-format on
