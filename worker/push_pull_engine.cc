@@ -353,8 +353,8 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
     const TensorStep& t = tensors[k];
     if (auto s = CheckTensor(t, shapes[first + k]); !s.ok()) return fail(s);
     if (!open_ids_.insert(t.tensor_id).second) {
-      return fail(absl::InvalidArgumentError(absl::StrCat("tensor ", t.tensor_id,
-                                                          " appears twice")));
+      return fail(
+          absl::InvalidArgumentError(absl::StrCat("tensor ", t.tensor_id, " appears twice")));
     }
   }
   // Connections first: Connect waits for the progress thread.
@@ -428,9 +428,9 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
     auto x = buffers.stage().Prepare(t.data);
     if (!x.ok()) return fail(Annotate(x.status(), t.tensor_id));
     if (plan.node != nullptr && *x == nullptr) {
-      return fail(Annotate(absl::UnimplementedError(
-                               "node-local aggregation of a device tensor is not built"),
-                           t.tensor_id));
+      return fail(Annotate(
+          absl::UnimplementedError("node-local aggregation of a device tensor is not built"),
+          t.tensor_id));
     }
     for (size_t c = 0; c < t.chunks.size(); ++c) {
       ChunkSlot& slot = buffers.chunks()[c];
@@ -475,20 +475,18 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
       const uint64_t run = runs_;
       const transport::PeerId peer = peers[i][c];
       ChunkSlot* sending = &slot;
-      s = transport_->Send(peer, header_bytes, slot.send,
-                           [this, sending, run, peer](const absl::Status& done) {
-                             absl::MutexLock lock(&mu_);
-                             sending->send_in_flight = false;
-                             --sends_in_flight_;
-                             if (done.ok() || !active_ || inflight_.run != run ||
-                                 !inflight_.aborted.ok()) {
-                               return;
-                             }
-                             auto it = inflight_.peers.find(peer);
-                             inflight_.aborted = AggregatorFailure(
-                                 "push failed", it != inflight_.peers.end() ? it->second : "",
-                                 done.message());
-                           });
+      s = transport_->Send(
+          peer, header_bytes, slot.send, [this, sending, run, peer](const absl::Status& done) {
+            absl::MutexLock lock(&mu_);
+            sending->send_in_flight = false;
+            --sends_in_flight_;
+            if (done.ok() || !active_ || inflight_.run != run || !inflight_.aborted.ok()) {
+              return;
+            }
+            auto it = inflight_.peers.find(peer);
+            inflight_.aborted = AggregatorFailure(
+                "push failed", it != inflight_.peers.end() ? it->second : "", done.message());
+          });
       if (!s.ok()) {
         {
           absl::MutexLock lock(&mu_);
