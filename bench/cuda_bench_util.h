@@ -21,14 +21,11 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "common/base/status_macros.h"
+#include "kernels/cuda_status.h"
 
 namespace gift::bench {
 
-inline absl::Status CudaStatus(cudaError_t err, const std::string& what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
-}
+using kernels::CudaStatus;
 
 #define GIFT_BENCH_CUDA(expr) GIFT_RETURN_IF_ERROR(::gift::bench::CudaStatus((expr), #expr))
 

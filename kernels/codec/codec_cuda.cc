@@ -17,17 +17,13 @@
 #include "common/base/status_macros.h"
 #include "common/codec/scalar.h"
 #include "kernels/codec/codec_kernels.h"
+#include "kernels/cuda_status.h"
 
 namespace gift::kernels {
 namespace {
 
 using codec::CodecSpec;
 using codec::EncodedLayout;
-
-absl::Status CudaError(const char* fn, cudaError_t err) {
-  return absl::InternalError(
-      absl::StrCat(fn, ": CUDA error ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
-}
 
 absl::Status NoDevice(const char* fn) {
   return absl::FailedPreconditionError(absl::StrCat(fn, ": no CUDA device is available"));
@@ -120,7 +116,7 @@ absl::Status EncodeWithLayout(const char* fn, const float* x, const codec::Mutab
   bool non_finite = false;
   if (const cudaError_t err = internal::EncodeAndSync(args, stream, &non_finite);
       err != cudaSuccess) {
-    return CudaError(fn, err);
+    return CudaStatus(err, fn);
   }
   if (non_finite) {
     return absl::InvalidArgumentError(absl::StrCat(fn, ": the input holds NaN or Inf (",
@@ -141,21 +137,6 @@ internal::DecodeArgs MakeDecodeArgs(const codec::EncodedView& in, const EncodedL
 }
 
 }  // namespace
-
-bool CudaDeviceAvailable() {
-  // Cached: the device set of a process does not change. cudaGetDeviceCount
-  // fails (without aborting) when there is no driver or no device.
-  static const bool available = [] {
-    int count = 0;
-    const cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();  // leave no error behind for later checks
-      return false;
-    }
-    return count > 0;
-  }();
-  return available;
-}
 
 absl::Status EncodeCuda(const float* x, const codec::MutableEncodedView& out,
                         const codec::RngKey& key, cudaStream_t stream) {
@@ -180,10 +161,10 @@ absl::Status DecodeCuda(const codec::EncodedView& in, float* out, bool accumulat
   if (cudaError_t err =
           internal::EnqueueDecode(MakeDecodeArgs(in, layout, out, accumulate), stream);
       err != cudaSuccess) {
-    return CudaError(kFn, err);
+    return CudaStatus(err, kFn);
   }
   if (cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess) {
-    return CudaError(kFn, err);
+    return CudaStatus(err, kFn);
   }
   return absl::OkStatus();
 }
@@ -233,12 +214,12 @@ absl::Status ReduceCuda(absl::Span<const codec::EncodedView> inputs, float* sum,
       args.post_scale = post_scale;
     }
     if (cudaError_t err = internal::EnqueueDecode(args, stream); err != cudaSuccess) {
-      return CudaError(kFn, err);
+      return CudaStatus(err, kFn);
     }
   }
   if (encode) return EncodeWithLayout(kFn, sum, out, out_layout, key, stream);
   if (cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess) {
-    return CudaError(kFn, err);
+    return CudaStatus(err, kFn);
   }
   return absl::OkStatus();
 }

@@ -19,11 +19,11 @@
 #include "absl/types/span.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/encoded_tensor.h"
+#include "kernels/cuda_status.h"
 
 namespace gift::kernels {
 
-// True when at least one CUDA device can be used.
-bool CudaDeviceAvailable();
+// CudaDeviceAvailable(): kernels/cuda_status.h.
 
 // Encodes rows x cols floats at device pointer `x` into `out` (device
 // buffers). Non-finite input: InvalidArgument (the output is then undefined).
@@ -38,9 +38,9 @@ absl::Status DecodeCuda(const codec::EncodedView& in, float* out, bool accumulat
 // The reduction primitive of common/codec/reduce.h on the GPU: `sum` gets
 // ((in_0 + in_1) + ...) * post_scale in input order, then `out` = encode(sum)
 // unless out.codes is null. The views (host structs) point at device memory.
-absl::Status ReduceCuda(absl::Span<const codec::EncodedView> inputs, float* sum,
-                        float post_scale, const codec::MutableEncodedView& out,
-                        const codec::RngKey& key, cudaStream_t stream);
+absl::Status ReduceCuda(absl::Span<const codec::EncodedView> inputs, float* sum, float post_scale,
+                        const codec::MutableEncodedView& out, const codec::RngKey& key,
+                        cudaStream_t stream);
 
 }  // namespace gift::kernels
 

@@ -15,16 +15,11 @@
 #include "common/base/status_macros.h"
 #include "common/codec/scalar.h"
 #include "kernels/codec/codec_kernels.h"
+#include "kernels/cuda_status.h"
 #include "kernels/transform/forward_encode_kernels.h"
 
 namespace gift::kernels {
 namespace {
-
-absl::Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": CUDA error ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
-}
 
 internal::FusedForwardArgs TermsArgs(const float* g, int64_t d_out, int64_t d_in,
                                      const TensorBasisCuda::LowRankTerms& t) {
@@ -113,7 +108,7 @@ absl::Status ForwardEncoderCuda::Encode(const float* g, int64_t d_out, int64_t d
   internal::FusedForwardArgs a = TermsArgs(g, d_out, d_in, terms);
   internal::KernelLayout& l = a.layout;
   l.format = out.spec.format == codec::Format::kE5M2 ? internal::ElementFormat::kE5M2
-                                                      : internal::ElementFormat::kE4M3;
+                                                     : internal::ElementFormat::kE4M3;
   l.scaling = out.spec.scaling == codec::Scaling::kPerBlockE8M0
                   ? internal::ScaleKind::kPerBlockE8M0
                   : internal::ScaleKind::kPerBlockFp32;
@@ -136,13 +131,13 @@ absl::Status ForwardEncoderCuda::Encode(const float* g, int64_t d_out, int64_t d
       CudaStatus(cudaMemsetAsync(impl_->flag, 0, sizeof(uint32_t), stream), "cudaMemsetAsync"));
   GIFT_RETURN_IF_ERROR(CudaStatus(internal::EnqueueFusedForward(a, stream), kFn));
   uint32_t non_finite = 0;
-  GIFT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(&non_finite, impl_->flag, sizeof(non_finite),
-                                                  cudaMemcpyDeviceToHost, stream),
-                                  "cudaMemcpyAsync"));
+  GIFT_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(&non_finite, impl_->flag, sizeof(non_finite), cudaMemcpyDeviceToHost, stream),
+      "cudaMemcpyAsync"));
   GIFT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
   if (non_finite != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(kFn, ": the transformed tensor holds NaN or Inf (",
-                                                   d_out, " x ", d_in, " tensor)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        kFn, ": the transformed tensor holds NaN or Inf (", d_out, " x ", d_in, " tensor)"));
   }
   return absl::OkStatus();
 }

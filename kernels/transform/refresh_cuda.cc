@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/transform/gaussian_sketch.h"
+#include "kernels/cuda_status.h"
 #include "kernels/transform/cublas_handle.h"
 
 namespace gift::kernels {
@@ -18,24 +19,6 @@ namespace {
 using transform::LowRankEigenOptions;
 using transform::LowRankEigenpairs;
 using transform::SideBasis;
-
-bool DeviceAvailable() {
-  static const bool available = [] {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return count > 0;
-  }();
-  return available;
-}
-
-absl::Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": CUDA error ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
-}
 
 absl::Status CheckHandles(const RefreshHandles& h) {
   if (h.cublas == nullptr || h.cusolver == nullptr) {
@@ -76,9 +59,9 @@ class Scratch {
 // Enqueues the download of `count` elements and waits for the stream.
 template <typename T>
 absl::Status DownloadAndWait(const RefreshHandles& h, const T* src, size_t count, T* dst) {
-  GIFT_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyDeviceToHost, h.stream),
-      "cudaMemcpyAsync"));
+  GIFT_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyDeviceToHost, h.stream),
+                 "cudaMemcpyAsync"));
   return CudaStatus(cudaStreamSynchronize(h.stream), "cudaStreamSynchronize");
 }
 
@@ -104,9 +87,9 @@ struct Solver {
 
   // Q = qr(y) in place (n x k, column-major, ld n); tau: k floats.
   absl::Status Orthonormalize(float* y, int n, int k, float* tau) {
-    GIFT_RETURN_IF_ERROR(CusolverStatus(
-        cusolverDnSgeqrf(h.cusolver, n, k, y, n, tau, work.get(), lwork, NextInfo()),
-        "cusolverDnSgeqrf"));
+    GIFT_RETURN_IF_ERROR(
+        CusolverStatus(cusolverDnSgeqrf(h.cusolver, n, k, y, n, tau, work.get(), lwork, NextInfo()),
+                       "cusolverDnSgeqrf"));
     return CusolverStatus(
         cusolverDnSorgqr(h.cusolver, n, k, k, y, n, tau, work.get(), lwork, NextInfo()),
         "cusolverDnSorgqr");
@@ -114,10 +97,10 @@ struct Solver {
   // Eigendecomposition of the symmetric m x m `b` (lower triangle) in place:
   // vectors in b, values ascending in w.
   absl::Status Eigh(float* b, int m, float* w) {
-    return CusolverStatus(cusolverDnSsyevd(h.cusolver, CUSOLVER_EIG_MODE_VECTOR,
-                                           CUBLAS_FILL_MODE_LOWER, m, b, m, w, work.get(), lwork,
-                                           NextInfo()),
-                          "cusolverDnSsyevd");
+    return CusolverStatus(
+        cusolverDnSsyevd(h.cusolver, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, m, b, m, w,
+                         work.get(), lwork, NextInfo()),
+        "cusolverDnSsyevd");
   }
   // Internal when any call reported devInfo != 0. Synchronizes.
   absl::Status CheckInfo() {
@@ -133,8 +116,7 @@ struct Solver {
   }
 };
 
-absl::Status Symm(const RefreshHandles& h, const float* a, int n, const float* x, int k,
-                  float* y) {
+absl::Status Symm(const RefreshHandles& h, const float* a, int n, const float* x, int k, float* y) {
   const float one = 1.0f, zero = 0.0f;
   return CublasStatus(cublasSsymm(h.cublas, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, n, k, &one, a,
                                   n, x, n, &zero, y, n),
@@ -190,7 +172,7 @@ absl::StatusOr<SideStatisticsCuda> SideStatisticsCuda::Create(int64_t n, double 
   if (!(decay >= 0.0 && decay < 1.0)) {
     return absl::InvalidArgumentError(absl::StrCat("decay ", decay, " is not in [0, 1)"));
   }
-  if (!DeviceAvailable()) return absl::FailedPreconditionError("no CUDA device");
+  if (!CudaDeviceAvailable()) return absl::FailedPreconditionError("no CUDA device");
   void* value = nullptr;
   GIFT_RETURN_IF_ERROR(CudaStatus(
       cudaMalloc(&value, static_cast<size_t>(n) * static_cast<size_t>(n) * sizeof(float)),
@@ -251,10 +233,10 @@ absl::Status SideStatisticsCuda::Update(const RefreshHandles& handles, Statistic
   const int k = static_cast<int>(input ? d_out : d_in);
   const cublasOperation_t op = input ? CUBLAS_OP_N : CUBLAS_OP_T;
   for (size_t i = 0; i < grads.size(); ++i) {
-    GIFT_RETURN_IF_ERROR(CublasStatus(
-        cublasSsyrk(handles.cublas, CUBLAS_FILL_MODE_LOWER, op, n, k, &alpha, grads[i],
-                    static_cast<int>(d_in), i == 0 ? &keep : &one, value_, n),
-        "cublasSsyrk"));
+    GIFT_RETURN_IF_ERROR(
+        CublasStatus(cublasSsyrk(handles.cublas, CUBLAS_FILL_MODE_LOWER, op, n, k, &alpha, grads[i],
+                                 static_cast<int>(d_in), i == 0 ? &keep : &one, value_, n),
+                     "cublasSsyrk"));
   }
   ++num_updates_;
   return absl::OkStatus();
@@ -262,8 +244,8 @@ absl::Status SideStatisticsCuda::Update(const RefreshHandles& handles, Statistic
 
 absl::StatusOr<Eigen::MatrixXd> SideStatisticsCuda::Download(const RefreshHandles& handles) const {
   std::vector<float> host(static_cast<size_t>(n_ * n_));
-  GIFT_RETURN_IF_ERROR(DownloadAndWait(handles, static_cast<const float*>(value_), host.size(),
-                                       host.data()));
+  GIFT_RETURN_IF_ERROR(
+      DownloadAndWait(handles, static_cast<const float*>(value_), host.size(), host.data()));
   Eigen::MatrixXd m(n_, n_);
   for (int64_t j = 0; j < n_; ++j) {
     for (int64_t i = j; i < n_; ++i) m(i, j) = m(j, i) = host[i + j * n_];
@@ -285,8 +267,7 @@ absl::StatusOr<LowRankEigenpairs> TopEigenpairsCuda(const RefreshHandles& h, con
   if (rank < 1 || rank > n64) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is not in [1, ", n64, "]"));
   }
-  if (options.oversample < 0 || options.power_iterations < 0 ||
-      options.power_iterations > 1000) {
+  if (options.oversample < 0 || options.power_iterations < 0 || options.power_iterations > 1000) {
     return absl::InvalidArgumentError("oversample and power_iterations must be in [0, 1000]");
   }
   const int n = static_cast<int>(n64);
@@ -301,8 +282,8 @@ absl::StatusOr<LowRankEigenpairs> TopEigenpairsCuda(const RefreshHandles& h, con
     GIFT_RETURN_IF_ERROR(d.Allocate(n, h.stream));
     GIFT_RETURN_IF_ERROR(
         CublasStatus(cublasScopy(h.cublas, n, a, n + 1, d.get(), 1), "cublasScopy"));
-    GIFT_RETURN_IF_ERROR(DownloadAndWait(h, static_cast<const float*>(d.get()), diag.size(),
-                                         diag.data()));
+    GIFT_RETURN_IF_ERROR(
+        DownloadAndWait(h, static_cast<const float*>(d.get()), diag.size(), diag.data()));
   }
   double trace = 0.0;
   for (const float v : diag) {
@@ -324,12 +305,12 @@ absl::StatusOr<LowRankEigenpairs> TopEigenpairsCuda(const RefreshHandles& h, con
                                     b.get(), n, w.get(), &lwork),
         "cusolverDnSsyevd_bufferSize"));
     GIFT_RETURN_IF_ERROR(solver.Init(1, lwork));
-    GIFT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(b.get(), a, sizeof(float) * n * n,
-                                                    cudaMemcpyDeviceToDevice, h.stream),
-                                    "cudaMemcpyAsync"));
+    GIFT_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(b.get(), a, sizeof(float) * n * n, cudaMemcpyDeviceToDevice, h.stream),
+        "cudaMemcpyAsync"));
     GIFT_RETURN_IF_ERROR(solver.Eigh(b.get(), n, w.get()));
-    GIFT_RETURN_IF_ERROR(DownloadAndWait(h, static_cast<const float*>(b.get()),
-                                         host_vectors.size(), host_vectors.data()));
+    GIFT_RETURN_IF_ERROR(DownloadAndWait(h, static_cast<const float*>(b.get()), host_vectors.size(),
+                                         host_vectors.data()));
   } else {
     Scratch<float> y, q, tau;
     const size_t nk = static_cast<size_t>(n) * k;
@@ -372,10 +353,10 @@ absl::StatusOr<LowRankEigenpairs> TopEigenpairsCuda(const RefreshHandles& h, con
     GIFT_RETURN_IF_ERROR(CublasStatus(cublasSgemm(h.cublas, CUBLAS_OP_T, CUBLAS_OP_N, k, k, n, &one,
                                                   y.get(), n, q.get(), n, &zero, vectors.get(), k),
                                       "cublasSgemm"));
-    GIFT_RETURN_IF_ERROR(CublasStatus(cublasSgeam(h.cublas, CUBLAS_OP_N, CUBLAS_OP_T, k, k, &half,
-                                                  vectors.get(), k, &half, vectors.get(), k,
-                                                  b.get(), k),
-                                      "cublasSgeam"));
+    GIFT_RETURN_IF_ERROR(
+        CublasStatus(cublasSgeam(h.cublas, CUBLAS_OP_N, CUBLAS_OP_T, k, k, &half, vectors.get(), k,
+                                 &half, vectors.get(), k, b.get(), k),
+                     "cublasSgeam"));
     GIFT_RETURN_IF_ERROR(solver.Eigh(b.get(), k, w.get()));
     // Ritz vectors Q V (n x k; the top `rank` columns are kept on the host).
     GIFT_RETURN_IF_ERROR(CublasStatus(cublasSgemm(h.cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, k, k, &one,
@@ -384,9 +365,8 @@ absl::StatusOr<LowRankEigenpairs> TopEigenpairsCuda(const RefreshHandles& h, con
     GIFT_RETURN_IF_ERROR(DownloadAndWait(h, static_cast<const float*>(vectors.get()),
                                          host_vectors.size(), host_vectors.data()));
   }
-  GIFT_RETURN_IF_ERROR(
-      DownloadAndWait(h, static_cast<const float*>(w.get()), host_values.size(),
-                      host_values.data()));
+  GIFT_RETURN_IF_ERROR(DownloadAndWait(h, static_cast<const float*>(w.get()), host_values.size(),
+                                       host_values.data()));
   GIFT_RETURN_IF_ERROR(solver.CheckInfo());
   LowRankEigenpairs out = TopPairs(host_values, host_vectors, n, m, rank);
   if (!out.vectors.allFinite() || !out.values.allFinite()) {
@@ -435,15 +415,15 @@ absl::StatusOr<transform::TensorBasis> TensorBasisFromStatisticsCuda(
   }
   std::optional<SideBasis> out_side, in_side;
   if (output != nullptr) {
-    GIFT_ASSIGN_OR_RETURN(SideBasis side, SideBasisFromStatisticsCuda(
-                                              handles, *output, std::min(rank, header.d_out),
-                                              options, eigen_options));
+    GIFT_ASSIGN_OR_RETURN(
+        SideBasis side, SideBasisFromStatisticsCuda(handles, *output, std::min(rank, header.d_out),
+                                                    options, eigen_options));
     out_side.emplace(std::move(side));
   }
   if (input != nullptr) {
-    GIFT_ASSIGN_OR_RETURN(SideBasis side, SideBasisFromStatisticsCuda(
-                                              handles, *input, std::min(rank, header.d_in),
-                                              options, eigen_options));
+    GIFT_ASSIGN_OR_RETURN(SideBasis side,
+                          SideBasisFromStatisticsCuda(handles, *input, std::min(rank, header.d_in),
+                                                      options, eigen_options));
     in_side.emplace(std::move(side));
   }
   return transform::TensorBasis::Create(header, std::move(out_side), std::move(in_side));

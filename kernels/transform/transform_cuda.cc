@@ -34,6 +34,7 @@
 #include "common/base/status_macros.h"
 #include "common/transform/side_basis.h"
 #include "common/transform/tensor_basis.h"
+#include "kernels/cuda_status.h"
 #include "kernels/transform/cublas_handle.h"
 #include "kernels/transform/transform_kernels.h"
 
@@ -41,26 +42,6 @@ namespace gift::kernels {
 namespace {
 
 using transform::SideBasis;
-
-// Cached: the device set of a process does not change. cudaGetDeviceCount
-// fails (without aborting) when there is no driver or no device.
-bool DeviceAvailable() {
-  static const bool available = [] {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
-      (void)cudaGetLastError();  // leave no error behind for later checks
-      return false;
-    }
-    return count > 0;
-  }();
-  return available;
-}
-
-absl::Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": CUDA error ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
-}
 
 // Device memory for `count` floats, freed on destruction.
 class DeviceFloats {
@@ -266,7 +247,7 @@ absl::StatusOr<DirectionBuffers> UploadDirection(const std::optional<SideOperato
 
 absl::StatusOr<TensorBasisCuda> TensorBasisCuda::Create(const transform::TensorBasis& basis,
                                                         cudaStream_t stream, TransformMath math) {
-  if (!DeviceAvailable()) {
+  if (!CudaDeviceAvailable()) {
     return absl::FailedPreconditionError("TensorBasisCuda::Create: no CUDA device is available");
   }
   const transform::TensorBasisHeader& h = basis.header();

@@ -9,16 +9,14 @@
 #include "common/transform/identity_transform.h"
 #include "common/transform/tensor_basis_transform.h"
 #include "kernels/codec/codec_cuda.h"
+#include "kernels/cuda_status.h"
 
 namespace gift::worker {
 namespace {
 
-std::atomic<uint64_t> error_feedback_refusals_{0};
+using kernels::CudaStatus;
 
-absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
+std::atomic<uint64_t> error_feedback_refusals_{0};
 
 }  // namespace
 
