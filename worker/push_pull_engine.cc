@@ -19,6 +19,7 @@ using dataplane::ChunkHeader;
 using dataplane::ChunkKind;
 using engine_internal::Annotate;
 using engine_internal::Clock;
+using engine_internal::OwnChunkHeader;
 using engine_internal::SecondsSince;
 
 // Checks one tensor's plan; writes its chunks' shapes in the order given.
@@ -449,14 +450,7 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
       if (!s.ok()) return fail(Annotate(s, t.tensor_id, slot.index));
       codec::FinishPayload(slot.send);
       report.bytes_pushed += slot.send.size();
-      const ChunkHeader header{.kind = ChunkKind::kPush,
-                               .epoch = plan.epoch,
-                               .step = plan.step,
-                               .tensor_id = t.tensor_id,
-                               .basis_version = t.basis_version,
-                               .chunk_index = slot.index,
-                               .rank = plan.rank,
-                               .world_size = plan.world_size};
+      const ChunkHeader header = OwnChunkHeader(ChunkKind::kPush, plan, t, slot.index);
       const auto plain = dataplane::SerializeChunkHeader(header);
       absl::StatusOr<std::array<uint8_t, dataplane::kSealedChunkHeaderBytes>> sealed;
       if (plan.keys != nullptr) {

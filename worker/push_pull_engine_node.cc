@@ -9,6 +9,7 @@
 #include "common/dataplane/chunk_header.h"
 #include "common/dataplane/chunk_rng_key.h"
 #include "worker/push_pull_engine.h"
+#include "worker/push_pull_engine_internal.h"
 #include "worker/tensor_buffers.h"
 
 namespace gift::worker {
@@ -119,14 +120,8 @@ absl::Status PushPullEngine::RouteNodeChunk(const StepPlan& plan, size_t i, size
   if (auto s = codec::Encode(x + slot.offset, *view, {}, options_.codec_options); !s.ok()) return s;
   codec::FinishPayload(absl::MakeSpan(*payload));
   report.node_bytes_sent += payload->size();
-  const ChunkHeader header{.kind = ChunkKind::kNodeMember,
-                           .epoch = plan.epoch,
-                           .step = plan.step,
-                           .tensor_id = t.tensor_id,
-                           .basis_version = t.basis_version,
-                           .chunk_index = slot.index,
-                           .rank = plan.rank,
-                           .world_size = plan.world_size};
+  const ChunkHeader header =
+      engine_internal::OwnChunkHeader(ChunkKind::kNodeMember, plan, t, slot.index);
   return SendOwned(peer, HeaderBytes(header), std::move(payload), plan.epoch, plan.step);
 }
 
@@ -171,14 +166,7 @@ absl::Status PushPullEngine::PushNodeSums(const StepPlan& plan, StepReport& repo
     }
     codec::FinishPayload(slot.send);
     report.bytes_pushed += slot.send.size();
-    ChunkHeader header{.kind = ChunkKind::kNodePush,
-                       .epoch = plan.epoch,
-                       .step = plan.step,
-                       .tensor_id = t.tensor_id,
-                       .basis_version = t.basis_version,
-                       .chunk_index = slot.index,
-                       .rank = plan.rank,
-                       .world_size = plan.world_size};
+    ChunkHeader header = engine_internal::OwnChunkHeader(ChunkKind::kNodePush, plan, t, slot.index);
     header.set_ranks_summed(static_cast<uint32_t>(plan.node->size()));
     const auto header_bytes = dataplane::SerializeChunkHeader(header);
     {
