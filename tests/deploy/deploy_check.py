@@ -23,7 +23,12 @@ SKIP = 77
 DAEMONS = ["gift-coordinator", "gift-server", "gift-worker"]
 BINARIES = DAEMONS + ["giftctl", "gift-cluster"]
 UNITS = ["gift.target", "gift-coordinator.service", "gift-server@.service",
-         "gift-worker@.service"]
+         "gift-worker@.service", "gift-mps.service"]
+# The daemons' units (the hardening and TLS rules); gift-mps.service runs
+# NVIDIA's MPS control daemon (checked by check_mps_unit).
+DAEMON_UNITS = ["gift-coordinator.service", "gift-server@.service", "gift-worker@.service"]
+MPS_CONTROL = "/usr/bin/nvidia-cuda-mps-control"
+MPS_PIPE = "/run/nvidia-mps"
 
 
 class Failures:
@@ -76,6 +81,9 @@ def stage_units(source, bins, directory):
             return "/bin/true"
 
         text = re.sub(r"/usr/local/bin/([A-Za-z0-9_-]+)", exe, text)
+        if MPS_CONTROL in text and not os.access(MPS_CONTROL, os.X_OK):
+            notes.append(f"{unit}: {MPS_CONTROL} is not installed; verified with /bin/true")
+            text = text.replace(MPS_CONTROL, "/bin/true")
         text = text.replace("/etc/gift/", confdir + "/")
         with open(os.path.join(directory, unit), "w") as f:
             f.write(text)
@@ -102,7 +110,8 @@ def cmd_units(args):
             if "gift" in line:
                 failures.check(False, f"systemd-analyze: {line}")
         # The structure the deployment relies on.
-        for unit in UNITS[1:]:
+        check_mps_unit(args.source, failures)
+        for unit in DAEMON_UNITS:
             text = open(os.path.join(args.source, "deploy", "systemd", unit)).read()
             for key in ["Type=notify", "NotifyAccess=main", "WatchdogSec=", "Restart=on-failure",
                         "KillSignal=SIGTERM", "TimeoutStopSec=", "NoNewPrivileges=yes",
@@ -117,6 +126,45 @@ def cmd_units(args):
     return failures.finish("units")
 
 
+def unit_values(text, key):
+    """The values of every `key=` line of a unit (comments skipped)."""
+    return [line.split("=", 1)[1] for line in text.splitlines()
+            if line.startswith(key + "=")]
+
+
+def check_mps_unit(source, failures):
+    """gift-mps.service runs the MPS control daemon in the pipe directory
+    gift-worker@ points CUDA at, stops it with `quit`, and the worker is only
+    ordered after it: it must start without MPS."""
+    systemd = os.path.join(source, "deploy", "systemd")
+    mps = open(os.path.join(systemd, "gift-mps.service")).read()
+    worker = open(os.path.join(systemd, "gift-worker@.service")).read()
+    env = " ".join(unit_values(mps, "Environment"))
+    failures.check(f"CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE}" in env,
+                   f"gift-mps.service: pipe directory is not {MPS_PIPE}")
+    failures.check("CUDA_MPS_LOG_DIRECTORY=" in env, "gift-mps.service: no CUDA_MPS_LOG_DIRECTORY")
+    failures.check(unit_values(mps, "RuntimeDirectory") == [os.path.basename(MPS_PIPE)],
+                   f"gift-mps.service: RuntimeDirectory is not {os.path.basename(MPS_PIPE)}")
+    failures.check(unit_values(mps, "ExecStart") == [f"{MPS_CONTROL} -d"] and
+                   unit_values(mps, "Type") == ["forking"],
+                   "gift-mps.service: not a forking `nvidia-cuda-mps-control -d`")
+    failures.check(any("echo quit" in v and MPS_CONTROL in v for v in unit_values(mps, "ExecStop")),
+                   "gift-mps.service: ExecStop does not send quit")
+    failures.check("NoNewPrivileges=yes" in mps and "ProtectSystem=strict" in mps and
+                   "CapabilityBoundingSet=\n" in mps, "gift-mps.service: not hardened")
+    failures.check(unit_values(mps, "User") == ["gift"],
+                   "gift-mps.service: does not run as the workers' user gift")
+    failures.check(f"CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE}" in " ".join(unit_values(worker, "Environment")),
+                   f"gift-worker@.service: CUDA_MPS_PIPE_DIRECTORY is not {MPS_PIPE}")
+    failures.check("gift-mps.service" in " ".join(unit_values(worker, "After")),
+                   "gift-worker@.service: not ordered after gift-mps.service")
+    for key in ("Requires", "Wants", "BindsTo", "Requisite", "PartOf"):
+        failures.check("gift-mps" not in " ".join(unit_values(worker, key)),
+                       f"gift-worker@.service: {key}= gift-mps (the worker must start without MPS)")
+    failures.check(f"-{MPS_PIPE}" in unit_values(worker, "ReadWritePaths"),
+                   f"gift-worker@.service: no ReadWritePaths=-{MPS_PIPE}")
+
+
 def cmd_security(args):
     if shutil.which("systemd-analyze") is None:
         print("SKIP: systemd-analyze is not installed")
@@ -124,7 +172,7 @@ def cmd_security(args):
     failures = Failures()
     with tempfile.TemporaryDirectory() as directory:
         stage_units(args.source, {}, directory)
-        for unit in UNITS[1:]:
+        for unit in DAEMON_UNITS + ["gift-mps.service"]:
             proc = subprocess.run(["systemd-analyze", "security", "--offline=true",
                                    os.path.join(directory, unit)], capture_output=True, text=True)
             last = [l for l in proc.stdout.splitlines() if "Overall exposure" in l]
@@ -308,6 +356,16 @@ def check_tree(name, documents, configmaps, failures, colocated=False):
                 ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
                 # The ConfigMap volume and the config file the daemon is told to read.
                 mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
+                if c.get("command", [""])[0] not in DAEMONS:
+                    # A helper beside a daemon (the MPS control daemon): no
+                    # config, TLS or served ports; it must be watched.
+                    for vname in mounts:
+                        failures.check(vname in volumes,
+                                       f"{name}: {wname}/{c['name']} mounts missing volume {vname}")
+                    failures.check(not ports, f"{name}: {wname}/{c['name']} declares ports")
+                    failures.check("livenessProbe" in c,
+                                   f"{name}: {wname}/{c['name']} has no livenessProbe")
+                    continue
                 config_file = None
                 for arg in c.get("args", []) + c.get("command", []):
                     if arg.startswith("--config="):
@@ -402,8 +460,11 @@ def check_tree(name, documents, configmaps, failures, colocated=False):
     if ds:
         pod = ds["spec"]["template"]["spec"]
         c = pod["containers"][0]
-        failures.check("nvidia.com/gpu" in c["resources"].get("limits", {}),
-                       f"{name}: worker requests no GPU")
+        # Its own GPU from the device plugin, or (the MPS overlay, CUDA IPC
+        # buffers) the node's GPUs that the training pods were given.
+        failures.check("nvidia.com/gpu" in c["resources"].get("limits", {}) or
+                       env_of(c).get("NVIDIA_VISIBLE_DEVICES") == "all",
+                       f"{name}: worker requests no GPU and does not see the node's")
         failures.check(bool(pod.get("nodeSelector")), f"{name}: worker has no nodeSelector")
         host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
         socket = tomls.get("worker.toml", {}).get("socket", "")
@@ -440,6 +501,97 @@ def check_colocated(name, by_kind, failures):
     failures.check(server["spec"].get("updateStrategy", {}).get("rollingUpdate", {})
                    .get("maxUnavailable") == 1,
                    f"{name}: server DaemonSet may replace more than one shard at a time")
+
+
+def strategic_merge(base, patch):
+    """The strategic merge of `patch` into `base` as kustomize does it for
+    what the overlays use: maps merged key by key (null deletes a key), lists
+    of maps with a `name` merged by name (new names appended), other values
+    replaced."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        merged = dict(base)
+        for key, value in patch.items():
+            if value is None:
+                merged.pop(key, None)
+            elif key in merged:
+                merged[key] = strategic_merge(merged[key], value)
+            else:
+                merged[key] = value
+        return merged
+    if (isinstance(base, list) and isinstance(patch, list) and
+            all(isinstance(x, dict) and "name" in x for x in base + patch)):
+        merged = list(base)
+        for item in patch:
+            at = [i for i, x in enumerate(merged) if x["name"] == item["name"]]
+            if at:
+                merged[at[0]] = strategic_merge(merged[at[0]], item)
+            else:
+                merged.append(item)
+        return merged
+    return patch
+
+
+def apply_merges(directory, k, documents, failures):
+    """Applies the overlay's strategic-merge patches (documents with kind and
+    name, not `$patch: delete`) to the documents they name."""
+    docs = list(documents)
+    for patch in k.get("patches", []):
+        path = patch.get("path") if isinstance(patch, dict) else None
+        if not path or not failures.check(os.path.isfile(os.path.join(directory, path)),
+                                          f"{directory}: patch {path} missing"):
+            continue
+        for doc in load_yaml(os.path.join(directory, path), failures):
+            if not isinstance(doc, dict) or doc.get("$patch") == "delete":
+                continue
+            at = [i for i, d in enumerate(docs) if d.get("kind") == doc.get("kind") and
+                  d["metadata"].get("name") == doc["metadata"].get("name")]
+            if failures.check(bool(at), f"{directory}: {path} patches nothing"):
+                docs[at[0]] = strategic_merge(docs[at[0]], doc)
+    return docs
+
+
+def env_of(container):
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def check_mps(name, documents, failures):
+    """The MPS overlay: the control daemon beside the worker in the worker's
+    pod, both pointed at one pipe directory on the host, the daemon stopped
+    with `quit`, /dev/shm shared with the host, and no device-plugin GPU for
+    the worker (it would not be the training pods' GPU)."""
+    ds = [d for d in documents if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gift-worker"]
+    if not failures.check(len(ds) == 1, f"{name}: no DaemonSet/gift-worker"):
+        return
+    pod = ds[0]["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    worker, mps = containers.get("worker"), containers.get("mps-control")
+    if not failures.check(worker is not None and mps is not None,
+                          f"{name}: gift-worker has no worker and mps-control containers"):
+        return
+    failures.check(mps.get("command") == ["nvidia-cuda-mps-control", "-f"],
+                   f"{name}: mps-control runs {mps.get('command')}, not the daemon in the foreground")
+    pipe = env_of(mps).get("CUDA_MPS_PIPE_DIRECTORY")
+    failures.check(bool(pipe) and env_of(worker).get("CUDA_MPS_PIPE_DIRECTORY") == pipe,
+                   f"{name}: the worker's CUDA_MPS_PIPE_DIRECTORY is not mps-control's ({pipe})")
+    failures.check("CUDA_MPS_LOG_DIRECTORY" in env_of(mps), f"{name}: mps-control has no log directory")
+    for c in (worker, mps):
+        mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+        vol = volumes.get(mounts.get(pipe), {})
+        failures.check(vol.get("hostPath", {}).get("path") == pipe,
+                       f"{name}: {c['name']} does not mount the host's {pipe} at {pipe}")
+        shm = volumes.get(mounts.get("/dev/shm"), {})
+        failures.check(shm.get("hostPath", {}).get("path") == "/dev/shm",
+                       f"{name}: {c['name']} does not share the host's /dev/shm")
+        failures.check("runAsUser" not in c.get("securityContext", {}),
+                       f"{name}: {c['name']} overrides the pod's user (MPS serves one user)")
+        for part in ("requests", "limits"):
+            if c is worker:
+                failures.check("nvidia.com/gpu" not in c.get("resources", {}).get(part, {}),
+                               f"{name}: the worker still takes a GPU from the device plugin ({part})")
+    stop = " ".join(mps.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", []))
+    failures.check("echo quit" in stop and "nvidia-cuda-mps-control" in stop,
+                   f"{name}: mps-control is not stopped with quit")
 
 
 def apply_deletes(directory, k, documents, failures):
@@ -496,6 +648,13 @@ def cmd_manifests(args):
     failures.check(bool(ck.get("namespace")), "colocated overlay sets no namespace")
     cdocs = apply_deletes(colocated, ck, cdocs, failures)
     check_tree("colocated", cdocs, ccms, failures, colocated=True)
+    # The MPS overlay: the MPS control daemon as a sidecar of the worker.
+    mps_dir = os.path.join(args.source, "deploy", "k8s", "overlays", "mps")
+    mdocs, mcms, mk = resolve(mps_dir, failures)
+    failures.check(bool(mk.get("namespace")), "mps overlay sets no namespace")
+    mdocs = apply_merges(mps_dir, mk, mdocs, failures)
+    check_tree("mps", mdocs, mcms, failures)
+    check_mps("mps", mdocs, failures)
     return failures.finish("manifests")
 
 
