@@ -107,7 +107,7 @@ Command AddGpuShareCommand(CLI::App& parent) {
   app->add_option("--tokens", options->tokens, "Trainer: rows of the activations (default 4096)");
   app->add_option("--hidden", options->hidden, "Trainer: model width H (default 4096)");
   app->add_option("--ffn", options->ffn, "Trainer: MLP width F (default 11008)");
-  app->add_option("--layers", options->layers, "Trainer: layers per iteration (default 2)");
+  app->add_option("--layers", options->layers, "Trainer: layers per iteration (default 1)");
   app->add_option("--warmup", options->warmup, "Trainer: iterations not counted (default 2)");
   app->add_option("--shape", options->shape, "Worker: the tensor, ROWSxCOLS (default 4096x4096)");
   app->add_option("--rank", options->rank, "Worker: basis rank per side (default 32)");

@@ -98,7 +98,8 @@ timeout 60 "$here/gift-bench" refresh --gpu --reps 3 --ranks 64,128 --cpu-max-di
   tee "$out/refresh_bench_11008.txt"
 # Sharing the GPU (docs/gpu.md): the worker's kernels beside a backward pass's
 # SGEMMs as two processes, alone, without and with MPS; the script keeps to
-# 80 s itself (a run that would pass it is skipped), results in $out/gpu-share/gpu_share.json.
+# 80 s itself (a run that would pass it is skipped); results in
+# $out/gpu-share/gpu_share.json.
 OUT="$out/gpu-share" timeout 110 bash "$here/gpu-share.sh" --bench "$here/gift-bench" 2>&1 |
   tee "$out/gpu_share.txt"
 RUN
