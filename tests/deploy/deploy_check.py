@@ -525,6 +525,17 @@ def cmd_manifests(args):
     mdocs = apply_merges(mps_dir, mk, mdocs, load_yaml, failures)
     check_tree("mps", mdocs, mcms, failures)
     check_mps("mps", mdocs, failures)
+    # And as kustomize itself builds it, where kubectl is installed.
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        import yaml
+        proc = subprocess.run([kubectl, "kustomize", mps_dir], capture_output=True, text=True,
+                              timeout=60)
+        if failures.check(proc.returncode == 0, f"kubectl kustomize {mps_dir}: {proc.stderr}"):
+            check_mps("mps (kubectl kustomize)",
+                      [d for d in yaml.safe_load_all(proc.stdout) if d], failures)
+    else:
+        print("note: no kubectl; the MPS overlay is checked through the merge above only")
     return failures.finish("manifests")
 
 
