@@ -20,7 +20,8 @@
 //                   normal: priority 0), as the worker daemon's device stage
 //                   runs it.
 //
-// Output: JSON lines on stdout, flushed as written: {"event":"ready", ...}
+// Output: JSON lines on stdout, flushed as written, each with "unix_s" (the
+// wall clock when written, shared by both processes): {"event":"ready", ...}
 // once set up (the worker's is the script's cue to start the trainer), a
 // {"event":"window", ...} line every --report-every seconds, and one
 // {"event":"summary", ...} line at the end (the trainer's iteration median

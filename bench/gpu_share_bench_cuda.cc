@@ -36,7 +36,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using kernels::CublasStatus;
 
-void Emit(std::ostream& out, const nlohmann::json& line) { out << line.dump() << std::endl; }
+// One JSON line, flushed, with the wall-clock time it was written ("unix_s":
+// the two processes' lines share that clock, so a reader can tell which of
+// the worker's windows lie within the trainer's measurement).
+void Emit(std::ostream& out, nlohmann::json line) {
+  line["unix_s"] =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  out << line.dump() << std::endl;
+}
 
 // The device and the stream priority range, for the "ready" line.
 absl::StatusOr<nlohmann::json> DeviceJson(int priority) {
@@ -258,6 +265,7 @@ absl::Status RunGpuShareWorker(const GpuShareOptions& o, const std::atomic<bool>
       nlohmann::json line = {{"role", "worker"},
                              {"event", "window"},
                              {"t_s", SecondsSince(start)},
+                             {"window_s", window_s},
                              {"steps", window.size()},
                              {"steps_per_s", static_cast<double>(window.size()) / window_s}};
       AddStats(window, "step_", line);

@@ -85,6 +85,24 @@ field() {
       if (i) { s = substr($0, i + length(key)); if (match(s, /^[-0-9.eE+]+/)) v = substr(s, 1, RLENGTH) } }
     END { if (v != "") print v }' "$1" || true
 }
+# overlapped WORKER_JSONL TRAINER_JSONL: the worker's steps per second over
+# its windows that lie wholly within the trainer's measurement (from its ready
+# line to its summary; both processes stamp lines with the same wall clock).
+overlapped() {
+  local t0 t1
+  t0=$(field "$2" ready unix_s)
+  t1=$(field "$2" summary unix_s)
+  if [ -z "$t0" ] || [ -z "$t1" ] || [ ! -f "$1" ]; then return 0; fi
+  awk -v t0="$t0" -v t1="$t1" '
+    function num(key,   i, s) {
+      i = index($0, "\"" key "\":"); if (!i) return ""
+      s = substr($0, i + length(key) + 3)
+      return match(s, /^[-0-9.eE+]+/) ? substr(s, 1, RLENGTH) : ""
+    }
+    index($0, "\"event\":\"window\"") { u = num("unix_s"); w = num("window_s"); n = num("steps")
+      if (u != "" && w != "" && n != "" && u - w >= t0 + 0 && u + 0 <= t1 + 0) { steps += n; secs += w } }
+    END { if (secs > 0) printf "%.1f\n", steps / secs }' "$1" || true
+}
 # pct NEW BASE: (NEW / BASE - 1) * 100 with one decimal, "null" without numbers.
 pct() {
   awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "null"; else printf "%.1f\n", (a / b - 1) * 100 }'
@@ -132,7 +150,7 @@ run_trainer() {
 run_pair() {
   local label=$1 rate=$2 wpid ready=0
   timeout $((seconds + 40)) "$bench" gpu-share --role worker --shape "$shape" --rank "$rank" \
-    --rate "$rate" --seconds $((seconds + 30)) >"$out/$label.worker.jsonl" 2>"$out/$label.worker.err" &
+    --rate "$rate" --seconds $((seconds + 30)) --report-every 0.25 >"$out/$label.worker.jsonl" 2>"$out/$label.worker.err" &
   wpid=$!
   pids+=("$wpid")
   for _ in $(seq 300); do
@@ -162,16 +180,17 @@ table=()
 # report MODE LABEL RATE BASE_MEDIAN [MPS_ALONE_MEDIAN]: one row of the table and of the JSON.
 report() {
   local mode=$1 label=$2 rate=$3 base=$4 mps_alone=${5:-}
-  local tm tp ws wm slow slow_mps
+  local tm tp ws wo wm slow slow_mps
   tm=$(field "$out/$label.trainer.jsonl" summary median_ms)
   tp=$(field "$out/$label.trainer.jsonl" summary p90_ms)
   ws=$(field "$out/$label.worker.jsonl" summary steps_per_s)
+  wo=$(overlapped "$out/$label.worker.jsonl" "$out/$label.trainer.jsonl")
   wm=$(field "$out/$label.worker.jsonl" summary step_median_ms)
   slow=$(pct "$tm" "$base")
   slow_mps=$(pct "$tm" "$mps_alone")
-  table+=("$(printf '%-7s %-6s %10s %10s %9s %12s %14s' "$mode" "$rate" "${tm:-?}" "${tp:-?}" \
-    "$slow" "$([ -n "$mps_alone" ] && echo "$slow_mps" || echo -)" "${ws:-?}")")
-  rows_json+=("{\"mode\": \"$mode\", \"rate\": $rate, \"trainer_median_ms\": $(or_null "$tm"), \"trainer_p90_ms\": $(or_null "$tp"), \"slowdown_pct\": $slow, \"slowdown_vs_mps_alone_pct\": $([ -n "$mps_alone" ] && echo "$slow_mps" || echo null), \"worker_steps_per_s\": $(or_null "$ws"), \"worker_step_median_ms\": $(or_null "$wm")}")
+  table+=("$(printf '%-7s %-6s %10s %10s %9s %12s %14s %14s' "$mode" "$rate" "${tm:-?}" "${tp:-?}" \
+    "$slow" "$([ -n "$mps_alone" ] && echo "$slow_mps" || echo -)" "${wo:-?}" "${ws:-?}")")
+  rows_json+=("{\"mode\": \"$mode\", \"rate\": $rate, \"trainer_median_ms\": $(or_null "$tm"), \"trainer_p90_ms\": $(or_null "$tp"), \"slowdown_pct\": $slow, \"slowdown_vs_mps_alone_pct\": $([ -n "$mps_alone" ] && echo "$slow_mps" || echo null), \"worker_steps_per_s_overlapped\": $(or_null "$wo"), \"worker_steps_per_s\": $(or_null "$ws"), \"worker_step_median_ms\": $(or_null "$wm")}")
 }
 
 export CUDA_MPS_PIPE_DIRECTORY="$tmp/no-mps"  # no daemon here: the runs of (a) and (b) use no MPS
@@ -248,11 +267,11 @@ device=$(grep -o '"device":"[^"]*"' "$out/alone.trainer.jsonl" | head -1 | cut -
 {
   echo "gift-bench gpu-share on ${device:-?}: trainer ${seconds} s per run, worker ${shape} rank ${rank} (lowest-priority stream); load average ${load}"
   echo "trainer alone: median ${base} ms, p90 ${base_p90} ms (again after the no-MPS runs: ${base2:-not run} ms, $(pct "$base2" "$base") %); under MPS alone: ${mps_alone:+$mps_alone ms}${mps_alone:-not run}; worker alone (back to back): ${worker_alone:-?} steps/s, ${worker_alone_ms:-?} ms/step"
-  printf '%-7s %-6s %10s %10s %9s %12s %14s\n' mode rate "median ms" "p90 ms" "slow %" "slow % (MPS)" "worker step/s"
+  printf '%-7s %-6s %10s %10s %9s %12s %14s %14s\n' mode rate "median ms" "p90 ms" "slow %" "slow % (MPS)" "wk step/s ovl" "wk step/s all"
   for row in "${table[@]}"; do echo "$row"; done
   [ -n "$mps_reason" ] && echo "under MPS: skipped: $mps_reason"
   for s in "${skipped_runs[@]}"; do echo "skipped: $s"; done
-  echo "rate: worker steps per second (0: back to back); slow %: trainer median against the trainer alone without MPS; slow % (MPS): against the trainer alone under MPS"
+  echo "rate: worker steps per second asked (0: back to back); slow %: trainer median against the trainer alone without MPS; slow % (MPS): against the trainer alone under MPS; wk step/s ovl: the worker's rate while the trainer measured, all: over the worker's whole run"
 } | tee "$out/gpu_share.txt"
 
 json_str() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'; }

@@ -100,6 +100,15 @@ TEST(GpuShareTest, WorkerBackToBackRunsStepsAtTheLowestPriority) {
   EXPECT_GT(summary["busy_fraction"].get<double>(), 0);
   EXPECT_LE(summary["busy_fraction"].get<double>(), 1.0);
   EXPECT_GE(summary["step_p90_ms"].get<double>(), summary["step_median_ms"].get<double>());
+  // Every line carries the wall clock; windows their length.
+  for (size_t i = 0; i < lines.size(); ++i) {
+    ASSERT_TRUE(lines[i].contains("unix_s")) << i;
+    if (lines[i]["event"] == "window") {
+      EXPECT_GT(lines[i]["window_s"].get<double>(), 0) << i;
+      EXPECT_NEAR(lines[i]["steps_per_s"].get<double>(),
+                  lines[i]["steps"].get<double>() / lines[i]["window_s"].get<double>(), 1e-9);
+    }
+  }
 }
 
 TEST(GpuShareTest, APacedWorkerStartsNoMoreStepsThanItsRateAllows) {

@@ -40,6 +40,7 @@ pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "")
 mps = bool(pipe) and os.path.exists(os.path.join(pipe, "control"))
 role = opt("--role")
 def emit(d):
+    d["unix_s"] = time.time()
     print(json.dumps(d, separators=(",", ":")), flush=True)
 stop = []
 signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
@@ -51,22 +52,33 @@ if role == "worker":
     open(mark, "w").close()
     emit({"role": "worker", "event": "ready", "device": "Fake GPU"})
     deadline = time.time() + float(opt("--seconds"))
-    while not stop and time.time() < deadline:
-        time.sleep(0.02)
-    os.remove(mark)
     rate = float(opt("--rate", "0"))
+    # Windows of 50 ms: 700 steps/s while a trainer measures, 900 otherwise,
+    # so that only the windows within the trainer's measurement give 700.
+    window_start = time.time()
+    while not stop and time.time() < deadline:
+        time.sleep(0.05)
+        now = time.time()
+        measuring = os.path.exists(os.path.join(state, "measuring"))
+        emit({"role": "worker", "event": "window", "window_s": now - window_start,
+              "steps": (700.0 if measuring else 900.0) * (now - window_start)})
+        window_start = now
+    os.remove(mark)
     emit({"role": "worker", "event": "summary", "steps_per_s": (900.0 if mps else 800.0) if rate == 0 else rate,
           "step_median_ms": 1.25})
     sys.exit(0)
 worker = any(n.startswith("worker.") for n in os.listdir(state))
 open(os.path.join(state, "trainer.%d%s" % (os.getpid(), ".mps" if mps else "")), "w").close()
+measuring = os.path.join(state, "measuring")
+open(measuring, "w").close()
 emit({"role": "trainer", "event": "ready", "device": "Fake GPU"})
 # FAKE_MPS_PAIR_S: how long a trainer beside a worker under MPS runs.
-end = time.time() + (float(os.environ.get("FAKE_MPS_PAIR_S", "0.2")) if mps and worker else 0.2)
+end = time.time() + (float(os.environ.get("FAKE_MPS_PAIR_S", "0.4")) if mps and worker else 0.4)
 while not stop and time.time() < end:
     time.sleep(0.02)
 median = 10.0 + (0.2 if mps else 0.0) + ((0.3 if mps else 2.0) if worker else 0.0)
 emit({"role": "trainer", "event": "summary", "iterations": 40, "median_ms": median, "p90_ms": median + 1})
+os.remove(measuring)
 '''
 
 FAKE_MPS = r'''#!/bin/bash
@@ -184,6 +196,9 @@ def flow(args, f):
             m = rows.get(("mps", rate), {})
             f.check(m.get("slowdown_pct") == 5.0 and m.get("slowdown_vs_mps_alone_pct") == 2.9,
                     f"mps rate {rate}: {m}")
+        for key, r in rows.items():
+            f.check(r.get("worker_steps_per_s_overlapped") == 700.0,
+                    f"{key}: the worker's rate within the trainer's measurement: {r}")
         f.check(rows.get(("no-mps", 0), {}).get("worker_steps_per_s") == 800.0 and
                 rows.get(("mps", 0), {}).get("worker_steps_per_s") == 900.0 and
                 rows.get(("mps", 50), {}).get("worker_steps_per_s") == 50.0, "worker rates")
