@@ -66,7 +66,7 @@ stop_all() {
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   pids=()
   if [ -n "$mps_pipe" ]; then
-    echo quit | CUDA_MPS_PIPE_DIRECTORY="$mps_pipe" timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1 || true
+    echo quit | CUDA_MPS_PIPE_DIRECTORY="$mps_pipe" timeout -k 2 10 nvidia-cuda-mps-control >/dev/null 2>&1 || true
     # The control daemon removes its pipes once it has quit.
     for _ in $(seq 50); do [ -e "$mps_pipe/control" ] || break; sleep 0.1; done
     cp -r "$tmp/mps-log" "$out/mps-log" 2>/dev/null || true
@@ -111,7 +111,7 @@ or_null() { if [ -n "$1" ]; then echo "$1"; else echo null; fi; }
 
 # The no-device check: exit status 2 is gift-bench's "no CUDA device".
 probe_rc=0
-"$bench" gpu-share --role worker --shape 64x64 --rank 4 --seconds 0.05 >"$tmp/probe.txt" 2>&1 || probe_rc=$?
+timeout -k 5 30 "$bench" gpu-share --role worker --shape 64x64 --rank 4 --seconds 0.05 >"$tmp/probe.txt" 2>&1 || probe_rc=$?
 if [ "$probe_rc" -eq 2 ]; then
   echo "skipped: no CUDA device ($(tail -1 "$tmp/probe.txt"))"
   printf '{"skipped": "no CUDA device"}\n' >"$out/gpu_share.json"
@@ -137,7 +137,7 @@ untrack() {
 # runs the trap at once.
 run_trainer() {
   local tpid rc=0
-  timeout $((seconds + 30)) "$bench" gpu-share --role trainer --seconds "$seconds" \
+  timeout -k 5 $((seconds + 30)) "$bench" gpu-share --role trainer --seconds "$seconds" \
     >"$out/$1.trainer.jsonl" 2>"$out/$1.trainer.err" &
   tpid=$!
   pids+=("$tpid")
@@ -149,7 +149,7 @@ run_trainer() {
 # is ready; the worker is stopped (SIGTERM) when the trainer has finished.
 run_pair() {
   local label=$1 rate=$2 wpid ready=0
-  timeout $((seconds + 40)) "$bench" gpu-share --role worker --shape "$shape" --rank "$rank" \
+  timeout -k 5 $((seconds + 40)) "$bench" gpu-share --role worker --shape "$shape" --rank "$rank" \
     --rate "$rate" --seconds $((seconds + 30)) --report-every 0.25 >"$out/$label.worker.jsonl" 2>"$out/$label.worker.err" &
   wpid=$!
   pids+=("$wpid")
@@ -205,7 +205,7 @@ if [ -z "$base" ]; then
   exit 1
 fi
 echo "gpu-share: worker alone, back to back (2 s)"
-timeout 40 "$bench" gpu-share --role worker --shape "$shape" --rank "$rank" --seconds 2 \
+timeout -k 5 40 "$bench" gpu-share --role worker --shape "$shape" --rank "$rank" --seconds 2 \
   >"$out/alone.worker.jsonl" 2>"$out/alone.worker.err" || echo "gpu-share: the worker alone failed (see $out/alone.worker.err)"
 worker_alone=$(field "$out/alone.worker.jsonl" summary steps_per_s)
 worker_alone_ms=$(field "$out/alone.worker.jsonl" summary step_median_ms)
@@ -235,13 +235,13 @@ elif over_budget $((seconds + 10)); then
 else
   mkdir -p "$tmp/mps-pipe" "$tmp/mps-log"
   export CUDA_MPS_PIPE_DIRECTORY="$tmp/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$tmp/mps-log"
-  if ! nvidia-cuda-mps-control -d >"$tmp/mps-start.txt" 2>&1; then
+  if ! timeout -k 2 20 nvidia-cuda-mps-control -d >"$tmp/mps-start.txt" 2>&1; then
     mps_reason="nvidia-cuda-mps-control -d refused: $(tr '\n' ' ' <"$tmp/mps-start.txt")"
   else
     mps_pipe="$tmp/mps-pipe"
     # The first client starts the MPS server; a refusal shows here.
     probe_rc=0
-    "$bench" gpu-share --role worker --shape 64x64 --rank 4 --seconds 0.05 >"$tmp/probe.txt" 2>&1 || probe_rc=$?
+    timeout -k 5 30 "$bench" gpu-share --role worker --shape 64x64 --rank 4 --seconds 0.05 >"$tmp/probe.txt" 2>&1 || probe_rc=$?
     if [ "$probe_rc" -ne 0 ]; then
       mps_reason="a client under MPS failed (exit $probe_rc): $(tail -2 "$tmp/probe.txt" | tr '\n' ' ') $(tail -3 "$tmp/mps-log/control.log" 2>/dev/null | tr '\n' ' ')"
     fi
@@ -249,7 +249,7 @@ else
 fi
 if [ -z "$mps_reason" ]; then
   echo "gpu-share: under MPS: trainer alone"
-  run_trainer mps-alone
+  run_trainer mps-alone || echo "gpu-share: the trainer alone under MPS failed (see $out/mps-alone.trainer.err)"
   mps_alone=$(field "$out/mps-alone.trainer.jsonl" summary median_ms)
   for rate in "${rate_list[@]}"; do
     if over_budget $((seconds + 8)); then skipped_runs+=("mps rate $rate: over the ${budget} s budget"); continue; fi
