@@ -60,6 +60,27 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int /*flags
   return cudaSuccess;
 }
 
+// Priorities are accepted and ignored (every call completes at once); the
+// range is a current GPU's: 0 the least (the default), -5 the greatest.
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags, int priority) {
+  if (priority > 0 || priority < -5) return Fail(cudaErrorInvalidValue);
+  return cudaStreamCreateWithFlags(stream, flags);
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  *least = 0;
+  *greatest = -5;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return Fail(cudaErrorInvalidDevice);
+  *prop = cudaDeviceProp{};
+  std::strcpy(prop->name, "host emulation");
+  prop->multiProcessorCount = kEmulatedSms;
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   std::free(stream);
   return cudaSuccess;
