@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <memory>
@@ -56,6 +57,13 @@ size_t Elements(const client::TensorSpec& t) {
   size_t n = 1;
   for (int64_t d : t.shape) n *= static_cast<size_t>(d);
   return n;
+}
+
+// The build tree holding the daemons: $GIFT_BUILD_DIR when set (the GPU
+// bundle's run.sh points it at the daemons it packed), else this build's.
+std::string BuildDir() {
+  const char* dir = std::getenv("GIFT_BUILD_DIR");
+  return dir != nullptr && *dir != '\0' ? dir : GIFT_BUILD_DIR;
 }
 
 bool HaveDevice() {
@@ -120,7 +128,7 @@ class DeviceTensorClusterTest : public ::testing::TestWithParam<bool> {
       GTEST_SKIP() << "no CUDA device: device tensors need one";
     }
     auto cluster =
-        test::TestCluster::Start(test::ShortLeaseOptions(kServers, kWorkers), GIFT_BUILD_DIR);
+        test::TestCluster::Start(test::ShortLeaseOptions(kServers, kWorkers), BuildDir());
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     test_cluster_ = *std::move(cluster);
     cluster_ = test_cluster_->cluster();
