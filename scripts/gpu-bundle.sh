@@ -30,7 +30,8 @@ cmake --build "$build_dir" -j "$(nproc)" --target $worker_tests
 for t in $worker_tests; do cp "$build_dir/tests/worker/$t" .gpu/; done
 # Device tensors registered by CUDA IPC through the C++ client: the pointer's
 # description, and end to end through the daemons the test starts (packed as
-# in the build tree under .gpu/daemons; run.sh sets GIFT_BUILD_DIR there).
+# in the build tree under daemons/ of lib.tar.gz; run.sh sets GIFT_BUILD_DIR
+# there).
 cmake --build "$build_dir" -j "$(nproc)" --target cuda_device_buffer_test \
   device_tensor_cluster_test gift-coordinator gift_server gift_worker_daemon
 cp "$build_dir/tests/client/cuda_device_buffer_test" "$build_dir/tests/worker/device_tensor_cluster_test" .gpu/
@@ -53,7 +54,7 @@ done
 # libraries (OpenBLAS alone is ~36 MB) as one gzip archive that run.sh
 # unpacks; the bundle is then ~35 MB instead of ~75.
 strip --strip-unneeded .gpu/*_test .gpu/gift-bench .gpu/daemons/*/gift-* .gpu/daemons/*/*/gift-*
-tar -C .gpu -czf .gpu/lib.tar.gz lib && rm -rf .gpu/lib
+tar -C .gpu -czf .gpu/lib.tar.gz lib daemons && rm -rf .gpu/lib .gpu/daemons
 cat > .gpu/run.sh <<'RUN'
 #!/usr/bin/env bash
 # Runs the GPU tests and the codec, transform and refresh benchmarks in one
@@ -79,7 +80,7 @@ for so in libcublasLt.so.13 libcusolver.so.12 libcusparse.so.12 libnvJitLink.so.
   fi
 done
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-export GIFT_BUILD_DIR="$here/daemons"  # the daemons device_tensor_cluster_test starts
+export GIFT_BUILD_DIR="$lib/daemons"  # the daemons device_tensor_cluster_test starts
 for t in codec_cuda_test transform_cuda_test forward_encode_cuda_test cuda_ipc_buffers_test \
   refresh_cuda_test device_codec_stage_test cuda_device_buffer_test device_tensor_cluster_test; do
   timeout 90 "$here/$t" --gtest_brief=1 >"$out/$t.txt" 2>&1
