@@ -131,6 +131,7 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
       o.servers, o.workers, o.mode, codec::ToString(run.push_spec), codec::ToString(run.pull_spec),
       o.d_model, o.layers, run.tensors.size(), run.fp32_bytes / 1e6,
       o.ucx_tls.empty() ? "(UCX's choice)" : o.ucx_tls, HardwareThreads());
+  if (o.device_tensors) os << "gradients in device memory, registered by CUDA IPC\n";
   // One cluster, started, driven and stopped: the run's numbers in `r`, the
   // cluster's Stop status in `stopped`.
   auto run_cluster = [&](bool auth, ClusterRun& r, absl::Status& stopped) -> absl::Status {
@@ -142,7 +143,8 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
     os << absl::StrFormat("cluster up in %.1f s (%s), data-plane authentication %s\n",
                           SecondsSince(t0), options.dir, auth ? "on" : "off")
        << std::flush;
-    absl::Status status = SetClusterPolicy(cluster->coordinator_address(), o, r.push_spec, r.pull_spec);
+    absl::Status status =
+        SetClusterPolicy(cluster->coordinator_address(), o, r.push_spec, r.pull_spec);
     if (status.ok()) status = RunCluster(o, *cluster, r, os);
     if (!status.ok()) {
       std::string logs;
@@ -344,6 +346,15 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
   if (o.mode == "gift" && !run.all_transformed) {
     os << "note: not every 2-D tensor was transformed when timing began (raise --max-warmup)\n";
   }
+  if (o.device_tensors) {
+    const bool within = run.max_local_error <= bound;
+    correctness["device_tensors"] = {{"identical_bits", run.identical_bits},
+                                     {"within_bound_of_exact_average", within}};
+    os << absl::StrFormat(
+        "device tensors (CUDA IPC): bit-identical across workers: %s, within the codec bound of "
+        "the exact average: %s (%.3e computed here, bound %.3e)\n",
+        run.identical_bits ? "yes" : "NO", within ? "yes" : "NO", run.max_local_error, bound);
+  }
 
   // ---- baselines, in the same run
   const PushPullThroughput pp{.fp32_gbps = pp_gbps,
@@ -499,6 +510,8 @@ Command AddClusterCommand(CLI::App& parent) {
   app->add_flag(
       "--auth", o->auth,
       "data-plane authentication: MACs on every chunk (gift-coordinator --dataplane-auth)");
+  app->add_flag("--device-tensors", o->device_tensors,
+                "gradients in device memory registered by CUDA IPC (a GPU and a CUDA build)");
   app->add_flag("--auth-compare", o->auth_compare,
                 "then a second cluster with the other --auth setting, the same steps, and the "
                 "throughput ratio with / without MACs");

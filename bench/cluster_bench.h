@@ -3,15 +3,14 @@
 //
 // Starts a LocalCluster (gift-coordinator, --servers gift-server shards and
 // --workers gift-worker daemons as real processes on loopback), sets the
-// policy (--mode gift|direct|fp32; --source gradients|per-worker in gift mode), registers synthetic gradients of a
-// Llama-style model (--layers blocks of --d-model: q, k, v, o d x d; mlp up
-// and gate 2.75d x d; down d x 2.75d; two norms of d) with every worker
-// through the Worker API (gift_worker_client, POSIX shm), and drives all
-// workers from one thread each: fill the gradients (anisotropic, different
-// per step and worker, deterministic), a barrier, PushPull(step), timed from
-// the barrier to the reply. Warm-up steps are not timed; in gift mode the
-// warm-up lasts until every 2-D tensor is transformed (the first basis needs
-// a few steps to be published and activated), at most --max-warmup steps.
+// policy (--mode gift|direct|fp32; --source gradients|per-worker in gift mode), registers synthetic
+// gradients of a Llama-style model (--layers blocks of --d-model: q, k, v, o d x d; mlp up and
+// gate 2.75d x d; down d x 2.75d; two norms of d) with every worker through the Worker API
+// (gift_worker_client, POSIX shm), and drives all workers from one thread each: fill the gradients
+// (anisotropic, different per step and worker, deterministic), a barrier, PushPull(step), timed
+// from the barrier to the reply. Warm-up steps are not timed; in gift mode the warm-up lasts until
+// every 2-D tensor is transformed (the first basis needs a few steps to be published and
+// activated), at most --max-warmup steps.
 //
 // Reported per worker: median / p90 step time, push-pull throughput in GB/s
 // of FP32 gradient (FP32 bytes / median step), bytes pushed per step; the
@@ -46,6 +45,13 @@
 // itself then has to run where it can reach the coordinator's address (the
 // coordinator's namespace). --list-tensors prints the model's tensors as
 // JSON ([{"name": N, "shape": [...]}, ...]) and exits.
+// --device-tensors: every worker's gradients are in device memory (one
+// cudaMalloc per worker, bench/device_gradients.h) registered by CUDA IPC;
+// each step copies the filled gradients to the device before the barrier
+// and the averages back after the reply (both outside the timed span), and
+// the report adds whether the averages were bit-identical across workers and
+// within the codec bound of the exact average. FAILED_PRECONDITION without a
+// CUDA build, a device, or a worker that opens CUDA IPC buffers.
 // Every number printed is measured in the run that prints it.
 #ifndef GIFT_BENCH_CLUSTER_BENCH_H_
 #define GIFT_BENCH_CLUSTER_BENCH_H_
@@ -67,12 +73,12 @@ struct ClusterBenchOptions {
   int max_warmup = 60;
   int64_t d_model = 512;
   int layers = 2;
-  std::string mode = "gift";  // gift | direct | fp32
-  std::string codec;          // push codec ("": e4m3/block128; fp32 mode: fp32)
-  std::string pull_codec;     // "": e4m3/block128, fp32 in fp32 mode
-  uint32_t period = 1000000;  // refresh period in steps (gift mode)
+  std::string mode = "gift";         // gift | direct | fp32
+  std::string codec;                 // push codec ("": e4m3/block128; fp32 mode: fp32)
+  std::string pull_codec;            // "": e4m3/block128, fp32 in fp32 mode
+  uint32_t period = 1000000;         // refresh period in steps (gift mode)
   std::string source = "gradients";  // gift mode: geometry source, gradients | per-worker
-  std::string ucx_tls;        // "": UCX's choice, for the cluster and ucx_perftest
+  std::string ucx_tls;               // "": UCX's choice, for the cluster and ucx_perftest
   int server_threads = 1;
   int worker_threads = 1;
   std::string bin_dir;  // "": the daemons of gift-bench's build tree (or next to it)
@@ -93,6 +99,7 @@ struct ClusterBenchOptions {
   std::string json_path;                     // "" none, "-" stdout
   bool auth = false;                         // data-plane MACs
   bool auth_compare = false;                 // also the other auth setting, and the ratio
+  bool device_tensors = false;               // gradients in device memory, by CUDA IPC
 };
 
 // Registers `cluster` on `parent`.

@@ -81,12 +81,23 @@ absl::Status RunCluster(const ClusterBenchOptions& o, tools::LocalCluster& clust
     std::vector<std::thread> threads;
     for (int w = 0; w < P; ++w) {
       threads.emplace_back([&, w] {
-        auto tensors = run.workers[w].client->Register(specs);
-        if (tensors.ok()) {
-          run.workers[w].tensors = *std::move(tensors);
-        } else {
-          run.workers[w].error = tensors.status();
+        WorkerState& ws = run.workers[w];
+        if (!o.device_tensors) {
+          auto tensors = ws.client->Register(specs);
+          if (tensors.ok()) {
+            ws.tensors = *std::move(tensors);
+          } else {
+            ws.error = tensors.status();
+          }
+          return;
         }
+        auto device = DeviceGradients::Create(specs);
+        if (!device.ok()) {
+          ws.error = device.status();
+          return;
+        }
+        ws.device = *std::move(device);
+        ws.error = ws.client->Register({}, ws.device->specs()).status();
       });
     }
     for (std::thread& t : threads) t.join();
@@ -161,20 +172,25 @@ absl::Status RunCluster(const ClusterBenchOptions& o, tools::LocalCluster& clust
     WorkerState& ws = run.workers[w];
     for (uint64_t step = 0; phase != Phase::kDone; ++step) {
       const Phase current = phase;
-      for (size_t t = 0; t < run.tensors.size(); ++t) {
-        source.Fill(t, step, w, ws.tensors[t].data());
-      }
+      for (size_t t = 0; t < run.tensors.size(); ++t) source.Fill(t, step, w, ws.gradient(t));
       if (current == Phase::kMeasure) {
         ws.inputs.clear();
-        for (const client::SharedTensor& t : ws.tensors) {
-          ws.inputs.emplace_back(t.data(), t.data() + t.size());
+        for (size_t t = 0; t < run.tensors.size(); ++t) {
+          ws.inputs.emplace_back(ws.gradient(t), ws.gradient(t) + ws.elements(t));
         }
       }
+      // Device tensors: the gradients' writes complete before PushPull.
+      if (ws.device != nullptr && ws.error.ok()) ws.error = ws.device->Upload();
       ready_barrier.arrive_and_wait();
       const Clock::time_point start = Clock::now();
       absl::StatusOr<client::PushPullResult> result =
-          ws.client->PushPull(step, current == Phase::kMeasure);
+          ws.error.ok() ? ws.client->PushPull(step, current == Phase::kMeasure)
+                        : absl::StatusOr<client::PushPullResult>(ws.error);
       const double wall = SecondsSince(start);
+      // Device tensors: the averages, complete when PushPull returned.
+      if (result.ok() && ws.device != nullptr) {
+        if (absl::Status s = ws.device->Download(); !s.ok()) result = s;
+      }
       StepSample sample{.phase = current, .step = step, .wall_s = wall};
       if (result.ok()) {
         sample.worker_s = result->seconds;
@@ -183,7 +199,9 @@ absl::Status RunCluster(const ClusterBenchOptions& o, tools::LocalCluster& clust
           sample.transformed += r.transformed ? 1 : 0;
         }
         uint64_t h = 0xCBF29CE484222325ull;
-        for (const client::SharedTensor& t : ws.tensors) h = HashFloats(t.data(), t.size(), h);
+        for (size_t t = 0; t < run.tensors.size(); ++t) {
+          h = HashFloats(ws.gradient(t), ws.elements(t), h);
+        }
         sample.hash = h;
         ws.last = *std::move(result);
       } else {
@@ -217,7 +235,7 @@ absl::Status RunCluster(const ClusterBenchOptions& o, tools::LocalCluster& clust
   }
   for (size_t t = 0; t < run.tensors.size(); ++t) {
     const size_t n = run.tensors[t].elements();
-    const float* got = run.workers[0].tensors[t].data();
+    const float* got = run.workers[0].gradient(t);
     double err = 0, norm = 0;
     for (size_t i = 0; i < n; ++i) {
       double exact = 0;

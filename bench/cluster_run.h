@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "bench/bench_util.h"
 #include "bench/cluster_bench.h"
+#include "bench/device_gradients.h"
 #include "bench/synthetic_model.h"
 #include "common/codec/codec_spec.h"
 #include "tools/gift-cluster/local_cluster.h"
@@ -40,11 +41,21 @@ struct StepSample {
 
 struct WorkerState {
   std::unique_ptr<client::WorkerClient> client;
-  std::vector<client::SharedTensor> tensors;
+  std::vector<client::SharedTensor> tensors;  // host tensors (not with --device-tensors)
+  // --device-tensors: the gradients in device memory, staged through its
+  // host buffers.
+  std::unique_ptr<DeviceGradients> device;
   std::vector<StepSample> samples;
   absl::Status error;
   client::PushPullResult last;             // of the current step
   std::vector<std::vector<float>> inputs;  // the measured step's gradients
+
+  // Tensor t's gradient as the bench writes and reads it: the shared tensor,
+  // or the device tensor's staging buffer.
+  float* gradient(size_t t) { return device != nullptr ? device->host(t) : tensors[t].data(); }
+  size_t elements(size_t t) const {
+    return device != nullptr ? device->elements(t) : tensors[t].size();
+  }
 };
 
 struct CpuSnapshot {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prepares a GPU check for a machine that has the accelerator but none of the
 # Debian -dev packages (the lent device machines): builds here with CUDA and
-# packs the CUDA test and benchmark binaries, plus every shared library they
-# load that is not part of the C runtime, into .gpu/ (git-ignored).
+# packs the CUDA test and benchmark binaries (and the daemons a cluster test
+# starts), plus every shared library they load that is not part of the C
+# runtime, into .gpu/ (git-ignored).
 #
 #   scripts/gpu-bundle.sh [BUILD_DIR=build-gpu]  then, on the GPU machine:
 #   bash .gpu/run.sh                        results under ${OUT:-out/gpu}
@@ -27,10 +28,19 @@ worker_tests="device_codec_stage_test"
 # shellcheck disable=SC2086
 cmake --build "$build_dir" -j "$(nproc)" --target $worker_tests
 for t in $worker_tests; do cp "$build_dir/tests/worker/$t" .gpu/; done
+# Device tensors registered by CUDA IPC through the C++ client: the pointer's
+# description, and end to end through the daemons the test starts (packed as
+# in the build tree under daemons/ of lib.tar.gz; run.sh sets GIFT_BUILD_DIR
+# there).
+cmake --build "$build_dir" -j "$(nproc)" --target cuda_device_buffer_test \
+  device_tensor_cluster_test gift-coordinator gift_server gift_worker_daemon
+cp "$build_dir/tests/client/cuda_device_buffer_test" "$build_dir/tests/worker/device_tensor_cluster_test" .gpu/
+daemons="server/coordinator/gift-coordinator server/aggregator/gift-server worker/gift-worker"
+for d in $daemons; do mkdir -p ".gpu/daemons/${d%/*}" && cp "$build_dir/$d" ".gpu/daemons/$d"; done
 cp "$build_dir/bench/gift-bench" .gpu/
 # Sharing the GPU with a training process (docs/gpu.md): run by run.sh.
 cp scripts/gpu-share.sh .gpu/
-for bin in .gpu/*_test .gpu/gift-bench; do
+for bin in .gpu/*_test .gpu/gift-bench .gpu/daemons/*/gift-* .gpu/daemons/*/*/gift-*; do
   ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*) ;;
@@ -45,8 +55,8 @@ done
 # A device run carries at most 64 MiB: symbols off the binaries, and the
 # libraries (OpenBLAS alone is ~36 MB) as one gzip archive that run.sh
 # unpacks; the bundle is then ~35 MB instead of ~75.
-strip --strip-unneeded .gpu/*_test .gpu/gift-bench
-tar -C .gpu -czf .gpu/lib.tar.gz lib && rm -rf .gpu/lib
+strip --strip-unneeded .gpu/*_test .gpu/gift-bench .gpu/daemons/*/gift-* .gpu/daemons/*/*/gift-*
+tar -C .gpu -czf .gpu/lib.tar.gz lib daemons && rm -rf .gpu/lib .gpu/daemons
 cat > .gpu/run.sh <<'RUN'
 #!/usr/bin/env bash
 # Runs the GPU tests and the codec, transform and refresh benchmarks in one
@@ -72,8 +82,9 @@ for so in libcublasLt.so.13 libcusolver.so.12 libcusparse.so.12 libnvJitLink.so.
   fi
 done
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
+export GIFT_BUILD_DIR="$lib/daemons"  # the daemons device_tensor_cluster_test starts
 for t in codec_cuda_test transform_cuda_test forward_encode_cuda_test cuda_ipc_buffers_test \
-  refresh_cuda_test device_codec_stage_test; do
+  refresh_cuda_test device_codec_stage_test cuda_device_buffer_test device_tensor_cluster_test; do
   timeout 90 "$here/$t" --gtest_brief=1 >"$out/$t.txt" 2>&1
   echo "$t rc=$?" | tee -a "$out/$t.txt"
   tail -3 "$out/$t.txt"

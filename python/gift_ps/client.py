@@ -13,6 +13,12 @@ returns.
     result = client.push_pull(step)                    # grads now hold the average
     client.close()
 
+CUDA tensors register in place by CUDA IPC (cuda_ipc.py), in the same call:
+register(host_specs, cuda_tensors={"w": grad_on_gpu}) when the worker opens
+CUDA buffers (info().cuda_device_count above the tensor's device); the caller
+synchronizes its stream before push_pull (cuda_ipc.sync_streams), and the
+average is in the tensor when push_pull returns.
+
 Threading: all methods may be called from any thread. push_pull,
 push_pull_async and start_tensors calls go to the worker one at a time in the
 order they were made (one background thread), because steps must strictly
@@ -32,7 +38,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import grpc
 import torch
 
-from . import _protos
+from . import _protos, cuda_ipc
 from .errors import GiftError
 from .shm import BufferChannel, HandoffError, SealedBuffer
 
@@ -77,6 +83,8 @@ class WorkerInfo:
     last_step: int
     bases: list  # gift.v1.TensorBasisState messages
     buffer_socket: str = ""  # where buffers are handed over ("" : none)
+    # CUDA devices on which the worker opens CUDA IPC buffers (0: host only)
+    cuda_device_count: int = 0
 
 
 def worker_target(address: str) -> str:
@@ -90,6 +98,11 @@ def worker_target(address: str) -> str:
     if "/" in address:
         return "unix:" + address
     return address
+
+
+def _check_name(name) -> None:
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise ValueError(f"tensor name {name!r} must be a non-empty string")
 
 
 def _check_shape(name: str, shape) -> Tuple[int, ...]:
@@ -150,7 +163,9 @@ class WorkerClient:
     # ---- registration -----------------------------------------------------
 
     def register(self, tensors: Mapping[str, Sequence[int]],
-                 dtypes: Optional[Mapping[str, torch.dtype]] = None) -> Dict[str, torch.Tensor]:
+                 dtypes: Optional[Mapping[str, torch.dtype]] = None, *,
+                 cuda_tensors: Optional[Mapping[str, torch.Tensor]] = None
+                 ) -> Dict[str, torch.Tensor]:
         """Creates a zero-filled shared-memory tensor per name and registers
         the set with the worker (replacing any set registered before; the
         previous tensors stay readable but are no longer averaged). Every
@@ -159,12 +174,20 @@ class WorkerClient:
         torch.float32 (the default), torch.bfloat16 or torch.float16; the
         worker averages in FP32 and rounds the average back to the dtype.
 
-        Returns name -> tensor (zero copy into shared memory), in the
-        mapping's order. ValueError / TypeError for bad names, shapes or
-        dtypes; GiftError with the worker's reason otherwise.
+        cuda_tensors: name -> a contiguous FP32 / BF16 / FP16 CUDA tensor,
+        registered in place by CUDA IPC in the same call (the client keeps a
+        reference while it is registered). GiftError FAILED_PRECONDITION,
+        before anything is registered, when the worker takes host buffers
+        only (info().cuda_device_count 0) or not on that tensor's device.
+
+        Returns name -> tensor (zero copy into shared memory; the CUDA tensors
+        themselves), host tensors first, each in its mapping's order.
+        ValueError / TypeError for bad names, shapes, dtypes or CUDA tensors;
+        GiftError with the worker's reason otherwise.
         """
         self._check_open()
-        if not tensors:
+        cuda_tensors = dict(cuda_tensors or {})
+        if not tensors and not cuda_tensors:
             raise ValueError("register: no tensors")
         dtypes = dict(dtypes or {})
         pb = self._pb
@@ -174,8 +197,7 @@ class WorkerClient:
         specs = []
         offset = 0
         for name, shape in tensors.items():
-            if not isinstance(name, str) or not name or "\0" in name:
-                raise ValueError(f"tensor name {name!r} must be a non-empty string")
+            _check_name(name)
             dims = _check_shape(name, shape)
             dtype = dtypes.pop(name, torch.float32)
             if dtype not in wire:
@@ -187,33 +209,56 @@ class WorkerClient:
             offset += -(-size // TENSOR_ALIGNMENT) * TENSOR_ALIGNMENT
         if dtypes:
             raise ValueError(f"register: dtypes for tensors not registered: {sorted(dtypes)}")
-        buffer = SealedBuffer(offset)
+        cuda_specs = []  # (name, registered shape, tensor, CudaIpcBuffer)
+        for name, t in cuda_tensors.items():
+            _check_name(name)
+            if name in tensors:
+                raise ValueError(f"tensor {name!r} is both a host and a CUDA tensor")
+            try:
+                buffer = cuda_ipc.describe(t)
+            except (ValueError, TypeError) as e:
+                raise type(e)(f"CUDA tensor {name!r}: {e}") from None
+            cuda_specs.append((name, tuple(t.shape) or (1,), t, buffer))
+        if cuda_specs:
+            self._check_cuda_devices(cuda_specs)
+        buffer = SealedBuffer(offset) if specs else None
         handle = None
         try:
-            handle = self._hand(buffer, "RegisterBuffers")
+            if buffer is not None:
+                handle = self._hand(buffer, "RegisterBuffers")
             request = pb.worker_pb2.RegisterBuffersRequest()
             for name, _, reg_shape, dtype, off, size in specs:
                 spec = request.buffers.add(name=name, shape=reg_shape, dtype=wire[dtype])
                 spec.buffer.handle = handle
                 spec.buffer.offset_bytes = off
                 spec.buffer.size_bytes = size
+            for name, reg_shape, t, ipc in cuda_specs:
+                spec = request.buffers.add(name=name, shape=reg_shape, dtype=wire[t.dtype])
+                spec.buffer.cuda_ipc_handle = ipc.handle
+                spec.buffer.cuda_device = ipc.device
+                spec.buffer.offset_bytes = ipc.offset_bytes
+                spec.buffer.size_bytes = ipc.size_bytes
             response = self._call("RegisterBuffers", self._stub.RegisterBuffers, request,
                                   self._timeout)
-            if len(response.buffers) != len(specs):
+            count = len(specs) + len(cuda_specs)
+            if len(response.buffers) != count:
                 raise GiftError("INTERNAL", f"the worker replied with {len(response.buffers)} "
-                                f"tensors for {len(specs)}", "RegisterBuffers")
+                                f"tensors for {count}", "RegisterBuffers")
         except BaseException:
-            buffer.close()
+            if buffer is not None:
+                buffer.close()
             if handle is not None:
                 self._release(handle)
             raise
         views = {name: buffer.tensor(dims, dtype, off, size // _ITEMSIZE[dtype])
                  for name, dims, _, dtype, off, size in specs}
+        views.update({name: t for name, _, t, _ in cuda_specs})
+        names = [s[0] for s in specs] + [s[0] for s in cuda_specs]
         with self._lock:
             old, old_handle = self._buffer, self._handle
-            self._buffer, self._handle = buffer, handle
-            self._tensors = views
-            self._ids = {s[0]: reg.tensor_id for s, reg in zip(specs, response.buffers)}
+            self._buffer, self._handle = buffer, handle or ""
+            self._tensors = views  # holds the CUDA tensors while they are registered
+            self._ids = {n: reg.tensor_id for n, reg in zip(names, response.buffers)}
             self._names = {i: n for n, i in self._ids.items()}
             self.rank = response.rank
             self.world_size = response.world_size
@@ -221,6 +266,20 @@ class WorkerClient:
             old.close()
             self._release(old_handle)
         return dict(views)
+
+    def _check_cuda_devices(self, cuda_specs) -> None:
+        count = self.info().cuda_device_count
+        if count <= 0:
+            raise GiftError("FAILED_PRECONDITION", "the worker takes host buffers only "
+                            "(cuda_device_count 0: no CUDA device, or a build without CUDA), so "
+                            f"CUDA tensor {cuda_specs[0][0]!r} cannot be registered by CUDA IPC; "
+                            "register it as a host tensor", "RegisterBuffers")
+        for name, _, _, ipc in cuda_specs:
+            if ipc.device >= count:
+                raise GiftError("FAILED_PRECONDITION", f"CUDA tensor {name!r} is on device "
+                                f"{ipc.device}, and the worker opens CUDA IPC buffers on devices "
+                                f"below {count} only; register it as a host tensor",
+                                "RegisterBuffers")
 
     def _release(self, handle: str) -> None:
         with self._channel_lock:
@@ -394,7 +453,8 @@ class WorkerClient:
         return WorkerInfo(member_id=response.member_id, rank=response.rank,
                           world_size=response.world_size, epoch=response.epoch,
                           last_step=response.last_step, bases=list(response.bases),
-                          buffer_socket=response.buffer_socket)
+                          buffer_socket=response.buffer_socket,
+                          cuda_device_count=response.cuda_device_count)
 
     def close(self) -> None:
         """Waits for queued push_pulls, closes the channels and this

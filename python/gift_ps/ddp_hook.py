@@ -24,6 +24,15 @@ DDP waits for every bucket's future at the end of backward anyway. Bucket
 order and composition may differ between ranks and iterations (DDP rebuilds
 its buckets after the first one).
 
+CUDA gradients: when the worker opens CUDA buffers on their device
+(WorkerInfo.cuda_device_count), the registered buffers are CUDA tensors
+(cuda_ipc.py, zero copy through host memory): the hook's copies are
+device-to-device, torch's current stream is synchronized before each
+start_tensors and push_pull, and the averages are copied back into the
+bucket (stream synchronized) before its future completes. Otherwise the
+buffers are host shared memory, as for CPU gradients. Which path runs is
+logged once (logging.getLogger("gift_ps"), INFO).
+
 One GIFT step per backward pass that reaches the hook (DDP's no_sync() skips
 it), counted from start_step on every rank. The process group carries only
 DDP's own broadcasts; gradients go through GIFT. Not handled: parameters that
@@ -40,6 +49,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import nn
 
+from . import cuda_ipc
 from .client import PushPullResult, WorkerClient
 
 
@@ -53,8 +63,9 @@ class GiftHookState:
         if not params:
             raise ValueError("GiftHookState: the module has no parameter that requires grad")
         self.client = client
-        self.buffers: Dict[str, torch.Tensor] = client.register(
-            {n: tuple(p.shape) for n, p in params}, dtypes={n: p.dtype for n, p in params})
+        self.buffers: Dict[str, torch.Tensor]
+        self.buffers, self._cuda_devices = cuda_ipc.register_gradients(
+            client, params, {n: p.dtype for n, p in params}, "GiftHookState")
         # DDP hands the hook its parameters (the same storage as the module's).
         self._names = {p.data_ptr(): n for n, p in params}
         self.step = start_step
@@ -79,6 +90,7 @@ def gift_hook(state: GiftHookState, bucket) -> torch.futures.Future[torch.Tensor
     with torch.no_grad():
         for name, g in zip(names, grads):
             state.buffers[name].copy_(g)
+    cuda_ipc.sync_streams(state._cuda_devices)  # the copies, before the worker reads them
     future: torch.futures.Future = torch.futures.Future()
     with state._lock:
         step = state.step
@@ -114,4 +126,6 @@ def _complete(state: GiftHookState, done, starts, waiting) -> None:
                 average = state.buffers[name].reshape(-1)
                 buffer[offset:offset + average.numel()].copy_(average)
                 offset += average.numel()
+            if buffer.is_cuda:
+                torch.cuda.current_stream(buffer.device).synchronize()
             future.set_result(buffer)

@@ -20,8 +20,16 @@ so that later backward passes accumulate straight into shared memory while
 the optimizer's zero_grad keeps the tensor (set_to_none=False); with
 set_to_none=True, each step's fresh gradient is copied in. A parameter
 without a gradient in a step contributes zeros, and gets the average too.
-Parameters on another device (CUDA) are copied to the host buffer and the
-average is copied back into p.grad.
+CUDA parameters: when the worker opens CUDA buffers on the parameter's
+device (WorkerInfo.cuda_device_count above its index), the gradient buffer
+is a CUDA tensor registered by CUDA IPC (cuda_ipc.py) and p.grad is rebound
+to it like a host buffer (zero copy: the worker reads and writes it in
+device memory; torch's current stream of each such device is synchronized
+before every push_pull and early start); otherwise (a worker without a
+device, or another device) the gradient is copied to a host buffer and the
+average copied back into p.grad. Which path runs is logged once
+(logging.getLogger("gift_ps"), INFO); `cuda_ipc_names` lists the gradients
+registered by IPC.
 
 Activation statistics: with collect_activations_every=K > 0, forward
 pre-hooks on the selected nn.Linear layers accumulate X^T X and the number of
@@ -60,6 +68,7 @@ from typing import Dict, Iterable, List, Optional
 import torch
 from torch import nn
 
+from . import cuda_ipc
 from .client import PushPullResult, WorkerClient
 from .errors import RejoinRequired
 
@@ -103,9 +112,11 @@ class GradientSync:
                                 f"'{name}' is {p.dtype}")
             if p.is_sparse:
                 raise TypeError(f"GradientSync: parameter '{name}' is sparse")
-        self.buffers: Dict[str, torch.Tensor] = client.register(
-            {n: tuple(p.shape) for n, p in self.params},
-            dtypes={n: torch.float32 if main_grads else p.dtype for n, p in self.params})
+        self.buffers: Dict[str, torch.Tensor]
+        self.buffers, self._cuda_devices = cuda_ipc.register_gradients(
+            client, self.params,
+            {n: torch.float32 if main_grads else p.dtype for n, p in self.params}, "GradientSync")
+        self.cuda_ipc_names = sorted(n for n, b in self.buffers.items() if b.is_cuda)
         self._every = collect_activations_every
         self._hooks = []
         self._stats: Dict[str, dict] = {}  # weight name -> {module, gram, count}
@@ -154,6 +165,7 @@ class GradientSync:
                 if name not in copied:
                     self._copy_in(name, p)
         self._submit_stats(step)
+        cuda_ipc.sync_streams(self._cuda_devices)  # the gradients' writes, before the worker reads
         starts, self._starts = self._starts, []
         self._pending, self._pending_bytes, self._started = [], 0, set()
         self._started_step = None
@@ -217,6 +229,7 @@ class GradientSync:
             self._pending.append(name)
             self._pending_bytes += nbytes
             if self._pending_bytes >= self._bucket_bytes:
+                cuda_ipc.sync_streams(self._cuda_devices)
                 self._starts.append(self.client.start_tensors(step, self._pending))
                 self._started.update(self._pending)
                 self._pending, self._pending_bytes = [], 0

@@ -2,8 +2,9 @@
 // without a cluster; then two clients against a real local cluster
 // (gift-coordinator + 2 gift-server shards + 2 gift-worker daemons started
 // as child processes): the same tensors on both, different gradients in,
-// the same bits out, the exact FP32 average with the fp32 codecs, and the
-// documented error codes.
+// the same bits out, the exact FP32 average with the fp32 codecs, the
+// documented error codes, and device tensors refused by a worker that takes
+// host buffers only.
 #include "worker/client/worker_client.h"
 
 #include <fcntl.h>
@@ -273,6 +274,26 @@ TEST(WorkerClientClusterTest, TwoClientsAverageExactlyAndReportCodes) {
   EXPECT_EQ(r0->tensors.size(), specs.size());
   expect_average(grads, early_step);
 
+  // A device tensor (by CUDA IPC) for a worker that takes host buffers only
+  // (no device here, or a build without CUDA: cuda_device_count 0) is
+  // refused before anything is registered, and the registered set still
+  // averages. With a device the worker opens them:
+  // tests/worker/device_tensor_cluster_test.cc.
+  if (info->cuda_device_count() == 0) {
+    DeviceTensorSpec device{"layer.device", {8}, gift::v1::DTYPE_FLOAT32, {}};
+    device.buffer.ipc_handle.assign(kCudaIpcHandleBytes, '\x01');
+    device.buffer.size_bytes = 8 * sizeof(float);
+    const absl::Status s = clients[0]->Register(specs, {device}).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "takes host buffers only")) << s;
+    const uint64_t after = early_step + 1;
+    const auto more = fill();
+    auto g0 = clients[0]->PushPullAsync(after);
+    auto g1 = clients[1]->PushPullAsync(after);
+    EXPECT_TRUE(g0.get().ok());
+    EXPECT_TRUE(g1.get().ok());
+    expect_average(more, after);
+  }
 }
 
 #endif  // GIFT_WORKER_BIN

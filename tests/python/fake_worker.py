@@ -9,7 +9,10 @@ land in the client's tensors without a copy. It enforces the documented
 codes: FAILED_PRECONDITION before registration, INVALID_ARGUMENT for a step
 not above the last one, an unknown tensor id or a tensor started twice in a
 step; StartTensors calls are recorded (start_calls) and completed by the
-step's PushPull.
+step's PushPull. With cuda_device_count > 0 it reports that many devices
+(WorkerInfo.cuda_device_count) and accepts cuda_ipc_handle buffers: it
+records them (cuda_buffers: name -> SharedBuffer) without opening them, and
+PushPull leaves them alone.
 """
 
 import fcntl
@@ -30,12 +33,15 @@ from gift_ps.shm import HANDOFF_MAGIC, RELEASE_PREFIX
 
 class FakeWorker:
     def __init__(self, socket_path: str, *, scale: float = 1.0, offset: float = 0.0,
-                 world_size: int = 1):
+                 world_size: int = 1, cuda_device_count: int = 0):
         pb = _protos.load()
         self.pb = pb
         self.scale = np.float32(scale)
         self.offset = np.float32(offset)
         self.world_size = world_size
+        self.cuda_device_count = cuda_device_count
+        self.cuda_buffers = {}  # name -> SharedBuffer of the registered CUDA IPC buffers
+        self.register_calls = 0
         self.lock = threading.Lock()
         self.buffers = {}  # tensor id -> (name, torch view, dtype)
         self.handed = {}  # handle -> mmap of the whole memfd
@@ -72,7 +78,8 @@ class FakeWorker:
                 with fake.lock:
                     return pb.worker_pb2.WorkerInfo(
                         member_id="fake-member", rank=0, world_size=fake.world_size, epoch=7,
-                        last_step=fake.last_step or 0, buffer_socket=fake.buffer_socket)
+                        last_step=fake.last_step or 0, buffer_socket=fake.buffer_socket,
+                        cuda_device_count=fake.cuda_device_count)
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         pb.worker_pb2_grpc.add_WorkerServicer_to_server(Servicer(), self.server)
@@ -153,18 +160,27 @@ class FakeWorker:
                   self.pb.cluster_pb2.DTYPE_BFLOAT16: (torch.bfloat16, 2),
                   self.pb.cluster_pb2.DTYPE_FLOAT16: (torch.float16, 2)}
         buffers = {}
+        cuda_buffers = {}
         ids = []
+        with self.lock:
+            self.register_calls += 1
         for spec in request.buffers:
             if spec.dtype not in dtypes:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{spec.name}: bad dtype")
-            if spec.buffer.WhichOneof("location") != "handle":
+            location = spec.buffer.WhichOneof("location")
+            cuda = location == "cuda_ipc_handle" and spec.buffer.cuda_device < self.cuda_device_count
+            if location != "handle" and not cuda:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{spec.name}: not a handle")
             dtype, size = dtypes[spec.dtype]
             n = int(np.prod(spec.shape))
             if spec.buffer.size_bytes != size * n:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                               f"{spec.name}: size_bytes {spec.buffer.size_bytes} != {size * n}")
-            view = self._view(spec.buffer, dtype, context)
+            if cuda:
+                cuda_buffers[spec.name] = spec.buffer
+                view = None
+            else:
+                view = self._view(spec.buffer, dtype, context)
             with self.lock:
                 if spec.name not in self.ids:
                     self.ids[spec.name] = self.next_id
@@ -174,6 +190,7 @@ class FakeWorker:
             ids.append((spec.name, tid))
         with self.lock:
             self.buffers = buffers
+            self.cuda_buffers = cuda_buffers
         return self.pb.worker_pb2.RegisterBuffersResponse(
             buffers=[self.pb.worker_pb2.RegisteredBuffer(name=n, tensor_id=t) for n, t in ids],
             rank=0, world_size=self.world_size)
@@ -202,10 +219,11 @@ class FakeWorker:
             results = []
             for tid in ids:
                 _, view, _ = self.buffers[tid]
-                view.copy_(view.float() * float(self.scale) + float(self.offset))
+                if view is not None:  # a CUDA IPC buffer is not opened here
+                    view.copy_(view.float() * float(self.scale) + float(self.offset))
                 results.append(self.pb.worker_pb2.TensorResult(
                     tensor_id=tid, basis_version=0, transformed=False,
-                    bytes_sent=view.numel(), rel_l2_error=0.25 if request.measure_error else 0.0))
+                    bytes_sent=view.numel() if view is not None else 0, rel_l2_error=0.25 if request.measure_error else 0.0))
         return self.pb.worker_pb2.PushPullResponse(step=request.step, epoch=7,
                                                    world_size=self.world_size,
                                                    tensors=results, seconds=0.001)

@@ -40,6 +40,61 @@ void FillBuffer(const std::string& handle, size_t offset, size_t size,
   buffer->set_size_bytes(size);
 }
 
+// The elements of tensor `index`'s shape; INVALID_ARGUMENT for an empty or
+// repeated name (`seen` collects them), an empty shape or a dimension < 1.
+absl::StatusOr<size_t> CheckedElements(const std::string& name, const std::vector<int64_t>& shape,
+                                       size_t index, absl::flat_hash_set<std::string>& seen) {
+  if (name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", index, " has an empty name"));
+  }
+  if (!seen.insert(name).second) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' appears twice"));
+  }
+  if (shape.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has no shape"));
+  }
+  size_t elements = 1;
+  for (int64_t d : shape) {
+    if (d < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "' shape ", ShapeString(shape), ": dimensions must be >= 1"));
+    }
+    elements *= static_cast<size_t>(d);
+  }
+  return elements;
+}
+
+// The local checks of a device tensor of `elements` elements.
+absl::Status CheckDeviceBuffer(const DeviceTensorSpec& spec, size_t elements) {
+  const size_t element_bytes = DTypeBytes(spec.dtype);
+  const DeviceBuffer& b = spec.buffer;
+  if (element_bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device tensor '", spec.name, "': dtype ", gift::v1::DType_Name(spec.dtype),
+                     " is not DTYPE_FLOAT32, DTYPE_BFLOAT16 or DTYPE_FLOAT16"));
+  }
+  if (b.ipc_handle.size() != kCudaIpcHandleBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("device tensor '", spec.name,
+                                                   "': an IPC handle of ", b.ipc_handle.size(),
+                                                   " bytes, not ", kCudaIpcHandleBytes));
+  }
+  if (b.device < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device tensor '", spec.name, "': device ", b.device, " < 0"));
+  }
+  if (b.size_bytes != elements * element_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device tensor '", spec.name, "' shape ", ShapeString(spec.shape), ": size_bytes ",
+        b.size_bytes, ", not ", elements, " elements of ", element_bytes, " bytes"));
+  }
+  if (b.offset_bytes % element_bytes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("device tensor '", spec.name, "': offset ",
+                                                   b.offset_bytes, " not aligned to ",
+                                                   element_bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // ---- WorkerClient --------------------------------------------------------------
@@ -92,88 +147,132 @@ WorkerClient::~WorkerClient() {
 
 absl::StatusOr<std::vector<SharedTensor>> WorkerClient::Register(
     const std::vector<TensorSpec>& specs) {
+  absl::StatusOr<RegisteredTensors> registered = Register(specs, {});
+  if (!registered.ok()) return registered.status();
+  return std::move(registered->host);
+}
+
+absl::StatusOr<RegisteredTensors> WorkerClient::Register(
+    const std::vector<TensorSpec>& specs, const std::vector<DeviceTensorSpec>& device) {
   // Check everything before creating anything.
+  if (specs.empty() && device.empty()) return absl::InvalidArgumentError("no tensors to register");
   absl::flat_hash_set<std::string> seen;
-  std::vector<size_t> elements(specs.size(), 1);
+  std::vector<size_t> elements(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
-    const TensorSpec& spec = specs[i];
-    if (spec.name.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", i, " has an empty name"));
-    }
-    if (!seen.insert(spec.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' appears twice"));
-    }
-    if (spec.shape.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' has no shape"));
-    }
-    for (int64_t d : spec.shape) {
-      if (d < 1) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' shape ",
-                                                       ShapeString(spec.shape),
-                                                       ": dimensions must be >= 1"));
-      }
-      elements[i] *= static_cast<size_t>(d);
-    }
+    absl::StatusOr<size_t> n = CheckedElements(specs[i].name, specs[i].shape, i, seen);
+    if (!n.ok()) return n.status();
+    elements[i] = *n;
+  }
+  for (size_t i = 0; i < device.size(); ++i) {
+    const DeviceTensorSpec& spec = device[i];
+    absl::StatusOr<size_t> n = CheckedElements(spec.name, spec.shape, specs.size() + i, seen);
+    if (!n.ok()) return n.status();
+    if (absl::Status s = CheckDeviceBuffer(spec, *n); !s.ok()) return s;
+  }
+  if (!device.empty()) {
+    if (absl::Status s = CheckWorkerTakesDeviceTensors(device); !s.ok()) return s;
   }
   std::vector<size_t> offsets(specs.size());
   size_t total = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
     offsets[i] = total;
-    total += (elements[i] * sizeof(float) + kTensorAlignment - 1) / kTensorAlignment *
-             kTensorAlignment;
+    total +=
+        (elements[i] * sizeof(float) + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
   }
-  absl::StatusOr<SealedRegion> created = SealedRegion::Create(total);
-  if (!created.ok()) return created.status();
-  auto region = std::make_shared<const SealedRegion>(*std::move(created));
-  absl::StatusOr<std::string> handle = Hand(*region);
-  if (!handle.ok()) return handle.status();
+  // Host tensors: one sealed region handed to the worker (none without any).
+  std::shared_ptr<const SealedRegion> region;
+  std::string handle;
+  if (!specs.empty()) {
+    absl::StatusOr<SealedRegion> created = SealedRegion::Create(total);
+    if (!created.ok()) return created.status();
+    region = std::make_shared<const SealedRegion>(*std::move(created));
+    absl::StatusOr<std::string> handed = Hand(*region);
+    if (!handed.ok()) return handed.status();
+    handle = *std::move(handed);
+  }
   gift::v1::RegisterBuffersRequest request;
   for (size_t i = 0; i < specs.size(); ++i) {
     gift::v1::BufferSpec* buffer = request.add_buffers();
     buffer->set_name(specs[i].name);
     for (int64_t d : specs[i].shape) buffer->add_shape(d);
     buffer->set_dtype(gift::v1::DTYPE_FLOAT32);
-    FillBuffer(*handle, offsets[i], elements[i] * sizeof(float), buffer->mutable_buffer());
+    FillBuffer(handle, offsets[i], elements[i] * sizeof(float), buffer->mutable_buffer());
+  }
+  for (const DeviceTensorSpec& spec : device) {
+    gift::v1::BufferSpec* buffer = request.add_buffers();
+    buffer->set_name(spec.name);
+    for (int64_t d : spec.shape) buffer->add_shape(d);
+    buffer->set_dtype(spec.dtype);
+    gift::v1::SharedBuffer* shared = buffer->mutable_buffer();
+    shared->set_cuda_ipc_handle(spec.buffer.ipc_handle);
+    shared->set_cuda_device(spec.buffer.device);
+    shared->set_offset_bytes(spec.buffer.offset_bytes);
+    shared->set_size_bytes(spec.buffer.size_bytes);
   }
   grpc::ClientContext context;
   context.set_deadline(Deadline(options_.rpc_timeout));
   gift::v1::RegisterBuffersResponse response;
   grpc::Status status = stub_->RegisterBuffers(&context, request, &response);
-  if (!status.ok()) {
-    Release(*handle);
-    return rpc::FromGrpcStatus(status, "RegisterBuffers");
-  }
-  if (response.buffers_size() != static_cast<int>(specs.size())) {
-    Release(*handle);
+  const size_t count = specs.size() + device.size();
+  if (!status.ok() || response.buffers_size() != static_cast<int>(count)) {
+    if (!handle.empty()) Release(handle);
+    if (!status.ok()) return rpc::FromGrpcStatus(status, "RegisterBuffers");
     return absl::InternalError(absl::StrCat("RegisterBuffers: the worker replied with ",
-                                            response.buffers_size(), " tensors for ",
-                                            specs.size()));
+                                            response.buffers_size(), " tensors for ", count));
   }
   {
     // The worker's registration of the new set holds its own mapping; the
     // previous set's handle is no longer named.
     absl::MutexLock lock(&hand_mu_);
-    std::swap(registered_handle_, *handle);
+    std::swap(registered_handle_, handle);
   }
-  if (!handle->empty()) Release(*handle);
+  if (!handle.empty()) Release(handle);
   std::string registered_handle_copy;
   {
     absl::MutexLock lock(&hand_mu_);
     registered_handle_copy = registered_handle_;
   }
-  std::vector<SharedTensor> tensors;
-  tensors.reserve(specs.size());
+  RegisteredTensors tensors;
+  tensors.host.reserve(specs.size());
+  tensors.device.reserve(device.size());
   absl::flat_hash_map<uint64_t, std::string> names;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    uint64_t id = response.buffers(static_cast<int>(i)).tensor_id();
-    names[id] = specs[i].name;
-    tensors.emplace_back(specs[i], id, region, offsets[i], registered_handle_copy);
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t id = response.buffers(static_cast<int>(i)).tensor_id();
+    if (i < specs.size()) {
+      names[id] = specs[i].name;
+      tensors.host.emplace_back(specs[i], id, region, offsets[i], registered_handle_copy);
+    } else {
+      names[id] = device[i - specs.size()].name;
+      tensors.device.emplace_back(device[i - specs.size()], id);
+    }
   }
   absl::MutexLock lock(&mu_);
   names_ = std::move(names);
   rank_ = response.rank();
   world_size_ = response.world_size();
   return tensors;
+}
+
+absl::Status WorkerClient::CheckWorkerTakesDeviceTensors(
+    const std::vector<DeviceTensorSpec>& device) {
+  absl::StatusOr<gift::v1::WorkerInfo> info = Info();
+  if (!info.ok()) return info.status();
+  const int count = info->cuda_device_count();
+  if (count <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "RegisterBuffers: the worker takes host buffers only (WorkerInfo.cuda_device_count 0: "
+        "no CUDA device, or a build without CUDA), so device tensor '",
+        device.front().name, "' cannot be registered by CUDA IPC; register it as a host tensor"));
+  }
+  for (const DeviceTensorSpec& spec : device) {
+    if (spec.buffer.device >= count) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "RegisterBuffers: device tensor '", spec.name, "' is on CUDA device ", spec.buffer.device,
+          ", and the worker opens CUDA IPC buffers on devices below ", count,
+          " only; register it as a host tensor"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 uint32_t WorkerClient::rank() const {
@@ -289,8 +388,7 @@ absl::Status WorkerClient::SubmitActivationStats(uint64_t tensor_id, uint64_t st
   }
   absl::MutexLock lock(&stats_mu_);
   auto it = stats_buffers_.find(tensor_id);
-  if (it == stats_buffers_.end() ||
-      it->second.region.size_bytes() != gram.size() * sizeof(float)) {
+  if (it == stats_buffers_.end() || it->second.region.size_bytes() != gram.size() * sizeof(float)) {
     if (it != stats_buffers_.end()) {
       Release(it->second.handle);
       stats_buffers_.erase(it);

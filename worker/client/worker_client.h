@@ -19,6 +19,15 @@
 //     ApplyUpdate((*tensors)[0].data(), ...);       // now holds the average
 //   }
 //
+// Device tensors (device_tensor.h) go in the same Register call as the host
+// ones (a call replaces the worker's whole set): the worker opens them by
+// CUDA IPC and averages them in place in device memory.
+//
+//   DeviceTensorSpec dev{"layer1.weight", {4096, 4096}, gift::v1::DTYPE_FLOAT32,
+//                        *DescribeDeviceBuffer(d_grad, bytes)};  // cuda_device_buffer.h
+//   auto set = (*client)->Register({{"layer0.bias", {1024}}}, {dev});
+//   ... cudaStreamSynchronize(stream); (*client)->PushPull(step); ...
+//
 // Errors: every call returns the worker's gRPC code and message as an
 // absl::Status (rpc::FromGrpcStatus), prefixed with the call's name
 // ("PushPull: ..."). Documented codes: PushPull FAILED_PRECONDITION (nothing
@@ -65,10 +74,11 @@
 #include "common/rpc/credentials.h"
 #include "gift/v1/worker.grpc.pb.h"
 #include "worker/client/buffer_handoff.h"
+#include "worker/client/device_tensor.h"
 
 namespace gift::client {
 
-// A tensor to register: its name (the same on every worker) and shape.
+// A host tensor to register: its name (the same on every worker) and shape.
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
@@ -112,6 +122,12 @@ class SharedTensor {
   size_t offset_;
   std::string handle_;
   size_t size_ = 0;
+};
+
+// What a Register call with device tensors returns: each kind in spec order.
+struct RegisteredTensors {
+  std::vector<SharedTensor> host;
+  std::vector<DeviceTensor> device;
 };
 
 struct TensorResult {
@@ -170,6 +186,19 @@ class WorkerClient {
   // otherwise the worker's status. Nothing stays allocated on failure.
   absl::StatusOr<std::vector<SharedTensor>> Register(const std::vector<TensorSpec>& specs);
 
+  // Registers host tensors (in one sealed region, as above; none created
+  // when `host` is empty) and device tensors (by CUDA IPC) as one set, in
+  // one RegisterBuffers call. INVALID_ARGUMENT, before anything is created
+  // or sent, for the checks above over both lists together (names unique
+  // across them, one tensor at least) and, for a device tensor, a dtype
+  // other than FP32 / BF16 / FP16, a handle not kCudaIpcHandleBytes long,
+  // a negative device, a size_bytes that is not elements * element size or
+  // an offset not aligned to the element size. FAILED_PRECONDITION when the
+  // worker takes host buffers only (WorkerInfo.cuda_device_count 0) or a
+  // tensor's device is not below cuda_device_count. Otherwise as above.
+  absl::StatusOr<RegisteredTensors> Register(const std::vector<TensorSpec>& host,
+                                             const std::vector<DeviceTensorSpec>& device);
+
   // The rank and world size the last successful Register reported.
   uint32_t rank() const;
   uint32_t world_size() const;
@@ -223,6 +252,9 @@ class WorkerClient {
   void RunCalls();
   absl::StatusOr<PushPullResult> DoPushPull(const gift::v1::PushPullRequest& request);
   absl::Status DoStartTensors(const gift::v1::StartTensorsRequest& request);
+  // FAILED_PRECONDITION unless the worker opens CUDA IPC buffers on every
+  // device of `device` (asks GetWorkerInfo).
+  absl::Status CheckWorkerTakesDeviceTensors(const std::vector<DeviceTensorSpec>& device);
   // Hands `region` to the worker (connecting to its buffer socket first).
   absl::StatusOr<std::string> Hand(const SealedRegion& region);
   // Tells the worker `handle` is no longer named (best effort).
