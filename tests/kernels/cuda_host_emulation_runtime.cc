@@ -93,6 +93,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
   return cudaMemcpy(dst, src, count, kind);
 }
 
+cudaError_t cudaMemset(void* ptr, int value, size_t count) {
+  if (count > 0) std::memset(ptr, value, count);
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t /*stream*/) {
   if (count > 0) std::memset(ptr, value, count);
   return cudaSuccess;
