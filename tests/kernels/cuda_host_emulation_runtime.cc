@@ -55,8 +55,35 @@ cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int dev
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int /*flags*/) {
-  *stream = static_cast<cudaStream_t>(std::malloc(1));
+// A stream is a token holding its priority. The emulated device's priority
+// range is a current NVIDIA GPU's: 0 (the least, and the default) to -5.
+constexpr int kLeastPriority = 0, kGreatestPriority = -5;
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int /*flags*/,
+                                         int priority) {
+  int* token = static_cast<int*>(std::malloc(sizeof(int)));
+  if (token == nullptr) return Fail(cudaErrorMemoryAllocation);
+  // Clamped into the range, as CUDA does.
+  *token = priority > kLeastPriority      ? kLeastPriority
+           : priority < kGreatestPriority ? kGreatestPriority
+                                          : priority;
+  *stream = reinterpret_cast<cudaStream_t>(token);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  return cudaStreamCreateWithPriority(stream, flags, kLeastPriority);
+}
+
+cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) {
+  if (stream == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  *priority = *reinterpret_cast<int*>(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  *least = kLeastPriority;
+  *greatest = kGreatestPriority;
   return cudaSuccess;
 }
 
@@ -130,6 +157,17 @@ cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int /*flags*/) {
 
 cudaError_t cudaHostUnregister(void* ptr) {
   return ptr == nullptr ? Fail(cudaErrorInvalidValue) : cudaSuccess;
+}
+
+// Page-locked allocations are plain host memory here.
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int /*flags*/) {
+  *ptr = std::malloc(size == 0 ? 1 : size);
+  return *ptr == nullptr ? Fail(cudaErrorMemoryAllocation) : cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
 }
 
 }  // extern "C"
