@@ -234,20 +234,34 @@ void PrintTo(const StageCase& c, std::ostream* os) {
       << c.rows_per_chunk << " rows";
 }
 
+// What a case's tests share: its codecs, chunks, gradient and transform,
+// and the results servers send (another gradient's chunks in the pull codec).
+struct StageSetup {
+  explicit StageSetup(const StageCase& p)
+      : push(codec::ParseCodecSpec(p.push).value()),
+        pull(codec::ParseCodecSpec(p.pull).value()),
+        tensor{1, kRows, kCols, p.rows_per_chunk, p.gift},
+        chunks(testing::Routes(tensor, {"s"})),
+        g(testing::Gradient(tensor, 0, 7)),
+        transform(p.gift ? Basis() : Identity()),
+        results(ResultPayloads(pull, chunks, testing::Gradient(tensor, 1, 8))) {}
+
+  codec::CodecSpec push, pull;
+  testing::Tensor tensor;
+  std::vector<ChunkRoute> chunks;
+  std::vector<float> g;
+  std::shared_ptr<const transform::GradientTransform> transform;
+  std::vector<std::vector<uint8_t>> results;
+};
+
 class DeviceStageTest : public ::testing::TestWithParam<StageCase> {};
 
 TEST_P(DeviceStageTest, MatchesTheHostStageInAnyArrivalOrder) {
   SKIP_WITHOUT_DEVICE();
   const StageCase& p = GetParam();
-  const codec::CodecSpec push = codec::ParseCodecSpec(p.push).value();
-  const codec::CodecSpec pull = codec::ParseCodecSpec(p.pull).value();
-  const testing::Tensor tensor{1, kRows, kCols, p.rows_per_chunk, p.gift};
-  const std::vector<ChunkRoute> chunks = testing::Routes(tensor, {"s"});
+  const StageSetup setup(p);
+  const auto& [push, pull, tensor, chunks, g, transform, results] = setup;
   ASSERT_GE(chunks.size(), 3u);
-  const std::vector<float> g = testing::Gradient(tensor, 0, 7);
-  const auto transform = p.gift ? Basis() : Identity();
-
-  const auto results = ResultPayloads(pull, chunks, testing::Gradient(tensor, 1, 8));
 
   auto host = HostCodecStage::Create(transform, {.spec = push}).value();
   std::vector<size_t> in_order(chunks.size());
@@ -313,14 +327,9 @@ class DeviceStagePipelineTest
 TEST_P(DeviceStagePipelineTest, StepsOnOneArenaMatchTheHostStage) {
   SKIP_WITHOUT_DEVICE();
   const auto& [p, pipe] = GetParam();
-  const codec::CodecSpec push = codec::ParseCodecSpec(p.push).value();
-  const codec::CodecSpec pull = codec::ParseCodecSpec(p.pull).value();
-  const testing::Tensor tensor{1, kRows, kCols, p.rows_per_chunk, p.gift};
-  const std::vector<ChunkRoute> chunks = testing::Routes(tensor, {"s"});
+  const StageSetup setup(p);
+  const auto& [push, pull, tensor, chunks, g, transform, results] = setup;
   ASSERT_GE(chunks.size(), 3u);
-  const std::vector<float> g = testing::Gradient(tensor, 0, 7);
-  const auto transform = p.gift ? Basis() : Identity();
-  const auto results = ResultPayloads(pull, chunks, testing::Gradient(tensor, 1, 8));
   std::vector<size_t> order(chunks.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
 

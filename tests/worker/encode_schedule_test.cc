@@ -36,6 +36,13 @@ std::vector<ChunkEncode> Step(uint8_t* arena, size_t chunks, uint64_t step, uint
   return calls;
 }
 
+// Step `step` of `chunks` chunks on `arena`, then the start of the next.
+void Learn(EncodeSchedule& s, uint8_t* arena, size_t chunks, uint64_t step = 1) {
+  s.StartStep();
+  for (const ChunkEncode& c : Step(arena, chunks, step)) s.Next(c);
+  s.StartStep();
+}
+
 std::vector<size_t> Slots(const EncodeSchedule::Plan& plan) {
   std::vector<size_t> slots;
   for (const auto& a : plan.ahead) slots.push_back(a.slot);
@@ -88,9 +95,7 @@ TEST(EncodeScheduleTest, LaterStepsEncodeAheadAndEachPredictionServesItsOwnChunk
 TEST(EncodeScheduleTest, ADifferentCallIsEncodedAtItsCallAndEndsPredictionForTheStep) {
   uint8_t arena[1000];
   EncodeSchedule s(3);
-  s.StartStep();
-  for (const ChunkEncode& c : Step(arena, 6, 1)) s.Next(c);
-  s.StartStep();
+  Learn(s, arena, 6);
   auto calls = Step(arena, 6, 2);
   calls[2].key.rank = 1;  // e.g. a new rank after a membership change
   EXPECT_EQ(Slots(s.Next(calls[0])), (std::vector<size_t>{1, 2, 3}));
@@ -115,9 +120,7 @@ TEST(EncodeScheduleTest, ADifferentCallIsEncodedAtItsCallAndEndsPredictionForThe
 TEST(EncodeScheduleTest, OnlyTheStepFieldOfTheKeyIsCarriedOver) {
   uint8_t arena[1000];
   EncodeSchedule s(1);
-  s.StartStep();
-  for (const ChunkEncode& c : Step(arena, 2, 10)) s.Next(c);
-  s.StartStep();
+  Learn(s, arena, 2, 10);
   auto calls = Step(arena, 2, 11);
   const auto plan = s.Next(calls[0]);
   ASSERT_EQ(plan.ahead.size(), 1u);
@@ -129,11 +132,9 @@ TEST(EncodeScheduleTest, OnlyTheStepFieldOfTheKeyIsCarriedOver) {
 TEST(EncodeScheduleTest, AShorterFailedStepAndAnArenaChangeAreHandled) {
   uint8_t arena[1000];
   EncodeSchedule s(2);
-  s.StartStep();
-  for (const ChunkEncode& c : Step(arena, 4, 1)) s.Next(c);
   // Step 2 fails after chunk 1 (the engine stops calling): predictions of
   // 2 and 3 were made, and are dropped by the next StartStep.
-  s.StartStep();
+  Learn(s, arena, 4);
   auto calls = Step(arena, 4, 2);
   EXPECT_EQ(Slots(s.Next(calls[0])), (std::vector<size_t>{1, 2}));
   EXPECT_EQ(Slots(s.Next(calls[1])), (std::vector<size_t>{3}));
@@ -153,9 +154,7 @@ TEST(EncodeScheduleTest, AShorterFailedStepAndAnArenaChangeAreHandled) {
 TEST(EncodeScheduleTest, AnEncodeAheadNotEnqueuedIsEncodedAtItsCall) {
   uint8_t arena[1000];
   EncodeSchedule s(2);
-  s.StartStep();
-  for (const ChunkEncode& c : Step(arena, 4, 1)) s.Next(c);
-  s.StartStep();
+  Learn(s, arena, 4);
   const auto calls = Step(arena, 4, 2);
   EXPECT_EQ(Slots(s.Next(calls[0])), (std::vector<size_t>{1, 2}));
   s.NotEnqueued(1);  // the stage failed to enqueue slot 1 (and so 2 after it)
