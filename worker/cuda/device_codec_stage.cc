@@ -135,10 +135,12 @@ absl::Status DeviceCodecStage::UseTransform(std::shared_ptr<const transform::Gra
     return absl::InvalidArgumentError(absl::StrCat("transform is ", t->d_out(), "x", t->d_in(),
                                                    ", tensor is ", rows_, "x", cols_));
   }
+  // The old basis may still be in use by queued work (a failed step's
+  // inverse, encodes ahead of the prepared tensor).
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (dynamic_cast<const transform::IdentityTransform*>(t.get()) != nullptr) {
     basis_.reset();
   } else if (const auto* b = dynamic_cast<const transform::TensorBasisTransform*>(t.get())) {
-    cudaStreamSynchronize(stream_);  // the old basis may still be in use
     GIFT_ASSIGN_OR_RETURN(kernels::TensorBasisCuda basis,
                           kernels::TensorBasisCuda::Create(b->basis(), stream_, device_.math));
     basis_.emplace(std::move(basis));

@@ -86,9 +86,14 @@
 // device; not built.)
 //
 // Ownership and thread safety: as TensorCodecStage (one thread). The stage
-// owns its stream, events and device buffers; it does not own the gradient
-// or the send arena (which it unpins when destroyed or re-attached, so the
-// arena must outlive the stage's attachment).
+// owns its stream, events, device buffers, check arrays and result staging;
+// it does not own the gradient or the send arena (which it unpins when
+// destroyed or re-attached, so the arena must outlive the stage's
+// attachment). Between calls, work may still be queued on the stream:
+// encodes ahead (writing the stage's memory only) and decodes; the stage
+// waits for the work that uses a buffer before it frees, grows or
+// re-attaches it, and WriteResult returns only once everything queued is
+// done.
 #ifndef GIFT_WORKER_CUDA_DEVICE_CODEC_STAGE_H_
 #define GIFT_WORKER_CUDA_DEVICE_CODEC_STAGE_H_
 
