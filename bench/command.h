@@ -15,6 +15,10 @@ struct Command {
   // Runs the subcommand with the options parsed into it. Called at most once,
   // after a successful parse, when `*app` was given on the command line.
   std::function<absl::Status()> run;
+  // The exit status of gift-bench when `run` fails; null: 1. For a
+  // subcommand whose callers must tell a skip from a failure (gpu-share
+  // answers 2 when there is no CUDA device).
+  std::function<int(const absl::Status&)> exit_code;
 };
 
 }  // namespace gift::bench

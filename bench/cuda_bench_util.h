@@ -95,6 +95,12 @@ class Stream {
   absl::Status Init() {
     return CudaStatus(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
+  // The same at `priority` (cudaDeviceGetStreamPriorityRange: lower numbers
+  // are higher priorities; 0 is the default).
+  absl::Status InitWithPriority(int priority) {
+    return CudaStatus(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, priority),
+                      "cudaStreamCreateWithPriority");
+  }
   cudaStream_t get() const { return s_; }
 
  private:

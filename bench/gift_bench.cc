@@ -10,6 +10,8 @@
 //   gift-bench model      predicted step time: rings against the service (nothing measured)
 //   gift-bench faults     kill -9 / SIGSTOP of each daemon kind: exact-once counts and stalls
 //   gift-bench mac        the data-plane MAC candidates (OpenSSL EVP) in GB/s on this machine
+//   gift-bench gpu-share  one side (trainer or worker) of the GPU-sharing measurement
+//                         (scripts/gpu-share.sh runs both)
 //
 // Every subcommand lives in its own file and registers itself through a
 // bench::Command; see command.h.
@@ -25,6 +27,7 @@
 #include "bench/control_plane_bench.h"
 #include "bench/fault_suite.h"
 #include "bench/fidelity_report.h"
+#include "bench/gpu_share_bench.h"
 #include "bench/mac_bench.h"
 #include "bench/model_bench.h"
 #include "bench/refresh_bench.h"
@@ -60,6 +63,7 @@ int Main(int argc, char** argv) {
   commands.push_back(gift::bench::AddModelCommand(app));
   commands.push_back(gift::bench::AddFaultsCommand(app));
   commands.push_back(gift::bench::AddMacCommand(app));
+  commands.push_back(gift::bench::AddGpuShareCommand(app));
 
   try {
     app.parse(argc, argv);
@@ -73,7 +77,7 @@ int Main(int argc, char** argv) {
     if (!status.ok()) {
       std::cerr << "gift-bench " << command.app->get_name() << ": error: " << status.message()
                 << " (" << absl::StatusCodeToString(status.code()) << ")\n";
-      return 1;
+      return command.exit_code ? command.exit_code(status) : 1;
     }
     return 0;
   }

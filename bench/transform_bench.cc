@@ -9,7 +9,6 @@
 #include <memory>
 #include <optional>
 #include <ostream>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "bench/bench_util.h"
 #include "bench/codec_bench_cuda.h"
 #include "bench/plain_blas_forward.h"
+#include "bench/synthetic_basis.h"
 #include "bench/transform_bench_cuda.h"
 #include "common/base/relative_error.h"
 #include "common/base/status_macros.h"
@@ -32,7 +32,6 @@
 #include "common/transform/blas_runtime.h"
 #include "common/transform/dense_whitening_transform.h"
 #include "common/transform/low_rank_eigen.h"
-#include "common/transform/side_basis.h"
 #include "common/transform/tensor_basis.h"
 
 namespace gift::bench {
@@ -52,45 +51,6 @@ struct Shape {
 absl::StatusOr<Shape> ParseShape(const std::string& text) {
   GIFT_ASSIGN_OR_RETURN(const MatrixShape s, ParseMatrixShape(text, int64_t{1} << 20));
   return Shape{.d_out = s.rows, .d_in = s.cols};
-}
-
-// n x k with orthonormal columns (QR of a seeded Gaussian).
-Eigen::MatrixXd RandomOrthonormal(int64_t n, int64_t k, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal;
-  Eigen::MatrixXd g(n, k);
-  for (Eigen::Index i = 0; i < g.size(); ++i) g.data()[i] = normal(rng);
-  const Eigen::HouseholderQR<Eigen::MatrixXd> qr(g);
-  return qr.householderQ() * Eigen::MatrixXd::Identity(n, k);
-}
-
-// Synthetic eigenpairs of an n x n factor: lam_j = (j + 1)^-1.5 over the top
-// r, and a tail holding 20% of the trace.
-transform::LowRankEigenpairs SyntheticEigenpairs(int64_t n, int64_t r, uint64_t seed) {
-  transform::LowRankEigenpairs eig;
-  eig.vectors = RandomOrthonormal(n, r, seed);
-  eig.values.resize(r);
-  for (int64_t j = 0; j < r; ++j) eig.values(j) = std::pow(1.0 + j, -1.5);
-  eig.trace = eig.values.sum() / 0.8;
-  return eig;
-}
-
-absl::StatusOr<TensorBasis> MakeBasis(const Shape& s, int64_t rank, double power, uint64_t seed) {
-  const transform::SideBasisOptions side_options;  // isotropic
-  GIFT_ASSIGN_OR_RETURN(transform::SideBasis out_side,
-                        transform::SideBasis::FromEigenpairs(
-                            SyntheticEigenpairs(s.d_out, std::min(rank, s.d_out), seed),
-                            Eigen::VectorXd(), s.d_out, side_options));
-  GIFT_ASSIGN_OR_RETURN(transform::SideBasis in_side,
-                        transform::SideBasis::FromEigenpairs(
-                            SyntheticEigenpairs(s.d_in, std::min(rank, s.d_in), seed + 1),
-                            Eigen::VectorXd(), s.d_in, side_options));
-  transform::TensorBasisHeader header;
-  header.d_out = s.d_out;
-  header.d_in = s.d_in;
-  header.config.sides = transform::Sides::kBoth;
-  header.config.power = power;
-  return TensorBasis::Create(header, std::move(out_side), std::move(in_side));
 }
 
 // The dense factor U diag(lam) U^T + sigma (I - U U^T) of the same synthetic
@@ -346,8 +306,8 @@ absl::Status Run(const TransformBenchOptions& options) {
   for (const Shape& s : shapes) {
     const std::string shape_name = absl::StrCat(s.d_out, "x", s.d_in);
     const uint64_t rows = static_cast<uint64_t>(s.d_out), cols = static_cast<uint64_t>(s.d_in);
-    GIFT_ASSIGN_OR_RETURN(const TensorBasis basis,
-                          MakeBasis(s, options.rank, options.power, options.seed));
+    GIFT_ASSIGN_OR_RETURN(const TensorBasis basis, MakeSyntheticBasis(s.d_out, s.d_in, options.rank,
+                                                                      options.power, options.seed));
     const std::vector<float> g = MakeGradientLikeInput(rows, cols, options.seed, pool.get());
 
     os << absl::StrFormat("\n== %s ==\n", shape_name);

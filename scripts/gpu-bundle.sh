@@ -28,6 +28,8 @@ worker_tests="device_codec_stage_test"
 cmake --build "$build_dir" -j "$(nproc)" --target $worker_tests
 for t in $worker_tests; do cp "$build_dir/tests/worker/$t" .gpu/; done
 cp "$build_dir/bench/gift-bench" .gpu/
+# Sharing the GPU with a training process (docs/gpu.md): run by run.sh.
+cp scripts/gpu-share.sh .gpu/
 for bin in .gpu/*_test .gpu/gift-bench; do
   ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
@@ -94,6 +96,12 @@ timeout 90 "$here/gift-bench" refresh --gpu --reps 3 --ranks 64,128 \
 timeout 60 "$here/gift-bench" refresh --gpu --reps 3 --ranks 64,128 --cpu-max-dim 4096 \
   --shapes 4096x11008 --json "$out/refresh_bench_11008.json" 2>&1 |
   tee "$out/refresh_bench_11008.txt"
+# Sharing the GPU (docs/gpu.md): the worker's kernels beside a backward pass's
+# SGEMMs as two processes, alone, without and with MPS; the script keeps to
+# 80 s itself (a run that would pass it is skipped); results in
+# $out/gpu-share/gpu_share.json.
+OUT="$out/gpu-share" timeout 110 bash "$here/gpu-share.sh" --bench "$here/gift-bench" 2>&1 |
+  tee "$out/gpu_share.txt"
 RUN
 chmod +x .gpu/run.sh
 du -sh .gpu

@@ -135,7 +135,13 @@ class Transport {
     return std::unique_ptr<MemoryRegion>(new MemoryRegion());
   }
 
-  // "ucx" or "inproc", plus details for logs.
+  // Whether Send and RegisterMemory take CUDA device memory (UCX built with
+  // its CUDA module, and a device). When false, device data must be staged
+  // through host memory, which is what the worker does (and, today, also
+  // when true: handing device memory to the transport is not built).
+  virtual bool carries_cuda_memory() const { return false; }
+
+  // "ucx" or "inproc", plus details for logs ("ucx (memory types: host)").
   virtual std::string name() const = 0;
 };
 

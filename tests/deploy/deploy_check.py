@@ -19,11 +19,16 @@ import sys
 import tempfile
 import tomllib
 
+from mps_check import MPS_CONTROL, apply_merges, check_mps, check_mps_unit, env_of
+
 SKIP = 77
 DAEMONS = ["gift-coordinator", "gift-server", "gift-worker"]
 BINARIES = DAEMONS + ["giftctl", "gift-cluster"]
 UNITS = ["gift.target", "gift-coordinator.service", "gift-server@.service",
-         "gift-worker@.service"]
+         "gift-worker@.service", "gift-mps.service"]
+# The daemons' units (the hardening and TLS rules); gift-mps.service runs
+# NVIDIA's MPS control daemon (checked by check_mps_unit).
+DAEMON_UNITS = ["gift-coordinator.service", "gift-server@.service", "gift-worker@.service"]
 
 
 class Failures:
@@ -76,6 +81,9 @@ def stage_units(source, bins, directory):
             return "/bin/true"
 
         text = re.sub(r"/usr/local/bin/([A-Za-z0-9_-]+)", exe, text)
+        if MPS_CONTROL in text and not os.access(MPS_CONTROL, os.X_OK):
+            notes.append(f"{unit}: {MPS_CONTROL} is not installed; verified with /bin/true")
+            text = text.replace(MPS_CONTROL, "/bin/true")
         text = text.replace("/etc/gift/", confdir + "/")
         with open(os.path.join(directory, unit), "w") as f:
             f.write(text)
@@ -102,7 +110,8 @@ def cmd_units(args):
             if "gift" in line:
                 failures.check(False, f"systemd-analyze: {line}")
         # The structure the deployment relies on.
-        for unit in UNITS[1:]:
+        check_mps_unit(args.source, failures)
+        for unit in DAEMON_UNITS:
             text = open(os.path.join(args.source, "deploy", "systemd", unit)).read()
             for key in ["Type=notify", "NotifyAccess=main", "WatchdogSec=", "Restart=on-failure",
                         "KillSignal=SIGTERM", "TimeoutStopSec=", "NoNewPrivileges=yes",
@@ -124,7 +133,7 @@ def cmd_security(args):
     failures = Failures()
     with tempfile.TemporaryDirectory() as directory:
         stage_units(args.source, {}, directory)
-        for unit in UNITS[1:]:
+        for unit in DAEMON_UNITS + ["gift-mps.service"]:
             proc = subprocess.run(["systemd-analyze", "security", "--offline=true",
                                    os.path.join(directory, unit)], capture_output=True, text=True)
             last = [l for l in proc.stdout.splitlines() if "Overall exposure" in l]
@@ -308,6 +317,16 @@ def check_tree(name, documents, configmaps, failures, colocated=False):
                 ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
                 # The ConfigMap volume and the config file the daemon is told to read.
                 mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
+                if c.get("command", [""])[0] not in DAEMONS:
+                    # A helper beside a daemon (the MPS control daemon): no
+                    # config, TLS or served ports; it must be watched.
+                    for vname in mounts:
+                        failures.check(vname in volumes,
+                                       f"{name}: {wname}/{c['name']} mounts missing volume {vname}")
+                    failures.check(not ports, f"{name}: {wname}/{c['name']} declares ports")
+                    failures.check("livenessProbe" in c,
+                                   f"{name}: {wname}/{c['name']} has no livenessProbe")
+                    continue
                 config_file = None
                 for arg in c.get("args", []) + c.get("command", []):
                     if arg.startswith("--config="):
@@ -402,8 +421,11 @@ def check_tree(name, documents, configmaps, failures, colocated=False):
     if ds:
         pod = ds["spec"]["template"]["spec"]
         c = pod["containers"][0]
-        failures.check("nvidia.com/gpu" in c["resources"].get("limits", {}),
-                       f"{name}: worker requests no GPU")
+        # Its own GPU from the device plugin, or (the MPS overlay, CUDA IPC
+        # buffers) the node's GPUs that the training pods were given.
+        failures.check("nvidia.com/gpu" in c["resources"].get("limits", {}) or
+                       env_of(c).get("NVIDIA_VISIBLE_DEVICES") == "all",
+                       f"{name}: worker requests no GPU and does not see the node's")
         failures.check(bool(pod.get("nodeSelector")), f"{name}: worker has no nodeSelector")
         host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
         socket = tomls.get("worker.toml", {}).get("socket", "")
@@ -496,6 +518,24 @@ def cmd_manifests(args):
     failures.check(bool(ck.get("namespace")), "colocated overlay sets no namespace")
     cdocs = apply_deletes(colocated, ck, cdocs, failures)
     check_tree("colocated", cdocs, ccms, failures, colocated=True)
+    # The MPS overlay: the MPS control daemon as a sidecar of the worker.
+    mps_dir = os.path.join(args.source, "deploy", "k8s", "overlays", "mps")
+    mdocs, mcms, mk = resolve(mps_dir, failures)
+    failures.check(bool(mk.get("namespace")), "mps overlay sets no namespace")
+    mdocs = apply_merges(mps_dir, mk, mdocs, load_yaml, failures)
+    check_tree("mps", mdocs, mcms, failures)
+    check_mps("mps", mdocs, failures)
+    # And as kustomize itself builds it, where kubectl is installed.
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        import yaml
+        proc = subprocess.run([kubectl, "kustomize", mps_dir], capture_output=True, text=True,
+                              timeout=60)
+        if failures.check(proc.returncode == 0, f"kubectl kustomize {mps_dir}: {proc.stderr}"):
+            check_mps("mps (kubectl kustomize)",
+                      [d for d in yaml.safe_load_all(proc.stdout) if d], failures)
+    else:
+        print("note: no kubectl; the MPS overlay is checked through the merge above only")
     return failures.finish("manifests")
 
 

@@ -96,6 +96,12 @@ cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// The math mode is accepted and ignored: cublasSgemm_v2 below computes in
+// FP32 whatever the mode.
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t /*mode*/) {
+  return handle == nullptr ? CUBLAS_STATUS_NOT_INITIALIZED : CUBLAS_STATUS_SUCCESS;
+}
+
 const char* cublasGetStatusName(cublasStatus_t status) {
   return status == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_EMULATED";
 }

@@ -55,8 +55,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int dev
   return cudaSuccess;
 }
 
-// A stream is a token holding its priority. The emulated device's priority
-// range is a current NVIDIA GPU's: 0 (the least, and the default) to -5.
+// A stream is a token holding its priority (kept, for cudaStreamGetPriority;
+// it orders nothing, since every call completes at once). The emulated
+// device's priority range is a current NVIDIA GPU's: 0 (the least, and the
+// default) to -5.
 constexpr int kLeastPriority = 0, kGreatestPriority = -5;
 
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int /*flags*/,
@@ -84,6 +86,14 @@ cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) {
 cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
   *least = kLeastPriority;
   *greatest = kGreatestPriority;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return Fail(cudaErrorInvalidDevice);
+  *prop = cudaDeviceProp{};
+  std::strcpy(prop->name, "host emulation");
+  prop->multiProcessorCount = kEmulatedSms;
   return cudaSuccess;
 }
 

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "common/transport/connection_cache.h"
 #include "common/transport/inproc/inproc_transport.h"
+#include "common/transport/ucx/ucx_context.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
 
@@ -381,6 +382,36 @@ TEST(UcxTransportTest, UnknownTlsIsAnError) {
   auto b = CreateUcxTransport(inbox_b.Handlers());
   ASSERT_TRUE(b.ok());
   EXPECT_FALSE((*t)->Connect((*b)->address()).ok());
+}
+
+// What memory the transport can carry comes from UCX itself: host always;
+// CUDA device memory only with UCX's CUDA module (not in Debian's UCX), and
+// the transport's answer and its name follow the query.
+TEST(UcxTransportTest, SaysWhichMemoryTypesItCarries) {
+  absl::StatusOr<ucp_context_h> context = CreateUcpContext({});
+  ASSERT_TRUE(context.ok()) << context.status();
+  absl::StatusOr<uint64_t> types = QueryMemoryTypes(*context);
+  ucp_cleanup(*context);
+  ASSERT_TRUE(types.ok()) << types.status();
+  EXPECT_NE(*types & UCS_BIT(UCS_MEMORY_TYPE_HOST), 0u);
+
+  Inbox inbox;
+  auto t = CreateUcxTransport(inbox.Handlers());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->carries_cuda_memory(), HasCudaMemory(*types));
+  EXPECT_EQ((*t)->name(), "ucx (memory types: " + DescribeMemoryTypes(*types) + ")");
+
+  InprocHub hub;
+  auto inproc = CreateInprocTransport(&hub, inbox.Handlers());
+  ASSERT_TRUE(inproc.ok()) << inproc.status();
+  EXPECT_FALSE((*inproc)->carries_cuda_memory());
+
+  EXPECT_EQ(DescribeMemoryTypes(UCS_BIT(UCS_MEMORY_TYPE_HOST)), "host");
+  EXPECT_EQ(DescribeMemoryTypes(UCS_BIT(UCS_MEMORY_TYPE_HOST) | UCS_BIT(UCS_MEMORY_TYPE_CUDA)),
+            "host,cuda");
+  EXPECT_EQ(DescribeMemoryTypes(0), "none");
+  EXPECT_TRUE(HasCudaMemory(UCS_BIT(UCS_MEMORY_TYPE_CUDA)));
+  EXPECT_FALSE(HasCudaMemory(UCS_BIT(UCS_MEMORY_TYPE_HOST)));
 }
 
 TEST(UcxTransportTest, PayloadsGoEagerlyOverTcpOnly) {

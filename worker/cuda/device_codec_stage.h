@@ -61,16 +61,19 @@
 //
 // Stream priority: the stage's stream is created with the least priority
 // the device reports (cudaDeviceGetStreamPriorityRange), unless
-// DeviceCodecStageOptions::stream_priority names another in the range. The
-// worker shares the GPU with the training process, whose backward is on the
-// step's critical path; the worker's encodes and decodes are not, as long
-// as they finish before the network needs them. A GPU schedules pending
-// work of a higher-priority stream first, so the worker should never be the
-// one that delays training. On current NVIDIA GPUs the least priority is
-// also the default one (0, with greater priorities down to -5), so the
-// worker's kernels yield only to streams the training process created with
-// a greater priority (e.g. torch.cuda.Stream(priority=-1)), and compete
-// equally with its default-priority ones.
+// DeviceCodecStageOptions::stream_priority names another in the range. Why:
+// the training process's backward is on the step's critical path and the
+// worker's encodes and decodes are not (they only have to be done before
+// the network needs them), and a GPU starts pending work of a
+// higher-priority stream first, so where priorities apply the worker should
+// be the one that waits. Where they apply is narrow (docs/gpu.md, "Sharing
+// the GPU"): priorities order streams of one CUDA context, and the daemon
+// is a process of its own, so between it and a training process on the
+// same GPU the GPU time-slices contexts and priorities do nothing (unless
+// both run in one context, the in-process mode, not built). And on current
+// NVIDIA GPUs the least priority is also the default (0, greater ones down
+// to -5), so even in one context the worker yields only to streams created
+// with a greater priority (e.g. torch.cuda.Stream(priority=-1)).
 //
 // Not used: ForwardEncoderCuda (the fused forward + encode) writes one
 // tensor-wide block layout, while the engine sends each chunk as a payload

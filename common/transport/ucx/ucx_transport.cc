@@ -3,7 +3,6 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -16,10 +15,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/base/crc32c.h"
+#include "common/transport/ucx/ucx_context.h"
 
 namespace gift::transport {
 namespace {
@@ -42,9 +41,6 @@ uint32_t GetU32(const char* in) {
   return v;
 }
 
-absl::Status UcxError(absl::string_view what, ucs_status_t status) {
-  return absl::InternalError(absl::StrCat(what, ": ", ucs_status_string(status)));
-}
 
 // A send in flight: keeps the header alive (UCX 1.13 reads it until
 // completion) and the caller's callback.
@@ -71,7 +67,10 @@ class UcxTransport final : public Transport {
                     absl::Span<const uint8_t> payload, SendCallback done) override;
   void Disconnect(PeerId peer) override;
   absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(absl::Span<uint8_t> buffer) override;
-  std::string name() const override { return "ucx"; }
+  std::string name() const override {
+    return absl::StrCat("ucx (memory types: ", DescribeMemoryTypes(memory_types_), ")");
+  }
+  bool carries_cuda_memory() const override { return HasCudaMemory(memory_types_); }
 
   void Deliver(Message message) { handlers_.on_receive(std::move(message)); }
 
@@ -129,6 +128,7 @@ class UcxTransport final : public Transport {
 
   TransportHandlers handlers_;
   ucp_context_h context_ = nullptr;
+  uint64_t memory_types_ = 0;  // ucs_memory_type_t bits the context carries
   ucp_worker_h worker_ = nullptr;
   std::string address_;
   std::thread thread_;
@@ -162,30 +162,12 @@ absl::StatusOr<std::unique_ptr<Transport>> UcxTransport::Create(
 }
 
 absl::Status UcxTransport::Init(const UcxTransportOptions& options) {
-  ucp_config_t* config = nullptr;
-  ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
-  if (status != UCS_OK) return UcxError("ucp_config_read", status);
-  if (!options.tls.empty()) {
-    status = ucp_config_modify(config, "TLS", options.tls.c_str());
-    if (status != UCS_OK) {
-      ucp_config_release(config);
-      return UcxError(absl::StrCat("UCX transports '", options.tls, "'"), status);
-    }
-  }
-  if (const std::string rndv = EffectiveRndvThresh(
-          options, [](const char* name) -> const char* { return std::getenv(name); }); !rndv.empty()) {
-    status = ucp_config_modify(config, "RNDV_THRESH", rndv.c_str());
-    if (status != UCS_OK) {
-      ucp_config_release(config);
-      return UcxError(absl::StrCat("UCX rendezvous threshold '", rndv, "'"), status);
-    }
-  }
-  ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
-  status = ucp_init(&params, config, &context_);
-  ucp_config_release(config);
-  if (status != UCS_OK) return UcxError("ucp_init", status);
+  absl::StatusOr<ucp_context_h> context = CreateUcpContext(options);
+  if (!context.ok()) return context.status();
+  context_ = *context;
+  // Host only when UCX cannot say (nothing is lost: device data is staged).
+  memory_types_ = QueryMemoryTypes(context_).value_or(UCS_BIT(UCS_MEMORY_TYPE_HOST));
+  ucs_status_t status;
 
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -586,28 +568,6 @@ void UcxTransport::Unregister(uintptr_t start) {
 }
 
 }  // namespace
-
-std::string EffectiveRndvThresh(const UcxTransportOptions& options,
-                                const std::function<const char*(const char*)>& getenv) {
-  if (getenv("UCX_RNDV_THRESH") != nullptr) return "";  // UCX reads it itself
-  if (!options.rndv_thresh.empty()) return options.rndv_thresh;
-  std::string tls = options.tls;
-  if (tls.empty()) {
-    const char* env = getenv("UCX_TLS");
-    if (env != nullptr) tls = env;
-  }
-  // TCP the only network transport: every name is tcp or an intra-host one.
-  bool tcp = false;
-  for (absl::string_view name : absl::StrSplit(tls, ',')) {
-    if (name == "tcp") {
-      tcp = true;
-    } else if (name != "self" && name != "sm" && name != "shm" && name != "posix" &&
-               name != "sysv" && name != "cma" && name != "knem" && name != "xpmem") {
-      return "";  // RDMA, an alias such as "all", or an exclusion ("^ib"): UCX's choice
-    }
-  }
-  return tcp ? "inf" : "";
-}
 
 absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(TransportHandlers handlers,
                                                               const UcxTransportOptions& options) {

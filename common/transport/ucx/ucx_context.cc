@@ -1,0 +1,87 @@
+#include "common/transport/ucx/ucx_context.h"
+
+#include <ucs/memory/memory_type.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace gift::transport {
+
+absl::Status UcxError(absl::string_view what, ucs_status_t status) {
+  return absl::InternalError(absl::StrCat(what, ": ", ucs_status_string(status)));
+}
+
+std::string EffectiveRndvThresh(const UcxTransportOptions& options,
+                                const std::function<const char*(const char*)>& getenv) {
+  if (getenv("UCX_RNDV_THRESH") != nullptr) return "";  // UCX reads it itself
+  if (!options.rndv_thresh.empty()) return options.rndv_thresh;
+  std::string tls = options.tls;
+  if (tls.empty()) {
+    const char* env = getenv("UCX_TLS");
+    if (env != nullptr) tls = env;
+  }
+  // TCP the only network transport: every name is tcp or an intra-host one.
+  bool tcp = false;
+  for (absl::string_view name : absl::StrSplit(tls, ',')) {
+    if (name == "tcp") {
+      tcp = true;
+    } else if (name != "self" && name != "sm" && name != "shm" && name != "posix" &&
+               name != "sysv" && name != "cma" && name != "knem" && name != "xpmem") {
+      return "";  // RDMA, an alias such as "all", or an exclusion ("^ib"): UCX's choice
+    }
+  }
+  return tcp ? "inf" : "";
+}
+
+absl::StatusOr<ucp_context_h> CreateUcpContext(const UcxTransportOptions& options) {
+  ucp_config_t* config = nullptr;
+  ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
+  if (status != UCS_OK) return UcxError("ucp_config_read", status);
+  if (!options.tls.empty()) {
+    status = ucp_config_modify(config, "TLS", options.tls.c_str());
+    if (status != UCS_OK) {
+      ucp_config_release(config);
+      return UcxError(absl::StrCat("UCX transports '", options.tls, "'"), status);
+    }
+  }
+  if (const std::string rndv = EffectiveRndvThresh(
+          options, [](const char* name) -> const char* { return std::getenv(name); });
+      !rndv.empty()) {
+    status = ucp_config_modify(config, "RNDV_THRESH", rndv.c_str());
+    if (status != UCS_OK) {
+      ucp_config_release(config);
+      return UcxError(absl::StrCat("UCX rendezvous threshold '", rndv, "'"), status);
+    }
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  ucp_context_h context = nullptr;
+  status = ucp_init(&params, config, &context);
+  ucp_config_release(config);
+  if (status != UCS_OK) return UcxError("ucp_init", status);
+  return context;
+}
+
+absl::StatusOr<uint64_t> QueryMemoryTypes(ucp_context_h context) {
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (const ucs_status_t status = ucp_context_query(context, &attr); status != UCS_OK) {
+    return UcxError("ucp_context_query", status);
+  }
+  return attr.memory_types;
+}
+
+std::string DescribeMemoryTypes(uint64_t mask) {
+  std::string names;
+  for (int t = UCS_MEMORY_TYPE_HOST; t < UCS_MEMORY_TYPE_LAST; ++t) {
+    if ((mask & UCS_BIT(t)) == 0) continue;
+    absl::StrAppend(&names, names.empty() ? "" : ",", ucs_memory_type_names[t]);
+  }
+  return names.empty() ? "none" : names;
+}
+
+}  // namespace gift::transport
