@@ -97,12 +97,22 @@ absl::Status CheckFloats(const char* fn, absl::string_view what, const EncodedLa
   return absl::OkStatus();
 }
 
-// Encodes with an already computed layout; synchronizes `stream`.
-absl::Status EncodeWithLayout(const char* fn, const float* x, const codec::MutableEncodedView& out,
-                              const EncodedLayout& layout, const codec::RngKey& key,
-                              cudaStream_t stream) {
-  // The CPU codec writes nothing for an empty tensor, not even its scales.
-  if (layout.num_elements == 0) return absl::OkStatus();
+static_assert(sizeof(EncodeCheck) == internal::kEncodeCheckWords * sizeof(uint32_t));
+
+absl::Status NonFiniteStatus(const char* fn, const EncodeCheck& check, uint64_t rows,
+                             uint64_t cols) {
+  if (check.words[0] >= codec::scalar::kInfBits || check.words[1] != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(fn, ": the input holds NaN or Inf (", rows, " x ", cols, " tensor)"));
+  }
+  return absl::OkStatus();
+}
+
+// Enqueues the encoding with an already computed layout, its check into
+// `check` (device memory); waits for nothing.
+absl::Status EnqueueWithLayout(const char* fn, const float* x, const codec::MutableEncodedView& out,
+                               const EncodedLayout& layout, const codec::RngKey& key,
+                               cudaStream_t stream, EncodeCheck* check) {
   internal::EncodeArgs args;
   args.layout = ToKernelLayout(out.spec, layout);
   args.x = x;
@@ -113,16 +123,66 @@ absl::Status EncodeWithLayout(const char* fn, const float* x, const codec::Mutab
   args.philox_k0 = philox.k0;
   args.philox_k1 = philox.k1;
   args.step = key.step;
-  bool non_finite = false;
-  if (const cudaError_t err = internal::EncodeAndSync(args, stream, &non_finite);
-      err != cudaSuccess) {
-    return CudaStatus(err, fn);
+  return CudaStatus(internal::EnqueueEncode(args, stream, check->words), fn);
+}
+
+// Stream-ordered scratch (cudaMallocAsync), with a plain cudaMalloc fallback
+// for devices without memory pools. Freed on every path.
+class Scratch {
+ public:
+  explicit Scratch(cudaStream_t stream) : stream_(stream) {}
+  ~Scratch() { (void)Release(); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+  cudaError_t Allocate(size_t bytes) {
+    cudaError_t e = cudaMallocAsync(&ptr_, bytes, stream_);
+    if (e == cudaSuccess) {
+      async_ = true;
+      return e;
+    }
+    ptr_ = nullptr;
+    if (e != cudaErrorNotSupported) return e;
+    (void)cudaGetLastError();  // clear the non-sticky error
+    async_ = false;
+    return cudaMalloc(&ptr_, bytes);
   }
-  if (non_finite) {
-    return absl::InvalidArgumentError(absl::StrCat(fn, ": the input holds NaN or Inf (",
-                                                   layout.rows, " x ", layout.cols, " tensor)"));
+
+  // Stream-ordered free (or synchronize + free for the fallback).
+  cudaError_t Release() {
+    if (ptr_ == nullptr) return cudaSuccess;
+    void* p = ptr_;
+    ptr_ = nullptr;
+    if (async_) return cudaFreeAsync(p, stream_);
+    const cudaError_t sync = cudaStreamSynchronize(stream_);
+    const cudaError_t freed = cudaFree(p);
+    return sync != cudaSuccess ? sync : freed;
   }
-  return absl::OkStatus();
+
+  EncodeCheck* check() const { return static_cast<EncodeCheck*>(ptr_); }
+
+ private:
+  cudaStream_t stream_;
+  void* ptr_ = nullptr;
+  bool async_ = false;
+};
+
+// The synchronous encode: the asynchronous one into stream-ordered scratch,
+// the check copied back, the stream synchronized.
+absl::Status EncodeWithLayout(const char* fn, const float* x, const codec::MutableEncodedView& out,
+                              const EncodedLayout& layout, const codec::RngKey& key,
+                              cudaStream_t stream) {
+  // The CPU codec writes nothing for an empty tensor, not even its scales.
+  if (layout.num_elements == 0) return absl::OkStatus();
+  Scratch scratch(stream);
+  GIFT_RETURN_IF_ERROR(CudaStatus(scratch.Allocate(sizeof(EncodeCheck)), fn));
+  GIFT_RETURN_IF_ERROR(EnqueueWithLayout(fn, x, out, layout, key, stream, scratch.check()));
+  EncodeCheck check;
+  GIFT_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(&check, scratch.check(), sizeof(check), cudaMemcpyDeviceToHost, stream), fn));
+  GIFT_RETURN_IF_ERROR(CudaStatus(scratch.Release(), fn));
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), fn));
+  return NonFiniteStatus(fn, check, layout.rows, layout.cols);
 }
 
 internal::DecodeArgs MakeDecodeArgs(const codec::EncodedView& in, const EncodedLayout& layout,
@@ -136,37 +196,64 @@ internal::DecodeArgs MakeDecodeArgs(const codec::EncodedView& in, const EncodedL
   return args;
 }
 
+// The checks EncodeCuda and EncodeCudaAsync make before any work.
+absl::StatusOr<EncodedLayout> CheckEncode(const char* fn, const float* x,
+                                          const codec::MutableEncodedView& out) {
+  if (!CudaDeviceAvailable()) return NoDevice(fn);
+  GIFT_ASSIGN_OR_RETURN(const EncodedLayout layout,
+                        codec::ComputeLayout(out.spec, out.rows, out.cols));
+  GIFT_RETURN_IF_ERROR(CheckFloats(fn, "the input", layout, x));
+  GIFT_RETURN_IF_ERROR(CheckBuffers(fn, "the output", layout, out.codes, out.scales));
+  return layout;
+}
+
+// The checks DecodeCuda and DecodeCudaAsync make, then the enqueueing.
+absl::Status EnqueueDecode(const char* fn, const codec::EncodedView& in, float* out,
+                           bool accumulate, cudaStream_t stream) {
+  if (!CudaDeviceAvailable()) return NoDevice(fn);
+  GIFT_ASSIGN_OR_RETURN(const EncodedLayout layout,
+                        codec::ComputeLayout(in.spec, in.rows, in.cols));
+  GIFT_RETURN_IF_ERROR(CheckBuffers(fn, "the input", layout, in.codes, in.scales));
+  GIFT_RETURN_IF_ERROR(CheckFloats(fn, "the output", layout, out));
+  if (layout.num_elements == 0) return absl::OkStatus();
+  return CudaStatus(internal::EnqueueDecode(MakeDecodeArgs(in, layout, out, accumulate), stream),
+                    fn);
+}
+
 }  // namespace
 
 absl::Status EncodeCuda(const float* x, const codec::MutableEncodedView& out,
                         const codec::RngKey& key, cudaStream_t stream) {
   constexpr const char* kFn = "EncodeCuda";
-  if (!CudaDeviceAvailable()) return NoDevice(kFn);
-  GIFT_ASSIGN_OR_RETURN(const EncodedLayout layout,
-                        codec::ComputeLayout(out.spec, out.rows, out.cols));
-  GIFT_RETURN_IF_ERROR(CheckFloats(kFn, "the input", layout, x));
-  GIFT_RETURN_IF_ERROR(CheckBuffers(kFn, "the output", layout, out.codes, out.scales));
+  GIFT_ASSIGN_OR_RETURN(const EncodedLayout layout, CheckEncode(kFn, x, out));
   return EncodeWithLayout(kFn, x, out, layout, key, stream);
+}
+
+absl::Status EncodeCudaAsync(const float* x, const codec::MutableEncodedView& out,
+                             const codec::RngKey& key, cudaStream_t stream, EncodeCheck* check) {
+  // Named as EncodeCuda, so that its errors read the same to the caller.
+  constexpr const char* kFn = "EncodeCuda";
+  GIFT_ASSIGN_OR_RETURN(const EncodedLayout layout, CheckEncode(kFn, x, out));
+  if (check == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(kFn, ": no check buffer"));
+  }
+  return EnqueueWithLayout(kFn, x, out, layout, key, stream, check);
+}
+
+absl::Status EncodeCheckStatus(const EncodeCheck& check, uint64_t rows, uint64_t cols) {
+  return NonFiniteStatus("EncodeCuda", check, rows, cols);
 }
 
 absl::Status DecodeCuda(const codec::EncodedView& in, float* out, bool accumulate,
                         cudaStream_t stream) {
   constexpr const char* kFn = "DecodeCuda";
-  if (!CudaDeviceAvailable()) return NoDevice(kFn);
-  GIFT_ASSIGN_OR_RETURN(const EncodedLayout layout,
-                        codec::ComputeLayout(in.spec, in.rows, in.cols));
-  GIFT_RETURN_IF_ERROR(CheckBuffers(kFn, "the input", layout, in.codes, in.scales));
-  GIFT_RETURN_IF_ERROR(CheckFloats(kFn, "the output", layout, out));
-  if (layout.num_elements == 0) return absl::OkStatus();
-  if (cudaError_t err =
-          internal::EnqueueDecode(MakeDecodeArgs(in, layout, out, accumulate), stream);
-      err != cudaSuccess) {
-    return CudaStatus(err, kFn);
-  }
-  if (cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess) {
-    return CudaStatus(err, kFn);
-  }
-  return absl::OkStatus();
+  GIFT_RETURN_IF_ERROR(EnqueueDecode(kFn, in, out, accumulate, stream));
+  return CudaStatus(cudaStreamSynchronize(stream), kFn);
+}
+
+absl::Status DecodeCudaAsync(const codec::EncodedView& in, float* out, bool accumulate,
+                             cudaStream_t stream) {
+  return EnqueueDecode("DecodeCuda", in, out, accumulate, stream);
 }
 
 absl::Status ReduceCuda(absl::Span<const codec::EncodedView> inputs, float* sum, float post_scale,

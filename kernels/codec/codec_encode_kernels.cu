@@ -1,4 +1,4 @@
-// The CUDA codec's encode kernels (EncodeAndSync of codec_kernels.h). The
+// The CUDA codec's encode kernels (EnqueueEncode of codec_kernels.h). The
 // semantics are those of the CPU codec (common/codec/codec.h); every
 // value-producing step calls the shared scalar functions of
 // common/codec/scalar.h, and every float multiply / add is an explicit
@@ -24,8 +24,9 @@
 //   * FP32 passthrough (kF32, unscaled only) runs through the flat kernels:
 //     encode stores each input's bit pattern, so it matches the CPU bit for
 //     bit.
-//   * Non-finite input in the unscaled / block modes raises a device flag;
-//     it is read back once at the end together with the amax word.
+//   * Non-finite input in the unscaled / block modes raises a device flag
+//     next to the amax word, in the caller's check words; the host reads
+//     both once the work is done (codec_cuda.cc), nothing here waits.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -300,62 +301,18 @@ struct EncodeKernels {
   }
 };
 
-// Stream-ordered scratch (cudaMallocAsync), with a plain cudaMalloc fallback
-// for devices without memory pools. Freed on every path.
-class Scratch {
- public:
-  explicit Scratch(cudaStream_t stream) : stream_(stream) {}
-  ~Scratch() { (void)Release(); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-
-  cudaError_t Allocate(size_t bytes) {
-    cudaError_t e = cudaMallocAsync(&ptr_, bytes, stream_);
-    if (e == cudaSuccess) {
-      async_ = true;
-      return e;
-    }
-    ptr_ = nullptr;
-    if (e != cudaErrorNotSupported) return e;
-    (void)cudaGetLastError();  // clear the non-sticky error
-    async_ = false;
-    return cudaMalloc(&ptr_, bytes);
-  }
-
-  // Stream-ordered free (or synchronize + free for the fallback).
-  cudaError_t Release() {
-    if (ptr_ == nullptr) return cudaSuccess;
-    void* p = ptr_;
-    ptr_ = nullptr;
-    if (async_) return cudaFreeAsync(p, stream_);
-    const cudaError_t sync = cudaStreamSynchronize(stream_);
-    const cudaError_t freed = cudaFree(p);
-    return sync != cudaSuccess ? sync : freed;
-  }
-
-  uint32_t* words() const { return static_cast<uint32_t*>(ptr_); }
-
- private:
-  cudaStream_t stream_;
-  void* ptr_ = nullptr;
-  bool async_ = false;
-};
-
 }  // namespace
 
-cudaError_t EncodeAndSync(const EncodeArgs& a, cudaStream_t stream, bool* non_finite) {
-  *non_finite = false;
+cudaError_t EnqueueEncode(const EncodeArgs& a, cudaStream_t stream, uint32_t* check) {
   const KernelLayout& l = a.layout;
   const uint64_t n = l.rows * l.cols;
+  GIFT_CUDA_TRY(cudaMemsetAsync(check, 0, kEncodeCheckWords * sizeof(uint32_t), stream));
+  if (n == 0) return cudaSuccess;
   int max_ctas = 0;
   GIFT_CUDA_TRY(MaxCtas(&max_ctas));
 
-  // words[0]: tensor amax (|bits|), words[1]: non-finite flag.
-  Scratch scratch(stream);
-  GIFT_CUDA_TRY(scratch.Allocate(2 * sizeof(uint32_t)));
-  GIFT_CUDA_TRY(cudaMemsetAsync(scratch.words(), 0, 2 * sizeof(uint32_t), stream));
-  uint32_t* amax = scratch.words();
-  uint32_t* flag = scratch.words() + 1;
+  uint32_t* amax = check;
+  uint32_t* flag = check + 1;
   const sc::PhiloxKey key{a.philox_k0, a.philox_k1};
 
   if (l.scaling == ScaleKind::kPerTensor || l.scaling == ScaleKind::kNvfp4) {
@@ -385,15 +342,7 @@ cudaError_t EncodeAndSync(const EncodeArgs& a, cudaStream_t stream, bool* non_fi
     DispatchBlocks(
         l, BlocksLauncher<EncodeKernels, BlockEncodeParams>{p, l.cols % 4 == 0, max_ctas, stream});
   }
-  GIFT_CUDA_TRY(cudaGetLastError());
-
-  uint32_t words[2] = {0, 0};
-  GIFT_CUDA_TRY(
-      cudaMemcpyAsync(words, scratch.words(), sizeof(words), cudaMemcpyDeviceToHost, stream));
-  GIFT_CUDA_TRY(scratch.Release());
-  GIFT_CUDA_TRY(cudaStreamSynchronize(stream));
-  *non_finite = words[0] >= sc::kInfBits || words[1] != 0;
-  return cudaSuccess;
+  return cudaGetLastError();
 }
 
 }  // namespace gift::kernels::internal

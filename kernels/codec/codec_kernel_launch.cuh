@@ -1,8 +1,8 @@
 // What the CUDA codec's encode kernels (codec_encode_kernels.cu) and decode
-// kernels (codec_decode_kernels.cu) share: the CTA shape, the mapping of
-// lane groups onto scaling blocks, and the host-side launch helpers (grid
-// sizing, the launch itself or its host emulation, and the dispatch of a
-// layout to the kernel template instance that serves it).
+// kernels (codec_decode_kernels.cu) share: the mapping of lane groups onto
+// scaling blocks, the codec's grid cap, and the dispatch of a layout to the
+// kernel template instance that serves it (the CTA size, the launch itself
+// or its host emulation and the grid sizing: kernels/kernel_launch.cuh).
 // Include only from those .cu files (or their host-emulated builds,
 // tests/kernels/cuda_host_emulation.h), after the CUDA runtime.
 //
@@ -15,10 +15,10 @@
 #include <cstdint>
 
 #include "kernels/codec/codec_kernels.h"
+#include "kernels/kernel_launch.cuh"
 
 namespace gift::kernels::internal::launch {
 
-constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 // Grid-stride kernels launch at most this many CTAs per SM (8 are resident
 // at 256 threads; the rest queue up as further waves).
@@ -78,40 +78,7 @@ __device__ __forceinline__ BlockPos LocateBlock(uint64_t q, uint64_t num_blocks,
   return b;
 }
 
-inline cudaError_t MaxCtas(int* max_ctas) {
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  int sms = 0;
-  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-      e != cudaSuccess) {
-    return e;
-  }
-  *max_ctas = (sms > 0 ? sms : 1) * kCtasPerSm;
-  return cudaSuccess;
-}
-
-// Every kernel takes one parameter struct. Under GIFT_CUDA_HOST_EMULATION
-// (tests/kernels/cuda_host_emulation.h: the kernels compiled as C++ and run
-// on CPU threads, so that the tests check them on machines without a GPU)
-// launches go to the emulator instead.
-template <typename Params>
-void Launch(void (*kernel)(Params), unsigned grid, cudaStream_t stream, const Params& p) {
-#if defined(GIFT_CUDA_HOST_EMULATION)
-  (void)stream;
-  ::gift::cuda_emulation::Launch(kernel, grid, kThreads, p);
-#else
-  // clang-format off
-  kernel<<<grid, kThreads, 0, stream>>>(p);
-  // clang-format on
-#endif
-}
-
-inline unsigned GridFor(uint64_t items, uint64_t items_per_cta, int max_ctas) {
-  const uint64_t want = items / items_per_cta + (items % items_per_cta != 0 ? 1 : 0);
-  if (want < 1) return 1;
-  return want > static_cast<uint64_t>(max_ctas) ? static_cast<unsigned>(max_ctas)
-                                                : static_cast<unsigned>(want);
-}
+inline cudaError_t MaxCtas(int* max_ctas) { return MaxCtas(kCtasPerSm, max_ctas); }
 
 // Calls launcher.Run<F, K, kB>() for the block-scaled layout `l`.
 template <ElementFormat F, ScaleKind K, typename Launcher>
@@ -221,12 +188,5 @@ struct BlocksLauncher {
 inline bool IsFlat(ScaleKind s) { return s == ScaleKind::kNone || s == ScaleKind::kPerTensor; }
 
 }  // namespace gift::kernels::internal::launch
-
-// Returns the CUDA error of `expr`, if any, from the calling function.
-#define GIFT_CUDA_TRY(expr)                                   \
-  do {                                                        \
-    const cudaError_t gift_cuda_err_ = (expr);                \
-    if (gift_cuda_err_ != cudaSuccess) return gift_cuda_err_; \
-  } while (0)
 
 #endif  // GIFT_KERNELS_CODEC_CODEC_KERNEL_LAUNCH_CUH_

@@ -60,10 +60,14 @@ struct DecodeArgs {
   float post_scale = 1.0f;
 };
 
-// Enqueues the encoding on `stream`, waits for it, and sets *non_finite
-// (host memory) when the input holds NaN or Inf (the output is then
-// undefined). Returns the first CUDA error, if any.
-cudaError_t EncodeAndSync(const EncodeArgs& args, cudaStream_t stream, bool* non_finite);
+// Enqueues the encoding on `stream` and returns without waiting. `check`
+// (device memory, kEncodeCheckWords words, any prior contents) is zeroed on
+// the stream first, then receives the non-finite check: check[0] the
+// tensor's amax as |bits|, check[1] a flag; the input held NaN or Inf (and
+// the output is then undefined) when check[0] >= 0x7F800000 or check[1] != 0.
+// Returns the first CUDA error of the enqueueing, if any.
+inline constexpr int kEncodeCheckWords = 2;
+cudaError_t EnqueueEncode(const EncodeArgs& args, cudaStream_t stream, uint32_t* check);
 
 // Enqueues the decoding on `stream` and returns without waiting.
 cudaError_t EnqueueDecode(const DecodeArgs& args, cudaStream_t stream);

@@ -23,6 +23,7 @@
 #include "common/codec/scalar.h"
 #include "kernels/codec/codec_device.cuh"
 #include "kernels/codec/codec_kernels.h"
+#include "kernels/kernel_launch.cuh"
 #include "kernels/transform/forward_encode_kernels.h"
 
 namespace gift::kernels::internal {
@@ -31,7 +32,7 @@ namespace {
 namespace sc = ::gift::codec::scalar;
 using namespace ::gift::kernels::internal::device;  // NOLINT: the codec's device helpers
 
-constexpr int kThreads = 256;
+using launch::kThreads;
 constexpr int kTileRows = 64;
 constexpr int kTileCols = 128;
 constexpr int kRowsPerWarp = kTileRows / (kThreads / 32);
@@ -77,8 +78,7 @@ __global__ void __launch_bounds__(kThreads) FusedForwardKernel(FusedForwardArgs 
         const uint32_t kk = e / kTileRows, ii = e % kTileRows;
         const uint64_t i = r0 + ii;
         reinterpret_cast<float*>(rs4[kk])[ii] =
-            kk < kc && i < rows ? __ldg(a.right + i + static_cast<uint64_t>(t0 + kk) * rows)
-                                : 0.0f;
+            kk < kc && i < rows ? __ldg(a.right + i + static_cast<uint64_t>(t0 + kk) * rows) : 0.0f;
       }
       __syncthreads();
       for (uint32_t kk = 0; kk < kc; ++kk) {
@@ -183,14 +183,7 @@ __global__ void __launch_bounds__(kThreads) FusedForwardKernel(FusedForwardArgs 
 
 template <bool kEncode, ElementFormat F, ScaleKind K, int kB>
 cudaError_t LaunchFused(const FusedForwardArgs& a, unsigned grid, cudaStream_t stream) {
-#if defined(GIFT_CUDA_HOST_EMULATION)
-  (void)stream;
-  ::gift::cuda_emulation::Launch(FusedForwardKernel<kEncode, F, K, kB>, grid, kThreads, a);
-#else
-  // clang-format off
-  FusedForwardKernel<kEncode, F, K, kB><<<grid, kThreads, 0, stream>>>(a);
-  // clang-format on
-#endif
+  launch::Launch(FusedForwardKernel<kEncode, F, K, kB>, grid, stream, a);
   return cudaGetLastError();
 }
 
@@ -211,17 +204,11 @@ cudaError_t DispatchScaling(const FusedForwardArgs& a, unsigned grid, cudaStream
 
 cudaError_t EnqueueFusedForward(const FusedForwardArgs& a, cudaStream_t stream) {
   if (a.rows == 0 || a.cols == 0) return cudaSuccess;
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  int sms = 0;
-  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-      e != cudaSuccess) {
-    return e;
-  }
-  const uint64_t tiles = ((a.rows + kTileRows - 1) / kTileRows) *
-                         ((a.cols + kTileCols - 1) / kTileCols);
-  const uint64_t max_ctas = static_cast<uint64_t>(sms > 0 ? sms : 1) * kCtasPerSm;
-  const unsigned grid = static_cast<unsigned>(tiles < max_ctas ? tiles : max_ctas);
+  int max_ctas = 0;
+  GIFT_CUDA_TRY(launch::MaxCtas(kCtasPerSm, &max_ctas));
+  const uint64_t tiles =
+      ((a.rows + kTileRows - 1) / kTileRows) * ((a.cols + kTileCols - 1) / kTileCols);
+  const unsigned grid = launch::GridFor(tiles, 1, max_ctas);
   if (a.out != nullptr) {
     return LaunchFused<false, ElementFormat::kF32, ScaleKind::kNone, 128>(a, grid, stream);
   }

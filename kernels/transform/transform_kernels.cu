@@ -5,12 +5,13 @@
 
 #include <cstdint>
 
+#include "kernels/kernel_launch.cuh"
 #include "kernels/transform/transform_kernels.h"
 
 namespace gift::kernels::internal {
 namespace {
 
-constexpr unsigned kThreads = 256;
+using launch::kThreads;
 // Enough CTAs per SM to keep the memory system busy with a grid-stride loop.
 constexpr int kCtasPerSm = 8;
 
@@ -58,33 +59,15 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 cudaError_t EnqueueScaleOuter(const ScaleOuterArgs& args, cudaStream_t stream) {
   if (args.rows == 0 || args.cols == 0) return cudaSuccess;
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  int sms = 0;
-  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-      e != cudaSuccess) {
-    return e;
-  }
-  const uint64_t max_ctas = static_cast<uint64_t>(sms > 0 ? sms : 1) * kCtasPerSm;
-  const unsigned grid = static_cast<unsigned>(args.rows < max_ctas ? args.rows : max_ctas);
+  int max_ctas = 0;
+  GIFT_CUDA_TRY(launch::MaxCtas(kCtasPerSm, &max_ctas));
+  const unsigned grid = launch::GridFor(args.rows, 1, max_ctas);  // a CTA per row at a time
   const bool vec4 = args.cols % 4 == 0 && Aligned16(args.in) && Aligned16(args.out);
-#if defined(GIFT_CUDA_HOST_EMULATION)
-  // tests/kernels/cuda_host_emulation.h: run on host fibers instead.
-  (void)stream;
   if (vec4) {
-    ::gift::cuda_emulation::Launch(ScaleOuterKernel<true>, grid, kThreads, args);
+    launch::Launch(ScaleOuterKernel<true>, grid, stream, args);
   } else {
-    ::gift::cuda_emulation::Launch(ScaleOuterKernel<false>, grid, kThreads, args);
+    launch::Launch(ScaleOuterKernel<false>, grid, stream, args);
   }
-#else
-  // clang-format off
-  if (vec4) {
-    ScaleOuterKernel<true><<<grid, kThreads, 0, stream>>>(args);
-  } else {
-    ScaleOuterKernel<false><<<grid, kThreads, 0, stream>>>(args);
-  }
-  // clang-format on
-#endif
   return cudaGetLastError();
 }
 

@@ -29,6 +29,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/codec/test_util.h"
+#include "tests/kernels/codec_cuda_test_util.h"
 
 namespace gift::kernels {
 namespace {
@@ -44,162 +45,17 @@ using ::testing::HasSubstr;
 
 constexpr RngKey kKey{.tensor = 0x0123456789ABCDEFull, .step = (uint64_t{1} << 32) + 77, .rank = 5};
 
-// ---- helpers ----------------------------------------------------------------------
-
-// Device memory: `bytes` usable bytes starting `offset` bytes into the
-// allocation (an odd offset gives a misaligned buffer). Exactly
-// offset + bytes are allocated, so that a memory checker (the emulated build
-// under AddressSanitizer) sees any access past the end.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes, size_t offset = 0) : offset_(offset) {
-    EXPECT_EQ(cudaMalloc(&ptr_, offset + bytes), cudaSuccess);
-  }
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  uint8_t* get() const { return static_cast<uint8_t*>(ptr_) + offset_; }
-  float* floats() const { return reinterpret_cast<float*>(get()); }
-
- private:
-  void* ptr_ = nullptr;
-  size_t offset_;
-};
-
-void Upload(void* device, const void* host, size_t bytes) {
-  if (bytes > 0) {
-    ASSERT_EQ(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-  }
-}
-
-template <typename T>
-std::vector<T> Download(const void* device, size_t count) {
-  std::vector<T> host(count);
-  if (count > 0) {
-    EXPECT_EQ(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-  }
-  return host;
-}
-
-::testing::AssertionResult SameBytes(const std::vector<uint8_t>& want,
-                                     const std::vector<uint8_t>& got) {
-  if (want.size() != got.size()) {
-    return ::testing::AssertionFailure() << "sizes " << want.size() << " vs " << got.size();
-  }
-  if (want.empty() || std::memcmp(want.data(), got.data(), want.size()) == 0) {
-    return ::testing::AssertionSuccess();
-  }
-  size_t first = 0, count = 0;
-  for (size_t i = want.size(); i-- > 0;) {
-    if (want[i] != got[i]) {
-      first = i;
-      ++count;
-    }
-  }
-  return ::testing::AssertionFailure()
-         << count << " of " << want.size() << " bytes differ; first at " << first << ": cpu 0x"
-         << std::hex << int{want[first]} << ", gpu 0x" << int{got[first]};
-}
-
-::testing::AssertionResult SameFloatBits(const std::vector<float>& want,
-                                         const std::vector<float>& got) {
-  if (want.size() != got.size()) {
-    return ::testing::AssertionFailure() << "sizes " << want.size() << " vs " << got.size();
-  }
-  if (want.empty() || std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0) {
-    return ::testing::AssertionSuccess();
-  }
-  size_t first = 0, count = 0;
-  for (size_t i = want.size(); i-- > 0;) {
-    if (Bits(want[i]) != Bits(got[i])) {
-      first = i;
-      ++count;
-    }
-  }
-  return ::testing::AssertionFailure()
-         << count << " of " << want.size() << " floats differ; first at " << first << ": cpu "
-         << want[first] << " (0x" << std::hex << Bits(want[first]) << "), gpu " << std::dec
-         << got[first] << " (0x" << std::hex << Bits(got[first]) << ")";
-}
-
-// Gradient-like data over ~7 decades with zeros, -0.0 and denormals
-// (codec::testing::GradientLike), plus: an all-zero row, a block of
-// denormals only, values at and near every format's max and an E4M3 tie.
-// With `huge`, tensors of more than 1000 elements also get 1e30 and -3e38,
-// which saturate the unscaled formats (kept out of small tensors, where they
-// would flush everything else to zero under per-tensor scaling).
-std::vector<float> TestData(uint64_t rows, uint64_t cols, uint32_t seed, bool huge = true) {
-  std::vector<float> x = codec::testing::GradientLike(rows, cols, seed);
-  const uint64_t n = rows * cols;
-  if (n == 0) return x;
-  if (rows >= 3) {
-    for (uint64_t c = 0; c < cols; ++c) x[1 * cols + c] = 0.0f;
-    for (uint64_t c = 16; c < std::min<uint64_t>(cols, 48); ++c) {
-      x[2 * cols + c] =
-          FromBits(static_cast<uint32_t>(1 + 9973 * c) & 0x7FFFFFu) * (c % 2 ? -1.0f : 1.0f);
-    }
-  }
-  const float specials[] = {448.0f, -447.5f, 464.0f,   -57344.0f, 57000.0f, 6.0f,    -5.5f,
-                            0.0f,   -0.0f,   1.5e-45f, -1.0e-38f, 240.0f,   65504.0f};
-  uint64_t at = (static_cast<uint64_t>(seed) * 7919u + 3) % n;
-  for (const float v : specials) {
-    x[at] = v;
-    at = (at + 104729u) % n;
-  }
-  if (huge && n > 1000) {
-    x[n / 3] = 1e30f;
-    x[n / 2 + 1] = -3e38f;
-  }
-  return x;
-}
-
-struct Shape {
-  uint64_t rows;
-  uint64_t cols;
-};
-
-std::string ShapeName(const Shape& s) { return absl::StrCat(s.rows, "x", s.cols); }
-
-void PrintTo(const Shape& s, std::ostream* os) { *os << ShapeName(s); }
-
-std::string SpecParamName(const std::string& spec) {
-  return absl::StrReplaceAll(spec, {{"/", "_"}});
-}
-
-// Encoded buffers on the device, optionally at odd offsets from the
-// allocation (to exercise the unaligned paths).
-struct DeviceEncoded {
-  DeviceEncoded(const codec::EncodedLayout& layout, size_t code_offset, size_t scale_offset)
-      : codes_buf(layout.code_bytes, code_offset),
-        scales_buf(layout.scale_bytes, scale_offset),
-        layout(layout),
-        codes(codes_buf.get()),
-        scales(scales_buf.get()) {}
-
-  MutableEncodedView view(const CodecSpec& spec) const {
-    return MutableEncodedView{spec, layout.rows, layout.cols, codes, scales};
-  }
-
-  DeviceBuffer codes_buf;
-  DeviceBuffer scales_buf;
-  codec::EncodedLayout layout;
-  uint8_t* codes;
-  uint8_t* scales;
-};
-
-class CudaStream {
- public:
-  CudaStream() { EXPECT_EQ(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), cudaSuccess); }
-  ~CudaStream() { cudaStreamDestroy(s_); }
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
+using codec_cuda_testing::CudaStream;
+using codec_cuda_testing::DeviceBuffer;
+using codec_cuda_testing::DeviceEncoded;
+using codec_cuda_testing::Download;
+using codec_cuda_testing::SameBytes;
+using codec_cuda_testing::SameFloatBits;
+using codec_cuda_testing::Shape;
+using codec_cuda_testing::ShapeName;
+using codec_cuda_testing::SpecParamName;
+using codec_cuda_testing::TestData;
+using codec_cuda_testing::Upload;
 
 // Runs encode, decode and decode-accumulate on both codecs and compares.
 // Offsets misalign the device pointers: x and out by `float_offset` floats,
@@ -259,6 +115,13 @@ TEST(CodecCudaNoDevice, FailsWithAStatusInsteadOfCrashing) {
   const absl::Status dec = DecodeCuda(in, nullptr, false, nullptr);
   const std::vector<EncodedView> inputs = {in};
   const absl::Status red = ReduceCuda(inputs, nullptr, 1.0f, out, kKey, nullptr);
+  if (!CudaDeviceAvailable()) {
+    EncodeCheck check;
+    EXPECT_EQ(EncodeCudaAsync(nullptr, out, kKey, nullptr, &check).code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(DecodeCudaAsync(in, nullptr, false, nullptr).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
   EXPECT_FALSE(enc.ok());
   EXPECT_FALSE(dec.ok());
   EXPECT_FALSE(red.ok());
@@ -370,6 +233,93 @@ INSTANTIATE_TEST_SUITE_P(AllSpecs, CodecCudaNonFiniteTest,
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return SpecParamName(info.param);
                          });
+
+// ---- asynchronous encode and decode -------------------------------------------------------
+
+// Several encodes in flight on one stream, each with its own check (stale
+// contents first: the encode zeroes it), one input holding a NaN: only that
+// check reports it, and the codes of all are EncodeCuda's, the CPU's.
+class CodecCudaAsyncTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CodecCudaAsyncTest, ChecksInFlightAreEachTheirOwnEncodes) {
+  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
+  const CodecSpec spec = codec::testing::Spec(GetParam());
+  constexpr int kInFlight = 4, kBad = 2;
+  const Shape shape{7, 33};
+  const uint64_t n = shape.rows * shape.cols;
+  CudaStream stream;
+  DeviceBuffer checks(kInFlight * sizeof(EncodeCheck));
+  ASSERT_EQ(cudaMemset(checks.get(), 0xFF, kInFlight * sizeof(EncodeCheck)), cudaSuccess);
+  auto* device_checks = reinterpret_cast<EncodeCheck*>(checks.get());
+  std::vector<std::vector<float>> xs;
+  std::vector<std::unique_ptr<DeviceBuffer>> x_bufs;
+  std::vector<std::unique_ptr<DeviceEncoded>> outs;
+  for (int i = 0; i < kInFlight; ++i) {
+    xs.push_back(TestData(shape.rows, shape.cols, 20 + i));
+    if (i == kBad) xs.back()[n / 2] = std::numeric_limits<float>::quiet_NaN();
+    x_bufs.push_back(std::make_unique<DeviceBuffer>(n * sizeof(float)));
+    Upload(x_bufs.back()->get(), xs.back().data(), n * sizeof(float));
+    outs.push_back(std::make_unique<DeviceEncoded>(
+        codec::ComputeLayout(spec, shape.rows, shape.cols).value(), 0, 0));
+    const RngKey key{.tensor = kKey.tensor + i, .step = kKey.step, .rank = kKey.rank};
+    ASSERT_TRUE(EncodeCudaAsync(x_bufs.back()->floats(), outs.back()->view(spec), key, stream.get(),
+                                device_checks + i)
+                    .ok());
+  }
+  std::vector<EncodeCheck> host(kInFlight);
+  ASSERT_EQ(cudaMemcpyAsync(host.data(), device_checks, kInFlight * sizeof(EncodeCheck),
+                            cudaMemcpyDeviceToHost, stream.get()),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+  for (int i = 0; i < kInFlight; ++i) {
+    const absl::Status s = EncodeCheckStatus(host[i], shape.rows, shape.cols);
+    if (i == kBad) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_THAT(s.message(), HasSubstr("EncodeCuda: the input holds NaN or Inf (7 x 33"));
+      continue;
+    }
+    EXPECT_TRUE(s.ok()) << "encode " << i << ": " << s;
+    auto cpu = EncodedTensor::Create(spec, shape.rows, shape.cols).value();
+    const RngKey key{.tensor = kKey.tensor + i, .step = kKey.step, .rank = kKey.rank};
+    ASSERT_TRUE(codec::Encode(xs[i].data(), cpu.mutable_view(), key).ok());
+    const codec::EncodedLayout& l = cpu.layout();
+    EXPECT_TRUE(SameBytes(cpu.codes(), Download<uint8_t>(outs[i]->codes, l.code_bytes))) << i;
+    EXPECT_TRUE(SameBytes(cpu.scales(), Download<uint8_t>(outs[i]->scales, l.scale_bytes))) << i;
+    // The asynchronous decode of them is the CPU's decode.
+    DeviceBuffer decoded(n * sizeof(float));
+    ASSERT_TRUE(DecodeCudaAsync(outs[i]->view(spec), decoded.floats(), false, stream.get()).ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+    std::vector<float> want(n);
+    ASSERT_TRUE(codec::Decode(cpu.view(), want.data()).ok());
+    EXPECT_TRUE(SameFloatBits(want, Download<float>(decoded.get(), n))) << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSpecs, CodecCudaAsyncTest,
+                         ::testing::ValuesIn(codec::testing::AllSpecNames()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return SpecParamName(info.param);
+                         });
+
+TEST(CodecCudaAsync, EmptyTensorsClearTheirCheckAndArgumentsAreChecked) {
+  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
+  DeviceBuffer check(sizeof(EncodeCheck));
+  ASSERT_EQ(cudaMemset(check.get(), 0xFF, sizeof(EncodeCheck)), cudaSuccess);
+  auto* device_check = reinterpret_cast<EncodeCheck*>(check.get());
+  const CodecSpec spec = codec::testing::Spec("e4m3/block32");
+  const MutableEncodedView empty{spec, 0, 17, nullptr, nullptr};
+  ASSERT_TRUE(EncodeCudaAsync(nullptr, empty, kKey, nullptr, device_check).ok());
+  EncodeCheck host;
+  ASSERT_EQ(cudaMemcpy(&host, device_check, sizeof(host), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_TRUE(EncodeCheckStatus(host, 0, 17).ok());
+  EXPECT_EQ(EncodeCudaAsync(nullptr, empty, kKey, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  const MutableEncodedView unbuffered{spec, 2, 32, nullptr, nullptr};
+  EXPECT_EQ(EncodeCudaAsync(check.floats(), unbuffered, kKey, nullptr, device_check).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeCudaAsync(unbuffered, check.floats(), false, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
 
 // ---- argument errors ---------------------------------------------------------------------
 

@@ -55,21 +55,37 @@ cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int dev
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int /*flags*/) {
-  *stream = static_cast<cudaStream_t>(std::malloc(1));
+// A stream is a token holding its priority (kept, for cudaStreamGetPriority;
+// it orders nothing, since every call completes at once). The emulated
+// device's priority range is a current NVIDIA GPU's: 0 (the least, and the
+// default) to -5.
+constexpr int kLeastPriority = 0, kGreatestPriority = -5;
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int /*flags*/,
+                                         int priority) {
+  int* token = static_cast<int*>(std::malloc(sizeof(int)));
+  if (token == nullptr) return Fail(cudaErrorMemoryAllocation);
+  // Clamped into the range, as CUDA does.
+  *token = priority > kLeastPriority      ? kLeastPriority
+           : priority < kGreatestPriority ? kGreatestPriority
+                                          : priority;
+  *stream = reinterpret_cast<cudaStream_t>(token);
   return cudaSuccess;
 }
 
-// Priorities are accepted and ignored (every call completes at once); the
-// range is a current GPU's: 0 the least (the default), -5 the greatest.
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags, int priority) {
-  if (priority > 0 || priority < -5) return Fail(cudaErrorInvalidValue);
-  return cudaStreamCreateWithFlags(stream, flags);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  return cudaStreamCreateWithPriority(stream, flags, kLeastPriority);
+}
+
+cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) {
+  if (stream == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  *priority = *reinterpret_cast<int*>(stream);
+  return cudaSuccess;
 }
 
 cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
-  *least = 0;
-  *greatest = -5;
+  *least = kLeastPriority;
+  *greatest = kGreatestPriority;
   return cudaSuccess;
 }
 
@@ -114,6 +130,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
   return cudaMemcpy(dst, src, count, kind);
 }
 
+cudaError_t cudaMemset(void* ptr, int value, size_t count) {
+  if (count > 0) std::memset(ptr, value, count);
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t /*stream*/) {
   if (count > 0) std::memset(ptr, value, count);
   return cudaSuccess;
@@ -146,6 +167,17 @@ cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int /*flags*/) {
 
 cudaError_t cudaHostUnregister(void* ptr) {
   return ptr == nullptr ? Fail(cudaErrorInvalidValue) : cudaSuccess;
+}
+
+// Page-locked allocations are plain host memory here.
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int /*flags*/) {
+  *ptr = std::malloc(size == 0 ? 1 : size);
+  return *ptr == nullptr ? Fail(cudaErrorMemoryAllocation) : cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
 }
 
 }  // extern "C"

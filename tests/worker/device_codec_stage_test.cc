@@ -14,6 +14,11 @@
 //     average, bit for bit for direct codecs and equal to the local
 //     re-computation, within 1e-5 for GIFT (the inverse ran on the device
 //     for one and on the CPU for the other);
+//   - the pipelining: steps on one arena (chunks encoded ahead of their
+//     calls, results through the staging ring) against the host stage,
+//     bit for bit for direct codecs; non-finite input failing exactly the
+//     chunk that holds it while later chunks were encoded ahead; the
+//     stream's priority;
 //   - error feedback asked for a device tensor is refused, counted.
 //
 // Built twice (tests/worker/CMakeLists.txt): device_codec_stage_test (on a
@@ -27,11 +32,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <ostream>
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/codec/codec.h"
@@ -42,6 +49,7 @@
 #include "common/transform/identity_transform.h"
 #include "common/transform/tensor_basis_transform.h"
 #include "common/transport/ucx/ucx_transport.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/codec/codec_cuda.h"
 #include "server/aggregator/aggregator_shard.h"
@@ -109,44 +117,55 @@ class DeviceTensor {
   float* data_ = nullptr;
 };
 
+// A send arena laid out for `chunks` in `spec`, as the engine's.
+struct Arena {
+  std::vector<uint8_t> bytes;
+  std::vector<size_t> starts;  // chunk k's payload: [starts[k], starts[k + 1])
+};
+
+Arena MakeArena(const codec::CodecSpec& spec, const std::vector<ChunkRoute>& chunks) {
+  Arena arena;
+  size_t bytes = 0;
+  for (const ChunkRoute& c : chunks) {
+    const auto shape = dataplane::ChunkShapeOf(kRows * kCols, kCols, c.offset, c.num_elements);
+    const uint64_t dims[] = {shape->rows, shape->cols};
+    arena.starts.push_back(bytes);
+    bytes += codec::PayloadSizeFor(spec, dims).value();
+  }
+  arena.starts.push_back(bytes);
+  arena.bytes.resize(bytes);
+  return arena;
+}
+
 // One step of `stage` by hand, as the engine runs it: the gradient encoded
-// chunk by chunk into a send arena, then `results` (host payloads, one per
-// chunk) decoded in `order`, inverse-transformed and written into `out`.
+// chunk by chunk into `arena` (attached), with the keys of `step` and
+// `rank`, then `results` (host payloads, one per chunk) decoded in `order`,
+// inverse-transformed and written into `out`. Stops at the first error.
 struct StageRun {
   std::vector<std::vector<uint8_t>> payloads;  // what each chunk sent
   absl::Status status;
 };
 
-StageRun RunStage(TensorCodecStage& stage, const float* gradient, const codec::CodecSpec& spec,
-                  const std::vector<ChunkRoute>& chunks,
-                  const std::vector<std::vector<uint8_t>>& results,
-                  const std::vector<size_t>& order, float* out) {
+StageRun RunStep(TensorCodecStage& stage, Arena& arena, const float* gradient,
+                 const codec::CodecSpec& spec, const std::vector<ChunkRoute>& chunks,
+                 const std::vector<std::vector<uint8_t>>& results, const std::vector<size_t>& order,
+                 float* out, uint64_t step = 7, uint32_t rank = 0) {
   StageRun run;
-  std::vector<size_t> starts;
-  size_t arena_bytes = 0;
-  for (const ChunkRoute& c : chunks) {
-    const auto shape = dataplane::ChunkShapeOf(kRows * kCols, kCols, c.offset, c.num_elements);
-    const uint64_t dims[] = {shape->rows, shape->cols};
-    starts.push_back(arena_bytes);
-    arena_bytes += codec::PayloadSizeFor(spec, dims).value();
-  }
-  std::vector<uint8_t> arena(arena_bytes);
   auto check = [&run](absl::Status s) {
     if (run.status.ok()) run.status = s;
     return s.ok();
   };
-  if (!check(stage.AttachSendBuffer(absl::MakeSpan(arena)))) return run;
   if (!check(stage.Prepare(gradient).status())) return run;
   for (size_t k = 0; k < chunks.size(); ++k) {
     const auto shape =
         dataplane::ChunkShapeOf(kRows * kCols, kCols, chunks[k].offset, chunks[k].num_elements);
     const uint64_t dims[] = {shape->rows, shape->cols};
-    const size_t end = k + 1 < chunks.size() ? starts[k + 1] : arena_bytes;
-    const absl::Span<uint8_t> send = absl::MakeSpan(arena.data() + starts[k], end - starts[k]);
+    const absl::Span<uint8_t> send =
+        absl::MakeSpan(arena.bytes.data() + arena.starts[k], arena.starts[k + 1] - arena.starts[k]);
     auto view = codec::StartPayload(spec, dims, send);
     if (!check(view.status())) return run;
     if (!check(stage.EncodeChunk(chunks[k].offset, *view,
-                                 dataplane::ChunkRngKey(1, chunks[k].index, 7, 0)))) {
+                                 dataplane::ChunkRngKey(1, chunks[k].index, step, rank)))) {
       return run;
     }
     codec::FinishPayload(send);
@@ -161,6 +180,33 @@ StageRun RunStage(TensorCodecStage& stage, const float* gradient, const codec::C
   check(stage.WriteResult(out));
   stage.CommitResidual();
   return run;
+}
+
+// RunStep into a new arena.
+StageRun RunStage(TensorCodecStage& stage, const float* gradient, const codec::CodecSpec& spec,
+                  const std::vector<ChunkRoute>& chunks,
+                  const std::vector<std::vector<uint8_t>>& results,
+                  const std::vector<size_t>& order, float* out) {
+  Arena arena = MakeArena(spec, chunks);
+  if (absl::Status s = stage.AttachSendBuffer(absl::MakeSpan(arena.bytes)); !s.ok()) {
+    return {{}, s};
+  }
+  return RunStep(stage, arena, gradient, spec, chunks, results, order, out);
+}
+
+// Results: another gradient's chunks in the pull codec, as servers send.
+std::vector<std::vector<uint8_t>> ResultPayloads(const codec::CodecSpec& pull,
+                                                 const std::vector<ChunkRoute>& chunks,
+                                                 const std::vector<float>& sum) {
+  std::vector<std::vector<uint8_t>> results;
+  for (const ChunkRoute& c : chunks) {
+    const auto shape = dataplane::ChunkShapeOf(kRows * kCols, kCols, c.offset, c.num_elements);
+    auto encoded = codec::EncodedTensor::Create(pull, shape->rows, shape->cols).value();
+    EXPECT_TRUE(codec::Encode(sum.data() + c.offset, encoded.mutable_view(), {}).ok());
+    const uint64_t dims[] = {shape->rows, shape->cols};
+    results.push_back(codec::SerializePayload(encoded.view(), dims).value());
+  }
+  return results;
 }
 
 std::vector<float> DecodePayloads(const std::vector<std::vector<uint8_t>>& payloads,
@@ -188,29 +234,34 @@ void PrintTo(const StageCase& c, std::ostream* os) {
       << c.rows_per_chunk << " rows";
 }
 
+// What a case's tests share: its codecs, chunks, gradient and transform,
+// and the results servers send (another gradient's chunks in the pull codec).
+struct StageSetup {
+  explicit StageSetup(const StageCase& p)
+      : push(codec::ParseCodecSpec(p.push).value()),
+        pull(codec::ParseCodecSpec(p.pull).value()),
+        tensor{1, kRows, kCols, p.rows_per_chunk, p.gift},
+        chunks(testing::Routes(tensor, {"s"})),
+        g(testing::Gradient(tensor, 0, 7)),
+        transform(p.gift ? Basis() : Identity()),
+        results(ResultPayloads(pull, chunks, testing::Gradient(tensor, 1, 8))) {}
+
+  codec::CodecSpec push, pull;
+  testing::Tensor tensor;
+  std::vector<ChunkRoute> chunks;
+  std::vector<float> g;
+  std::shared_ptr<const transform::GradientTransform> transform;
+  std::vector<std::vector<uint8_t>> results;
+};
+
 class DeviceStageTest : public ::testing::TestWithParam<StageCase> {};
 
 TEST_P(DeviceStageTest, MatchesTheHostStageInAnyArrivalOrder) {
   SKIP_WITHOUT_DEVICE();
   const StageCase& p = GetParam();
-  const codec::CodecSpec push = codec::ParseCodecSpec(p.push).value();
-  const codec::CodecSpec pull = codec::ParseCodecSpec(p.pull).value();
-  const testing::Tensor tensor{1, kRows, kCols, p.rows_per_chunk, p.gift};
-  const std::vector<ChunkRoute> chunks = testing::Routes(tensor, {"s"});
+  const StageSetup setup(p);
+  const auto& [push, pull, tensor, chunks, g, transform, results] = setup;
   ASSERT_GE(chunks.size(), 3u);
-  const std::vector<float> g = testing::Gradient(tensor, 0, 7);
-  const auto transform = p.gift ? Basis() : Identity();
-
-  // Results: another gradient's chunks in the pull codec, as servers send.
-  const std::vector<float> sum = testing::Gradient(tensor, 1, 8);
-  std::vector<std::vector<uint8_t>> results;
-  for (const ChunkRoute& c : chunks) {
-    const auto shape = dataplane::ChunkShapeOf(kRows * kCols, kCols, c.offset, c.num_elements);
-    auto encoded = codec::EncodedTensor::Create(pull, shape->rows, shape->cols).value();
-    ASSERT_TRUE(codec::Encode(sum.data() + c.offset, encoded.mutable_view(), {}).ok());
-    const uint64_t dims[] = {shape->rows, shape->cols};
-    results.push_back(codec::SerializePayload(encoded.view(), dims).value());
-  }
 
   auto host = HostCodecStage::Create(transform, {.spec = push}).value();
   std::vector<size_t> in_order(chunks.size());
@@ -258,6 +309,169 @@ INSTANTIATE_TEST_SUITE_P(Codecs, DeviceStageTest,
                                            StageCase{"e4m3/block32/sr", "e4m3/block128", false, 16},
                                            StageCase{"e4m3/block32", "bf16", true, 16},
                                            StageCase{"nvfp4", "fp32", true, 10}));
+
+// The engine's way: one arena for every step, so that from the second step
+// on chunks are encoded ahead of their calls (EncodeSchedule), and results
+// go through the page-locked staging ring (here as small as 1). Step after
+// step, with each step's keys, and a rank change in the last step (every
+// prediction of it wrong): the payloads and results are the host stage's,
+// bit for bit for direct codecs.
+struct PipelineCase {
+  size_t encode_ahead;
+  size_t result_staging;
+};
+
+class DeviceStagePipelineTest
+    : public ::testing::TestWithParam<std::tuple<StageCase, PipelineCase>> {};
+
+TEST_P(DeviceStagePipelineTest, StepsOnOneArenaMatchTheHostStage) {
+  SKIP_WITHOUT_DEVICE();
+  const auto& [p, pipe] = GetParam();
+  const StageSetup setup(p);
+  const auto& [push, pull, tensor, chunks, g, transform, results] = setup;
+  ASSERT_GE(chunks.size(), 3u);
+  std::vector<size_t> order(chunks.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
+
+  auto host = HostCodecStage::Create(transform, {.spec = push}).value();
+  auto device = DeviceCodecStage::Create(
+      transform, {.spec = push},
+      {.encode_ahead = pipe.encode_ahead, .result_staging = pipe.result_staging});
+  ASSERT_TRUE(device.ok()) << device.status();
+  Arena host_arena = MakeArena(push, chunks);
+  Arena device_arena = MakeArena(push, chunks);
+  ASSERT_TRUE(host->AttachSendBuffer(absl::MakeSpan(host_arena.bytes)).ok());
+  ASSERT_TRUE((*device)->AttachSendBuffer(absl::MakeSpan(device_arena.bytes)).ok());
+  DeviceTensor gradient(g);
+  constexpr uint64_t kSteps = 4;
+  for (uint64_t step = 1; step <= kSteps; ++step) {
+    const uint32_t rank = step == kSteps ? 1 : 0;
+    std::vector<float> host_out(g.size());
+    const StageRun want = RunStep(*host, host_arena, g.data(), push, chunks, results, order,
+                                  host_out.data(), step, rank);
+    ASSERT_TRUE(want.status.ok()) << want.status;
+    DeviceTensor out(std::vector<float>(g.size(), -1.0f));
+    const StageRun got = RunStep(**device, device_arena, gradient.data(), push, chunks, results,
+                                 order, out.data(), step, rank);
+    ASSERT_TRUE(got.status.ok()) << got.status << ", step " << step;
+    ASSERT_EQ(got.payloads.size(), want.payloads.size());
+    if (!p.gift) {
+      for (size_t k = 0; k < chunks.size(); ++k) {
+        EXPECT_EQ(got.payloads[k], want.payloads[k]) << "chunk " << k << ", step " << step;
+      }
+      EXPECT_EQ(out.Read(), host_out) << "step " << step;
+    } else {
+      EXPECT_LT(RelativeError(DecodePayloads(got.payloads, chunks),
+                              DecodePayloads(want.payloads, chunks)),
+                1e-2);
+      EXPECT_LT(RelativeError(out.Read(), host_out), kTransformTolerance) << "step " << step;
+    }
+  }
+  // Steps 2 and 3 had every chunk but the first encoded ahead; step 4's
+  // predictions (rank 0) were all wrong.
+  const uint64_t served = pipe.encode_ahead == 0 ? 0 : 2 * (chunks.size() - 1);
+  EXPECT_EQ((*device)->encodes_ahead_used(), served);
+  EXPECT_GE((*device)->encodes_ahead(), served + (pipe.encode_ahead == 0 ? 0 : 1));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, DeviceStagePipelineTest,
+    ::testing::Combine(::testing::Values(StageCase{"e4m3/block32/sr", "bf16", false, 8},
+                                         StageCase{"nvfp4", "e4m3/block32", false, 10},
+                                         StageCase{"e4m3/block32", "bf16", true, 16}),
+                       ::testing::Values(PipelineCase{0, 1}, PipelineCase{1, 1},
+                                         PipelineCase{3, 4})));
+
+// Non-finite input fails the call of the chunk that holds it, with the
+// error of EncodeCuda, while chunks after it were encoded ahead (their
+// checks set too, or not): the chunks before it sent the host stage's
+// bytes, and the next step, finite again, is the host stage's bit for bit.
+TEST(DeviceStageNonFiniteTest, FailsTheChunkThatHoldsItAndNothingElse) {
+  SKIP_WITHOUT_DEVICE();
+  const codec::CodecSpec push = codec::ParseCodecSpec("e4m3/block32").value();
+  const codec::CodecSpec pull = codec::ParseCodecSpec("bf16").value();
+  const testing::Tensor tensor{1, kRows, kCols, 8, false};
+  const std::vector<ChunkRoute> chunks = testing::Routes(tensor, {"s"});
+  ASSERT_GE(chunks.size(), 4u);
+  const std::vector<float> g = testing::Gradient(tensor, 0, 7);
+  const auto results = ResultPayloads(pull, chunks, testing::Gradient(tensor, 1, 8));
+  std::vector<size_t> order(chunks.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+
+  auto host = HostCodecStage::Create(Identity(), {.spec = push}).value();
+  auto device = DeviceCodecStage::Create(Identity(), {.spec = push}, {.encode_ahead = 2});
+  ASSERT_TRUE(device.ok()) << device.status();
+  Arena host_arena = MakeArena(push, chunks);
+  Arena device_arena = MakeArena(push, chunks);
+  ASSERT_TRUE(host->AttachSendBuffer(absl::MakeSpan(host_arena.bytes)).ok());
+  ASSERT_TRUE((*device)->AttachSendBuffer(absl::MakeSpan(device_arena.bytes)).ok());
+  uint64_t step = 1;
+  auto clean_step = [&] {
+    DeviceTensor gradient(g);
+    DeviceTensor out(std::vector<float>(g.size(), -1.0f));
+    std::vector<float> host_out(g.size());
+    const StageRun want =
+        RunStep(*host, host_arena, g.data(), push, chunks, results, order, host_out.data(), step);
+    const StageRun got = RunStep(**device, device_arena, gradient.data(), push, chunks, results,
+                                 order, out.data(), step);
+    ++step;
+    ASSERT_TRUE(got.status.ok()) << got.status;
+    EXPECT_EQ(got.payloads, want.payloads) << "step " << step - 1;
+    EXPECT_EQ(out.Read(), host_out) << "step " << step - 1;
+  };
+  clean_step();  // the arena's first step: nothing encoded ahead yet
+  const size_t last = chunks.size() - 1;
+  for (const size_t bad : {size_t{0}, size_t{1}, size_t{2}, last}) {
+    for (const float value :
+         {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+      std::vector<float> x = g;
+      x[chunks[bad].offset + chunks[bad].num_elements / 2] = value;
+      DeviceTensor gradient(x);
+      DeviceTensor out(std::vector<float>(g.size(), -1.0f));
+      std::vector<float> host_out(g.size());
+      const StageRun want =
+          RunStep(*host, host_arena, x.data(), push, chunks, results, order, host_out.data(), step);
+      const uint64_t used = (*device)->encodes_ahead_used();
+      const StageRun got = RunStep(**device, device_arena, gradient.data(), push, chunks, results,
+                                   order, out.data(), step);
+      ++step;
+      EXPECT_EQ(want.status.code(), absl::StatusCode::kInvalidArgument) << want.status;
+      EXPECT_EQ(got.status.code(), absl::StatusCode::kInvalidArgument) << got.status;
+      EXPECT_THAT(std::string(got.status.message()), ::testing::HasSubstr("NaN or Inf"));
+      ASSERT_EQ(got.payloads.size(), bad) << "the chunk holding it fails, none before";
+      EXPECT_EQ(got.payloads, want.payloads) << "bad chunk " << bad;
+      // Chunks before `bad` (and `bad` itself, past chunk 0) were served by
+      // encodes ahead, so the right check was read out of several in flight.
+      EXPECT_EQ((*device)->encodes_ahead_used() - used, bad) << "bad chunk " << bad;
+      EXPECT_EQ(out.Read(), std::vector<float>(g.size(), -1.0f)) << "nothing written";
+      clean_step();
+    }
+  }
+}
+
+TEST(DeviceStagePriorityTest, TheLeastPriorityByDefaultOrTheOneAskedFor) {
+  SKIP_WITHOUT_DEVICE();
+  int least = 0, greatest = 0;
+  ASSERT_EQ(cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+  const codec::CodecSpec push = codec::ParseCodecSpec("e4m3/block32").value();
+  auto by_default = DeviceCodecStage::Create(Identity(), {.spec = push});
+  ASSERT_TRUE(by_default.ok()) << by_default.status();
+  int priority = 1234;
+  ASSERT_EQ(cudaStreamGetPriority((*by_default)->stream(), &priority), cudaSuccess);
+  EXPECT_EQ(priority, least);
+  auto asked = DeviceCodecStage::Create(Identity(), {.spec = push}, {.stream_priority = greatest});
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  ASSERT_EQ(cudaStreamGetPriority((*asked)->stream(), &priority), cudaSuccess);
+  EXPECT_EQ(priority, greatest);
+  for (const int bad : {least + 1, greatest - 1}) {
+    const auto refused =
+        DeviceCodecStage::Create(Identity(), {.spec = push}, {.stream_priority = bad});
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(
+      DeviceCodecStage::Create(Identity(), {.spec = push}, {.result_staging = 0}).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
 
 TEST(DeviceStageRefusalTest, ErrorFeedbackIsRefusedAndCounted) {
   SKIP_WITHOUT_DEVICE();

@@ -1,5 +1,7 @@
 #include "worker/cuda/device_codec_stage.h"
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -42,10 +44,28 @@ absl::StatusOr<std::unique_ptr<DeviceCodecStage>> DeviceCodecStage::Create(
   if (!kernels::CudaDeviceAvailable()) {
     return absl::FailedPreconditionError("a device tensor, and no CUDA device is available");
   }
+  if (device.result_staging == 0) {
+    return absl::InvalidArgumentError("a device stage needs at least one result staging buffer");
+  }
+  int least = 0, greatest = 0;
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaDeviceGetStreamPriorityRange(&least, &greatest),
+                                  "cudaDeviceGetStreamPriorityRange"));
+  const int priority = device.stream_priority.value_or(least);
+  if (priority > least || priority < greatest) {
+    return absl::InvalidArgumentError(absl::StrCat("stream priority ", priority,
+                                                   " is outside the device's range [", greatest,
+                                                   ", ", least, "]"));
+  }
   std::unique_ptr<DeviceCodecStage> stage(
       new DeviceCodecStage(transform->d_out(), transform->d_in(), device));
-  GIFT_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stage->stream_, cudaStreamNonBlocking),
-                                  "cudaStreamCreate"));
+  GIFT_RETURN_IF_ERROR(
+      CudaStatus(cudaStreamCreateWithPriority(&stage->stream_, cudaStreamNonBlocking, priority),
+                 "cudaStreamCreate"));
+  stage->staging_.resize(device.result_staging);
+  for (Staging& s : stage->staging_) {
+    GIFT_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), "cudaEventCreate"));
+  }
   void* work = nullptr;
   GIFT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&work, sizeof(float) * stage->rows_ * stage->cols_),
                                   "cudaMalloc (sum)"));
@@ -65,6 +85,12 @@ DeviceCodecStage::~DeviceCodecStage() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   ReleaseArena();
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  if (device_checks_ != nullptr) cudaFree(device_checks_);
+  if (host_checks_ != nullptr) cudaFreeHost(host_checks_);
+  for (Staging& s : staging_) {
+    if (s.host != nullptr) cudaFreeHost(s.host);
+    if (s.copied != nullptr) cudaEventDestroy(s.copied);
+  }
   basis_.reset();  // before the stream it uses
   if (result_ != nullptr) cudaFree(result_);
   if (work_ != nullptr) cudaFree(work_);
@@ -83,6 +109,7 @@ void DeviceCodecStage::ReleaseArena() {
 absl::Status DeviceCodecStage::AttachSendBuffer(absl::Span<uint8_t> arena) {
   cudaStreamSynchronize(stream_);  // no copy into the old arena is pending
   ReleaseArena();
+  schedule_.Forget();
   if (arena.empty()) return absl::OkStatus();
   void* mirror = nullptr;
   GIFT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&mirror, arena.size()), "cudaMalloc (send mirror)"));
@@ -108,10 +135,12 @@ absl::Status DeviceCodecStage::UseTransform(std::shared_ptr<const transform::Gra
     return absl::InvalidArgumentError(absl::StrCat("transform is ", t->d_out(), "x", t->d_in(),
                                                    ", tensor is ", rows_, "x", cols_));
   }
+  // The old basis may still be in use by queued work (a failed step's
+  // inverse, encodes ahead of the prepared tensor).
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (dynamic_cast<const transform::IdentityTransform*>(t.get()) != nullptr) {
     basis_.reset();
   } else if (const auto* b = dynamic_cast<const transform::TensorBasisTransform*>(t.get())) {
-    cudaStreamSynchronize(stream_);  // the old basis may still be in use
     GIFT_ASSIGN_OR_RETURN(kernels::TensorBasisCuda basis,
                           kernels::TensorBasisCuda::Create(b->basis(), stream_, device_.math));
     basis_.emplace(std::move(basis));
@@ -125,7 +154,7 @@ absl::Status DeviceCodecStage::UseTransform(std::shared_ptr<const transform::Gra
 
 absl::StatusOr<const float*> DeviceCodecStage::Prepare(const float* gradient) {
   if (gradient == nullptr) return absl::InvalidArgumentError("null gradient");
-  encoded_ = 0;
+  schedule_.StartStep();
   prepared_ = nullptr;
   if (basis_.has_value()) {
     GIFT_RETURN_IF_ERROR(basis_->Forward(gradient, rows_, cols_, work_));
@@ -134,6 +163,56 @@ absl::StatusOr<const float*> DeviceCodecStage::Prepare(const float* gradient) {
     prepared_ = gradient;
   }
   return nullptr;  // no host copy of the prepared tensor
+}
+
+absl::StatusOr<codec::MutableEncodedView> DeviceCodecStage::Mirrored(
+    const ChunkEncode& call) const {
+  auto mirrored = [&](uint8_t* p, uint64_t bytes) -> absl::StatusOr<uint8_t*> {
+    if (bytes == 0) return p == nullptr ? nullptr : device_arena_ + (p - arena_);
+    if (p < arena_ || p + bytes > arena_ + arena_bytes_) {
+      return absl::InvalidArgumentError("encoded view outside the attached send buffer");
+    }
+    return device_arena_ + (p - arena_);
+  };
+  codec::MutableEncodedView on_device = call.view;
+  GIFT_ASSIGN_OR_RETURN(on_device.codes, mirrored(call.view.codes, call.code_bytes));
+  GIFT_ASSIGN_OR_RETURN(on_device.scales, mirrored(call.view.scales, call.scale_bytes));
+  return on_device;
+}
+
+absl::Status DeviceCodecStage::EnsureSlots(size_t n) {
+  if (n <= slots_) return absl::OkStatus();
+  const size_t want = std::max(n, 2 * slots_);
+  constexpr size_t kCheck = sizeof(kernels::EncodeCheck);
+  // Encodes ahead may still write the old device checks: let them finish,
+  // and keep what they wrote. No copy into the host checks is pending
+  // between calls (each EncodeChunk waits for its own).
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "stream"));
+  void* device = nullptr;
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&device, want * kCheck), "cudaMalloc (checks)"));
+  void* host = nullptr;
+  cudaError_t e = cudaHostAlloc(&host, want * kCheck, cudaHostAllocDefault);
+  if (e == cudaSuccess && slots_ > 0) {
+    e = cudaMemcpyAsync(device, device_checks_, slots_ * kCheck, cudaMemcpyDeviceToDevice, stream_);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+  }
+  if (e != cudaSuccess) {
+    cudaFree(device);
+    if (host != nullptr) cudaFreeHost(host);
+    return CudaStatus(e, "the check slots");
+  }
+  if (device_checks_ != nullptr) cudaFree(device_checks_);
+  if (host_checks_ != nullptr) cudaFreeHost(host_checks_);
+  device_checks_ = static_cast<kernels::EncodeCheck*>(device);
+  host_checks_ = static_cast<kernels::EncodeCheck*>(host);
+  while (events_.size() < want) {
+    cudaEvent_t event = nullptr;
+    GIFT_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"));
+    events_.push_back(event);
+  }
+  slots_ = want;
+  return absl::OkStatus();
 }
 
 absl::Status DeviceCodecStage::EncodeChunk(uint64_t offset, const codec::MutableEncodedView& out,
@@ -145,19 +224,20 @@ absl::Status DeviceCodecStage::EncodeChunk(uint64_t offset, const codec::Mutable
   }
   GIFT_ASSIGN_OR_RETURN(codec::EncodedLayout layout,
                         codec::ComputeLayout(out.spec, out.rows, out.cols));
+  const ChunkEncode call{offset, out, key, layout.code_bytes, layout.scale_bytes};
   // The view points into the attached arena; the device mirror has the same
   // offsets.
-  auto mirrored = [&](uint8_t* p, uint64_t bytes) -> absl::StatusOr<uint8_t*> {
-    if (bytes == 0) return p == nullptr ? nullptr : device_arena_ + (p - arena_);
-    if (p < arena_ || p + bytes > arena_ + arena_bytes_) {
-      return absl::InvalidArgumentError("encoded view outside the attached send buffer");
-    }
-    return device_arena_ + (p - arena_);
-  };
-  codec::MutableEncodedView on_device = out;
-  GIFT_ASSIGN_OR_RETURN(on_device.codes, mirrored(out.codes, layout.code_bytes));
-  GIFT_ASSIGN_OR_RETURN(on_device.scales, mirrored(out.scales, layout.scale_bytes));
-  GIFT_RETURN_IF_ERROR(kernels::EncodeCuda(prepared_ + offset, on_device, key, stream_));
+  GIFT_ASSIGN_OR_RETURN(const codec::MutableEncodedView on_device, Mirrored(call));
+  const EncodeSchedule::Plan plan = schedule_.Next(call);
+  GIFT_RETURN_IF_ERROR(
+      EnsureSlots(plan.ahead.empty() ? plan.slot + 1 : plan.ahead.back().slot + 1));
+  const size_t k = plan.slot;
+  if (plan.encode) {
+    GIFT_RETURN_IF_ERROR(
+        kernels::EncodeCudaAsync(prepared_ + offset, on_device, key, stream_, device_checks_ + k));
+  } else {
+    ++encodes_ahead_used_;
+  }
   GIFT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(out.codes, on_device.codes, layout.code_bytes,
                                                   cudaMemcpyDeviceToHost, stream_),
                                   "copy of codes"));
@@ -167,15 +247,76 @@ absl::Status DeviceCodecStage::EncodeChunk(uint64_t offset, const codec::Mutable
                                    cudaMemcpyDeviceToHost, stream_),
                    "copy of scales"));
   }
-  if (encoded_ == events_.size()) {
-    cudaEvent_t e = nullptr;
-    GIFT_RETURN_IF_ERROR(
-        CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"));
-    events_.push_back(e);
+  GIFT_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(host_checks_ + k, device_checks_ + k, sizeof(kernels::EncodeCheck),
+                                 cudaMemcpyDeviceToHost, stream_),
+                 "copy of the check"));
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events_[k], stream_), "cudaEventRecord"));
+  // The next chunks' encodes run while this one's copy completes and the
+  // engine sends it. A failure to enqueue one is not this chunk's: that
+  // chunk is then encoded when its call comes.
+  for (const EncodeSchedule::Ahead& next : plan.ahead) {
+    auto mirror = Mirrored(next.call);
+    absl::Status s = mirror.status();
+    if (s.ok()) {
+      s = kernels::EncodeCudaAsync(prepared_ + next.call.offset, *mirror, next.call.key, stream_,
+                                   device_checks_ + next.slot);
+    }
+    if (!s.ok()) {
+      schedule_.NotEnqueued(next.slot);
+      break;
+    }
+    ++encodes_ahead_;
   }
-  cudaEvent_t done = events_[encoded_++];
-  GIFT_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(done, stream_), "cudaEventRecord"));
-  return CudaStatus(cudaEventSynchronize(done), "chunk copy");
+  GIFT_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events_[k]), "chunk copy"));
+  return kernels::EncodeCheckStatus(host_checks_[k], out.rows, out.cols);
+}
+
+absl::Status DeviceCodecStage::StageResult(const codec::EncodedView& chunk, uint64_t code_bytes,
+                                           uint64_t scale_bytes) {
+  const size_t bytes = code_bytes + scale_bytes;
+  Staging& s = staging_[next_staging_];
+  next_staging_ = (next_staging_ + 1) % staging_.size();
+  if (s.pending) {  // its previous copy, `result_staging` results ago
+    GIFT_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(s.copied), "result staging"));
+    s.pending = false;
+  }
+  if (staging_pinned_ && s.bytes < bytes) {
+    if (s.host != nullptr) cudaFreeHost(s.host);
+    s.host = nullptr;
+    s.bytes = 0;
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess) {
+      s.host = static_cast<uint8_t*>(p);
+      s.bytes = bytes;
+    } else {
+      cudaGetLastError();  // clear it
+      staging_pinned_ = false;
+      logging::Log(logging::Level::kWarning, "device_result_staging_not_pinned",
+                   {{"bytes", static_cast<int64_t>(bytes)}});
+    }
+  }
+  const uint8_t* codes = chunk.codes;
+  const uint8_t* scales = chunk.scales;
+  if (staging_pinned_) {
+    std::memcpy(s.host, chunk.codes, code_bytes);
+    if (scale_bytes > 0) std::memcpy(s.host + code_bytes, chunk.scales, scale_bytes);
+    codes = s.host;
+    scales = s.host + code_bytes;
+  }
+  GIFT_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(result_, codes, code_bytes, cudaMemcpyHostToDevice, stream_),
+                 "copy of result codes"));
+  if (scale_bytes > 0) {
+    GIFT_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(result_ + code_bytes, scales, scale_bytes, cudaMemcpyHostToDevice, stream_),
+        "copy of result scales"));
+  }
+  if (staging_pinned_) {
+    GIFT_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(s.copied, stream_), "cudaEventRecord"));
+    s.pending = true;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DeviceCodecStage::DecodeChunk(const codec::EncodedView& chunk, uint64_t offset) {
@@ -196,20 +337,18 @@ absl::Status DeviceCodecStage::DecodeChunk(const codec::EncodedView& chunk, uint
     result_ = static_cast<uint8_t*>(p);
     result_bytes_ = bytes;
   }
+  if (layout.num_elements > 0) {
+    if (chunk.codes == nullptr || (layout.scale_bytes > 0 && chunk.scales == nullptr)) {
+      return absl::InvalidArgumentError("result chunk without its codes or scales");
+    }
+    GIFT_RETURN_IF_ERROR(StageResult(chunk, layout.code_bytes, layout.scale_bytes));
+  }
   codec::EncodedView on_device = chunk;
   on_device.codes = result_;
   on_device.scales = layout.scale_bytes > 0 ? result_ + layout.code_bytes : nullptr;
-  GIFT_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(result_, chunk.codes, layout.code_bytes, cudaMemcpyHostToDevice, stream_),
-      "copy of result codes"));
-  if (layout.scale_bytes > 0) {
-    GIFT_RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpyAsync(result_ + layout.code_bytes, chunk.scales, layout.scale_bytes,
-                                   cudaMemcpyHostToDevice, stream_),
-                   "copy of result scales"));
-  }
-  // Synchronizes the stream: the result slot may be reused afterwards.
-  return kernels::DecodeCuda(on_device, work_ + offset, /*accumulate=*/false, stream_);
+  // One stream: the decode runs after the copy into result_, and the next
+  // result's copy into result_ after this decode.
+  return kernels::DecodeCudaAsync(on_device, work_ + offset, /*accumulate=*/false, stream_);
 }
 
 absl::Status DeviceCodecStage::FinishDecode() {

@@ -9,27 +9,71 @@
 // UCX transport maps host spans only (RegisterMemory: ucp_mem_map without a
 // memory type), so device memory is never handed to UCX; detecting a
 // CUDA-capable UCX (ucp_context_query's memory types) is not built. Per step
-// and chunk:
+// and chunk, everything on the one stream, so stream order is the order
+// below:
 //
 //   Prepare:      T(G) on the stream into the stage's FP32 device buffer
 //                 (TensorBasisCuda::Forward, cuBLAS); direct codecs encode
 //                 from the training process's tensor itself (no copy).
-//   EncodeChunk k: EncodeCuda of the chunk into the stage's device mirror of
-//                 the engine's send arena (same offsets), then one
-//                 device-to-host copy of its codes and scales into the
-//                 arena, which is page-locked (cudaHostRegister, once per
-//                 arena, in AttachSendBuffer); an event recorded after the
-//                 copy; EncodeChunk k waits for event k only. (EncodeCuda
-//                 synchronizes the stream itself, to report non-finite
-//                 input, so chunk k's copy does not overlap chunk k+1's
-//                 encode yet.)
-//   DecodeChunk k: the result's codes and scales copied host-to-device (the
-//                 result slots are pageable, so this copy is synchronous),
-//                 DecodeCuda into the FP32 device sum at the chunk's offset.
+//   EncodeChunk k: EncodeCudaAsync of the chunk into the stage's device
+//                 mirror of the engine's send arena (same offsets), unless
+//                 it was enqueued ahead (below); then one device-to-host copy
+//                 of its codes and scales into the arena, page-locked
+//                 (cudaHostRegister, once per arena, in AttachSendBuffer),
+//                 and of its non-finite check (EncodeCheck, slot k) into a
+//                 page-locked array; event k; then the encodes of chunks
+//                 k + 1 .. k + encode_ahead, so that they run while chunk
+//                 k's copy completes and the engine sends it. EncodeChunk k
+//                 waits for event k only, then reads check k: non-finite
+//                 input fails chunk k's call (EncodeCuda's InvalidArgument),
+//                 whatever the checks of chunks encoded ahead say.
+//   DecodeChunk k: the result's codes and scales memcpy'd into one of
+//                 `result_staging` page-locked staging buffers (round robin;
+//                 a buffer is reused once the event recorded after its copy
+//                 completed), an asynchronous host-to-device copy from it,
+//                 then DecodeCudaAsync into the FP32 device sum at the
+//                 chunk's offset (stream order: after the copy). The call
+//                 returns without waiting; the engine's result slot is read
+//                 only during the call (its std::vector may be reallocated
+//                 by TensorBuffers::GrowResult, so it is never registered).
+//                 Without page-locked memory (a failed cudaHostAlloc: logged
+//                 once) the copy is from the slot itself, which CUDA makes
+//                 synchronous for pageable memory.
 //   FinishDecode: the inverse transform on the device, in place.
 //   WriteResult:  a device-to-device copy into the training process's
 //                 tensor, and the stream synchronized before it returns
-//                 (so the step's reply follows the data).
+//                 (so the step's reply follows the data). CUDA errors of
+//                 the asynchronous decodes surface here at the latest.
+//
+// Encoding ahead: the engine hands over chunk k + 1 only after chunk k's
+// call returned, so the stage predicts it: within one attached arena the
+// engine asks for the same chunks in the same order every step, and
+// EncodeSchedule (encode_schedule.h) predicts chunk j from the previous
+// step's call j and checks the prediction against the call when it comes
+// (a differing call is encoded then; nothing is predicted in the first step
+// on an arena). An encode ahead writes only the stage's own device memory
+// (the mirror, check j); the arena is written only by the copy of the chunk
+// asked for. It reads the prepared tensor: for a direct codec the training
+// process's tensor, which the worker keeps registered and mapped for as long
+// as it runs steps on it, so when a step fails after chunk k, the up to
+// `encode_ahead` encodes still queued read valid memory, and their results
+// are dropped at the next Prepare.
+//
+// Stream priority: the stage's stream is created with the least priority
+// the device reports (cudaDeviceGetStreamPriorityRange), unless
+// DeviceCodecStageOptions::stream_priority names another in the range. Why:
+// the training process's backward is on the step's critical path and the
+// worker's encodes and decodes are not (they only have to be done before
+// the network needs them), and a GPU starts pending work of a
+// higher-priority stream first, so where priorities apply the worker should
+// be the one that waits. Where they apply is narrow (docs/gpu.md, "Sharing
+// the GPU"): priorities order streams of one CUDA context, and the daemon
+// is a process of its own, so between it and a training process on the
+// same GPU the GPU time-slices contexts and priorities do nothing (unless
+// both run in one context, the in-process mode, not built). And on current
+// NVIDIA GPUs the least priority is also the default (0, greater ones down
+// to -5), so even in one context the worker yields only to streams created
+// with a greater priority (e.g. torch.cuda.Stream(priority=-1)).
 //
 // Not used: ForwardEncoderCuda (the fused forward + encode) writes one
 // tensor-wide block layout, while the engine sends each chunk as a payload
@@ -45,9 +89,14 @@
 // device; not built.)
 //
 // Ownership and thread safety: as TensorCodecStage (one thread). The stage
-// owns its stream, events and device buffers; it does not own the gradient
-// or the send arena (which it unpins when destroyed or re-attached, so the
-// arena must outlive the stage's attachment).
+// owns its stream, events, device buffers, check arrays and result staging;
+// it does not own the gradient or the send arena (which it unpins when
+// destroyed or re-attached, so the arena must outlive the stage's
+// attachment). Between calls, work may still be queued on the stream:
+// encodes ahead (writing the stage's memory only) and decodes; the stage
+// waits for the work that uses a buffer before it frees, grows or
+// re-attaches it, and WriteResult returns only once everything queued is
+// done.
 #ifndef GIFT_WORKER_CUDA_DEVICE_CODEC_STAGE_H_
 #define GIFT_WORKER_CUDA_DEVICE_CODEC_STAGE_H_
 
@@ -60,7 +109,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/codec/codec_cuda.h"
 #include "kernels/transform/transform_cuda.h"
+#include "worker/cuda/encode_schedule.h"
 #include "worker/tensor_codec_stage.h"
 
 namespace gift::worker {
@@ -68,13 +119,22 @@ namespace gift::worker {
 struct DeviceCodecStageOptions {
   // cuBLAS products of the transform (transform_cuda.h).
   kernels::TransformMath math = kernels::TransformMath::kFp32;
+  // The stream's priority (lower numbers: greater priority); none: the
+  // least the device has (see above). Outside the device's range:
+  // InvalidArgument.
+  std::optional<int> stream_priority;
+  // Chunks encoded ahead of the one EncodeChunk asks for (0: none).
+  size_t encode_ahead = 2;
+  // Page-locked staging buffers of result chunks (at least 1).
+  size_t result_staging = 4;
 };
 
 class DeviceCodecStage final : public TensorCodecStage {
  public:
   // FailedPrecondition without a CUDA device; Unimplemented for a transform
   // other than the identity or a TensorBasis; InvalidArgument for a bad
-  // spec; Internal for a CUDA failure.
+  // spec, a stream priority out of range or no result staging; Internal for
+  // a CUDA failure.
   static absl::StatusOr<std::unique_ptr<DeviceCodecStage>> Create(
       std::shared_ptr<const transform::GradientTransform> transform,
       const transform::EncoderPipelineOptions& options, const DeviceCodecStageOptions& device = {});
@@ -99,10 +159,32 @@ class DeviceCodecStage final : public TensorCodecStage {
   bool error_feedback() const override { return false; }
   uint64_t error_feedback_bytes() const override { return 0; }
 
+  // The stage's stream (its priority: cudaStreamGetPriority).
+  cudaStream_t stream() const { return stream_; }
+  // Encodes enqueued ahead of their call, and calls they served (the rest
+  // were predicted wrongly, or dropped by a failed step). Since creation.
+  uint64_t encodes_ahead() const { return encodes_ahead_; }
+  uint64_t encodes_ahead_used() const { return encodes_ahead_used_; }
+
  private:
   DeviceCodecStage(int64_t rows, int64_t cols, const DeviceCodecStageOptions& device)
-      : rows_(rows), cols_(cols), device_(device) {}
+      : rows_(rows), cols_(cols), device_(device), schedule_(device.encode_ahead) {}
   void ReleaseArena();
+  // The device mirror of `out` (a view into the attached arena).
+  absl::StatusOr<codec::MutableEncodedView> Mirrored(const ChunkEncode& call) const;
+  // Events and checks for slots [0, n).
+  absl::Status EnsureSlots(size_t n);
+  // Copies a result chunk's bytes to result_ on the stream.
+  absl::Status StageResult(const codec::EncodedView& chunk, uint64_t code_bytes,
+                           uint64_t scale_bytes);
+
+  // A page-locked buffer a result chunk is staged in.
+  struct Staging {
+    uint8_t* host = nullptr;  // cudaHostAlloc
+    size_t bytes = 0;
+    cudaEvent_t copied = nullptr;  // after its host-to-device copy
+    bool pending = false;          // copied recorded, not waited for
+  };
 
   const int64_t rows_, cols_;
   const DeviceCodecStageOptions device_;
@@ -117,8 +199,15 @@ class DeviceCodecStage final : public TensorCodecStage {
   uint8_t* device_arena_ = nullptr;  // device: its mirror
   uint8_t* result_ = nullptr;        // device: one result chunk's codes + scales
   size_t result_bytes_ = 0;
-  std::vector<cudaEvent_t> events_;  // one per chunk of a step, reused
-  size_t encoded_ = 0;               // chunks encoded since Prepare
+  EncodeSchedule schedule_;
+  size_t slots_ = 0;                               // of each of the three below
+  std::vector<cudaEvent_t> events_;                // by slot: after the chunk's copies
+  kernels::EncodeCheck* device_checks_ = nullptr;  // by slot
+  kernels::EncodeCheck* host_checks_ = nullptr;    // page-locked copies of them
+  std::vector<Staging> staging_;                   // device_.result_staging
+  size_t next_staging_ = 0;
+  bool staging_pinned_ = true;  // false once cudaHostAlloc failed
+  uint64_t encodes_ahead_ = 0, encodes_ahead_used_ = 0;
 };
 
 }  // namespace gift::worker
