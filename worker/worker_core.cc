@@ -402,10 +402,13 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
   for (const RegisteredTensor* r : c.selected) {
     if (absl::Status s = r->Narrow(); !s.ok()) return s;  // the average, in the buffer's dtype
   }
-  // Measured steps: the averages on the host (device tensors copied once).
-  std::vector<std::vector<float>> averages(measured ? tensors.size() : 0);
-  for (size_t i = 0; i < averages.size(); ++i) {
-    if (absl::Status s = ReadTensor(tensors[i], options_.device.memory, &averages[i]); !s.ok()) {
+  // Measured steps: the device tensors' averages copied to the host once
+  // (host tensors are read in place).
+  std::vector<std::vector<float>> device_averages(measured ? tensors.size() : 0);
+  for (size_t i = 0; i < device_averages.size(); ++i) {
+    if (!tensors[i].device) continue;
+    if (absl::Status s = ReadTensor(tensors[i], options_.device.memory, &device_averages[i]);
+        !s.ok()) {
       return s;
     }
   }
@@ -425,8 +428,9 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
     r->set_basis_version(c.versions[i].first);
     r->set_transformed(c.versions[i].second);
     if (measured) {
+      const float* average = tensors[i].device ? device_averages[i].data() : tensors[i].data;
       r->set_rel_l2_error(
-          RelativeL2(averages[i].data(), c.exact[i].data(), tensors[i].rows * tensors[i].cols));
+          RelativeL2(average, c.exact[i].data(), tensors[i].rows * tensors[i].cols));
     }
   }
   // Per-tensor bytes: the engine reports totals; split by element count.
@@ -489,8 +493,8 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
       absl::Status read;
       for (size_t i = 0; i < tensors.size(); ++i) {
         if (tensors[i].tensor_id != o.tensor_id) continue;
-        if (measured) {
-          o.average = averages[i];
+        if (measured && tensors[i].device) {
+          o.average = device_averages[i];
         } else {
           read = ReadTensor(tensors[i], options_.device.memory, &o.average);
         }
