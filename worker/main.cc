@@ -327,12 +327,11 @@ int Main(int argc, char** argv) {
   transport::UcxTransportOptions ucx{.tls = member.ucx_tls};
   // Declared before the engine: it outlives the engine's transport.
   control::PeerFailureReporter failure_reporter;
-  auto engine = PushPullEngine::Create(failure_reporter.Wrap([&](transport::TransportHandlers h) {
-    return transport::CreateUcxTransport(std::move(h), ucx);
-  }),
-                                       {.codec_options = codec_options,
-                                        .timeout = step_timeout,
-                                        .device_stages = device.stages});
+  auto engine = PushPullEngine::Create(
+      failure_reporter.Wrap([&](transport::TransportHandlers h) {
+        return transport::CreateUcxTransport(std::move(h), ucx);
+      }),
+      {.codec_options = codec_options, .timeout = step_timeout, .device_stages = device.stages});
   if (!engine.ok()) return daemon.Fail(absl::StrCat("UCX: ", engine.status().ToString()));
 
   control::MemberSessionOptions session_options;
@@ -349,12 +348,12 @@ int Main(int argc, char** argv) {
   StepMetrics step_metrics(*(*metrics)->registry());
   auto worker = std::make_unique<WorkerCore>(
       *std::move(engine), session->get(),
-      WorkerCoreOptions{.step_timeout = step_timeout,
-                        .min_workers = min_workers,
-                        .codec_options = codec_options,
-                        .on_step = [&](const StepStats& s) { step_metrics.Observe(s); },
-                        .device = {.memory = device.memory.get(),
-                                   .unavailable = device.unavailable}});
+      WorkerCoreOptions{
+          .step_timeout = step_timeout,
+          .min_workers = min_workers,
+          .codec_options = codec_options,
+          .on_step = [&](const StepStats& s) { step_metrics.Observe(s); },
+          .device = {.memory = device.memory.get(), .unavailable = device.unavailable}});
   AddWorkerMetrics(**metrics, worker.get(), session->get());
 
   if (!socket_path.empty()) {  // where clients hand over their buffers

@@ -29,10 +29,9 @@ absl::StatusOr<char*> OpenDevice(const gift::v1::SharedBuffer& buffer, uint64_t 
                                    : device.unavailable;
   }
   if (buffer.cuda_ipc_handle().size() != kCudaIpcHandleBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda_ipc_handle of ",
-                                                   buffer.cuda_ipc_handle().size(),
-                                                   " bytes; a cudaIpcMemHandle_t has ",
-                                                   kCudaIpcHandleBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda_ipc_handle of ", buffer.cuda_ipc_handle().size(),
+                     " bytes; a cudaIpcMemHandle_t has ", kCudaIpcHandleBytes));
   }
   const int count = device.memory->device_count();
   if (buffer.cuda_device() < 0 || buffer.cuda_device() >= count) {
@@ -54,9 +53,9 @@ absl::StatusOr<char*> OpenDevice(const gift::v1::SharedBuffer& buffer, uint64_t 
 }  // namespace
 
 absl::StatusOr<RegisteredTensor> RegisteredTensor::View(const gift::v1::BufferSpec& b,
-                                                       const BufferSocket* buffers,
-                                                       const DeviceAccess& device,
-                                                       absl::string_view what) {
+                                                        const BufferSocket* buffers,
+                                                        const DeviceAccess& device,
+                                                        absl::string_view what) {
   auto error = [&](absl::StatusCode code, absl::string_view message) {
     return absl::Status(code, absl::StrCat(what, ": ", message));
   };
@@ -101,8 +100,8 @@ absl::StatusOr<RegisteredTensor> RegisteredTensor::View(const gift::v1::BufferSp
     }
     auto mapping = buffers->Find(b.buffer().handle());
     if (!mapping.ok()) return error(mapping.status().code(), mapping.status().message());
-    auto bytes = (*mapping)->Range(b.buffer().offset_bytes(), b.buffer().size_bytes(),
-                                   element_bytes);
+    auto bytes =
+        (*mapping)->Range(b.buffer().offset_bytes(), b.buffer().size_bytes(), element_bytes);
     if (!bytes.ok()) return error(bytes.status().code(), bytes.status().message());
     r.mapping = *std::move(mapping);
     r.bytes = *bytes;

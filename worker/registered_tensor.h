@@ -68,8 +68,8 @@ struct RegisteredTensor {
   // Set for CUDA IPC buffers: `bytes` is device memory, read and written
   // only through it.
   const DeviceMemory* device_memory = nullptr;
-  std::vector<float> staging;              // 16-bit buffers only
-  mutable std::vector<uint16_t> scratch;   // 16-bit device buffers: the host copy
+  std::vector<float> staging;             // 16-bit buffers only
+  mutable std::vector<uint16_t> scratch;  // 16-bit device buffers: the host copy
 };
 
 // `t`'s FP32 contents into `out` (resized): a copy of host memory, or a

@@ -62,8 +62,7 @@ transform::TensorGeometryOptions GeometryOptionsFor(const policy::TensorSettings
 
 // Whether a tensor of `shape` with resolved `settings` takes per-worker
 // sketches: transformable, not direct by policy, per-worker source.
-bool UsesPerWorkerSketches(const policy::TensorSettings& settings,
-                           absl::Span<const int64_t> shape);
+bool UsesPerWorkerSketches(const policy::TensorSettings& settings, absl::Span<const int64_t> shape);
 
 // "<name>#sketch.both" (or .input / .output).
 std::string StatisticsTensorName(const std::string& name, const policy::TensorSettings& settings);

@@ -61,8 +61,7 @@ class FakeDeviceMemory final : public DeviceMemory {
     copies_to_host_.fetch_add(1);
     return absl::OkStatus();
   }
-  absl::Status CopyToDevice(void* device_dst, const void* host_src,
-                            uint64_t bytes) const override {
+  absl::Status CopyToDevice(void* device_dst, const void* host_src, uint64_t bytes) const override {
     if (fail_copies_) return absl::InternalError("injected copy failure");
     std::memcpy(device_dst, host_src, bytes);
     copies_to_device_.fetch_add(1);

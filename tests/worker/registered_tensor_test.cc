@@ -40,8 +40,8 @@ TEST(RegisteredTensorDeviceTest, Fp32IsAZeroCopyDeviceTensorAndAnAllocationMapsO
   const std::string handle = memory.Export(allocation.data(), allocation.size() * 4, 1);
   const DeviceAccess access{.memory = &memory};
   auto a = RegisteredTensor::View(
-      DeviceSpec("a", handle, gift::v1::DTYPE_FLOAT32, {8, 16}, 0, 8 * 16 * 4, 1), nullptr,
-      access, "a");
+      DeviceSpec("a", handle, gift::v1::DTYPE_FLOAT32, {8, 16}, 0, 8 * 16 * 4, 1), nullptr, access,
+      "a");
   ASSERT_TRUE(a.ok()) << a.status();
   auto b = RegisteredTensor::View(
       DeviceSpec("b", handle, gift::v1::DTYPE_FLOAT32, {2, 3, 4}, 512 * 4, 24 * 4, 1), nullptr,
@@ -86,8 +86,7 @@ TEST(RegisteredTensorDeviceTest, RefusesEveryBadSpecNamingTheTensor) {
        absl::StatusCode::kInvalidArgument},
       {"long handle", DeviceSpec("t", handle + "x", f32, {4, 4}, 0, 64),
        absl::StatusCode::kInvalidArgument},
-      {"empty handle", DeviceSpec("t", "", f32, {4, 4}, 0, 64),
-       absl::StatusCode::kInvalidArgument},
+      {"empty handle", DeviceSpec("t", "", f32, {4, 4}, 0, 64), absl::StatusCode::kInvalidArgument},
       {"device 1 of 1", DeviceSpec("t", handle, f32, {4, 4}, 0, 64, 1),
        absl::StatusCode::kInvalidArgument},
       {"device -1", DeviceSpec("t", handle, f32, {4, 4}, 0, 64, -1),
@@ -98,8 +97,7 @@ TEST(RegisteredTensorDeviceTest, RefusesEveryBadSpecNamingTheTensor) {
        absl::StatusCode::kInvalidArgument},
       {"misaligned offset", DeviceSpec("t", handle, f32, {4, 4}, 2, 64),
        absl::StatusCode::kInvalidArgument},
-      {"misaligned 16-bit offset",
-       DeviceSpec("t", handle, gift::v1::DTYPE_BFLOAT16, {4, 4}, 3, 32),
+      {"misaligned 16-bit offset", DeviceSpec("t", handle, gift::v1::DTYPE_BFLOAT16, {4, 4}, 3, 32),
        absl::StatusCode::kInvalidArgument},
       {"size mismatch", DeviceSpec("t", handle, f32, {4, 4}, 0, 60),
        absl::StatusCode::kInvalidArgument},
@@ -150,9 +148,8 @@ TEST(RegisteredTensorDeviceTest, SixteenBitDeviceTensorsAreStagedLikeHostOnes) {
     narrow(gradient.data(), allocation.data() + 16, kN);
     FakeDeviceMemory memory;
     const std::string handle = memory.Export(allocation.data(), allocation.size() * 2);
-    auto t = RegisteredTensor::View(
-        DeviceSpec("h", handle, dtype, {kRows, kCols}, 32, kN * 2), nullptr,
-        {.memory = &memory}, "h");
+    auto t = RegisteredTensor::View(DeviceSpec("h", handle, dtype, {kRows, kCols}, 32, kN * 2),
+                                    nullptr, {.memory = &memory}, "h");
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_FALSE(t->local.device);  // the engine sees the host staging
     EXPECT_EQ(t->local.data, t->staging.data());

@@ -142,10 +142,10 @@ class Cluster {
     auto shard = server::AggregatorShard::Create({}, ucx);
     ASSERT_TRUE(shard.ok()) << shard.status();
     shard_ = *std::move(shard);
-    auto server_session = control::MemberSession::Start(
-        coordinator_->channel(), {.name = "server-0",
-                                  .role = gift::v1::MEMBER_ROLE_SERVER,
-                                  .data_address = shard_->address()});
+    auto server_session = control::MemberSession::Start(coordinator_->channel(),
+                                                        {.name = "server-0",
+                                                         .role = gift::v1::MEMBER_ROLE_SERVER,
+                                                         .data_address = shard_->address()});
     ASSERT_TRUE(server_session.ok()) << server_session.status();
     server_session_ = *std::move(server_session);
     aggregator_ = std::make_unique<server::AggregatorDaemon>(shard_.get(), server_session_.get());
@@ -154,7 +154,8 @@ class Cluster {
     for (int r = 0; r < kWorkers; ++r) {
       Worker& w = workers_[r];
       PushPullEngineOptions engine_options{.timeout = absl::Seconds(30)};
-      if (device && device_stage && r == 0) engine_options.device_stages = DeviceCodecStage::Factory();
+      if (device && device_stage && r == 0)
+        engine_options.device_stages = DeviceCodecStage::Factory();
       auto engine = PushPullEngine::Create(ucx, engine_options);
       ASSERT_TRUE(engine.ok()) << engine.status();
       // Ranks follow join order: worker 0 joins first.
@@ -164,11 +165,10 @@ class Cluster {
       ASSERT_TRUE(session.ok()) << session.status();
       w.session = *std::move(session);
       ASSERT_EQ(w.session->rank(), static_cast<uint32_t>(r));
-      w.core = std::make_unique<WorkerCore>(
-          *std::move(engine), w.session.get(),
-          WorkerCoreOptions{.step_timeout = absl::Seconds(60),
-                            .min_workers = kWorkers,
-                            .device = {.memory = &memory_}});
+      w.core = std::make_unique<WorkerCore>(*std::move(engine), w.session.get(),
+                                            WorkerCoreOptions{.step_timeout = absl::Seconds(60),
+                                                              .min_workers = kWorkers,
+                                                              .device = {.memory = &memory_}});
       const std::string socket = dir_->File(absl::StrCat("worker-", r, ".buffers"));
       ASSERT_TRUE(w.core->ServeBuffers(socket).ok());
       auto channel = client::BufferChannel::Connect(socket);
@@ -284,9 +284,9 @@ class Cluster {
       src = narrow.data();
     }
     if (w.on_device[t]) {
-      ASSERT_EQ(cudaMemcpy(w.device_allocation + w.offsets[t], src, def.bytes(),
-                           cudaMemcpyHostToDevice),
-                cudaSuccess);
+      ASSERT_EQ(
+          cudaMemcpy(w.device_allocation + w.offsets[t], src, def.bytes(), cudaMemcpyHostToDevice),
+          cudaSuccess);
     } else {
       std::memcpy(static_cast<char*>(w.region.data()) + w.offsets[t], src, def.bytes());
     }

@@ -26,7 +26,8 @@ absl::StatusOr<std::unique_ptr<CudaDeviceMemory>> CudaDeviceMemory::Create() {
   auto buffers = CudaIpcBuffers::Create();
   if (!buffers.ok()) {
     if (buffers.status().code() != absl::StatusCode::kFailedPrecondition) return buffers.status();
-    return absl::FailedPreconditionError(absl::StrCat("no CUDA device: ", buffers.status().message()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device: ", buffers.status().message()));
   }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {
