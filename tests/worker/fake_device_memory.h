@@ -5,15 +5,25 @@
 // the device index and the range against the exported size as the CUDA
 // implementation does; the copies are memcpy, counted.
 //
-// Ownership: does not own the exported memory (it must outlive the fake).
-// Thread safety: every method may be called from any thread.
+// Guarded memory (AllocateGuarded) stands in for device memory the host must
+// never touch: it is mapped PROT_NONE except while this fake copies from or
+// to it, so any other host access (a worker dereferencing a device tensor)
+// faults. (Memory the emulated device stage reads, the emulation's
+// cudaMalloc, cannot be guarded: the emulated kernels run on the host.)
+//
+// Ownership: does not own the exported memory (it must outlive the fake),
+// except guarded memory, unmapped with the fake. Thread safety: every method
+// may be called from any thread.
 #ifndef GIFT_TESTS_WORKER_FAKE_DEVICE_MEMORY_H_
 #define GIFT_TESTS_WORKER_FAKE_DEVICE_MEMORY_H_
+
+#include <sys/mman.h>
 
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -26,6 +36,20 @@ namespace gift::worker::testing {
 class FakeDeviceMemory final : public DeviceMemory {
  public:
   explicit FakeDeviceMemory(int devices = 1) : devices_(devices) {}
+  ~FakeDeviceMemory() override {
+    for (const Allocation& g : guarded_) munmap(g.base, g.size);
+  }
+  FakeDeviceMemory(const FakeDeviceMemory&) = delete;
+  FakeDeviceMemory& operator=(const FakeDeviceMemory&) = delete;
+
+  // `size` bytes of guarded memory (zeros; nullptr when mmap fails).
+  void* AllocateGuarded(uint64_t size) {
+    void* p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    absl::MutexLock lock(&mu_);
+    guarded_.push_back({0, static_cast<char*>(p), size});
+    return p;
+  }
 
   // The handle of [base, base + size) on `device`.
   std::string Export(void* base, uint64_t size, int device = 0) {
@@ -57,15 +81,20 @@ class FakeDeviceMemory final : public DeviceMemory {
 
   absl::Status CopyToHost(void* host_dst, const void* device_src, uint64_t bytes) const override {
     if (fail_copies_) return absl::InternalError("injected copy failure");
-    std::memcpy(host_dst, device_src, bytes);
+    Copy(host_dst, device_src, bytes, device_src);
     copies_to_host_.fetch_add(1);
     return absl::OkStatus();
   }
   absl::Status CopyToDevice(void* device_dst, const void* host_src, uint64_t bytes) const override {
     if (fail_copies_) return absl::InternalError("injected copy failure");
-    std::memcpy(device_dst, host_src, bytes);
+    Copy(device_dst, host_src, bytes, device_dst);
     copies_to_device_.fetch_add(1);
     return absl::OkStatus();
+  }
+  // The test's own copies (its "client" writing gradients, reading
+  // averages): not counted, never failed.
+  void TestCopy(void* dst, const void* src, uint64_t bytes, const void* device) const {
+    Copy(dst, src, bytes, device);
   }
   int device_count() const override { return devices_; }
 
@@ -84,11 +113,27 @@ class FakeDeviceMemory final : public DeviceMemory {
     char* base = nullptr;
     uint64_t size = 0;
   };
+  // memcpy; `device` (src or dst) in guarded memory: unprotected meanwhile.
+  void Copy(void* dst, const void* src, uint64_t bytes, const void* device) const {
+    absl::MutexLock lock(&mu_);
+    const char* d = static_cast<const char*>(device);
+    for (const Allocation& g : guarded_) {
+      if (d >= g.base && d < g.base + g.size) {
+        mprotect(g.base, g.size, PROT_READ | PROT_WRITE);
+        std::memcpy(dst, src, bytes);
+        mprotect(g.base, g.size, PROT_NONE);
+        return;
+      }
+    }
+    std::memcpy(dst, src, bytes);
+  }
+
   const int devices_;
   mutable absl::Mutex mu_;
   uint64_t exported_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, Allocation> allocations_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> opened_ ABSL_GUARDED_BY(mu_);
+  std::vector<Allocation> guarded_ ABSL_GUARDED_BY(mu_);
   mutable std::atomic<uint64_t> copies_to_host_{0};
   mutable std::atomic<uint64_t> copies_to_device_{0};
   std::atomic<bool> fail_copies_{false};

@@ -141,13 +141,25 @@ TEST(RegisteredTensorDeviceTest, SixteenBitDeviceTensorsAreStagedLikeHostOnes) {
     auto widen = [bf16](const uint16_t* src, float* dst, size_t n) {
       bf16 ? Bf16ToF32(src, dst, n) : F16ToF32(src, dst, n);
     };
-    // The "device" allocation: a gradient at 16 elements' offset.
+    // The "device" allocation (guarded: any host access but the fake's
+    // copies faults): a gradient at 16 elements' offset.
     std::vector<float> gradient(kN);
     for (float& g : gradient) g = normal(rng);
-    std::vector<uint16_t> allocation(kN + 16);
-    narrow(gradient.data(), allocation.data() + 16, kN);
+    std::vector<uint16_t> exported(kN + 16);
+    narrow(gradient.data(), exported.data() + 16, kN);
     FakeDeviceMemory memory;
-    const std::string handle = memory.Export(allocation.data(), allocation.size() * 2);
+    const uint64_t bytes = exported.size() * 2;
+    void* allocation = memory.AllocateGuarded(bytes);
+    ASSERT_NE(allocation, nullptr);
+    memory.TestCopy(allocation, exported.data(), bytes, allocation);
+    // The guard holds: a host read of the "device" memory faults.
+    EXPECT_DEATH(
+        {
+          volatile const char* p = static_cast<const char*>(allocation);
+          (void)*p;
+        },
+        "");
+    const std::string handle = memory.Export(allocation, bytes);
     auto t = RegisteredTensor::View(DeviceSpec("h", handle, dtype, {kRows, kCols}, 32, kN * 2),
                                     nullptr, {.memory = &memory}, "h");
     ASSERT_TRUE(t.ok()) << t.status();
@@ -156,7 +168,7 @@ TEST(RegisteredTensorDeviceTest, SixteenBitDeviceTensorsAreStagedLikeHostOnes) {
 
     ASSERT_TRUE(t->Widen().ok());
     std::vector<float> want(kN);
-    widen(allocation.data() + 16, want.data(), kN);
+    widen(exported.data() + 16, want.data(), kN);
     EXPECT_EQ(std::memcmp(t->local.data, want.data(), kN * 4), 0);
 
     // The "average" goes back as the host conversion rounds it.
@@ -164,8 +176,9 @@ TEST(RegisteredTensorDeviceTest, SixteenBitDeviceTensorsAreStagedLikeHostOnes) {
     std::vector<uint16_t> rounded(kN);
     narrow(t->local.data, rounded.data(), kN);
     ASSERT_TRUE(t->Narrow().ok());
-    EXPECT_EQ(std::memcmp(allocation.data() + 16, rounded.data(), kN * 2), 0);
-    EXPECT_EQ(allocation[15], 0);  // nothing outside the range written
+    memory.TestCopy(exported.data(), allocation, bytes, allocation);
+    EXPECT_EQ(std::memcmp(exported.data() + 16, rounded.data(), kN * 2), 0);
+    EXPECT_EQ(exported[15], 0);  // nothing outside the range written
     EXPECT_EQ(memory.copies_to_host(), 1u);
     EXPECT_EQ(memory.copies_to_device(), 1u);
 

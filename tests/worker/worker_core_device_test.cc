@@ -4,10 +4,11 @@
 // on UCX over loopback, each worker a WorkerCore with its buffer socket.
 // Rank 0 registers two of its three tensors as device buffers (an FP32 one,
 // the engine's device stage, and a BF16 one, staged through the host)
-// through a fake DeviceMemory over the host emulation's device memory
-// (tests/kernels/cuda_host_emulation.h; the device stage's kernels run
-// there); the rest are host buffers. Checked against the same cluster with
-// every tensor in host buffers:
+// through a fake DeviceMemory: the FP32 one in the host emulation's device
+// memory (tests/kernels/cuda_host_emulation.h; the device stage's kernels
+// run there), the BF16 one in the fake's guarded memory, which faults on any
+// host access but the fake's copies; the rest are host buffers. Checked against the same cluster
+// with every tensor in host buffers:
 //
 //   - direct codecs: every average bit-identical to the all-host run's, on
 //     both ranks; a measured step's rel_l2_error equal to the host run's;
@@ -99,9 +100,14 @@ struct Worker {
   std::unique_ptr<client::BufferChannel> channel;
   client::SealedRegion region;
   std::string region_handle;
-  char* device_allocation = nullptr;  // emulated cudaMalloc
+  // Device tensors: FP32 ones in one emulated cudaMalloc allocation (the
+  // emulated device stage reads it), 16-bit ones in one guarded allocation
+  // of the fake (the host must reach them only through DeviceMemory).
+  char* device_allocation = nullptr;
   std::string device_handle;
-  std::vector<uint64_t> offsets;  // per tensor, in the region or the allocation
+  char* guarded_allocation = nullptr;
+  std::string guarded_handle;
+  std::vector<uint64_t> offsets;  // per tensor, in the region or its allocation
   std::vector<bool> on_device;
   std::vector<uint64_t> ids;
 };
@@ -174,10 +180,12 @@ class Cluster {
       auto channel = client::BufferChannel::Connect(socket);
       ASSERT_TRUE(channel.ok()) << channel.status();
       w.channel = *std::move(channel);
-      uint64_t host_bytes = 0, device_bytes = 0;
+      uint64_t host_bytes = 0, device_bytes = 0, guarded_bytes = 0;
       for (const TensorDef& def : Tensors()) {
         const bool on_device = device && r == 0 && def.device;
-        uint64_t& end = on_device ? device_bytes : host_bytes;
+        uint64_t& end = !on_device                             ? host_bytes
+                        : def.dtype == gift::v1::DTYPE_FLOAT32 ? device_bytes
+                                                               : guarded_bytes;
         w.offsets.push_back(end);
         w.on_device.push_back(on_device);
         end = Align(end + def.bytes());
@@ -194,6 +202,11 @@ class Cluster {
         w.device_allocation = static_cast<char*>(p);
         w.device_handle = memory_.Export(p, device_bytes);
       }
+      if (guarded_bytes > 0) {
+        w.guarded_allocation = static_cast<char*>(memory_.AllocateGuarded(guarded_bytes));
+        ASSERT_NE(w.guarded_allocation, nullptr);
+        w.guarded_handle = memory_.Export(w.guarded_allocation, guarded_bytes);
+      }
     }
   }
 
@@ -207,7 +220,8 @@ class Cluster {
       for (int64_t d : def.shape) b->add_shape(d);
       b->set_dtype(def.dtype);
       if (w.on_device[t]) {
-        b->mutable_buffer()->set_cuda_ipc_handle(w.device_handle);
+        b->mutable_buffer()->set_cuda_ipc_handle(
+            def.dtype == gift::v1::DTYPE_FLOAT32 ? w.device_handle : w.guarded_handle);
         b->mutable_buffer()->set_cuda_device(0);
       } else {
         b->mutable_buffer()->set_handle(w.region_handle);
@@ -283,7 +297,10 @@ class Cluster {
       F32ToBf16(values.data(), narrow.data(), values.size());
       src = narrow.data();
     }
-    if (w.on_device[t]) {
+    if (w.on_device[t] && def.dtype != gift::v1::DTYPE_FLOAT32) {
+      char* dst = w.guarded_allocation + w.offsets[t];
+      memory_.TestCopy(dst, src, def.bytes(), dst);
+    } else if (w.on_device[t]) {
       ASSERT_EQ(
           cudaMemcpy(w.device_allocation + w.offsets[t], src, def.bytes(), cudaMemcpyHostToDevice),
           cudaSuccess);
@@ -296,7 +313,10 @@ class Cluster {
     const Worker& w = workers_[r];
     const TensorDef& def = Tensors()[t];
     std::vector<char> bytes(def.bytes());
-    if (w.on_device[t]) {
+    if (w.on_device[t] && def.dtype != gift::v1::DTYPE_FLOAT32) {
+      const char* src = w.guarded_allocation + w.offsets[t];
+      memory_.TestCopy(bytes.data(), src, bytes.size(), src);
+    } else if (w.on_device[t]) {
       EXPECT_EQ(cudaMemcpy(bytes.data(), w.device_allocation + w.offsets[t], bytes.size(),
                            cudaMemcpyDeviceToHost),
                 cudaSuccess);
@@ -397,7 +417,7 @@ TEST(WorkerCoreDeviceTest, DirectCodecsAverageDeviceTensorsBitForBitAsHostOnes) 
   // it outside the measured step and the BF16 staging): the fake saw the
   // BF16 tensor's widen + narrow per step, and the measured step's exact
   // copy and error read of the FP32 one.
-  EXPECT_EQ(device.memory().mapped(), 1u);
+  EXPECT_EQ(device.memory().mapped(), 2u);  // each allocation opened once
   EXPECT_EQ(device.memory().copies_to_device(), 4u);
   EXPECT_EQ(device.memory().copies_to_host(), 4u + 2u);
 }
