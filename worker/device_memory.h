@@ -61,6 +61,11 @@ class DeviceMemory {
 // when it finds none).
 struct DeviceAccess {
   DeviceMemory* memory = nullptr;
+  // Whether the engine runs device tensors (PushPullEngineOptions::
+  // device_stages is set): then FP32 device buffers are handed to it as
+  // device tensors (zero copy); otherwise they are staged through the host
+  // like 16-bit ones (registered_tensor.h).
+  bool engine_device_stage = false;
   absl::Status unavailable = absl::UnimplementedError(
       "CUDA IPC buffers need a gift-worker built with CUDA device support; register host "
       "buffers");

@@ -112,9 +112,14 @@ absl::StatusOr<RegisteredTensor> RegisteredTensor::View(const gift::v1::BufferSp
   r.local.cols = cols;
   r.shape.assign(b.shape().begin(), b.shape().end());
   r.dtype = b.dtype();
-  if (b.dtype() == gift::v1::DTYPE_FLOAT32) {
+  if (b.dtype() == gift::v1::DTYPE_FLOAT32 && on_device && device.engine_device_stage) {
     r.local.data = reinterpret_cast<float*>(r.bytes);
-    r.local.device = on_device;  // zero copy: the engine's device stage reads it
+    r.local.device = true;  // zero copy: the engine's device stage reads it
+  } else if (b.dtype() == gift::v1::DTYPE_FLOAT32 && on_device) {
+    r.staging.resize(elements);  // staged: copied in and out whole
+    r.local.data = r.staging.data();
+  } else if (b.dtype() == gift::v1::DTYPE_FLOAT32) {
+    r.local.data = reinterpret_cast<float*>(r.bytes);
   } else {
     r.staging.resize(elements);
     r.local.data = r.staging.data();  // a moved vector keeps its storage
@@ -124,8 +129,14 @@ absl::StatusOr<RegisteredTensor> RegisteredTensor::View(const gift::v1::BufferSp
 }
 
 absl::Status RegisteredTensor::Widen() const {
-  if (dtype == gift::v1::DTYPE_FLOAT32) return absl::OkStatus();
   const size_t n = local.rows * local.cols;
+  if (dtype == gift::v1::DTYPE_FLOAT32) {
+    if (device_memory == nullptr || local.device) return absl::OkStatus();
+    absl::Status s = device_memory->CopyToHost(local.data, bytes, n * sizeof(float));
+    if (s.ok()) return s;
+    return absl::Status(s.code(),
+                        absl::StrCat("tensor '", local.name, "' from the device: ", s.message()));
+  }
   const auto* src = reinterpret_cast<const uint16_t*>(bytes);
   if (device_memory != nullptr) {
     if (absl::Status s = device_memory->CopyToHost(scratch.data(), bytes, n * sizeof(uint16_t));
@@ -141,13 +152,20 @@ absl::Status RegisteredTensor::Widen() const {
 }
 
 absl::Status RegisteredTensor::Narrow() const {
-  if (dtype == gift::v1::DTYPE_FLOAT32) return absl::OkStatus();
   const size_t n = local.rows * local.cols;
-  auto* dst = device_memory != nullptr ? scratch.data() : reinterpret_cast<uint16_t*>(bytes);
-  if (dtype == gift::v1::DTYPE_BFLOAT16) F32ToBf16(local.data, dst, n);
-  if (dtype == gift::v1::DTYPE_FLOAT16) F32ToF16(local.data, dst, n);
-  if (device_memory == nullptr) return absl::OkStatus();
-  absl::Status s = device_memory->CopyToDevice(bytes, scratch.data(), n * sizeof(uint16_t));
+  if (dtype == gift::v1::DTYPE_FLOAT32 && (device_memory == nullptr || local.device)) {
+    return absl::OkStatus();
+  }
+  absl::Status s;
+  if (dtype == gift::v1::DTYPE_FLOAT32) {
+    s = device_memory->CopyToDevice(bytes, local.data, n * sizeof(float));
+  } else {
+    auto* dst = device_memory != nullptr ? scratch.data() : reinterpret_cast<uint16_t*>(bytes);
+    if (dtype == gift::v1::DTYPE_BFLOAT16) F32ToBf16(local.data, dst, n);
+    if (dtype == gift::v1::DTYPE_FLOAT16) F32ToF16(local.data, dst, n);
+    if (device_memory == nullptr) return absl::OkStatus();
+    s = device_memory->CopyToDevice(bytes, scratch.data(), n * sizeof(uint16_t));
+  }
   if (s.ok()) return s;
   return absl::Status(s.code(),
                       absl::StrCat("tensor '", local.name, "' to the device: ", s.message()));

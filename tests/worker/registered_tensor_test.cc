@@ -38,7 +38,7 @@ TEST(RegisteredTensorDeviceTest, Fp32IsAZeroCopyDeviceTensorAndAnAllocationMapsO
   std::vector<float> allocation(1024);
   FakeDeviceMemory memory(2);
   const std::string handle = memory.Export(allocation.data(), allocation.size() * 4, 1);
-  const DeviceAccess access{.memory = &memory};
+  const DeviceAccess access{.memory = &memory, .engine_device_stage = true};
   auto a = RegisteredTensor::View(
       DeviceSpec("a", handle, gift::v1::DTYPE_FLOAT32, {8, 16}, 0, 8 * 16 * 4, 1), nullptr, access,
       "a");
@@ -68,6 +68,22 @@ TEST(RegisteredTensorDeviceTest, Fp32IsAZeroCopyDeviceTensorAndAnAllocationMapsO
   EXPECT_EQ(host[3], 7.5f);
   EXPECT_EQ(memory.copies_to_host(), 1u);
   EXPECT_EQ(ReadTensor(a->local, nullptr, &host).code(), absl::StatusCode::kFailedPrecondition);
+
+  // An engine without a device stage: staged through the host, copied in
+  // by Widen and out by Narrow whole.
+  auto staged = RegisteredTensor::View(
+      DeviceSpec("s", handle, gift::v1::DTYPE_FLOAT32, {8, 16}, 0, 8 * 16 * 4, 1), nullptr,
+      {.memory = &memory}, "s");
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  EXPECT_FALSE(staged->local.device);
+  EXPECT_EQ(staged->local.data, staged->staging.data());
+  ASSERT_TRUE(staged->Widen().ok());
+  EXPECT_EQ(staged->local.data[3], 7.5f);
+  staged->local.data[5] = -2.25f;
+  ASSERT_TRUE(staged->Narrow().ok());
+  EXPECT_EQ(allocation[5], -2.25f);
+  EXPECT_EQ(memory.copies_to_host(), 2u);
+  EXPECT_EQ(memory.copies_to_device(), 1u);
 }
 
 TEST(RegisteredTensorDeviceTest, RefusesEveryBadSpecNamingTheTensor) {

@@ -129,8 +129,11 @@ class Cluster {
 
   // A coordinator with `policy`, one aggregator shard, two workers; rank 0's
   // device tensors in device memory when `device`.
-  // Without `device_stage`, rank 0's engine has no device stage.
-  void Start(const gift::v1::Policy& policy, bool device, bool device_stage = true) {
+  // Without `device_stage`, rank 0's engine has no device stage; `staged`:
+  // none either, and the core stages rank 0's FP32 device tensor through the
+  // host (the daemon's path).
+  void Start(const gift::v1::Policy& policy, bool device, bool device_stage = true,
+             bool staged = false) {
     auto dir = TempDir::Create("gift-worker-core-device");
     ASSERT_TRUE(dir.ok()) << dir.status();
     dir_ = std::make_unique<TempDir>(*std::move(dir));
@@ -171,10 +174,12 @@ class Cluster {
       ASSERT_TRUE(session.ok()) << session.status();
       w.session = *std::move(session);
       ASSERT_EQ(w.session->rank(), static_cast<uint32_t>(r));
-      w.core = std::make_unique<WorkerCore>(*std::move(engine), w.session.get(),
-                                            WorkerCoreOptions{.step_timeout = absl::Seconds(60),
-                                                              .min_workers = kWorkers,
-                                                              .device = {.memory = &memory_}});
+      w.core = std::make_unique<WorkerCore>(
+          *std::move(engine), w.session.get(),
+          WorkerCoreOptions{
+              .step_timeout = absl::Seconds(60),
+              .min_workers = kWorkers,
+              .device = {.memory = &memory_, .engine_device_stage = device && r == 0 && !staged}});
       const std::string socket = dir_->File(absl::StrCat("worker-", r, ".buffers"));
       ASSERT_TRUE(w.core->ServeBuffers(socket).ok());
       auto channel = client::BufferChannel::Connect(socket);
@@ -370,9 +375,10 @@ double RelativeError(const std::vector<float>& got, const std::vector<float>& wa
 }
 
 TEST(WorkerCoreDeviceTest, DirectCodecsAverageDeviceTensorsBitForBitAsHostOnes) {
-  Cluster device, host;
+  Cluster device, host, staged;
   ASSERT_NO_FATAL_FAILURE(device.Start(ListPolicy(false), true));
   ASSERT_NO_FATAL_FAILURE(host.Start(ListPolicy(false), false));
+  ASSERT_NO_FATAL_FAILURE(staged.Start(ListPolicy(false), true, false, /*staged=*/true));
 
   // A bad device buffer: nothing is registered, the rest keeps working.
   gift::v1::RegisterBuffersRequest bad = device.RegisterRequest(0);
@@ -389,17 +395,21 @@ TEST(WorkerCoreDeviceTest, DirectCodecsAverageDeviceTensorsBitForBitAsHostOnes) 
 
   ASSERT_NO_FATAL_FAILURE(device.Register());
   ASSERT_NO_FATAL_FAILURE(host.Register());
+  ASSERT_NO_FATAL_FAILURE(staged.Register());
   for (uint64_t step = 1; step <= 4; ++step) {
     const bool measure = step == 3;
     const bool early = step == 4;  // StartTensors (worker_core_overlap.cc)
     auto d = device.Step(step, measure, early);
     auto h = host.Step(step, measure, early);
+    auto st = staged.Step(step, measure, early);
+    ASSERT_EQ(st.size(), size_t{kWorkers});
     ASSERT_EQ(d.size(), size_t{kWorkers});
     ASSERT_EQ(h.size(), size_t{kWorkers});
     for (int r = 0; r < kWorkers; ++r) {
       for (size_t t = 0; t < Tensors().size(); ++t) {
         SCOPED_TRACE(absl::StrCat("step ", step, " rank ", r, " ", Tensors()[t].name));
         EXPECT_TRUE(BitIdentical(d[r].averages[t], h[r].averages[t]));
+        EXPECT_TRUE(BitIdentical(st[r].averages[t], h[r].averages[t]));
         EXPECT_TRUE(BitIdentical(d[r].averages[t], d[0].averages[t]));
         // Not the gradient: the step wrote the average back.
         EXPECT_FALSE(BitIdentical(d[r].averages[t], Gradient(r, step, t)));
@@ -409,6 +419,7 @@ TEST(WorkerCoreDeviceTest, DirectCodecsAverageDeviceTensorsBitForBitAsHostOnes) 
         if (measure) {
           EXPECT_GT(dt.rel_l2_error(), 0.0);
           EXPECT_EQ(dt.rel_l2_error(), ht.rel_l2_error());
+          EXPECT_EQ(st[r].response.tensors(static_cast<int>(t)).rel_l2_error(), ht.rel_l2_error());
         }
       }
     }
@@ -420,6 +431,9 @@ TEST(WorkerCoreDeviceTest, DirectCodecsAverageDeviceTensorsBitForBitAsHostOnes) 
   EXPECT_EQ(device.memory().mapped(), 2u);  // each allocation opened once
   EXPECT_EQ(device.memory().copies_to_device(), 4u);
   EXPECT_EQ(device.memory().copies_to_host(), 4u + 2u);
+  // Staged: both device tensors copied in and out once per step.
+  EXPECT_EQ(staged.memory().copies_to_device(), 2u * 4u);
+  EXPECT_EQ(staged.memory().copies_to_host(), 2u * 4u);
 }
 
 TEST(WorkerCoreDeviceTest, DeviceTensorsNeedTheEnginesDeviceStage) {
