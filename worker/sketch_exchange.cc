@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "worker/registered_tensor.h"
 
 namespace gift::worker {
 namespace {
@@ -93,7 +94,8 @@ absl::StatusOr<SketchExchange::Entry*> SketchExchange::EntryFor(
 }
 
 absl::StatusOr<std::vector<LocalTensor>> SketchExchange::Prepare(
-    const gift::v1::ClusterState& state, uint64_t step, const std::vector<LocalTensor>& tensors) {
+    const gift::v1::ClusterState& state, uint64_t step, const std::vector<LocalTensor>& tensors,
+    const DeviceMemory* memory) {
   const auto start = std::chrono::steady_clock::now();
   for (auto& [id, entry] : entries_) entry.prepared = false;
   last_prepare_seconds_ = 0;
@@ -118,7 +120,13 @@ absl::StatusOr<std::vector<LocalTensor>> SketchExchange::Prepare(
                                        "': ", entry.status().message()));
     }
     Entry& e = **entry;
-    if (auto s = e.geometry->PerWorkerContribution(t.data, e.buffer.data()); !s.ok()) {
+    const float* gradient = t.data;
+    std::vector<float> host_copy;  // a device tensor's
+    if (t.device) {
+      if (absl::Status s = ReadTensor(t, memory, &host_copy); !s.ok()) return s;
+      gradient = host_copy.data();
+    }
+    if (auto s = e.geometry->PerWorkerContribution(gradient, e.buffer.data()); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("sketch of tensor '", info->name(),
                                                  "': ", s.message()));
     }

@@ -47,6 +47,7 @@
 #include "common/transform/tensor_geometry.h"
 #include "gift/v1/cluster.pb.h"
 #include "gift/v1/coordinator.pb.h"
+#include "worker/device_memory.h"
 #include "worker/step_planner.h"
 
 namespace gift::worker {
@@ -61,8 +62,7 @@ transform::TensorGeometryOptions GeometryOptionsFor(const policy::TensorSettings
 
 // Whether a tensor of `shape` with resolved `settings` takes per-worker
 // sketches: transformable, not direct by policy, per-worker source.
-bool UsesPerWorkerSketches(const policy::TensorSettings& settings,
-                           absl::Span<const int64_t> shape);
+bool UsesPerWorkerSketches(const policy::TensorSettings& settings, absl::Span<const int64_t> shape);
 
 // "<name>#sketch.both" (or .input / .output).
 std::string StatisticsTensorName(const std::string& name, const policy::TensorSettings& settings);
@@ -83,10 +83,14 @@ class SketchExchange {
   // sketches in `state` and collects at `step`, each holding this worker's
   // contribution; empty when none does. Registers statistics tensors the
   // first time. Errors: the registrar's, and InvalidArgument for a
-  // non-finite gradient (nothing is exchanged for the step then).
+  // non-finite gradient (nothing is exchanged for the step then). A device
+  // tensor (LocalTensor::device) is sketched from a host copy made through
+  // `memory` (registered_tensor.h ReadTensor; its errors), only when it is
+  // sketched at this step.
   absl::StatusOr<std::vector<LocalTensor>> Prepare(const gift::v1::ClusterState& state,
                                                    uint64_t step,
-                                                   const std::vector<LocalTensor>& tensors);
+                                                   const std::vector<LocalTensor>& tensors,
+                                                   const DeviceMemory* memory = nullptr);
 
   // After the exchange of Prepare's tensors: the average contribution for
   // the gradient tensor `tensor_id` (PerWorkerContributionSize floats), or

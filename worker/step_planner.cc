@@ -111,6 +111,7 @@ absl::StatusOr<StepPlan> PlanStep(const gift::v1::ClusterState& state, absl::str
                  .rows = local.rows,
                  .cols = local.cols,
                  .data = local.data,
+                 .device = local.device,
                  .chunks = chunks->second,
                  .push_spec = *push_spec,
                  .error_feedback = settings.transform.error_feedback()};

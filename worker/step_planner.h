@@ -34,6 +34,9 @@ struct LocalTensor {
   uint64_t rows = 0;      // product of all dimensions but the last
   uint64_t cols = 0;      // the last dimension
   float* data = nullptr;  // not owned
+  // `data` is CUDA device memory (registered_tensor.h): the host never
+  // dereferences it (ReadTensor copies it); TensorStep::device.
+  bool device = false;
 };
 
 // The transform of (tensor id, basis version); never called for direct

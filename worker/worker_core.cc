@@ -99,7 +99,7 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerCore::RegisterBuffers(
   std::vector<gift::v1::TensorSpec> specs;
   for (int i = 0; i < request.buffers_size(); ++i) {
     const gift::v1::BufferSpec& b = request.buffers(i);
-    auto r = RegisteredTensor::View(b, buffer_socket_.get(),
+    auto r = RegisteredTensor::View(b, buffer_socket_.get(), options_.device,
                                     absl::StrCat("buffers[", i, "] '", b.name(), "'"));
     if (!r.ok()) return r.status();
     mapped.push_back(*std::move(r));
@@ -326,7 +326,8 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::PushPull(
   if (!selected.ok()) return selected.status();
   std::vector<LocalTensor> tensors;
   for (const RegisteredTensor* r : *selected) {
-    r->Widen();  // 16-bit buffers: into the FP32 staging, once per step
+    // 16-bit buffers: into the FP32 staging, once per step
+    if (absl::Status s = r->Widen(); !s.ok()) return s;
     tensors.push_back(r->local);
   }
   if (auto s = AwaitStartBarrier(deadline); !s.ok()) return s;
@@ -338,7 +339,8 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::PushPull(
 
   // This worker's sketches, from its gradient before the exchange.
   std::vector<LocalTensor> sketches;
-  if (auto prepared = sketches_.Prepare(*before, request.step(), tensors); prepared.ok()) {
+  if (auto prepared = sketches_.Prepare(*before, request.step(), tensors, options_.device.memory);
+      prepared.ok()) {
     sketches = *std::move(prepared);
   } else {
     CountSketchFailure(request.step(), prepared.status());
@@ -355,8 +357,11 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::PushPull(
     std::vector<LocalTensor> copies = tensors;
     exact.resize(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
-      exact[i].assign(tensors[i].data, tensors[i].data + tensors[i].rows * tensors[i].cols);
+      if (absl::Status s = ReadTensor(tensors[i], options_.device.memory, &exact[i]); !s.ok()) {
+        return s;
+      }
       copies[i].data = exact[i].data();
+      copies[i].device = false;
     }
     auto r = Exchange(request.step(), copies, ExchangeKind::kExactMeasure, deadline, &epoch,
                       &world_size, nullptr);
@@ -389,12 +394,24 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::PushPull(
                        .world_size = world_size});
 }
 
-gift::v1::PushPullResponse WorkerCore::CompleteStep(Completed c) {
+absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c) {
   const std::vector<LocalTensor>& tensors = c.tensors;
   const bool measured = !c.exact.empty();
   const StepReport& sketch_report = c.sketch_report;
   const double sketch_compute_seconds = c.sketch_compute_seconds;
-  for (const RegisteredTensor* r : c.selected) r->Narrow();  // the average, in the buffer's dtype
+  for (const RegisteredTensor* r : c.selected) {
+    if (absl::Status s = r->Narrow(); !s.ok()) return s;  // the average, in the buffer's dtype
+  }
+  // Measured steps: the device tensors' averages copied to the host once
+  // (host tensors are read in place).
+  std::vector<std::vector<float>> device_averages(measured ? tensors.size() : 0);
+  for (size_t i = 0; i < device_averages.size(); ++i) {
+    if (!tensors[i].device) continue;
+    if (absl::Status s = ReadTensor(tensors[i], options_.device.memory, &device_averages[i]);
+        !s.ok()) {
+      return s;
+    }
+  }
   uint32_t attempts;
   {
     absl::MutexLock lock(&mu_);
@@ -411,8 +428,9 @@ gift::v1::PushPullResponse WorkerCore::CompleteStep(Completed c) {
     r->set_basis_version(c.versions[i].first);
     r->set_transformed(c.versions[i].second);
     if (measured) {
+      const float* average = tensors[i].device ? device_averages[i].data() : tensors[i].data;
       r->set_rel_l2_error(
-          RelativeL2(tensors[i].data, c.exact[i].data(), tensors[i].rows * tensors[i].cols));
+          RelativeL2(average, c.exact[i].data(), tensors[i].rows * tensors[i].cols));
     }
   }
   // Per-tensor bytes: the engine reports totals; split by element count.
@@ -472,8 +490,19 @@ gift::v1::PushPullResponse WorkerCore::CompleteStep(Completed c) {
   if (!c.owned.empty()) {
     std::shared_ptr<const gift::v1::ClusterState> after = session_->state();
     for (OwnedTensorStep& o : c.owned) {
-      for (const LocalTensor& t : tensors) {
-        if (t.tensor_id == o.tensor_id) o.average.assign(t.data, t.data + t.rows * t.cols);
+      absl::Status read;
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        if (tensors[i].tensor_id != o.tensor_id) continue;
+        if (measured && tensors[i].device) {
+          o.average = device_averages[i];
+        } else {
+          read = ReadTensor(tensors[i], options_.device.memory, &o.average);
+        }
+      }
+      if (!read.ok()) {  // statistics are best effort: the step stands
+        Log(Level::kWarning, "owner_error",
+            {{"tensor", static_cast<int64_t>(o.tensor_id)}, {"error", read.ToString()}});
+        continue;
       }
       const absl::Span<const float> sketch = sketches_.Average(o.tensor_id);
       o.sketch.assign(sketch.begin(), sketch.end());
@@ -524,6 +553,9 @@ gift::v1::WorkerInfo WorkerCore::Info() const {
   }
   *info.mutable_bases() = state->bases();
   if (buffer_socket_ != nullptr) info.set_buffer_socket(buffer_socket_->path());
+  if (options_.device.memory != nullptr) {
+    info.set_cuda_device_count(options_.device.memory->device_count());
+  }
   return info;
 }
 

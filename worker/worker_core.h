@@ -42,7 +42,11 @@
 // Buffer dtypes (registered_tensor.h): an FP32 buffer is the engine's span
 // itself (zero copy); a BF16 / FP16 buffer gets an FP32 staging span owned
 // by the daemon, filled from the buffer in one pass before the step and
-// rounded back into it (nearest even) after the step succeeded.
+// rounded back into it (nearest even) after the step succeeded. CUDA IPC
+// buffers (options.device): FP32 ones are the engine's device tensors (zero
+// copy), 16-bit ones are staged through the host like host buffers; the
+// measured step's exact copies, the error, the owner's copies and the
+// sketches read device tensors through DeviceMemory (ReadTensor).
 //
 // Ownership: owns the engine and its threads; shares the session, which
 // must outlive the daemon. Thread safety: every public method may be called
@@ -71,6 +75,7 @@
 #include "worker/basis_owner.h"
 #include "worker/basis_store.h"
 #include "worker/buffer_socket.h"
+#include "worker/device_memory.h"
 #include "worker/push_pull_engine.h"
 #include "worker/registered_tensor.h"
 #include "worker/shared_buffer.h"
@@ -114,6 +119,13 @@ struct WorkerCoreOptions {
   absl::Duration sketch_timeout = absl::Seconds(10);
   // Called after every completed step (on the PushPull caller's thread).
   std::function<void(const StepStats&)> on_step;
+  // Device memory for CUDA IPC buffers (device_memory.h; not owned, must
+  // outlive the core), and what is answered for them without it. A device
+  // FP32 tensor is handed to the engine as a device tensor
+  // (TensorStep::device: the engine needs PushPullEngineOptions::
+  // device_stages); every other read or write of its data goes through
+  // `device.memory`.
+  DeviceAccess device = {};
 };
 
 class WorkerCore {
@@ -146,8 +158,11 @@ class WorkerCore {
   absl::Status ServeBuffers(const std::string& path);
 
   // Errors: InvalidArgument (a bad spec: name, shape, dtype, sizes,
-  // alignment; a shm_name buffer, which is refused), Unimplemented (CUDA IPC
-  // buffers in a build without CUDA), FailedPrecondition (no buffer socket),
+  // alignment; a shm_name buffer, which is refused; a bad CUDA IPC handle,
+  // device or range), options.device.unavailable (CUDA IPC buffers without
+  // device memory: Unimplemented in a build without CUDA,
+  // FailedPrecondition without a device), FailedPrecondition (no buffer
+  // socket, a CUDA IPC handle the driver refuses),
   // NotFound (unknown handle), OutOfRange (a range past the handed buffer),
   // and the coordinator's errors. Nothing changes on error.
   absl::StatusOr<gift::v1::RegisterBuffersResponse> RegisterBuffers(
@@ -271,13 +286,17 @@ class WorkerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   // The first step waits for min_workers workers.
   absl::Status AwaitStartBarrier(absl::Time deadline);
-  // Appends what the owner wants of `step` for `tensors` (decided on `before`).
+  // Appends what the owner wants of `step` for `tensors` (decided on `before`);
+  // a tensor whose copy fails is left out (logged: statistics are best effort).
   void AddOwnedSteps(const gift::v1::ClusterState& before, uint64_t step,
                      const std::vector<LocalTensor>& tensors, std::vector<OwnedTensorStep>* owned);
   // Narrows, builds the response, counts, and hands owned tensors on.
-  gift::v1::PushPullResponse CompleteStep(Completed c);
-  // The open step: adds `more` (widened, owned, planned and pushed).
-  void AddToOpenStep(const std::vector<const RegisteredTensor*>& more)
+  // Errors: a device tensor's copy (then the step is not counted).
+  absl::StatusOr<gift::v1::PushPullResponse> CompleteStep(Completed c);
+  // The open step: adds `more` (widened, owned, planned and pushed). Errors:
+  // a device tensor's widening copy (the caller abandons the step); a
+  // failed push is kept in `failed` instead.
+  absl::Status AddToOpenStep(const std::vector<const RegisteredTensor*>& more)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   absl::StatusOr<gift::v1::PushPullResponse> FinishOpenStep(
       const gift::v1::PushPullRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);

@@ -25,7 +25,13 @@ void WorkerCore::AddOwnedSteps(const gift::v1::ClusterState& before, uint64_t st
       if (!owner_->WantsStep(before, info, step, &needs_own)) break;
       OwnedTensorStep o{
           .step = step, .tensor_id = t.tensor_id, .name = t.name, .rows = t.rows, .cols = t.cols};
-      if (needs_own) o.own.assign(t.data, t.data + t.rows * t.cols);
+      if (needs_own) {
+        if (absl::Status s = ReadTensor(t, options_.device.memory, &o.own); !s.ok()) {
+          Log(Level::kWarning, "owner_error",
+              {{"tensor", static_cast<int64_t>(t.tensor_id)}, {"error", s.ToString()}});
+          break;
+        }
+      }
       owned->push_back(std::move(o));
     }
   }

@@ -54,22 +54,26 @@ absl::Status WorkerCore::StartTensors(const gift::v1::StartTensorsRequest& reque
     }
     open_ = std::move(o);
   }
-  AddToOpenStep(more);
+  if (absl::Status s = AddToOpenStep(more); !s.ok()) {
+    AbandonOpenStep(s.message());
+    return s;
+  }
   return absl::OkStatus();
 }
 
-void WorkerCore::AddToOpenStep(const std::vector<const RegisteredTensor*>& more) {
-  if (more.empty()) return;
+absl::Status WorkerCore::AddToOpenStep(const std::vector<const RegisteredTensor*>& more) {
+  if (more.empty()) return absl::OkStatus();
   OpenStep& o = *open_;
   std::vector<LocalTensor> tensors;
   for (const RegisteredTensor* r : more) {
-    r->Widen();  // 16-bit buffers: into the FP32 staging, once per step
+    // 16-bit buffers: into the FP32 staging, once per step
+    if (absl::Status s = r->Widen(); !s.ok()) return s;
     tensors.push_back(r->local);
     o.selected.push_back(r);
     o.tensors.push_back(r->local);
   }
   AddOwnedSteps(*o.before, o.step, tensors, &o.owned);
-  if (!o.failed.ok()) return;  // PushPull runs the whole step again
+  if (!o.failed.ok()) return absl::OkStatus();  // PushPull runs the whole step again
   const BasisLookup lookup = [this](uint64_t tensor, uint64_t version) {
     return store_.Get(tensor, version);
   };
@@ -93,10 +97,11 @@ void WorkerCore::AddToOpenStep(const std::vector<const RegisteredTensor*>& more)
     for (const TensorStep& t : plan->tensors) {
       o.versions.emplace_back(t.basis_version, t.transform != nullptr);
     }
-    return;
+    return absl::OkStatus();
   }
   o.failed = s;
   engine_->Cancel();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::FinishOpenStep(
@@ -117,11 +122,15 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::FinishOpenStep(
   for (const RegisteredTensor* r : *selected) {
     if (started.insert(r->local.tensor_id).second) more.push_back(r);
   }
-  AddToOpenStep(more);
+  if (absl::Status s = AddToOpenStep(more); !s.ok()) {
+    AbandonOpenStep(s.message());
+    return s;
+  }
   // This worker's sketches, from its gradients (the engine writes the
   // averages into them only in Finish).
   std::vector<LocalTensor> sketches;
-  if (auto prepared = sketches_.Prepare(*open_->before, open_->step, open_->tensors);
+  if (auto prepared =
+          sketches_.Prepare(*open_->before, open_->step, open_->tensors, options_.device.memory);
       prepared.ok()) {
     sketches = *std::move(prepared);
   } else {
