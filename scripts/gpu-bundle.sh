@@ -24,7 +24,7 @@ cmake --build "$build_dir" -j "$(nproc)" --target $tests gift_bench
 rm -rf .gpu && mkdir -p .gpu/lib
 for t in $tests; do cp "$build_dir/tests/kernels/$t" .gpu/; done
 # The worker's device stage (engine + aggregator shards on UCX loopback).
-worker_tests="device_codec_stage_test"
+worker_tests="device_codec_stage_test cuda_device_memory_test"
 # shellcheck disable=SC2086
 cmake --build "$build_dir" -j "$(nproc)" --target $worker_tests
 for t in $worker_tests; do cp "$build_dir/tests/worker/$t" .gpu/; done
@@ -84,7 +84,7 @@ done
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
 export GIFT_BUILD_DIR="$lib/daemons"  # the daemons device_tensor_cluster_test starts
 for t in codec_cuda_test transform_cuda_test forward_encode_cuda_test cuda_ipc_buffers_test \
-  refresh_cuda_test device_codec_stage_test cuda_device_buffer_test device_tensor_cluster_test; do
+  refresh_cuda_test device_codec_stage_test cuda_device_memory_test cuda_device_buffer_test device_tensor_cluster_test; do
   timeout 90 "$here/$t" --gtest_brief=1 >"$out/$t.txt" 2>&1
   echo "$t rc=$?" | tee -a "$out/$t.txt"
   tail -3 "$out/$t.txt"
@@ -113,6 +113,17 @@ timeout 60 "$here/gift-bench" refresh --gpu --reps 3 --ranks 64,128 --cpu-max-di
 # $out/gpu-share/gpu_share.json.
 OUT="$out/gpu-share" timeout 110 bash "$here/gpu-share.sh" --bench "$here/gift-bench" 2>&1 |
   tee "$out/gpu_share.txt"
+# Device gradients through the daemons (gift-bench cluster --device-tensors):
+# bit-identical across workers and within the codec bound, direct and GIFT.
+mkdir -p "$lib/bin"
+for d in server/coordinator/gift-coordinator server/aggregator/gift-server worker/gift-worker; do
+  ln -sf "$lib/daemons/$d" "$lib/bin/"
+done
+for mode in direct gift; do
+  timeout 120 "$here/gift-bench" cluster --device-tensors --mode "$mode" --bin-dir "$lib/bin" \
+    --workers 2 --servers 2 --d-model 512 --layers 2 --steps 10 --no-perftest --no-gloo \
+    --no-reducer --json "$out/cluster_device_$mode.json" 2>&1 | tee "$out/cluster_device_$mode.txt"
+done
 RUN
 chmod +x .gpu/run.sh
 du -sh .gpu

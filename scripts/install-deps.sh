@@ -23,7 +23,7 @@ PACKAGES=(
   clang libclang-rt-14-dev
   # command lines, config, maths, state, metrics, service manager, data-plane MACs
   libcli11-dev nlohmann-json3-dev libeigen3-dev libsqlite3-dev sqlite3 libssl-dev
-  prometheus-cpp-dev libsystemd-dev
+  prometheus-cpp-dev libmicrohttpd-dev libsystemd-dev
   # make demo: PyTorch (with a fast BLAS), the client's gRPC, the plot, and the
   # King James Bible (bible-kjv-text; its reader `bible` is in bible-kjv)
   python3-torch libopenblas0-pthread python3-grpcio python3-protobuf python3-numpy

@@ -13,6 +13,12 @@
 // listen, member_id, rank} says it serves. Exit codes: 0 after
 // SIGTERM/SIGINT (after the step in flight), 64 for bad flags or config, 1
 // when UCX, the socket or the coordinator cannot be used at startup.
+// Device tensors (--cuda, default auto): a build with CUDA on a machine with
+// a device opens the training process's CUDA IPC buffers and runs their
+// transform and codec on the GPU (docs/gpu.md, Worker); otherwise such
+// buffers are refused (FailedPrecondition "no CUDA device" in a CUDA build,
+// Unimplemented without CUDA) and host buffers work as ever. The
+// `device_tensors` event says which path is on.
 // With --tls-cert/--tls-key/--tls-ca the TCP listener requires mutual TLS from
 // a `worker` or `operator` certificate (common/rpc/credentials.h) and the
 // coordinator channel presents the worker's certificate; without them both
@@ -46,8 +52,13 @@
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
+#include "worker/device_memory.h"
 #include "worker/worker_core.h"
 #include "worker/worker_grpc_service.h"
+#ifdef GIFT_HAVE_CUDA
+#include "worker/cuda/cuda_device_memory.h"
+#include "worker/cuda/device_codec_stage.h"
+#endif
 
 namespace gift::worker {
 namespace {
@@ -203,6 +214,40 @@ void AddWorkerMetrics(daemon::MetricsServer& metrics, const WorkerCore* worker,
   });
 }
 
+// The path of device tensors under --cuda `mode` (auto, on, off): the
+// device memory and the engine's device stage when on, else why not
+// (DeviceAccess::unavailable). Logs the `device_tensors` event.
+struct DevicePath {
+  std::unique_ptr<DeviceMemory> memory;
+  DeviceStageFactory stages = nullptr;
+  absl::Status unavailable = DeviceAccess{}.unavailable;
+};
+
+DevicePath ChooseDevicePath(const std::string& mode) {
+  DevicePath path;
+  if (mode == "off") {
+    path.unavailable = absl::FailedPreconditionError(
+        "this gift-worker runs with --cuda off: CUDA IPC buffers are refused; register host "
+        "buffers");
+  } else {
+#ifdef GIFT_HAVE_CUDA
+    auto memory = CudaDeviceMemory::Create();
+    if (memory.ok()) {
+      path.memory = *std::move(memory);
+      path.stages = DeviceCodecStage::Factory();
+    } else {
+      path.unavailable = memory.status();
+    }
+#endif
+  }
+  const int devices = path.memory == nullptr ? 0 : path.memory->device_count();
+  Log(Level::kInfo, "device_tensors",
+      {{"enabled", path.memory != nullptr},
+       {"cuda_devices", static_cast<int64_t>(devices)},
+       {"reason", path.memory != nullptr ? "" : std::string(path.unavailable.message())}});
+  return path;
+}
+
 int Main(int argc, char** argv) {
   daemon::DaemonMain daemon("gift-worker");  // first: see common/daemon/daemon_main.h
   CLI::App app(
@@ -218,6 +263,7 @@ int Main(int argc, char** argv) {
   daemon::TlsFlags tls;
   int threads = 0;
   uint32_t min_workers = 1;
+  std::string cuda = "auto";
   daemon::AddMemberFlags(app, &member);
   app.add_option("--socket", socket_path,
                  "Unix domain socket of the Worker API for the training process (\"\" disables)")
@@ -244,6 +290,11 @@ int Main(int argc, char** argv) {
                  "the first step waits until this many workers have joined")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--cuda", cuda,
+                 "CUDA IPC buffers (device tensors): auto (when built with CUDA and a device is "
+                 "present), on (fail to start without a device), off (refuse them)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   if (std::optional<int> exit = daemon.ParseFlags(app, argc, argv)) return *exit;
   if (socket_path.empty() && listen.empty()) {
     return daemon.UsageError("give --socket, --listen or both");
@@ -269,13 +320,27 @@ int Main(int argc, char** argv) {
       !s.ok()) {
     return daemon.Fail(absl::StrCat("--threads: ", s.message()));
   }
+  DevicePath device = ChooseDevicePath(cuda);
+  if (cuda == "on" && device.memory == nullptr) {
+    return daemon.Fail(absl::StrCat("--cuda on: ", device.unavailable.message()));
+  }
   transport::UcxTransportOptions ucx{.tls = member.ucx_tls};
   // Declared before the engine: it outlives the engine's transport.
   control::PeerFailureReporter failure_reporter;
-  auto engine = PushPullEngine::Create(failure_reporter.Wrap([&](transport::TransportHandlers h) {
-    return transport::CreateUcxTransport(std::move(h), ucx);
-  }),
-                                       {.codec_options = codec_options, .timeout = step_timeout});
+  auto engine = PushPullEngine::Create(
+      failure_reporter.Wrap([&](transport::TransportHandlers h) {
+        auto t = transport::CreateUcxTransport(std::move(h), ucx);
+        if (t.ok() && device.memory != nullptr) {
+          // Device data always goes through page-locked host buffers; say
+          // whether this UCX could take device memory itself (not built).
+          Log(Level::kInfo, "device_data_path",
+              {{"path", "staged through page-locked host buffers"},
+               {"transport", (*t)->name()},
+               {"transport_carries_cuda_memory", (*t)->carries_cuda_memory()}});
+        }
+        return t;
+      }),
+      {.codec_options = codec_options, .timeout = step_timeout, .device_stages = device.stages});
   if (!engine.ok()) return daemon.Fail(absl::StrCat("UCX: ", engine.status().ToString()));
 
   control::MemberSessionOptions session_options;
@@ -292,10 +357,14 @@ int Main(int argc, char** argv) {
   StepMetrics step_metrics(*(*metrics)->registry());
   auto worker = std::make_unique<WorkerCore>(
       *std::move(engine), session->get(),
-      WorkerCoreOptions{.step_timeout = step_timeout,
-                        .min_workers = min_workers,
-                        .codec_options = codec_options,
-                        .on_step = [&](const StepStats& s) { step_metrics.Observe(s); }});
+      WorkerCoreOptions{
+          .step_timeout = step_timeout,
+          .min_workers = min_workers,
+          .codec_options = codec_options,
+          .on_step = [&](const StepStats& s) { step_metrics.Observe(s); },
+          .device = {.memory = device.memory.get(),
+                     .engine_device_stage = device.stages != nullptr,
+                     .unavailable = device.unavailable}});
   AddWorkerMetrics(**metrics, worker.get(), session->get());
 
   if (!socket_path.empty()) {  // where clients hand over their buffers

@@ -1,5 +1,13 @@
-// The daemons' Prometheus endpoint: an HTTP server (prometheus-cpp's Exposer
-// over civetweb) that serves the text exposition format at /metrics.
+// The daemons' Prometheus endpoint: an HTTP server (GNU libmicrohttpd, one
+// polling thread) that serves prometheus-cpp's text exposition format at
+// /metrics (GET or HEAD; 404 for any other path, 405 for other methods).
+//
+// Why libmicrohttpd and not prometheus-cpp's Exposer: the Exposer's civetweb
+// starts its threads with a fixed 100 KiB stack, and glibc carves the
+// process's static TLS out of every thread's stack. OpenBLAS alone takes
+// 60 KiB of it, cudart another 8 KiB (a scrape then overflows the stack) and
+// cuBLAS 94 KiB (the threads do not start), so a worker with the CUDA path
+// could not serve metrics. libmicrohttpd's thread gets the default stack.
 //
 //   GIFT_ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> metrics,
 //                         MetricsServer::Start("0.0.0.0:9471"));
@@ -37,9 +45,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/registry.h"
 
-namespace prometheus {
-class Exposer;
-}
+struct MHD_Daemon;
 
 namespace gift::daemon {
 
@@ -66,7 +72,7 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
-  bool serving() const { return exposer_ != nullptr; }
+  bool serving() const { return http_ != nullptr; }
   // The bound "HOST:PORT" (the port resolved when 0 was asked); "" when disabled.
   const std::string& address() const { return address_; }
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
@@ -83,7 +89,7 @@ class MetricsServer {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<Collector> collector_;
-  std::unique_ptr<prometheus::Exposer> exposer_;  // null when disabled
+  MHD_Daemon* http_ = nullptr;  // owned (MHD_stop_daemon); null when disabled
   std::string address_;
 };
 

@@ -1,4 +1,4 @@
-// A minimal HTTP/1.0 GET over a raw socket, for tests of /metrics pages.
+// A minimal HTTP/1.0 request over a raw socket, for tests of /metrics pages.
 #ifndef GIFT_TESTS_DAEMON_HTTP_GET_H_
 #define GIFT_TESTS_DAEMON_HTTP_GET_H_
 
@@ -14,9 +14,10 @@
 
 namespace gift::daemon::testing {
 
-// GETs http://127.0.0.1:<port of host_port><path>; returns the raw response
-// (status line, headers, body), or "" when the connection fails.
-inline std::string HttpGet(const std::string& host_port, const std::string& path) {
+// Sends `method` http://127.0.0.1:<port of host_port><path>; returns the raw
+// response (status line, headers, body), or "" when the connection fails.
+inline std::string HttpRequest(const std::string& host_port, const std::string& method,
+                               const std::string& path) {
   int port = 0;
   if (!absl::SimpleAtoi(host_port.substr(host_port.rfind(':') + 1), &port)) return "";
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -29,7 +30,7 @@ inline std::string HttpGet(const std::string& host_port, const std::string& path
     close(fd);
     return "";
   }
-  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n");
+  const std::string request = absl::StrCat(method, " ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n");
   if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
     close(fd);
     return "";
@@ -39,6 +40,10 @@ inline std::string HttpGet(const std::string& host_port, const std::string& path
   for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) response.append(buf, n);
   close(fd);
   return response;
+}
+
+inline std::string HttpGet(const std::string& host_port, const std::string& path) {
+  return HttpRequest(host_port, "GET", path);
 }
 
 }  // namespace gift::daemon::testing

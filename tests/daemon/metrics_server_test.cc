@@ -14,6 +14,7 @@ namespace gift::daemon {
 namespace {
 
 using testing::HttpGet;
+using testing::HttpRequest;
 
 TEST(MetricsServerTest, ServesPrometheusTextOnAPickedPort) {
   auto server = MetricsServer::Start("127.0.0.1:0");
@@ -53,8 +54,8 @@ TEST(MetricsServerTest, ServesPrometheusTextOnAPickedPort) {
   EXPECT_NE(page.find("\ngift_test_epoch 42"), std::string::npos) << page;  // refreshed
   EXPECT_NE(page.find("# TYPE gift_test_reduce_seconds histogram"), std::string::npos) << page;
   EXPECT_NE(page.find("gift_test_reduce_seconds_bucket{le=\"0.01\"} 1"), std::string::npos) << page;
-  // Every sample line is NAME[{labels}] VALUE; the names are ours (and the
-  // HTTP server's exposer_* series).
+  ASSERT_NE(page.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << page;
+  // Every sample line is NAME[{labels}] VALUE, and every name is ours.
   size_t samples = 0;
   const size_t body = page.find("\r\n\r\n");
   ASSERT_NE(body, std::string::npos);
@@ -65,12 +66,49 @@ TEST(MetricsServerTest, ServesPrometheusTextOnAPickedPort) {
     const std::string line = page.substr(pos, end - pos);
     pos = end + 1;
     if (line.empty() || line[0] == '#') continue;
-    if (line.rfind("exposer_", 0) == 0) continue;  // prometheus-cpp's own
     ++samples;
     EXPECT_EQ(line.rfind("gift_test_", 0), 0u) << line;
     EXPECT_NE(line.rfind(' '), std::string::npos) << line;
   }
   EXPECT_GE(samples, 4u);
+}
+
+// Only GET and HEAD of /metrics are served; anything else gets a clear answer
+// and the server keeps serving.
+TEST(MetricsServerTest, AnswersOtherPathsAndMethodsWithoutThePage) {
+  auto server = MetricsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  prometheus::BuildGauge().Name("gift_test_up").Help("up").Register(*(*server)->registry()).Add(
+      {}).Set(1);
+  const std::string address = (*server)->address();
+  const std::string missing = HttpGet(address, "/");
+  EXPECT_NE(missing.find(" 404 "), std::string::npos) << missing;
+  EXPECT_EQ(missing.find("gift_test_up"), std::string::npos) << missing;
+  const std::string posted = HttpRequest(address, "POST", "/metrics");
+  EXPECT_NE(posted.find(" 405 "), std::string::npos) << posted;
+  const std::string head = HttpRequest(address, "HEAD", "/metrics");
+  EXPECT_NE(head.find("200 OK"), std::string::npos) << head;
+  EXPECT_EQ(head.find("gift_test_up"), std::string::npos) << head;  // headers only
+  EXPECT_NE(HttpGet(address, "/metrics").find("gift_test_up 1"), std::string::npos);
+}
+
+// The server's thread has the default stack: a scrape that needs far more
+// stack than civetweb's 100 KiB threads had (less the process's static TLS)
+// still works.
+TEST(MetricsServerTest, ScrapesRunOnAThreadWithAFullSizedStack) {
+  auto server = MetricsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto& g =
+      prometheus::BuildGauge().Name("gift_test_deep").Help("deep").Register(*(*server)->registry());
+  g.Add({}).Set(0);
+  (*server)->AddRefresher([&] {
+    volatile char deep[512 * 1024];  // 512 KiB on the scraping thread's stack
+    for (size_t i = 0; i < sizeof(deep); i += 4096) deep[i] = static_cast<char>(i);
+    g.Add({}).Set(deep[4096]);
+  });
+  const std::string page = HttpGet((*server)->address(), "/metrics");
+  EXPECT_NE(page.find("200 OK"), std::string::npos) << page;
+  EXPECT_NE(page.find("gift_test_deep 0"), std::string::npos) << page;
 }
 
 TEST(MetricsServerTest, EmptyAddressDisablesServingButKeepsTheRegistry) {
