@@ -8,42 +8,17 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda_driver.h"
 
 namespace gift::client {
 namespace {
 
 static_assert(sizeof(cudaIpcMemHandle_t) == kCudaIpcHandleBytes);
 
-using AddressRangeFn = CUresult(CUDAAPI*)(CUdeviceptr* base, size_t* size, CUdeviceptr ptr);
-
-std::string CudaError(cudaError_t err) {
-  return absl::StrCat(cudaGetErrorName(err), ": ", cudaGetErrorString(err));
-}
-
 bool NoDevice(cudaError_t err) {
   return err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver ||
          err == cudaErrorInitializationError || err == cudaErrorCompatNotSupportedOnDevice;
 }
-
-// Makes `device` current for the object's lifetime and restores the
-// thread's previous one.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    error_ = cudaSetDevice(device);
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-  cudaError_t error() const { return error_; }
-
- private:
-  int previous_ = -1;
-  cudaError_t error_ = cudaSuccess;
-};
 
 }  // namespace
 
@@ -56,19 +31,20 @@ absl::StatusOr<DeviceBuffer> DescribeDeviceBuffer(const void* address, size_t si
   int count = 0;
   if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess || count == 0) {
     (void)cudaGetLastError();  // leave no error behind
-    return absl::FailedPreconditionError(absl::StrCat(
-        "DescribeDeviceBuffer: no CUDA device (", err != cudaSuccess ? CudaError(err) : "0 devices",
-        "); register host tensors"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("DescribeDeviceBuffer: no CUDA device (",
+                     err != cudaSuccess ? kernels::CudaErrorText(err) : "0 devices",
+                     "); register host tensors"));
   }
   cudaPointerAttributes attributes{};
   if (const cudaError_t err = cudaPointerGetAttributes(&attributes, address); err != cudaSuccess) {
     (void)cudaGetLastError();
     if (NoDevice(err)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("DescribeDeviceBuffer: no usable CUDA device: ", CudaError(err)));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "DescribeDeviceBuffer: no usable CUDA device: ", kernels::CudaErrorText(err)));
     }
     return absl::InvalidArgumentError(
-        absl::StrCat("DescribeDeviceBuffer: not a CUDA address: ", CudaError(err)));
+        absl::StrCat("DescribeDeviceBuffer: not a CUDA address: ", kernels::CudaErrorText(err)));
   }
   switch (attributes.type) {
     case cudaMemoryTypeDevice:
@@ -81,26 +57,20 @@ absl::StatusOr<DeviceBuffer> DescribeDeviceBuffer(const void* address, size_t si
       return absl::InvalidArgumentError(
           "DescribeDeviceBuffer: host memory, not device memory; register it as a host tensor");
   }
-  DeviceScope scope(attributes.device);
+  kernels::CudaDeviceScope scope(attributes.device);
   if (scope.error() != cudaSuccess) {
     (void)cudaGetLastError();
-    return absl::FailedPreconditionError(absl::StrCat("DescribeDeviceBuffer: cudaSetDevice(",
-                                                      attributes.device,
-                                                      "): ", CudaError(scope.error())));
+    return absl::FailedPreconditionError(
+        absl::StrCat("DescribeDeviceBuffer: cudaSetDevice(", attributes.device,
+                     "): ", kernels::CudaErrorText(scope.error())));
   }
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  if (const cudaError_t err = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000,
-                                                               cudaEnableDefault, &found);
-      err != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == nullptr) {
-    (void)cudaGetLastError();
-    return absl::InternalError("DescribeDeviceBuffer: the driver has no cuMemGetAddressRange");
-  }
+  absl::StatusOr<kernels::CuMemGetAddressRange> address_range =
+      kernels::FindAddressRange("DescribeDeviceBuffer");
+  if (!address_range.ok()) return address_range.status();
   CUdeviceptr base = 0;
   size_t allocation = 0;
   const CUdeviceptr ptr = reinterpret_cast<CUdeviceptr>(address);
-  if (const CUresult r = reinterpret_cast<AddressRangeFn>(fn)(&base, &allocation, ptr);
-      r != CUDA_SUCCESS) {
+  if (const CUresult r = (*address_range)(&base, &allocation, ptr); r != CUDA_SUCCESS) {
     return absl::InvalidArgumentError(absl::StrCat(
         "DescribeDeviceBuffer: cuMemGetAddressRange refused the address (CUresult ", r, ")"));
   }
@@ -114,8 +84,9 @@ absl::StatusOr<DeviceBuffer> DescribeDeviceBuffer(const void* address, size_t si
   if (const cudaError_t err = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base));
       err != cudaSuccess) {
     (void)cudaGetLastError();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "DescribeDeviceBuffer: cudaIpcGetMemHandle refused the allocation: ", CudaError(err)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("DescribeDeviceBuffer: cudaIpcGetMemHandle refused the allocation: ",
+                     kernels::CudaErrorText(err)));
   }
   DeviceBuffer buffer;
   buffer.ipc_handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));

@@ -1,6 +1,6 @@
 #include "worker/cuda/cuda_ipc_buffers.h"
 
-#include <cuda.h>  // driver types only; nothing links libcuda
+#include <cuda.h>  // driver types only; nothing links libcuda (kernels/cuda_driver.h)
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -12,61 +12,31 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kernels/cuda_driver.h"
 
 namespace gift::worker {
-namespace {
 
-using AddressRangeFn = CUresult(CUDAAPI*)(CUdeviceptr* base, size_t* size, CUdeviceptr ptr);
-
-std::string CudaError(cudaError_t err) {
-  return absl::StrCat(cudaGetErrorName(err), ": ", cudaGetErrorString(err));
-}
-
-// Makes `device` current for the object's lifetime and restores the
-// previous one (the worker process may use other devices elsewhere).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    error_ = cudaSetDevice(device);
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-  cudaError_t error() const { return error_; }
-
- private:
-  int previous_ = -1;
-  cudaError_t error_ = cudaSuccess;
-};
-
-}  // namespace
+using kernels::CudaDeviceScope;
+using kernels::CudaErrorText;
 
 absl::StatusOr<std::unique_ptr<CudaIpcBuffers>> CudaIpcBuffers::Create() {
   int count = 0;
   if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess || count == 0) {
     (void)cudaGetLastError();  // leave no error behind
-    return absl::FailedPreconditionError(
-        absl::StrCat("CUDA IPC buffers need a CUDA device, and this worker has none (",
-                     err != cudaSuccess ? CudaError(err) : "0 devices",
-                     "); register host buffers"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CUDA IPC buffers need a CUDA device, and this worker has none (",
+        err != cudaSuccess ? CudaErrorText(err) : "0 devices", "); register host buffers"));
   }
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  if (const cudaError_t err = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000,
-                                                               cudaEnableDefault, &found);
-      err != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == nullptr) {
-    (void)cudaGetLastError();
-    return absl::InternalError("CudaIpcBuffers: the driver has no cuMemGetAddressRange");
-  }
-  return std::unique_ptr<CudaIpcBuffers>(new CudaIpcBuffers(fn));
+  absl::StatusOr<kernels::CuMemGetAddressRange> address_range =
+      kernels::FindAddressRange("CudaIpcBuffers");
+  if (!address_range.ok()) return address_range.status();
+  return std::unique_ptr<CudaIpcBuffers>(
+      new CudaIpcBuffers(reinterpret_cast<void*>(*address_range)));
 }
 
 CudaIpcBuffers::~CudaIpcBuffers() {
   for (auto& [key, m] : mappings_) {
-    DeviceScope scope(m.device);
+    CudaDeviceScope scope(m.device);
     (void)cudaIpcCloseMemHandle(m.base);
   }
 }
@@ -87,10 +57,10 @@ absl::StatusOr<void*> CudaIpcBuffers::Open(absl::string_view handle, int device,
   std::string key = absl::StrCat(device, ":", handle);
   auto it = mappings_.find(key);
   if (it == mappings_.end()) {
-    DeviceScope scope(device);
+    CudaDeviceScope scope(device);
     if (scope.error() != cudaSuccess) {
       return absl::FailedPreconditionError(
-          absl::StrCat("cudaSetDevice(", device, "): ", CudaError(scope.error())));
+          absl::StrCat("cudaSetDevice(", device, "): ", CudaErrorText(scope.error())));
     }
     cudaIpcMemHandle_t h;
     std::memcpy(&h, handle.data(), sizeof(h));
@@ -99,11 +69,11 @@ absl::StatusOr<void*> CudaIpcBuffers::Open(absl::string_view handle, int device,
         err != cudaSuccess) {
       (void)cudaGetLastError();
       return absl::FailedPreconditionError(
-          absl::StrCat("cudaIpcOpenMemHandle refused the handle: ", CudaError(err)));
+          absl::StrCat("cudaIpcOpenMemHandle refused the handle: ", CudaErrorText(err)));
     }
     CUdeviceptr range_base = 0;
     size_t range_size = 0;
-    const CUresult r = reinterpret_cast<AddressRangeFn>(address_range_)(
+    const CUresult r = reinterpret_cast<kernels::CuMemGetAddressRange>(address_range_)(
         &range_base, &range_size, reinterpret_cast<CUdeviceptr>(base));
     if (r != CUDA_SUCCESS || range_base != reinterpret_cast<CUdeviceptr>(base)) {
       (void)cudaIpcCloseMemHandle(base);
@@ -114,9 +84,8 @@ absl::StatusOr<void*> CudaIpcBuffers::Open(absl::string_view handle, int device,
   }
   const Mapping& m = it->second;
   if (offset > m.size || size > m.size - offset) {
-    return absl::InvalidArgumentError(absl::StrCat("range [", offset, ", +", size,
-                                                   ") outside the exported allocation of ",
-                                                   m.size, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "range [", offset, ", +", size, ") outside the exported allocation of ", m.size, " bytes"));
   }
   return static_cast<char*>(m.base) + offset;
 }
