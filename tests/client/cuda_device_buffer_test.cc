@@ -15,20 +15,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda_status.h"
 
 namespace gift::client {
 namespace {
 
 using ::testing::HasSubstr;
 
-bool HaveDevice() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return count > 0;
-}
+bool HaveDevice() { return kernels::CudaDeviceAvailable(); }
 
 TEST(DescribeDeviceBufferNoDevice, FailsWithFailedPrecondition) {
   if (HaveDevice()) {

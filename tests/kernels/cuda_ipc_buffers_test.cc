@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda_status.h"
 
 extern char** environ;
 
@@ -57,14 +58,7 @@ uint32_t Pattern(size_t i) { return static_cast<uint32_t>(i * 2654435761u + 17u)
   _exit(0);
 }();
 
-bool HaveDevice() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return count > 0;
-}
+bool HaveDevice() { return kernels::CudaDeviceAvailable(); }
 
 TEST(CudaIpcBuffersNoDevice, CreateFailsWithFailedPrecondition) {
   if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present";

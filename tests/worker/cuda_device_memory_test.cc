@@ -17,20 +17,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda_status.h"
 
 namespace gift::worker {
 namespace {
 
 using ::testing::HasSubstr;
 
-bool HaveDevice() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return count > 0;
-}
+bool HaveDevice() { return kernels::CudaDeviceAvailable(); }
 
 TEST(CudaDeviceMemoryNoDevice, CreateSaysThereIsNoDevice) {
   if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present";

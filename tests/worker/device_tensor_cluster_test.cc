@@ -28,6 +28,7 @@
 #include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda_status.h"
 #include "tests/testing/test_cluster.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/cuda_device_buffer.h"
@@ -66,14 +67,7 @@ std::string BuildDir() {
   return dir != nullptr && *dir != '\0' ? dir : GIFT_BUILD_DIR;
 }
 
-bool HaveDevice() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return count > 0;
-}
+bool HaveDevice() { return kernels::CudaDeviceAvailable(); }
 
 // Anisotropic gradients: columns scaled over three orders of magnitude.
 std::vector<float> Gradient(size_t i, uint64_t step, int worker) {
