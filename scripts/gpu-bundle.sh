@@ -7,7 +7,7 @@
 #
 #   scripts/gpu-bundle.sh [BUILD_DIR=build-gpu]  then, on the GPU machine:
 #   bash .gpu/run.sh                        results under ${OUT:-out/gpu}
-# (binaries stripped, libraries in .gpu/lib.tar.gz, unpacked by run.sh into
+# (binaries stripped; they and the libraries in .gpu/lib.tar.gz, unpacked by run.sh into
 # a temporary directory; the script fails if .gpu exceeds 50 MiB).
 set -euo pipefail
 build_dir=${1:-build-gpu}
@@ -56,7 +56,9 @@ done
 # libraries (OpenBLAS alone is ~36 MB) as one gzip archive that run.sh
 # unpacks; the bundle is then ~35 MB instead of ~75.
 strip --strip-unneeded .gpu/*_test .gpu/gift-bench .gpu/daemons/*/gift-* .gpu/daemons/*/*/gift-*
-tar -C .gpu -czf .gpu/lib.tar.gz lib daemons && rm -rf .gpu/lib .gpu/daemons
+# The test binaries and gift-bench go in the archive too (they compress ~3x).
+mkdir -p .gpu/tests && mv .gpu/*_test .gpu/gift-bench .gpu/tests/
+tar -C .gpu -czf .gpu/lib.tar.gz lib daemons tests && rm -rf .gpu/lib .gpu/daemons .gpu/tests
 cat > .gpu/run.sh <<'RUN'
 #!/usr/bin/env bash
 # Runs the GPU tests, the codec, transform and refresh benchmarks, the
@@ -86,6 +88,7 @@ mkdir -p "$out"
 lib=$(mktemp -d)
 trap 'rm -rf "$lib"' EXIT
 tar -C "$lib" -xzf "$here/lib.tar.gz"
+bin="$lib/tests"  # the test binaries and gift-bench
 export LD_LIBRARY_PATH="$lib/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # cuBLAS, cuSOLVER and what cuSOLVER loads: the toolkit's or the pip
 # nvidia-cublas / -cusolver / -cusparse / -nvjitlink wheels'.
@@ -101,16 +104,16 @@ nvidia-smi >"$out/nvidia-smi.txt" 2>&1
 export GIFT_BUILD_DIR="$lib/daemons"  # the daemons device_tensor_cluster_test starts
 for t in codec_cuda_test transform_cuda_test forward_encode_cuda_test cuda_ipc_buffers_test \
   refresh_cuda_test device_codec_stage_test cuda_device_memory_test cuda_device_buffer_test device_tensor_cluster_test; do
-  limited 90 "$here/$t" --gtest_brief=1 >"$out/$t.txt" 2>&1
+  limited 90 "$bin/$t" --gtest_brief=1 >"$out/$t.txt" 2>&1
   echo "$t rc=$?" | tee -a "$out/$t.txt"
   tail -3 "$out/$t.txt"
 done
-limited 90 "$here/gift-bench" codec --mib 256 --reps 10 --json "$out/codec_bench.json" 2>&1 |
+limited 90 "$bin/gift-bench" codec --mib 256 --reps 10 --json "$out/codec_bench.json" 2>&1 |
   tee "$out/codec_bench.txt"
 # Direct FP8, unfused GIFT and fused GIFT at 1024^2, 4096^2 and a Llama MLP
 # shape (4096 x 11008), rank 32 (the issue's target), 64 and 128 per side.
 for rank in 32 64 128; do
-  limited 90 "$here/gift-bench" transform --no-cpu --reps 10 --rank "$rank" \
+  limited 90 "$bin/gift-bench" transform --no-cpu --reps 10 --rank "$rank" \
     --shapes 1024x1024,4096x4096,4096x11008 --json "$out/transform_bench_r$rank.json" 2>&1 |
     tee "$out/transform_bench_r$rank.txt"
 done
@@ -118,16 +121,16 @@ done
 # 128: against the CPU's in the same run at 4096x4096 (the CPU's double
 # refresh, its eigen products on one thread, takes seconds there), GPU only
 # at 4096x11008 (the CPU's would take about a minute of the lease).
-limited 90 "$here/gift-bench" refresh --gpu --reps 3 --ranks 64,128 \
+limited 90 "$bin/gift-bench" refresh --gpu --reps 3 --ranks 64,128 \
   --shapes 4096x4096 --json "$out/refresh_bench.json" 2>&1 | tee "$out/refresh_bench.txt"
-limited 60 "$here/gift-bench" refresh --gpu --reps 3 --ranks 64,128 --cpu-max-dim 4096 \
+limited 60 "$bin/gift-bench" refresh --gpu --reps 3 --ranks 64,128 --cpu-max-dim 4096 \
   --shapes 4096x11008 --json "$out/refresh_bench_11008.json" 2>&1 |
   tee "$out/refresh_bench_11008.txt"
 # Sharing the GPU (docs/gpu.md): the worker's kernels beside a backward pass's
 # SGEMMs as two processes, alone, without and with MPS; the script keeps to
 # 80 s itself (a run that would pass it is skipped); results in
 # $out/gpu-share/gpu_share.json.
-OUT="$out/gpu-share" limited 110 bash "$here/gpu-share.sh" --bench "$here/gift-bench" 2>&1 |
+OUT="$out/gpu-share" limited 110 bash "$here/gpu-share.sh" --bench "$bin/gift-bench" 2>&1 |
   tee "$out/gpu_share.txt"
 # Device gradients through the daemons (gift-bench cluster --device-tensors):
 # bit-identical across workers and within the codec bound, direct and GIFT.
@@ -136,7 +139,7 @@ for d in server/coordinator/gift-coordinator server/aggregator/gift-server worke
   ln -sf "$lib/daemons/$d" "$lib/bin/"
 done
 for mode in direct gift; do
-  limited 120 "$here/gift-bench" cluster --device-tensors --mode "$mode" --bin-dir "$lib/bin" \
+  limited 120 "$bin/gift-bench" cluster --device-tensors --mode "$mode" --bin-dir "$lib/bin" \
     --workers 2 --servers 2 --d-model 512 --layers 2 --steps 10 --no-perftest --no-gloo \
     --no-reducer --json "$out/cluster_device_$mode.json" 2>&1 | tee "$out/cluster_device_$mode.txt"
 done
