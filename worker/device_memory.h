@@ -22,11 +22,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/rpc/buffer_contract.h"
 
 namespace gift::worker {
 
-// Bytes of a cudaIpcMemHandle_t (CUDA_IPC_HANDLE_SIZE), checked before Open.
-inline constexpr size_t kCudaIpcHandleBytes = 64;
+// Bytes of a cudaIpcMemHandle_t, checked before Open.
+using rpc::kCudaIpcHandleBytes;
 
 class DeviceMemory {
  public:

@@ -1,5 +1,7 @@
 #include "worker/registered_tensor.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/tensor_shape.h"
 #include "worker/dtype_conversion.h"
@@ -7,17 +9,11 @@
 namespace gift::worker {
 namespace {
 
-// Bytes per element of a buffer dtype; 0 for one the worker does not take.
-uint64_t ElementBytes(gift::v1::DType dtype) {
-  switch (dtype) {
-    case gift::v1::DTYPE_FLOAT32:
-      return 4;
-    case gift::v1::DTYPE_BFLOAT16:
-    case gift::v1::DTYPE_FLOAT16:
-      return 2;
-    default:
-      return 0;
-  }
+// `s` with the tensor and the copy's direction ("from the device") ahead of
+// its message; OK stays OK.
+absl::Status DeviceCopyStatus(absl::Status s, absl::string_view tensor, absl::string_view where) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat("tensor '", tensor, "' ", where, ": ", s.message()));
 }
 
 // Checks a CUDA IPC buffer's location and opens its range (errors without
@@ -60,7 +56,7 @@ absl::StatusOr<RegisteredTensor> RegisteredTensor::View(const gift::v1::BufferSp
     return absl::Status(code, absl::StrCat(what, ": ", message));
   };
   if (b.name().empty()) return error(absl::StatusCode::kInvalidArgument, "empty name");
-  const uint64_t element_bytes = ElementBytes(b.dtype());
+  const uint64_t element_bytes = rpc::DTypeBytes(b.dtype());
   if (element_bytes == 0) {
     return error(absl::StatusCode::kInvalidArgument,
                  absl::StrCat("dtype ", gift::v1::DType_Name(b.dtype()),
@@ -132,17 +128,16 @@ absl::Status RegisteredTensor::Widen() const {
   const size_t n = local.rows * local.cols;
   if (dtype == gift::v1::DTYPE_FLOAT32) {
     if (device_memory == nullptr || local.device) return absl::OkStatus();
-    absl::Status s = device_memory->CopyToHost(local.data, bytes, n * sizeof(float));
-    if (s.ok()) return s;
-    return absl::Status(s.code(),
-                        absl::StrCat("tensor '", local.name, "' from the device: ", s.message()));
+    return DeviceCopyStatus(device_memory->CopyToHost(local.data, bytes, n * sizeof(float)),
+                            local.name, "from the device");
   }
   const auto* src = reinterpret_cast<const uint16_t*>(bytes);
   if (device_memory != nullptr) {
-    if (absl::Status s = device_memory->CopyToHost(scratch.data(), bytes, n * sizeof(uint16_t));
+    if (absl::Status s =
+            DeviceCopyStatus(device_memory->CopyToHost(scratch.data(), bytes, n * sizeof(uint16_t)),
+                             local.name, "from the device");
         !s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("tensor '", local.name, "' from the device: ", s.message()));
+      return s;
     }
     src = scratch.data();
   }
@@ -166,9 +161,7 @@ absl::Status RegisteredTensor::Narrow() const {
     if (device_memory == nullptr) return absl::OkStatus();
     s = device_memory->CopyToDevice(bytes, scratch.data(), n * sizeof(uint16_t));
   }
-  if (s.ok()) return s;
-  return absl::Status(s.code(),
-                      absl::StrCat("tensor '", local.name, "' to the device: ", s.message()));
+  return DeviceCopyStatus(std::move(s), local.name, "to the device");
 }
 
 absl::Status ReadTensor(const LocalTensor& t, const DeviceMemory* memory, std::vector<float>* out) {
@@ -182,10 +175,8 @@ absl::Status ReadTensor(const LocalTensor& t, const DeviceMemory* memory, std::v
         absl::StrCat("tensor '", t.name, "' is in device memory and this worker has none"));
   }
   out->resize(n);
-  absl::Status s = memory->CopyToHost(out->data(), t.data, n * sizeof(float));
-  if (s.ok()) return s;
-  return absl::Status(s.code(),
-                      absl::StrCat("tensor '", t.name, "' from the device: ", s.message()));
+  return DeviceCopyStatus(memory->CopyToHost(out->data(), t.data, n * sizeof(float)), t.name,
+                          "from the device");
 }
 
 }  // namespace gift::worker

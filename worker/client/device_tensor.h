@@ -24,13 +24,13 @@
 #include <utility>
 #include <vector>
 
+#include "common/rpc/buffer_contract.h"
 #include "gift/v1/cluster.pb.h"
 
 namespace gift::client {
 
-// sizeof(cudaIpcMemHandle_t) (CUDA_IPC_HANDLE_SIZE in the CUDA headers,
-// which this header does not include).
-inline constexpr size_t kCudaIpcHandleBytes = 64;
+using rpc::DTypeBytes;
+using rpc::kCudaIpcHandleBytes;
 
 // Where a device tensor lives.
 struct DeviceBuffer {
@@ -76,19 +76,6 @@ class DeviceTensor {
   DeviceTensorSpec spec_;
   uint64_t tensor_id_;
 };
-
-// Bytes per element of a registrable dtype; 0 for any other.
-inline size_t DTypeBytes(gift::v1::DType dtype) {
-  switch (dtype) {
-    case gift::v1::DTYPE_FLOAT32:
-      return 4;
-    case gift::v1::DTYPE_BFLOAT16:
-    case gift::v1::DTYPE_FLOAT16:
-      return 2;
-    default:
-      return 0;
-  }
-}
 
 }  // namespace gift::client
 
