@@ -19,7 +19,7 @@ FUZZ_BUILD_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZERS ?=
 
-.PHONY: all deps configure build test demo asan fuzz format clean help install
+.PHONY: all deps configure build test demo asan fuzz fuzz-build format clean help install
 
 all: build
 
@@ -35,8 +35,11 @@ configure: deps
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# ctest's record of every test's result and time goes to
+# $(BUILD_DIR)/ctest-junit.xml (scripts/build-times.py reads it).
 test: build
-	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) \
+	  --output-junit $(abspath $(BUILD_DIR))/ctest-junit.xml
 
 demo: build
 	scripts/demo.sh $(BUILD_DIR) $(ARGS)
@@ -53,12 +56,15 @@ asan:
 # libFuzzer + ASan + UBSan fuzzers (tests/fuzz), clang only, in their own build
 # directory; only the libraries the fuzzers need are built. Fails on any crash
 # (inputs under $(FUZZ_BUILD_DIR)/fuzz-artifacts).
-fuzz: deps
+# `make fuzz-build` builds them alone (CI times the build and the run apart).
+fuzz: fuzz-build
+	tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS) $(FUZZERS)
+
+fuzz-build: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
 	  -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DCMAKE_C_FLAGS_RELEASE=-O1 -DGIFT_FUZZ=ON \
-	  -DGIFT_ENABLE_CUDA=OFF -DGIFT_BUILD_TESTS=OFF $(CMAKE_FLAGS)
+	  -DGIFT_ENABLE_CUDA=OFF -DGIFT_BUILD_TESTS=OFF -DGIFT_BUILD_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzzers
-	tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS) $(FUZZERS)
 
 format:
 	git ls-files '*.h' '*.cc' '*.cu' | xargs clang-format -i

@@ -42,7 +42,9 @@ TEST(ChunkHeaderTest, RanksSummedSurvivesTheWireForEveryKind) {
     const bool one_rank = kind == ChunkKind::kPush || kind == ChunkKind::kNodeMember;
     EXPECT_EQ(parsed->ranks_summed(), one_rank ? 1u : 3u) << ToString(h);
     // A sender's rank is only changed where the field holds a count.
-    if (kind != ChunkKind::kResult && kind != ChunkKind::kAbort) EXPECT_EQ(parsed->rank, 1u);
+    if (kind != ChunkKind::kResult && kind != ChunkKind::kAbort) {
+      EXPECT_EQ(parsed->rank, 1u);
+    }
   }
   ChunkHeader result = Sample();
   result.kind = ChunkKind::kResult;

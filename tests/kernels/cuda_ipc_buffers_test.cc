@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda_status.h"
@@ -81,7 +82,7 @@ class Exporter {
     posix_spawn_file_actions_addclose(&actions, in[1]);
     std::vector<std::string> env_strings;
     for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-    env_strings.push_back(std::string(kExporterEnv) + "=1");
+    env_strings.push_back(absl::StrCat(kExporterEnv, "=1"));
     std::vector<char*> env;
     for (std::string& s : env_strings) env.push_back(s.data());
     env.push_back(nullptr);

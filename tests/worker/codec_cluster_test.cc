@@ -88,7 +88,9 @@ class CodecClusterTest : public ::testing::TestWithParam<Case> {
   void TearDown() override {
     clients_.clear();
     tensors_.clear();
-    if (cluster_ != nullptr) EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
+    if (cluster_ != nullptr) {
+      EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
+    }
   }
 
   void SetPolicy(const gift::v1::Policy& policy) {
