@@ -1,7 +1,7 @@
 # Precompiled headers for the project's own code (the tests have theirs:
 # tests/CMakeLists.txt). The third-party and standard headers that most
-# sources include (cmake/third_party_pch.h: Abseil, gRPC, protobuf, CLI11,
-# nlohmann/json, Eigen, prometheus-cpp, the standard library) are parsed once
+# sources include (cmake/third_party_pch.h: Abseil, gRPC, protobuf, Eigen,
+# the standard library) are parsed once
 # per build instead of once per source: twice in fact, since a precompiled
 # header serves only code built with the same code model, once for the
 # libraries (-fPIC, gift_pch_pic) and once for the executables (-fPIE,
@@ -30,8 +30,7 @@ function(gift_pch_hosts)
   foreach(host gift_pch_pic gift_pch_pie)
     target_compile_options(${host} PRIVATE -pthread)
     target_link_libraries(${host} PRIVATE Eigen3::Eigen gRPC::grpc++ protobuf::libprotobuf
-      absl::status absl::statusor absl::strings absl::synchronization absl::flat_hash_map
-      CLI11::CLI11 nlohmann_json::nlohmann_json)
+      absl::status absl::statusor absl::strings absl::synchronization absl::flat_hash_map)
     target_precompile_headers(${host} PRIVATE ${PROJECT_SOURCE_DIR}/cmake/third_party_pch.h)
   endforeach()
 endfunction()

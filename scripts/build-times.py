@@ -31,7 +31,7 @@ import xml.etree.ElementTree as ET
 
 
 def read_phases(path):
-    """[(name, seconds, exit)] in file order, or None when the file is absent."""
+    """[(name, start, end, exit)] in file order, or None when the file is absent."""
     if not os.path.exists(path):
         return None
     phases = []
@@ -42,7 +42,7 @@ def read_phases(path):
                 continue
             name, start, end, code = parts
             try:
-                phases.append((name, float(end) - float(start), int(code)))
+                phases.append((name, float(start), float(end), int(code)))
             except ValueError:
                 continue
     return phases
@@ -185,12 +185,17 @@ def main():
     if phases is None:
         print(f"phases: no {phases_path}")
     else:
-        total = sum(p[1] for p in phases)
-        print(f"{'wall-s':>8} {'share':>6}  phase")
-        for name, secs, code in phases:
+        # Phases may overlap (the fuzz build runs beside the tests): the
+        # whole is first start to last end, not the sum.
+        total = (max(p[2] for p in phases) - min(p[1] for p in phases)) if phases else 0.0
+        first = min(p[1] for p in phases) if phases else 0.0
+        print(f"{'wall-s':>8} {'share':>6} {'from':>7}  phase")
+        for name, start, end, code in phases:
+            secs = end - start
             flag = "" if code == 0 else f"  (exit {code})"
-            print(f"{secs:8.1f} {100 * secs / total if total else 0:5.1f}%  {name}{flag}")
-        print(f"{total:8.1f}         all phases ({total / 60:.1f} min)")
+            print(f"{secs:8.1f} {100 * secs / total if total else 0:5.1f}% "
+                  f"{start - first:7.0f}  {name}{flag}")
+        print(f"{total:8.1f}                 all of it ({total / 60:.1f} min)")
 
     print_build(f"build ({args.build})", read_ninja_log(args.build), args.objects)
     if os.path.isdir(args.fuzz_build):

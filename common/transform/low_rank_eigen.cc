@@ -4,27 +4,30 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/transform/dense_factorizations.h"
 #include "common/transform/gaussian_sketch.h"
 
 namespace gift::transform {
 namespace {
 
 // Orthonormal basis of the column space of y (n x k, k <= n).
-Eigen::MatrixXd OrthonormalBasis(const Eigen::MatrixXd& y) {
-  const Eigen::HouseholderQR<Eigen::MatrixXd> qr(y);
-  return qr.householderQ() * Eigen::MatrixXd::Identity(y.rows(), y.cols());
+absl::StatusOr<Eigen::MatrixXd> OrthonormalBasis(const Eigen::MatrixXd& y) {
+  GIFT_ASSIGN_OR_RETURN(ThinQr qr, ThinQrOf(y));
+  return std::move(qr.q);
 }
 
 // The top `rank` pairs of a symmetric matrix b, descending, mapped through q.
-LowRankEigenpairs TopRitzPairs(const Eigen::MatrixXd& b, const Eigen::MatrixXd* q, int64_t rank) {
-  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(b);  // ascending
+absl::StatusOr<LowRankEigenpairs> TopRitzPairs(const Eigen::MatrixXd& b, const Eigen::MatrixXd* q,
+                                               int64_t rank) {
+  GIFT_ASSIGN_OR_RETURN(const SymmetricEigen eig, SymmetricEigenOf(b));  // ascending
   const int64_t k = b.rows();
   LowRankEigenpairs out;
   out.values.resize(rank);
   Eigen::MatrixXd top(k, rank);
   for (int64_t j = 0; j < rank; ++j) {
-    out.values(j) = std::max(eig.eigenvalues()(k - 1 - j), 0.0);
-    top.col(j) = eig.eigenvectors().col(k - 1 - j);
+    out.values(j) = std::max(eig.values(k - 1 - j), 0.0);
+    top.col(j) = eig.vectors.col(k - 1 - j);
   }
   out.vectors = q == nullptr ? top : Eigen::MatrixXd(*q * top);
   return out;
@@ -51,16 +54,17 @@ absl::StatusOr<LowRankEigenpairs> TopEigenpairs(const Eigen::Ref<const Eigen::Ma
   const int64_t k = rank + options.oversample;
   LowRankEigenpairs out;
   if (k >= n) {
-    out = TopRitzPairs(sym, nullptr, rank);
+    GIFT_ASSIGN_OR_RETURN(out, TopRitzPairs(sym, nullptr, rank));
   } else {
     Eigen::MatrixXd y = sym * GaussianSketch(n, k, options.seed);
     for (int64_t it = 0; it < options.power_iterations; ++it) {
-      y = sym * OrthonormalBasis(y);
+      GIFT_ASSIGN_OR_RETURN(const Eigen::MatrixXd basis, OrthonormalBasis(y));
+      y = sym * basis;
     }
-    const Eigen::MatrixXd q = OrthonormalBasis(y);
+    GIFT_ASSIGN_OR_RETURN(const Eigen::MatrixXd q, OrthonormalBasis(y));
     Eigen::MatrixXd b = q.transpose() * (sym * q);
     b = 0.5 * (b + b.transpose()).eval();
-    out = TopRitzPairs(b, &q, rank);
+    GIFT_ASSIGN_OR_RETURN(out, TopRitzPairs(b, &q, rank));
   }
   out.trace = sym.trace();
   return out;

@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/finite.h"
+#include "common/base/status_macros.h"
+#include "common/transform/dense_factorizations.h"
 #include "common/transform/gaussian_sketch.h"
 
 namespace gift::transform {
@@ -67,8 +69,8 @@ absl::StatusOr<MomentSketch> MomentSketch::Create(int64_t n, int64_t sketch_size
     return absl::InvalidArgumentError(
         absl::StrCat("sketch size ", sketch_size, " is not in [1, ", n, "]"));
   }
-  const Eigen::HouseholderQR<Eigen::MatrixXd> qr(GaussianSketch(n, sketch_size, seed));
-  return MomentSketch(qr.householderQ() * Eigen::MatrixXd::Identity(n, sketch_size));
+  GIFT_ASSIGN_OR_RETURN(ThinQr qr, ThinQrOf(GaussianSketch(n, sketch_size, seed)));
+  return MomentSketch(std::move(qr.q));
 }
 
 MomentSketch::MomentSketch(Eigen::MatrixXd omega)
@@ -238,12 +240,12 @@ absl::StatusOr<LowRankEigenpairs> SketchedMomentEma::TopEigenpairs(int64_t rank)
     if (llt.info() != Eigen::Success) continue;
     // B = Y_nu C^{-1} with C = L^T: B^T = L^{-1} Y_nu^T.
     const Eigen::MatrixXd b = llt.matrixL().solve(y_nu.transpose()).transpose();  // n x k
-    const Eigen::BDCSVD<Eigen::MatrixXd> svd(b, Eigen::ComputeThinU);
+    GIFT_ASSIGN_OR_RETURN(const ThinSvdLeft svd, ThinSvdLeftOf(b));
     LowRankEigenpairs out;
-    out.vectors = svd.matrixU().leftCols(rank);
+    out.vectors = svd.u.leftCols(rank);
     out.values.resize(rank);
     for (int64_t j = 0; j < rank; ++j) {
-      const double s = svd.singularValues()(j);
+      const double s = svd.singular_values(j);
       out.values(j) = std::max(s * s - nu, 0.0);
     }
     out.trace = trace_;

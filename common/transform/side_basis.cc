@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/transform/dense_factorizations.h"
 
 namespace gift::transform {
 namespace {
@@ -99,18 +100,16 @@ absl::StatusOr<SideBasis> SideBasis::FromEigenpairs(const LowRankEigenpairs& eig
       parts.d = (diag_a - low_rank_diag).cwiseMax(0.0).array() + delta;
       // V = D^{-1/2} U = Q R; R Lam R^T = P Sig P^T; Z = Q P.
       const Eigen::MatrixXd v = parts.d.cwiseSqrt().cwiseInverse().asDiagonal() * parts.u;
-      const Eigen::HouseholderQR<Eigen::MatrixXd> qr(v);
-      const Eigen::MatrixXd q = qr.householderQ() * Eigen::MatrixXd::Identity(n, r);
-      const Eigen::MatrixXd rr = qr.matrixQR().topRows(r).triangularView<Eigen::Upper>();
-      Eigen::MatrixXd core = rr * parts.lam.asDiagonal() * rr.transpose();
+      GIFT_ASSIGN_OR_RETURN(const ThinQr qr, ThinQrOf(v));
+      Eigen::MatrixXd core = qr.r * parts.lam.asDiagonal() * qr.r.transpose();
       core = 0.5 * (core + core.transpose()).eval();
-      const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eigh(core);
+      GIFT_ASSIGN_OR_RETURN(const SymmetricEigen eigh, SymmetricEigenOf(core));
       // Descending order, Sig clamped >= 0 (the core is PSD).
       parts.z.resize(n, r);
       parts.one_plus_sig.resize(r);
       for (int64_t j = 0; j < r; ++j) {
-        parts.one_plus_sig(j) = 1.0 + std::max(eigh.eigenvalues()(r - 1 - j), 0.0);
-        parts.z.col(j) = q * eigh.eigenvectors().col(r - 1 - j);
+        parts.one_plus_sig(j) = 1.0 + std::max(eigh.values(r - 1 - j), 0.0);
+        parts.z.col(j) = qr.q * eigh.vectors.col(r - 1 - j);
       }
       break;
     }
