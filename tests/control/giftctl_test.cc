@@ -9,6 +9,7 @@
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
 #include "gtest/gtest.h"
+#include "tools/giftctl/connection_flags.h"
 #include "tools/giftctl/policy_edit.h"
 
 namespace gift::giftctl {
@@ -178,6 +179,82 @@ TEST(GiftctlTest, UsageErrorsExit64WithAMessage) {
   EXPECT_EQ(RunArgs({"policy"}).code, kExitUsage);
   EXPECT_EQ(RunArgs({"rank", "set"}).code, kExitUsage);
   EXPECT_EQ(RunArgs({"drain"}).code, kExitUsage);
+}
+
+TEST(GiftctlTest, UnknownCommandsAreNamedWithTheCommandsCloseToThem) {
+  Result r = RunArgs({"stauts"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("giftctl: unknown command 'stauts' (did you mean status?)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("the commands are status, members, tensors"), std::string::npos) << r.err;
+  // After global options, with and without an attached value.
+  r = RunArgs({"--coordinator", "127.0.0.1:7070", "--timeout=2s", "--json", "membres"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("unknown command 'membres' (did you mean members?)"), std::string::npos)
+      << r.err;
+  // A subcommand's own commands.
+  r = RunArgs({"policy", "gte"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("giftctl policy: unknown command 'gte' (did you mean get?)"),
+            std::string::npos)
+      << r.err;
+  // Nothing close: the commands only.
+  r = RunArgs({"frobnicate"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err.find("did you mean"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("unknown command 'frobnicate'; the commands are"), std::string::npos)
+      << r.err;
+  // Arguments of known commands are not commands.
+  EXPECT_EQ(RunArgs({"drain", "--help"}).code, kExitOk);
+  EXPECT_EQ(RunArgs({"--timeout", "2s", "rank", "set", "--help"}).code, kExitOk);
+}
+
+TEST(GiftctlTest, AddressesToDialAreCheckedBeforeDialling) {
+  EXPECT_TRUE(CheckDialTarget("localhost:7070").ok());
+  EXPECT_TRUE(CheckDialTarget("[::1]:1").ok());
+  EXPECT_TRUE(CheckDialTarget("127.0.0.1:65535").ok());
+  EXPECT_TRUE(CheckDialTarget("unix:/run/gift/worker.sock").ok());
+  for (const char* bad : {"127.0.0.1:99999", "127.0.0.1:0", "127.0.0.1:", "127.0.0.1",
+                          "127.0.0.1:70a", "127.0.0.1:-1", ":7070", "unix:", "127.0.0.1:007070"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(CheckDialTarget(bad))) << bad;
+  }
+  Result r = RunArgs({"--coordinator", "127.0.0.1:99999", "status"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--coordinator '127.0.0.1:99999': the port '99999' is not a number in "
+                       "1-65535"),
+            std::string::npos)
+      << r.err;
+  r = RunArgs({"--coordinator", "127.0.0.1", "status"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("has no port"), std::string::npos) << r.err;
+  r = RunArgs({"health", "127.0.0.1:0"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("health TARGET '127.0.0.1:0'"), std::string::npos) << r.err;
+}
+
+TEST(GiftctlTest, TheCoordinatorsBoundsAreUsageErrorsBeforeAnythingIsSent) {
+  // 127.0.0.1:1 answers nothing: exit 64 means giftctl refused before dialling.
+  Result r = RunArgs({"policy", "set", "--period", "4000000000"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--period must be in [1, 1048576]"), std::string::npos) << r.err;
+  r = RunArgs({"policy", "set", "--rank", "70000"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--rank must be in [1, 65536]"), std::string::npos) << r.err;
+  EXPECT_EQ(RunArgs({"rank", "set", "100000"}).code, kExitUsage);
+  EXPECT_EQ(RunArgs({"rank", "set", "0"}).code, kExitUsage);
+  // A rule giftctl has no flag check of its own for: the coordinator's, via
+  // policy::Validate.
+  r = RunArgs({"policy", "set", "--power", "2"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("the coordinator would refuse this policy: transform.powers[0] = 2: must "
+                       "be in (0, 1]"),
+            std::string::npos)
+      << r.err;
+  // In range: giftctl dials (and finds nothing there).
+  EXPECT_EQ(RunArgs({"--timeout", "1s", "policy", "set", "--period", "1048576"}).code,
+            kExitUnavailable);
+  EXPECT_EQ(RunArgs({"--timeout", "1s", "rank", "set", "65536"}).code, kExitUnavailable);
 }
 
 TEST(GiftctlTest, HelpOnEverySubcommandExitsZero) {

@@ -22,8 +22,8 @@
 #include "common/control/coordinator_client.h"
 #include "common/dataplane/chunk_shape.h"
 #include "gtest/gtest.h"
-#include "tests/testing/test_cluster.h"
 #include "tests/testing/cluster_clients.h"
+#include "tests/testing/test_cluster.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/worker_client.h"
 
@@ -34,10 +34,10 @@ constexpr int kWorkers = 2;
 constexpr int kServers = 2;
 
 const std::vector<client::TensorSpec>& Specs() {
-  static const auto* specs = new std::vector<client::TensorSpec>{
-      {"layers.0.attn.q.weight", {96, 64}},
-      {"layers.0.mlp.up.weight", {160, 64}},
-      {"layers.0.norm.weight", {512}}};
+  static const auto* specs =
+      new std::vector<client::TensorSpec>{{"layers.0.attn.q.weight", {96, 64}},
+                                          {"layers.0.mlp.up.weight", {160, 64}},
+                                          {"layers.0.norm.weight", {512}}};
   return *specs;
 }
 constexpr size_t kNorm = 2;  // the 1-D tensor
@@ -109,8 +109,7 @@ class CodecClusterTest : public ::testing::TestWithParam<Case> {
   }
 
   // One step on every worker; `exact` gets the FP32 average (in double).
-  std::vector<client::PushPullResult> Step(uint64_t step,
-                                           std::vector<std::vector<double>>& exact) {
+  std::vector<client::PushPullResult> Step(uint64_t step, std::vector<std::vector<double>>& exact) {
     exact.assign(Specs().size(), {});
     for (size_t i = 0; i < Specs().size(); ++i) {
       exact[i].assign(tensors_[0][i].size(), 0.0);
@@ -207,8 +206,8 @@ TEST_P(CodecClusterTest, AveragesWithinTheBoundOfPushPlusPull) {
     auto results = Step(step, exact);
     ASSERT_EQ(results.size(), size_t{kWorkers});
     // Each tensor's chunks in its own push codec: the bytes pushed.
-    EXPECT_NEAR(double(BytesSent(results[0])),
-                double(PushedBytes({c.push, c.push, "bf16"})), double(Specs().size()));
+    EXPECT_NEAR(double(BytesSent(results[0])), double(PushedBytes({c.push, c.push, "bf16"})),
+                double(Specs().size()));
     for (size_t i = 0; i < Specs().size(); ++i) {
       // Every worker holds the same bits.
       ASSERT_EQ(std::memcmp(tensors_[1][i].data(), tensors_[0][i].data(),

@@ -146,8 +146,12 @@ int Main(int argc, char** argv) {
   }
   std::printf("%s\n", ready.dump().c_str());
   std::fflush(stdout);
-  std::fprintf(stderr, "gift-cluster: ready; logs in %s/logs; stop with Ctrl-C\n",
-               options.dir.c_str());
+  // The coordinator's port is chosen at start: say it the way giftctl reads
+  // it ($GIFT_COORDINATOR), so that the next command finds this cluster.
+  std::fprintf(stderr,
+               "gift-cluster: ready; logs in %s/logs; stop with Ctrl-C\n"
+               "gift-cluster: for giftctl: export GIFT_COORDINATOR=%s\n",
+               options.dir.c_str(), (*cluster)->coordinator_address().c_str());
 
   while (true) {
     if (signals.WaitFor(absl::Milliseconds(200)).has_value()) break;

@@ -1,9 +1,14 @@
 #include "tools/giftctl/connection_flags.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "common/control/coordinator_client.h"
 #include "common/daemon/daemon_flags.h"
 
@@ -46,8 +51,35 @@ void AddConnectionFlags(CLI::App& app, ConnectionFlags* flags) {
                "allow plaintext to a coordinator that is not on loopback");
 }
 
+absl::Status CheckDialTarget(absl::string_view target) {
+  if (absl::StartsWith(target, "unix:")) {
+    if (target.size() == 5) return absl::InvalidArgumentError("'unix:' names no socket path");
+    return absl::OkStatus();
+  }
+  const size_t colon = target.rfind(':');
+  if (colon == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", target, "' has no port: give HOST:PORT (e.g. localhost:7070)"));
+  }
+  const absl::string_view host = target.substr(0, colon);
+  const absl::string_view port_text = target.substr(colon + 1);
+  if (host.empty() || host == "[]") {
+    return absl::InvalidArgumentError(absl::StrCat("'", target, "' has no host: give HOST:PORT"));
+  }
+  uint32_t port = 0;
+  const bool digits =
+      !port_text.empty() && port_text.size() <= 5 &&
+      std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || !absl::SimpleAtoi(port_text, &port) || port < 1 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", target, "': the port '", port_text, "' is not a number in 1-65535"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const ConnectionFlags& flags,
                                                            const std::string& target) {
+  if (absl::Status s = CheckDialTarget(target); !s.ok()) return s;
   const bool unix_socket = target.rfind("unix:", 0) == 0;
   if (!unix_socket && !flags.tls.enabled() && !flags.insecure && !rpc::IsLoopback(target)) {
     return absl::InvalidArgumentError(

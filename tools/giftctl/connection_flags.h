@@ -21,6 +21,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/rpc/credentials.h"
 
@@ -41,12 +42,17 @@ void AddConnectionFlags(CLI::App& app, ConnectionFlags* flags);
 // $GIFT_TLS_KEY and $GIFT_TLS_CA when set.
 ConnectionFlags DefaultConnectionFlags(const std::string& default_coordinator);
 
+// Checks an address to dial: "HOST:PORT" with a non-empty host and a port in
+// 1..65535 (written in digits; "[::1]:7070" is fine), or "unix:/path".
+// INVALID_ARGUMENT naming the text and what is wrong otherwise.
+absl::Status CheckDialTarget(absl::string_view target);
+
 // A channel to `target` (the coordinator's address, or another daemon's gRPC
 // endpoint for `giftctl health`): mutual TLS when files are given, plaintext
 // to a loopback address or with --insecure; a Unix socket ("unix:/path") is
 // always plaintext (its file mode guards it). INVALID_ARGUMENT (a usage
-// error) for plaintext to another address, for an incomplete set of TLS
-// flags, or for an unreadable file.
+// error) for a malformed target (CheckDialTarget), for plaintext to another
+// address, for an incomplete set of TLS flags, or for an unreadable file.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const ConnectionFlags& flags,
                                                            const std::string& target);
 

@@ -2,14 +2,21 @@
 // function (commands.h) each one calls; the exit codes.
 #include "tools/giftctl/giftctl.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "common/control/coordinator_client.h"
+#include "common/policy/policy.h"
 #include "tools/giftctl/commands.h"
 #include "tools/giftctl/completion.h"
 #include "tools/giftctl/connection_flags.h"
@@ -41,6 +48,83 @@ int ExitCodeFor(const absl::Status& status) {
 }
 
 namespace {
+
+// Edit distance between two short words (insertions, deletions,
+// substitutions and swaps of neighbours each count one).
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min(
+          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// The option `name` of `app` or of an app above it (giftctl's options fall
+// through to its subcommands), or null.
+const CLI::Option* FindOption(const CLI::App* app, const std::string& name) {
+  for (; app != nullptr; app = app->get_parent()) {
+    if (const CLI::Option* opt = app->get_option_no_throw(name)) return opt;
+  }
+  return nullptr;
+}
+
+// The usage error for the first word of `args` (args[0] is the program)
+// that stands where `app` expects a command and names none, with the
+// commands it is close to; nullopt when every command word is known.
+std::optional<std::string> UnknownCommandError(const CLI::App& app,
+                                               const std::vector<std::string>& args) {
+  const CLI::App* current = &app;
+  std::string path = app.get_name();
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    if (word == "--") break;
+    if (word.size() > 1 && word[0] == '-') {
+      // An option that takes a value consumes the next word, unless the
+      // value is attached ("--timeout=2s").
+      const std::string name = word.substr(0, word.find('='));
+      const CLI::Option* opt = FindOption(current, name);
+      if (opt != nullptr && word.find('=') == std::string::npos && opt->get_items_expected_min() > 0) {
+        ++i;
+      }
+      continue;
+    }
+    std::vector<std::string> names;
+    for (const CLI::App* sub : current->get_subcommands([](const CLI::App*) { return true; })) {
+      if (sub->get_name() == word) {
+        current = sub;
+        path += " " + word;
+        names.clear();
+        break;
+      }
+      names.push_back(sub->get_name());
+    }
+    if (names.empty()) continue;  // descended into a subcommand
+    if (current->get_require_subcommand_min() == 0) return std::nullopt;  // a positional
+    // Close: a third of the word's letters wrong at most (one for short
+    // words), or the start of a command.
+    const size_t max_distance = std::max<size_t>(1, word.size() / 3);
+    std::vector<std::string> close;
+    for (const std::string& name : names) {
+      if (EditDistance(word, name) <= max_distance || absl::StartsWith(name, word)) {
+        close.push_back(name);
+      }
+    }
+    std::string message = absl::StrCat(path, ": unknown command '", word, "'");
+    if (!close.empty())
+      absl::StrAppend(&message, " (did you mean ", absl::StrJoin(close, " or "), "?)");
+    absl::StrAppend(&message, "; the commands are ", absl::StrJoin(names, ", "));
+    return message;
+  }
+  return std::nullopt;
+}
 
 int RunOrThrow(const std::vector<std::string>& args, const std::string& default_coordinator,
                std::ostream& out, std::ostream& err) {
@@ -78,9 +162,9 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
       rank->add_subcommand("set", "set r (globally or for a glob) and refresh the tensors");
   uint32_t rank_value = 0;
   std::string rank_glob;
-  rank_set->add_option("R", rank_value, "the new rank r (>= 1)")
+  rank_set->add_option("R", rank_value, absl::StrCat("the new rank r, 1 to ", policy::kMaxRank))
       ->required()
-      ->check(CLI::Range(1u, 1u << 20));
+      ->check(CLI::Range(1u, policy::kMaxRank));
   rank_set->add_option("--tensor", rank_glob, "only tensors whose names match this glob");
   CLI::App* drain = app.add_subcommand("drain", "drain a worker: it leaves after its step");
   std::string drain_target;
@@ -96,6 +180,10 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
       ->required()
       ->check(CLI::IsMember({"bash"}));
 
+  if (std::optional<std::string> unknown = UnknownCommandError(app, args)) {
+    err << *unknown << "\n";
+    return kExitUsage;
+  }
   std::vector<const char*> argv;
   for (const std::string& a : args) argv.push_back(a.c_str());
   try {
@@ -120,7 +208,13 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
     return kExitOk;
   }
 
-  const std::string target = health->parsed() && !health_target.empty() ? health_target : address;
+  const bool health_of_other = health->parsed() && !health_target.empty();
+  const std::string target = health_of_other ? health_target : address;
+  if (absl::Status s = CheckDialTarget(target); !s.ok()) {
+    err << "giftctl: " << (health_of_other ? "health TARGET" : "--coordinator") << " "
+        << s.message() << '\n';
+    return kExitUsage;
+  }
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = OpenChannel(connection, target);
   if (!channel.ok()) {
     err << "giftctl: " << channel.status().message() << '\n';

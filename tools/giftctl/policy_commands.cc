@@ -127,11 +127,11 @@ void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* f) {
   o["tensor"] = cmd->add_option("--tensor", f->tensor,
                                 "write the per-tensor override for this name glob instead of the "
                                 "global policy");
-  o["period"] = cmd->add_option("--period", f->period, "refresh period in steps (>= 1)");
-  o["rank"] = cmd->add_option("--rank", f->rank, "approximation rank r (>= 1)");
-  o["power"] =
-      cmd->add_option("--power", f->powers, "candidate power(s) p > 0; repeat or give a comma list")
-          ->delimiter(',');
+  o["period"] = cmd->add_option("--period", f->period, "refresh period in steps (1 to 1048576)");
+  o["rank"] = cmd->add_option("--rank", f->rank, "approximation rank r (1 to 65536)");
+  o["power"] = cmd->add_option("--power", f->powers,
+                               "candidate power(s) p in (0, 1]; repeat or give a comma list")
+                   ->delimiter(',');
   o["sides"] = cmd->add_option("--sides", f->sides, "transformed sides: both|in|out");
   o["source"] =
       cmd->add_option("--source", f->source, "geometry source: gradients|per-worker|activations");

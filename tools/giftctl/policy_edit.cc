@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
+#include "common/policy/policy.h"
 
 namespace gift::giftctl {
 
@@ -93,11 +94,33 @@ bool PolicyEdit::empty() const {
          !margin && !selection && !hierarchy && !include && !exclude;
 }
 
-absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
-  if (edit.period_steps && *edit.period_steps < 1) {
-    return absl::InvalidArgumentError("--period must be at least 1");
+namespace {
+
+// Every rule the coordinator checks a policy against (policy::Validate),
+// checked before anything is sent: the edit applied to the default policy.
+// What depends on the coordinator's current policy (another field that
+// conflicts) is still the coordinator's to refuse.
+absl::Status CheckAgainstCoordinatorRules(const PolicyEdit& edit) {
+  v1::Policy candidate = policy::WithDefaults(v1::Policy());
+  ApplyPolicyEdit(edit, &candidate);
+  if (absl::Status s = policy::Validate(candidate); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the coordinator would refuse this policy: ", s.message()));
   }
-  if (edit.rank && *edit.rank < 1) return absl::InvalidArgumentError("--rank must be at least 1");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
+  if (edit.period_steps && (*edit.period_steps < 1 || *edit.period_steps > policy::kMaxSteps)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--period must be in [1, ", policy::kMaxSteps, "]"));
+  }
+  if (edit.rank && (*edit.rank < 1 || *edit.rank > policy::kMaxRank)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank must be in [1, ", policy::kMaxRank, "]"));
+  }
   if (edit.powers) {
     if (edit.powers->empty()) return absl::InvalidArgumentError("--power needs a value");
     for (double p : *edit.powers) {
@@ -118,9 +141,9 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
   }
   if (edit.tensor_glob.empty()) {
     if (edit.enabled) return absl::InvalidArgumentError("--enabled needs --tensor GLOB");
-    return absl::OkStatus();
+    return CheckAgainstCoordinatorRules(edit);
   }
-  std::vector<std::string> global_only;
+  std::vector<absl::string_view> global_only;
   if (edit.ema_decay) global_only.push_back("--ema-decay");
   if (edit.drift_threshold) global_only.push_back("--drift");
   if (edit.margin) global_only.push_back("--margin");
@@ -135,7 +158,7 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
                      "--rank, --power, --sides, --source, --residual, --enabled, --push-codec, "
                      "--pull-codec and --error-feedback"));
   }
-  return absl::OkStatus();
+  return CheckAgainstCoordinatorRules(edit);
 }
 
 void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {

@@ -47,9 +47,12 @@ struct PolicyEdit {
   bool empty() const;
 };
 
-// Checks ranges (period and rank >= 1, powers > 0 and finite, EMA decay and
-// margin in [0, 1), drift >= 0) and that an override edit sets only the
-// fields an override has. InvalidArgument, naming the flag, otherwise.
+// Checks ranges (period in [1, policy::kMaxSteps], rank in [1,
+// policy::kMaxRank], powers > 0 and finite, EMA decay and margin in [0, 1),
+// drift >= 0), that an override edit sets only the fields an override has,
+// and every other rule the coordinator checks (policy::Validate on the edit
+// applied to the default policy). InvalidArgument, naming the flag or the
+// field, otherwise.
 absl::Status ValidatePolicyEdit(const PolicyEdit& edit);
 
 // Applies a validated edit to `policy` (its version is left alone).
