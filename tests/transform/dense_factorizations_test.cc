@@ -3,23 +3,13 @@
 #include "common/transform/dense_factorizations.h"
 
 #include <Eigen/Dense>
-#include <random>
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
+#include "tests/transform/test_util.h"
 
 namespace gift::transform {
 namespace {
-
-Eigen::MatrixXd Random(int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal;
-  Eigen::MatrixXd m(rows, cols);
-  for (int64_t j = 0; j < cols; ++j) {
-    for (int64_t i = 0; i < rows; ++i) m(i, j) = normal(rng);
-  }
-  return m;
-}
 
 double OffIdentity(const Eigen::MatrixXd& q) {
   return (q.transpose() * q - Eigen::MatrixXd::Identity(q.cols(), q.cols())).cwiseAbs().maxCoeff();
@@ -27,7 +17,7 @@ double OffIdentity(const Eigen::MatrixXd& q) {
 
 TEST(DenseFactorizationsTest, ThinQrReproducesItsInput) {
   for (const auto& [m, k] : {std::pair{1, 1}, {7, 3}, {64, 64}, {300, 40}}) {
-    const Eigen::MatrixXd y = Random(m, k, 1 + m + k);
+    const Eigen::MatrixXd y = testing::Gaussian(m, k, 1 + m + k);
     auto qr = ThinQrOf(y);
     ASSERT_TRUE(qr.ok()) << qr.status();
     ASSERT_EQ(qr->q.rows(), m);
@@ -44,7 +34,7 @@ TEST(DenseFactorizationsTest, ThinQrReproducesItsInput) {
 
 TEST(DenseFactorizationsTest, SymmetricEigenDiagonalizesAscending) {
   for (int n : {1, 2, 17, 128}) {
-    const Eigen::MatrixXd g = Random(n, n + 3, 10 + n);
+    const Eigen::MatrixXd g = testing::Gaussian(n, n + 3, 10 + n);
     const Eigen::MatrixXd a = g * g.transpose();
     auto eig = SymmetricEigenOf(a);
     ASSERT_TRUE(eig.ok()) << eig.status();
@@ -67,7 +57,7 @@ TEST(DenseFactorizationsTest, SymmetricEigenDiagonalizesAscending) {
 
 TEST(DenseFactorizationsTest, ThinSvdLeftFactorAndSingularValues) {
   for (const auto& [m, k] : {std::pair{1, 1}, {50, 8}, {8, 50}, {400, 64}}) {
-    const Eigen::MatrixXd b = Random(m, k, 100 + m + k);
+    const Eigen::MatrixXd b = testing::Gaussian(m, k, 100 + m + k);
     auto svd = ThinSvdLeftOf(b);
     ASSERT_TRUE(svd.ok()) << svd.status();
     const int p = std::min(m, k);
@@ -96,8 +86,8 @@ TEST(DenseFactorizationsTest, ThinSvdLeftFactorAndSingularValues) {
 
 TEST(DenseFactorizationsTest, RefusesWhatTheyCannotFactor) {
   EXPECT_TRUE(absl::IsInvalidArgument(ThinQrOf(Eigen::MatrixXd(0, 0)).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(ThinQrOf(Random(3, 5, 1)).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(SymmetricEigenOf(Random(3, 4, 1)).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ThinQrOf(testing::Gaussian(3, 5, 1)).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(SymmetricEigenOf(testing::Gaussian(3, 4, 1)).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(SymmetricEigenOf(Eigen::MatrixXd(0, 0)).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(ThinSvdLeftOf(Eigen::MatrixXd(0, 3)).status()));
 }
