@@ -63,6 +63,10 @@ void* operator new[](size_t n, const std::nothrow_t&) noexcept {
     return nullptr;
   }
 }
+// The replaced operator new allocates with malloc (CountedAlloc), so free is
+// its match; GCC cannot see that when it inlines these at -O1.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
@@ -71,6 +75,7 @@ void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace gift::server {
 namespace {

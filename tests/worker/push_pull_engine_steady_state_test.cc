@@ -57,10 +57,15 @@ void* Allocate(size_t n, size_t alignment) {
 
 void* operator new(size_t n) { return Allocate(n, 0); }
 void* operator new(size_t n, std::align_val_t a) { return Allocate(n, static_cast<size_t>(a)); }
+// The replaced operator new allocates with malloc (CountedAlloc), so free is
+// its match; GCC cannot see that when it inlines these at -O1.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
 void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace gift::worker {
 namespace {
