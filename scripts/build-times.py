@@ -125,8 +125,8 @@ def print_build(title, steps, top):
         f = step_folder(s)
         by_folder[f] += s.seconds
         count[f] += 1
-    # Folders rolled up to two levels (tests/worker, common/transform), with
-    # the finer split only where one top-level folder dominates.
+    # Each source folder (tests/worker, common/transform), then the same
+    # rolled up to the top-level folders.
     print(f"{'compile-s':>10} {'share':>6} {'steps':>6}  folder")
     for folder, secs in by_folder.most_common():
         if secs < 0.5:

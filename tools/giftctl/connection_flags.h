@@ -50,8 +50,8 @@ absl::Status CheckDialTarget(absl::string_view target);
 // A channel to `target` (the coordinator's address, or another daemon's gRPC
 // endpoint for `giftctl health`): mutual TLS when files are given, plaintext
 // to a loopback address or with --insecure; a Unix socket ("unix:/path") is
-// always plaintext (its file mode guards it). INVALID_ARGUMENT (a usage
-// error) for a malformed target (CheckDialTarget), for plaintext to another
+// always plaintext (its file mode guards it); `target` should have passed
+// CheckDialTarget. INVALID_ARGUMENT (a usage error) for plaintext to another
 // address, for an incomplete set of TLS flags, or for an unreadable file.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const ConnectionFlags& flags,
                                                            const std::string& target);

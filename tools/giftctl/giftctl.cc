@@ -91,23 +91,24 @@ std::optional<std::string> UnknownCommandError(const CLI::App& app,
       // value is attached ("--timeout=2s").
       const std::string name = word.substr(0, word.find('='));
       const CLI::Option* opt = FindOption(current, name);
-      if (opt != nullptr && word.find('=') == std::string::npos && opt->get_items_expected_min() > 0) {
+      if (opt != nullptr && word.find('=') == std::string::npos &&
+          opt->get_items_expected_min() > 0) {
         ++i;
       }
       continue;
     }
-    std::vector<std::string> names;
-    for (const CLI::App* sub : current->get_subcommands([](const CLI::App*) { return true; })) {
-      if (sub->get_name() == word) {
-        current = sub;
-        path += " " + word;
-        names.clear();
-        break;
-      }
-      names.push_back(sub->get_name());
+    const std::vector<const CLI::App*> subs =
+        current->get_subcommands([](const CLI::App*) { return true; });
+    const auto sub = std::find_if(subs.begin(), subs.end(),
+                                  [&](const CLI::App* s) { return s->get_name() == word; });
+    if (sub != subs.end()) {
+      current = *sub;
+      path += " " + word;
+      continue;
     }
-    if (names.empty()) continue;  // descended into a subcommand
     if (current->get_require_subcommand_min() == 0) return std::nullopt;  // a positional
+    std::vector<std::string> names;
+    for (const CLI::App* s : subs) names.push_back(s->get_name());
     // Close: a third of the word's letters wrong at most (one for short
     // words), or the start of a command.
     const size_t max_distance = std::max<size_t>(1, word.size() / 3);
