@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/cluster_clients.h"
 #include "tests/testing/test_cluster.h"
+#include "tests/testing/warmup_bound.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/worker_client.h"
 
@@ -182,7 +183,8 @@ TEST_F(BasisActivationClusterTest, EveryStepAfterTheFirstCommitRunsInTheCommitte
   // Steps until every 2-D tensor ran in a basis on kInBasis steps and in two
   // versions of it (the first refresh and the one period_steps later), so
   // the run covers an activation and a switch whatever the owners' speed.
-  constexpr uint64_t kMaxSteps = 200, kInBasis = 30;
+  constexpr uint64_t kInBasis = 30;
+  const test::WarmupBound bound;
   // Per step, per tensor (in Specs() order): the version and the flag worker
   // 0 reported.
   std::vector<std::vector<std::pair<uint64_t, bool>>> reported;
@@ -195,7 +197,9 @@ TEST_F(BasisActivationClusterTest, EveryStepAfterTheFirstCommitRunsInTheCommitte
     return true;
   };
   for (uint64_t step = 0; !done(); ++step) {
-    ASSERT_LT(step, kMaxSteps) << "the bases were not active long enough\n" << Logs();
+    ASSERT_FALSE(bound.Exhausted(step))
+        << "the bases were not active long enough by step " << step << "\n"
+        << Logs();
     std::vector<client::PushPullResult> results = Step(step);
     ASSERT_EQ(results.size(), size_t{kWorkers}) << "step " << step;
     RecordCommitted();

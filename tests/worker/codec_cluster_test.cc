@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/cluster_clients.h"
 #include "tests/testing/test_cluster.h"
+#include "tests/testing/warmup_bound.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/worker_client.h"
 
@@ -187,11 +188,12 @@ TEST_P(CodecClusterTest, AveragesWithinTheBoundOfPushPlusPull) {
   Register();
 
   // GIFT: step until every 2-D tensor runs in its basis.
-  constexpr int kMaxWarmup = 40, kChecked = 3;
+  constexpr int kChecked = 3;
+  const test::WarmupBound warmup;
   std::vector<std::vector<double>> exact;
   uint64_t step = 0;
   for (bool ready = !c.gift; !ready; ++step) {
-    ASSERT_LT(step, uint64_t{kMaxWarmup}) << "no basis activated\n" << Logs();
+    ASSERT_FALSE(warmup.Exhausted(step)) << "no basis activated by step " << step << "\n" << Logs();
     auto results = Step(step, exact);
     ASSERT_EQ(results.size(), size_t{kWorkers});
     ready = true;

@@ -30,6 +30,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda_status.h"
 #include "tests/testing/test_cluster.h"
+#include "tests/testing/warmup_bound.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/cuda_device_buffer.h"
 #include "worker/client/worker_client.h"
@@ -264,12 +265,13 @@ TEST_P(DeviceTensorClusterTest, DeviceAveragesAreBitIdenticalAndWithinTheCodecBo
   if (HasFatalFailure()) return;
 
   // GIFT: step until both 2-D tensors run in their basis.
-  constexpr int kMaxWarmup = 40, kChecked = 3;
+  constexpr int kChecked = 3;
+  const test::WarmupBound warmup;
   std::vector<std::vector<std::vector<float>>> got;
   std::vector<std::vector<double>> exact;
   uint64_t step = 0;
   for (bool ready = !gift; !ready; ++step) {
-    ASSERT_LT(step, uint64_t{kMaxWarmup}) << "no basis activated\n" << Logs();
+    ASSERT_FALSE(warmup.Exhausted(step)) << "no basis activated by step " << step << "\n" << Logs();
     auto results = Step(step, got, exact);
     ASSERT_EQ(results.size(), size_t{kWorkers});
     ready = true;

@@ -39,6 +39,7 @@
 #include "server/aggregator/aggregator_daemon.h"
 #include "server/aggregator/aggregator_shard.h"
 #include "tests/testing/coordinator_server.h"
+#include "tests/testing/warmup_bound.h"
 #include "tests/worker/fake_device_memory.h"
 #include "worker/client/buffer_handoff.h"
 #include "worker/cuda/device_codec_stage.h"
@@ -452,10 +453,10 @@ TEST(WorkerCoreDeviceTest, GiftBasisAveragesOnTheDeviceWithinToleranceOfTheHost)
   Cluster device;
   ASSERT_NO_FATAL_FAILURE(device.Start(ListPolicy(true), true));
   ASSERT_NO_FATAL_FAILURE(device.Register());
-  constexpr uint64_t kMaxWarmup = 40;
+  const test::WarmupBound warmup;
   uint64_t step = 1;
   for (bool ready = false; !ready; ++step) {
-    ASSERT_LT(step, kMaxWarmup) << "no basis activated";
+    ASSERT_FALSE(warmup.Exhausted(step)) << "no basis activated by step " << step;
     auto results = device.Step(step, false);
     ASSERT_EQ(results.size(), size_t{kWorkers});
     ready = results[0].response.tensors(0).transformed() &&
