@@ -8,12 +8,16 @@ on PATH or named by PROTOC / GRPC_PYTHON_PLUGIN; the schemas' directory is
 ../proto or GIFT_PROTO_DIR.
 """
 
+import atexit
 import os
 import shutil
 import subprocess
+import tempfile
 
 from setuptools import setup
+from setuptools.command.build import build
 from setuptools.command.build_py import build_py
+from setuptools.command.egg_info import egg_info
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTOS = [
@@ -50,4 +54,24 @@ class BuildPyWithProtos(build_py):
                        + [os.path.join(proto_dir, p) for p in PROTOS], check=True)
 
 
-setup(cmdclass={"build_py": BuildPyWithProtos})
+# `pip install ./python` builds in the source tree; its build/ and
+# *.egg-info go to a scratch directory instead, removed when the build ends,
+# so that installing leaves the checkout as it was.
+_SCRATCH = tempfile.mkdtemp(prefix="gift-ps-build-")
+atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
+
+
+class BuildOutOfTree(build):
+    def initialize_options(self):
+        super().initialize_options()
+        self.build_base = os.path.join(_SCRATCH, "build")
+
+
+class EggInfoOutOfTree(egg_info):
+    def initialize_options(self):
+        super().initialize_options()
+        self.egg_base = _SCRATCH
+
+
+setup(cmdclass={"build": BuildOutOfTree, "build_py": BuildPyWithProtos,
+                "egg_info": EggInfoOutOfTree})

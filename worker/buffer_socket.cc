@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
+#include "common/base/unix_socket_path.h"
 
 namespace gift::worker {
 namespace {
@@ -54,9 +55,8 @@ void Reply(int fd, const std::string& text) {
 absl::StatusOr<std::unique_ptr<BufferSocket>> BufferSocket::Start(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("buffer socket path '", path, "' is too long"));
-  }
+  static_assert(sizeof(addr.sun_path) == kMaxUnixSocketPathBytes + 1);
+  if (absl::Status s = CheckSocketPathToServe(path); !s.ok()) return s;  // never deletes a file
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) return Errno("socket");
@@ -97,9 +97,9 @@ absl::StatusOr<std::shared_ptr<const SharedBuffer>> BufferSocket::Find(
   absl::MutexLock lock(&mu_);
   auto it = handed_.find(handle);
   if (it == handed_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "unknown buffer handle '", handle, "' (hand the buffer over on ", path_,
-        " first; a handle ends when the connection it came on closes)"));
+    return absl::NotFoundError(
+        absl::StrCat("unknown buffer handle '", handle, "' (hand the buffer over on ", path_,
+                     " first; a handle ends when the connection it came on closes)"));
   }
   return it->second.buffer;
 }
@@ -189,9 +189,9 @@ bool BufferSocket::Receive(int fd) {
                 absl::StrCat("a handoff is the payload ", kBufferHandoffMagic, " and one memfd"));
   }
   if ((msg.msg_flags & MSG_CTRUNC) || received.size() != 1) {
-    return fail(absl::StatusCode::kInvalidArgument,
-                absl::StrCat("a handoff carries exactly one memfd (SCM_RIGHTS); got ",
-                             received.size()));
+    return fail(
+        absl::StatusCode::kInvalidArgument,
+        absl::StrCat("a handoff carries exactly one memfd (SCM_RIGHTS); got ", received.size()));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -205,8 +205,8 @@ bool BufferSocket::Receive(int fd) {
   const std::string handle = NewHandle();
   {
     absl::MutexLock lock(&mu_);
-    handed_[handle] = Handed{
-        .connection = fd, .buffer = std::make_shared<const SharedBuffer>(*std::move(buffer))};
+    handed_[handle] = Handed{.connection = fd,
+                             .buffer = std::make_shared<const SharedBuffer>(*std::move(buffer))};
     ++per_connection_[fd];
   }
   Reply(fd, absl::StrCat("OK ", handle));

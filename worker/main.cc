@@ -36,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/base/thread_pool.h"
+#include "common/base/unix_socket_path.h"
 #include "common/control/member_session.h"
 #include "common/control/peer_failure_reporter.h"
 #include "common/daemon/daemon_flags.h"
@@ -299,6 +300,11 @@ int Main(int argc, char** argv) {
   if (socket_path.empty() && listen.empty()) {
     return daemon.UsageError("give --socket, --listen or both");
   }
+  if (!socket_path.empty()) {  // before joining: a bad path must not cost the cluster an epoch
+    if (absl::Status s = CheckSocketPathToServe(socket_path, ".buffers"); !s.ok()) {
+      return daemon.UsageError(absl::StrCat("--socket: ", s.message()));
+    }
+  }
   // The TCP Worker API writes this node's shared memory: workers' own
   // certificates (the training process on the node) and operators only.
   absl::StatusOr<daemon::DaemonCredentials> credentials = daemon::MakeDaemonCredentials(
@@ -357,14 +363,13 @@ int Main(int argc, char** argv) {
   StepMetrics step_metrics(*(*metrics)->registry());
   auto worker = std::make_unique<WorkerCore>(
       *std::move(engine), session->get(),
-      WorkerCoreOptions{
-          .step_timeout = step_timeout,
-          .min_workers = min_workers,
-          .codec_options = codec_options,
-          .on_step = [&](const StepStats& s) { step_metrics.Observe(s); },
-          .device = {.memory = device.memory.get(),
-                     .engine_device_stage = device.stages != nullptr,
-                     .unavailable = device.unavailable}});
+      WorkerCoreOptions{.step_timeout = step_timeout,
+                        .min_workers = min_workers,
+                        .codec_options = codec_options,
+                        .on_step = [&](const StepStats& s) { step_metrics.Observe(s); },
+                        .device = {.memory = device.memory.get(),
+                                   .engine_device_stage = device.stages != nullptr,
+                                   .unavailable = device.unavailable}});
   AddWorkerMetrics(**metrics, worker.get(), session->get());
 
   if (!socket_path.empty()) {  // where clients hand over their buffers

@@ -31,6 +31,8 @@ bad arguments caught locally raise ValueError / TypeError.
 import concurrent.futures
 import math
 import operator
+import os
+import stat
 import threading
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -97,7 +99,31 @@ def worker_target(address: str) -> str:
             return address
     if "/" in address:
         return "unix:" + address
+    if ":" not in address:
+        raise ValueError(f"worker address {address!r} is neither a socket path (write "
+                         f"./{address} for one in this directory) nor host:port")
     return address
+
+
+def _check_socket(target: str) -> None:
+    """Names a wrong socket path at once: GiftError NOT_FOUND "no such socket",
+    FAILED_PRECONDITION "... is not a socket" (nothing for a TCP target)."""
+    if not target.startswith("unix:"):
+        return
+    path = target[len("unix://"):] if target.startswith("unix://") else target[len("unix:"):]
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        directory = os.path.dirname(path) or "."
+        where = "" if os.path.isdir(directory) else f" (its directory {directory} does not exist)"
+        raise GiftError("NOT_FOUND", f"no such socket: {path}{where}; is gift-worker running "
+                        f"with --socket {path}?", "Connect") from None
+    except OSError as e:
+        raise GiftError("FAILED_PRECONDITION", f"socket {path}: {e.strerror}", "Connect") from None
+    if not stat.S_ISSOCK(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else (
+            "a regular file" if stat.S_ISREG(mode) else "a special file")
+        raise GiftError("FAILED_PRECONDITION", f"{path} is not a socket ({kind})", "Connect")
 
 
 def _check_name(name) -> None:
@@ -124,12 +150,16 @@ class WorkerClient:
 
         timeout: deadline (s) of register / submit_activation_stats / info.
         connect_timeout: waits this long for the worker (0: no wait);
-          GiftError UNAVAILABLE when it is not reachable.
+          GiftError UNAVAILABLE when it is not reachable. With a wait, a
+          socket path is checked first: NOT_FOUND "no such socket",
+          FAILED_PRECONDITION when the path is not a socket.
         push_pull_timeout: deadline (s) of a push_pull; None: no deadline (the
           worker's --step-timeout bounds a step).
         """
         self._pb = _protos.load()
         self.target = worker_target(address)
+        if connect_timeout and connect_timeout > 0:
+            _check_socket(self.target)
         self._timeout = timeout
         self._push_pull_timeout = push_pull_timeout
         self._lock = threading.Lock()

@@ -11,6 +11,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -58,10 +60,36 @@ TEST(WorkerClientTest, Targets) {
   EXPECT_EQ(WorkerClient::Target("localhost:7072"), "localhost:7072");
 }
 
+TEST(WorkerClientTest, AWrongAddressIsNamedAtOnce) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<WorkerClient>> client =
+      WorkerClient::Connect("/nonexistent-dir/worker.sock", {.connect_timeout = absl::Seconds(30)});
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kNotFound) << client.status();
+  EXPECT_TRUE(absl::StrContains(client.status().message(), "no such socket")) << client.status();
+  EXPECT_TRUE(absl::StrContains(client.status().message(), "--socket")) << client.status();
+  client = WorkerClient::Connect("/proc/self/status", {.connect_timeout = absl::Seconds(30)});
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition) << client.status();
+  EXPECT_TRUE(absl::StrContains(client.status().message(), "not a socket")) << client.status();
+  client = WorkerClient::Connect("worker.sock", {.connect_timeout = absl::Seconds(30)});
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument) << client.status();
+  EXPECT_TRUE(absl::StrContains(client.status().message(), "./worker.sock")) << client.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // none waited for the timeout
+}
+
 TEST(WorkerClientTest, UnreachableWorker) {
-  absl::StatusOr<std::unique_ptr<WorkerClient>> client = WorkerClient::Connect(
-      "/nonexistent-dir/worker.sock", {.connect_timeout = absl::Milliseconds(200)});
-  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
+  // A socket nobody accepts on: the path is right, the worker does not answer.
+  const std::string path = absl::StrCat("/tmp/gift-wc-", getpid(), ".sock");
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  unlink(path.c_str());
+  ASSERT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  absl::StatusOr<std::unique_ptr<WorkerClient>> client =
+      WorkerClient::Connect(path, {.connect_timeout = absl::Milliseconds(200)});
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable) << client.status();
+  close(fd);
+  unlink(path.c_str());
 
   // Without waiting, the calls fail with UNAVAILABLE instead.
   client = WorkerClient::Connect("/nonexistent-dir/worker.sock",

@@ -343,6 +343,37 @@ TEST(DaemonProcessTest, DurationFlagsTakeOneSyntax) {
   }
 }
 
+// The worker checks its --socket before it joins the cluster (the
+// coordinator here is a port nobody serves: joining would wait and fail
+// otherwise): a missing directory, and a regular file where the socket or
+// its ".buffers" twin would go, are usage errors that leave the file alone.
+TEST(DaemonProcessTest, WorkerChecksItsSocketPathBeforeJoining) {
+  const gift::TempDir temp = test::NewTempDir("gift-daemon");
+  const std::string dir = temp.path();
+  { std::ofstream(dir + "/w.sock.buffers") << "keep"; }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {dir + "/missing/w.sock", "--socket: the directory of socket"},
+      {dir + "/w.sock", "w.sock.buffers exists and is a regular file, not a socket"},
+  };
+  for (const auto& [socket, error] : cases) {
+    const absl::Time start = absl::Now();
+    auto p =
+        Subprocess::Start({GIFT_WORKER_BIN, "--coordinator", "127.0.0.1:1", "--socket", socket});
+    ASSERT_TRUE(p.ok());
+    auto code = (*p)->WaitForExit(absl::Seconds(30));
+    ASSERT_TRUE(code.ok());
+    const std::string err = (*p)->stderr_text();
+    EXPECT_EQ(*code, 64) << socket << "\n" << err;
+    EXPECT_TRUE(absl::StrContains(err, error)) << err;
+    EXPECT_FALSE(absl::StrContains(err, "coordinator")) << err;  // it never tried to join
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  }
+  std::ifstream kept(dir + "/w.sock.buffers");
+  std::string text;
+  kept >> text;
+  EXPECT_EQ(text, "keep");
+}
+
 // A cluster with mutual TLS: a coordinator, a server and a worker, each with
 // its role's certificate (made by openssl, common/rpc/test_ca.h), the
 // worker's TCP Worker API admitting workers only, and a server certificate

@@ -7,7 +7,8 @@ the schemas of proto/ beside it, as in the repository) with
 (test_client_unit.py with its fake worker) from another temporary directory
 with the venv's interpreter: no PYTHONPATH, no GIFT_PY_GEN, nothing of the
 source tree on the path. It also checks that gift_ps was imported from the
-venv and found its generated protos inside the package.
+venv and found its generated protos inside the package, and that the
+install wrote nothing into the source copy (no build/, no *.egg-info).
 
     python3 pip_install_test.py REPO
 Exit 77 (skipped) when the venv or pip module is missing (Debian:
@@ -34,6 +35,10 @@ def main(repo: str) -> int:
         shutil.copytree(os.path.join(repo, "python"), os.path.join(src, "python"),
                         ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
         shutil.copytree(os.path.join(repo, "proto"), os.path.join(src, "proto"))
+        def tree():
+            return sorted(os.path.relpath(os.path.join(d, f), src)
+                          for d, dirs, files in os.walk(src) for f in dirs + files)
+        before = tree()
         venv = os.path.join(tmp, "venv")
         env = {k: v for k, v in os.environ.items()
                if k not in ("PYTHONPATH", "GIFT_PY_GEN", "VIRTUAL_ENV", "PYTHONHOME")}
@@ -43,6 +48,10 @@ def main(repo: str) -> int:
         subprocess.run([py, "-m", "pip", "install", "--no-build-isolation", "--no-index",
                         "--disable-pip-version-check", os.path.join(src, "python")],
                        check=True, env=env)
+        written = sorted(set(tree()) - set(before))
+        if written:  # pip builds in the source tree; setup.py keeps its output out of it
+            print("FAIL: pip install wrote into the source tree:", " ".join(written[:10]))
+            return 1
         run = os.path.join(tmp, "run")
         os.makedirs(run)
         for f in ("test_client_unit.py", "fake_worker.py"):

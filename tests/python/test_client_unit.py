@@ -4,10 +4,12 @@ against an in-process fake Worker service."""
 
 import fcntl
 import os
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import unittest
 
 import grpc
@@ -103,11 +105,32 @@ class ErrorTest(unittest.TestCase):
         self.assertEqual(worker_target("localhost:7072"), "localhost:7072")
         with self.assertRaises(ValueError):
             worker_target("")
+        with self.assertRaisesRegex(ValueError, r"\./worker\.sock"):
+            worker_target("worker.sock")  # a bare name: neither a path nor host:port
+
+    def test_a_wrong_socket_path_is_named_at_once(self):
+        start = time.monotonic()
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaisesRegex(GiftError, "no such socket") as ctx:
+                WorkerClient(os.path.join(d, "none.sock"), connect_timeout=30)
+            self.assertEqual(ctx.exception.code, "NOT_FOUND")
+            with self.assertRaisesRegex(GiftError, "directory .* does not exist"):
+                WorkerClient(os.path.join(d, "missing", "w.sock"), connect_timeout=30)
+            plain = os.path.join(d, "plain")
+            open(plain, "w").close()
+            with self.assertRaisesRegex(GiftError, r"not a socket \(a regular file\)") as ctx:
+                WorkerClient(plain, connect_timeout=30)
+            self.assertEqual(ctx.exception.code, "FAILED_PRECONDITION")
+        self.assertLess(time.monotonic() - start, 5)
 
     def test_unreachable(self):
+        # The path is a socket, but nobody accepts on it.
         with tempfile.TemporaryDirectory() as d:
-            with self.assertRaises(GiftError) as ctx:
-                WorkerClient(os.path.join(d, "none.sock"), connect_timeout=0.3)
+            path = os.path.join(d, "w.sock")
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.bind(path)
+                with self.assertRaises(GiftError) as ctx:
+                    WorkerClient(path, connect_timeout=0.3)
             self.assertEqual(ctx.exception.code, "UNAVAILABLE")
 
 

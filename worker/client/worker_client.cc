@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/unix_socket_path.h"
 #include "common/rpc/credentials.h"
 #include "common/rpc/grpc_status.h"
 
@@ -113,6 +114,21 @@ absl::StatusOr<std::unique_ptr<WorkerClient>> WorkerClient::Connect(
     const std::string& address, const WorkerClientOptions& options) {
   if (address.empty()) return absl::InvalidArgumentError("worker address is empty");
   std::string target = Target(address);
+  if (target == address && address.find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("worker address '", address,
+                                                   "' is neither a socket path (write ./", address,
+                                                   " for one in this directory) nor host:port"));
+  }
+  if (options.connect_timeout > absl::ZeroDuration() && target.rfind("unix:", 0) == 0) {
+    // A wrong path is named now, not after the connect timeout.
+    const std::string path = target.rfind("unix://", 0) == 0 ? target.substr(7) : target.substr(5);
+    if (absl::Status s = CheckSocketPathToDial(path); absl::IsNotFound(s)) {
+      return absl::NotFoundError(
+          absl::StrCat(s.message(), "; is gift-worker running with --socket ", path, "?"));
+    } else if (!s.ok()) {
+      return s;
+    }
+  }
   grpc::ChannelArguments args;
   // Reconnect quickly after a worker restart (gRPC's default backs off to 120 s).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);

@@ -167,8 +167,10 @@ struct WorkerClientOptions {
 class WorkerClient {
  public:
   // `address`: "unix:/path", a socket path ("/run/gift/worker.sock": anything
-  // with a '/'), or "host:port". UNAVAILABLE when the worker is not ready
-  // within options.connect_timeout.
+  // with a '/'), or "host:port"; a bare name is INVALID_ARGUMENT. With a
+  // connect_timeout, a socket path is checked first: NOT_FOUND "no such
+  // socket", FAILED_PRECONDITION when it is not a socket. UNAVAILABLE when the
+  // worker is not ready within options.connect_timeout.
   static absl::StatusOr<std::unique_ptr<WorkerClient>> Connect(
       const std::string& address, const WorkerClientOptions& options = {});
 
