@@ -300,17 +300,17 @@ int Main(int argc, char** argv) {
   if (socket_path.empty() && listen.empty()) {
     return daemon.UsageError("give --socket, --listen or both");
   }
-  if (!socket_path.empty()) {  // before joining: a bad path must not cost the cluster an epoch
-    if (absl::Status s = CheckSocketPathToServe(socket_path, ".buffers"); !s.ok()) {
-      return daemon.UsageError(absl::StrCat("--socket: ", s.message()));
-    }
-  }
   // The TCP Worker API writes this node's shared memory: workers' own
   // certificates (the training process on the node) and operators only.
   absl::StatusOr<daemon::DaemonCredentials> credentials = daemon::MakeDaemonCredentials(
       tls, {{"--listen", listen}, {"--coordinator", member.coordinator}},
       {rpc::Role::kWorker, rpc::Role::kOperator});
   if (!credentials.ok()) return daemon.UsageError(credentials.status().message());
+  if (!socket_path.empty()) {  // before joining: a bad path must not cost the cluster an epoch
+    if (absl::Status s = CheckSocketPathToServe(socket_path, ".buffers"); !s.ok()) {
+      return daemon.UsageError(absl::StrCat("--socket: ", s.message()));
+    }
+  }
 
   auto metrics =
       daemon::MetricsServer::StartForDaemon(metrics_listen, app.count("--metrics-listen") > 0);

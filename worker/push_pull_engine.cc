@@ -167,6 +167,11 @@ void PushPullEngine::AbortEpochsBefore(uint64_t epoch, absl::string_view why) {
   }
 }
 
+void PushPullEngine::AbortStep(absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  if (active_ && inflight_.aborted.ok() && !why.ok()) inflight_.aborted = std::move(why);
+}
+
 absl::StatusOr<transport::PeerId> PushPullEngine::PeerFor(const std::string& address) {
   auto peer = connections_.Get(*transport_, address);
   if (!peer.ok()) {

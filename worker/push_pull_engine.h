@@ -235,6 +235,10 @@ class PushPullEngine {
   // switched to it refuse the step's pushes. May be called from any thread;
   // does nothing when no step is in flight.
   void AbortEpochsBefore(uint64_t epoch, absl::string_view why);
+  // Aborts the step in flight, whatever its epoch: Run / Finish return
+  // `why` (not OK). May be called from any thread; does nothing when no
+  // step is in flight or it is already aborted.
+  void AbortStep(absl::Status why);
 
   // Messages received that belonged to no step in flight (late, duplicate
   // or foreign), for diagnostics.
@@ -265,8 +269,8 @@ class PushPullEngine {
     std::vector<ChunkSlot*> ready;  // arrived, not yet decoded
     // The plan's keys (null: authentication off).
     std::shared_ptr<const dataplane::EpochKeys> keys;
-    size_t remaining = 0;           // chunks not arrived
-    absl::Status aborted;           // non-OK once a server aborted the step
+    size_t remaining = 0;  // chunks not arrived
+    absl::Status aborted;  // non-OK once a server aborted the step
   };
   // The buffers of one tensor are keyed by its id and push spec (a measured
   // step's FP32 exchange keeps its own).
@@ -328,7 +332,7 @@ class PushPullEngine {
   bool open_ = false;                                    // between Begin and the step's end
   StepPlan open_plan_;                                   // the open step; its tensors so far
   StepReport open_report_;
-  absl::flat_hash_set<uint64_t> open_ids_;               // tensor ids added to the open step
+  absl::flat_hash_set<uint64_t> open_ids_;  // tensor ids added to the open step
   uint64_t runs_ = 0;
   // The (world_size, worker_set) of the last plan run; nullopt before the first.
   std::optional<std::pair<uint32_t, uint64_t>> world_;

@@ -11,6 +11,7 @@
 #include "common/base/logging.h"
 #include "common/codec/codec_spec.h"
 #include "worker/step_retry.h"
+#include "worker/step_wait_reporter.h"
 
 namespace gift::worker {
 namespace {
@@ -40,6 +41,7 @@ WorkerCore::WorkerCore(std::unique_ptr<PushPullEngine> engine, control::MemberSe
     : options_(std::move(options)),
       session_(session),
       engine_(std::move(engine)),
+      waits_(session, options_.step_wait),
       store_(session),
       sketches_(SketchExchange::RegistrarOf(session)) {
   owner_ = std::make_unique<BasisOwner>(
@@ -126,6 +128,7 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerCore::RegisterBuffers(
     out->set_tensor_id(mapped[i].local.tensor_id);
   }
   registered_ = std::move(mapped);
+  membership_.Reset();  // a new run: no worker is lost before its first step
   {
     absl::MutexLock lock(&mu_);
     d_in_by_tensor_.clear();
@@ -161,6 +164,11 @@ absl::StatusOr<StepReport> WorkerCore::Exchange(uint64_t step,
     // Re-joined during the step (its lease was lost): not at this step.
     if (absl::Status admitted = CheckAdmitted(step); !admitted.ok()) return admitted;
     std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
+    membership_.Observe(state);
+    // A peer that cannot push, or one lost under on_member_loss fail.
+    if (absl::Status peers = membership_.Check(*state, step, session_->member_id()); !peers.ok()) {
+      return peers;
+    }
     auto plan = PlanStep(*state, session_->member_id(), step, tensors, lookup);
     if (!plan.ok()) {
       if (plan.status().code() != absl::StatusCode::kFailedPrecondition) return plan.status();
@@ -318,6 +326,22 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::PushPull(
   } done{this};
 
   absl::MutexLock step_lock(&step_mu_);
+  waits_.Begin(request.step());
+  absl::StatusOr<gift::v1::PushPullResponse> result = RunStep(request, start, deadline);
+  if (absl::IsDeadlineExceeded(result.status())) {
+    // Name who the step waited for (the coordinator's view, asked now).
+    const std::string who = waits_.Describe(request.step());
+    if (!who.empty()) {
+      result = absl::DeadlineExceededError(absl::StrCat(result.status().message(), "; ", who));
+    }
+  }
+  waits_.End();
+  return result;
+}
+
+absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::RunStep(
+    const gift::v1::PushPullRequest& request, std::chrono::steady_clock::time_point start,
+    absl::Time deadline) {
   if (open_.has_value()) {
     if (open_->step == request.step()) return FinishOpenStep(request);
     AbandonOpenStep(absl::StrCat("a PushPull of step ", request.step(), " came"));
@@ -473,6 +497,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
     }
     options_.on_step(stats);
   }
+  membership_.Completed(c.epoch, session_->member_id(), &response);
   session_->SetLastStep(c.step);
   {
     absl::MutexLock lock(&mu_);

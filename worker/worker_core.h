@@ -28,7 +28,14 @@
 //                    step's statistics: it is bounded by sketch_timeout and
 //                    does not fail the step;
 //   acknowledgements a follower thread fetches and acknowledges every new
-//                    basis proposal and aborts a step whose epoch ended.
+//                    basis proposal and aborts a step whose epoch ended, or
+//                    one a peer cannot push (membership_guard.h);
+//   waiting          a step that waits is reported begun to the coordinator
+//                    and logs who it waits for (step_wait_reporter.h); a
+//                    step that times out names them;
+//   membership       a worker lost since the previous step is reported in
+//                    the response (on_member_loss continue) or fails every
+//                    step until the next RegisterBuffers (fail).
 //
 // The first step waits until at least `min_workers` workers have joined (a
 // start barrier for a cluster that is still starting); later steps run with
@@ -76,12 +83,14 @@
 #include "worker/basis_store.h"
 #include "worker/buffer_socket.h"
 #include "worker/device_memory.h"
+#include "worker/membership_guard.h"
 #include "worker/push_pull_engine.h"
 #include "worker/registered_tensor.h"
 #include "worker/shared_buffer.h"
 #include "worker/sketch_exchange.h"
 #include "worker/step_key.h"
 #include "worker/step_planner.h"
+#include "worker/step_wait_reporter.h"
 
 namespace gift::worker {
 
@@ -119,6 +128,8 @@ struct WorkerCoreOptions {
   absl::Duration sketch_timeout = absl::Seconds(10);
   // Called after every completed step (on the PushPull caller's thread).
   std::function<void(const StepStats&)> on_step;
+  // When a waiting step reports itself begun and logs who it waits for.
+  StepWaitReporterOptions step_wait = {};
   // Device memory for CUDA IPC buffers (device_memory.h; not owned, must
   // outlive the core), and what is answered for them without it. A device
   // FP32 tensor is handed to the engine as a device tensor
@@ -293,6 +304,12 @@ class WorkerCore {
   // Narrows, builds the response, counts, and hands owned tensors on.
   // Errors: a device tensor's copy (then the step is not counted).
   absl::StatusOr<gift::v1::PushPullResponse> CompleteStep(Completed c);
+  // PushPull after its checks, with the step lock: an open step's finish,
+  // or the whole step.
+  absl::StatusOr<gift::v1::PushPullResponse> RunStep(const gift::v1::PushPullRequest& request,
+                                                     std::chrono::steady_clock::time_point start,
+                                                     absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   // The open step: adds `more` (widened, owned, planned and pushed). Errors:
   // a device tensor's widening copy (the caller abandons the step); a
   // failed push is kept in `failed` instead.
@@ -308,6 +325,8 @@ class WorkerCore {
   const WorkerCoreOptions options_;
   control::MemberSession* const session_;
   std::unique_ptr<PushPullEngine> engine_;
+  StepWaitReporter waits_;      // who the step in progress waits for
+  MembershipGuard membership_;  // peers that cannot push, lost ones
   BasisStore store_;
   std::unique_ptr<BufferSocket> buffer_socket_;  // set once by ServeBuffers
 

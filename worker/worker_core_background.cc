@@ -128,6 +128,14 @@ void WorkerCore::FollowLoop() {
       if (stopping_) return;
     }
     auto state = session_->WaitForRevision(seen + 1, absl::Milliseconds(200));
+    // A step in progress that a peer cannot push ends now, not at its
+    // timeout (checked on every wake: a step may begin after the state came).
+    if (const uint64_t step = waits_.step(); step != 0) {
+      if (absl::Status peers = membership_.Check(*session_->state(), step, session_->member_id());
+          !peers.ok()) {
+        engine_->AbortStep(peers);
+      }
+    }
     if (!state.ok()) {
       if (state.status().code() != absl::StatusCode::kDeadlineExceeded) {
         absl::SleepFor(absl::Milliseconds(50));  // closed: wait for the destructor

@@ -77,7 +77,9 @@ absl::Status WorkerCore::AddToOpenStep(const std::vector<const RegisteredTensor*
   const BasisLookup lookup = [this](uint64_t tensor, uint64_t version) {
     return store_.Get(tensor, version);
   };
-  auto plan = PlanStep(*session_->state(), session_->member_id(), o.step, tensors, lookup);
+  const std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
+  membership_.Observe(state);
+  auto plan = PlanStep(*state, session_->member_id(), o.step, tensors, lookup);
   absl::Status s = plan.status();
   if (s.ok() && !AttachChunkKeys(&*plan)) {
     s = absl::FailedPreconditionError(

@@ -186,6 +186,7 @@ absl::Status MemberSession::SendHeartbeat(absl::Duration timeout) {
     request.set_member_id(identity_.member_id);
     request.set_epoch(identity_.epoch);
     request.set_last_step(last_step_);
+    request.set_waiting_step(waiting_step_);
     for (const v1::TensorErrorRatio& r : error_ratios_) *request.add_error_ratios() = r;
   }
   absl::StatusOr<v1::HeartbeatResponse> response = client_.Heartbeat(request, timeout);
@@ -196,6 +197,9 @@ absl::Status MemberSession::SendHeartbeat(absl::Duration timeout) {
     // A re-join may have replaced the identity while the call was in flight.
     if (identity_.member_id != request.member_id()) return absl::OkStatus();
     if (response->epoch() > identity_.epoch) identity_.epoch = response->epoch();
+    if (waiting_step_ != 0 && response->step_wait().step() == waiting_step_) {
+      step_wait_ = response->step_wait();
+    }
     // A new member key (the coordinator restarted with another secret):
     // every key changed.
     absl::StatusOr<bool> changed = keyring_.SetMemberKey(response->dataplane_key());
@@ -340,6 +344,17 @@ void MemberSession::SetErrorRatios(std::vector<gift::v1::TensorErrorRatio> ratio
 void MemberSession::SetLastStep(uint64_t step) {
   absl::MutexLock lock(&mu_);
   last_step_ = step;
+}
+
+void MemberSession::SetWaitingStep(uint64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (step != waiting_step_) step_wait_.Clear();
+  waiting_step_ = step;
+}
+
+v1::StepWait MemberSession::step_wait() const {
+  absl::MutexLock lock(&mu_);
+  return step_wait_;
 }
 
 absl::StatusOr<v1::ReportPeerFailureResponse> MemberSession::ReportPeerFailure(

@@ -143,6 +143,13 @@ class MemberSession {
 
   // Records the last completed step; the next heartbeat reports it.
   void SetLastStep(uint64_t step);
+  // Records the step the member has begun and not completed (0: none); the
+  // next heartbeat reports it (HeartbeatRequest.waiting_step) and stores
+  // the coordinator's answer of who that step waits for.
+  void SetWaitingStep(uint64_t step);
+  // The latest heartbeat answer of who the waiting step waits for (empty,
+  // step 0, when none or after SetWaitingStep moved to another step).
+  gift::v1::StepWait step_wait() const;
   // Records a basis owner's latest error ratios; every heartbeat from now on
   // reports them (HeartbeatRequest.error_ratios).
   void SetErrorRatios(std::vector<gift::v1::TensorErrorRatio> ratios);
@@ -217,6 +224,8 @@ class MemberSession {
   MemberIdentity identity_ ABSL_GUARDED_BY(mu_);
   int64_t lease_ttl_ms_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t waiting_step_ ABSL_GUARDED_BY(mu_) = 0;
+  gift::v1::StepWait step_wait_ ABSL_GUARDED_BY(mu_);
   std::vector<gift::v1::TensorErrorRatio> error_ratios_ ABSL_GUARDED_BY(mu_);
   uint64_t rejoins_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status lease_lost_ ABSL_GUARDED_BY(mu_);

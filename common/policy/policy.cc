@@ -135,6 +135,9 @@ Policy WithDefaults(const Policy& policy) {
   if (out.hierarchy() == gift::v1::HIERARCHY_UNSPECIFIED) {
     out.set_hierarchy(gift::v1::HIERARCHY_NONE);
   }
+  if (out.on_member_loss() == gift::v1::ON_MEMBER_LOSS_UNSPECIFIED) {
+    out.set_on_member_loss(gift::v1::ON_MEMBER_LOSS_CONTINUE);
+  }
   return out;
 }
 
@@ -226,6 +229,9 @@ absl::Status Validate(const Policy& policy) {
   }
   if (!gift::v1::Hierarchy_IsValid(policy.hierarchy())) {
     return Invalid("hierarchy", policy.hierarchy(), "must be NONE or NODE");
+  }
+  if (!gift::v1::OnMemberLoss_IsValid(policy.on_member_loss())) {
+    return Invalid("on_member_loss", policy.on_member_loss(), "must be CONTINUE or FAIL");
   }
   if (policy.hierarchy() == gift::v1::HIERARCHY_NODE) {
     // A node's sum is encoded by its leader without a residual.

@@ -12,18 +12,21 @@ GIFT_PY_GEN). See docs/clients.md.
 
 from .client import PushPullResult, TensorResult, WorkerClient, WorkerInfo, worker_target
 from .ddp_hook import GiftHookState, gift_hook
-from .errors import GiftError, RejoinRequired
+from .errors import GiftError, LostWorker, MemberLost, RejoinRequired, WorldSizeChanged
 from .torch_sync import GradientSync
 
 __all__ = [
     "GiftError",
     "GiftHookState",
     "GradientSync",
+    "LostWorker",
+    "MemberLost",
     "PushPullResult",
     "RejoinRequired",
     "TensorResult",
     "WorkerClient",
     "WorkerInfo",
+    "WorldSizeChanged",
     "gift_hook",
     "worker_target",
 ]

@@ -34,6 +34,7 @@ import operator
 import os
 import stat
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -41,7 +42,7 @@ import grpc
 import torch
 
 from . import _protos, cuda_ipc
-from .errors import GiftError
+from .errors import GiftError, LostWorker, WorldSizeChanged
 from .shm import BufferChannel, HandoffError, SealedBuffer
 
 _ITEMSIZE = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}
@@ -67,6 +68,10 @@ class PushPullResult:
     world_size: int
     seconds: float
     tensors: List[TensorResult] = field(default_factory=list)
+    # Nonzero when the world changed since this worker's previous step: that
+    # step's world size, and the workers of it that are gone.
+    previous_world_size: int = 0
+    lost_members: List[LostWorker] = field(default_factory=list)
 
     def by_name(self) -> Dict[str, TensorResult]:
         return {t.name: t for t in self.tensors}
@@ -145,7 +150,8 @@ class WorkerClient:
     """A connection to the local gift-worker (gift.v1.Worker)."""
 
     def __init__(self, address: str, *, timeout: float = 60.0, connect_timeout: float = 10.0,
-                 push_pull_timeout: Optional[float] = None):
+                 push_pull_timeout: Optional[float] = None,
+                 on_world_size_change: str = "raise"):
         """Connects to `address` ("unix:/path", a socket path, or "host:port").
 
         timeout: deadline (s) of register / submit_activation_stats / info.
@@ -155,7 +161,17 @@ class WorkerClient:
           FAILED_PRECONDITION when the path is not a socket.
         push_pull_timeout: deadline (s) of a push_pull; None: no deadline (the
           worker's --step-timeout bounds a step).
+        on_world_size_change: what push_pull (and GradientSync.sync, the DDP
+          hook) do when a step completed in a world of another size than the
+          previous step (a worker left or joined, policy on_member_loss
+          continue): "raise" WorldSizeChanged (after the step: the buffers
+          hold the new world's average; e.result is the step's result),
+          "warn" (warnings.warn) or "ignore". Elastic jobs choose "warn".
         """
+        if on_world_size_change not in ("raise", "warn", "ignore"):
+            raise ValueError(f"on_world_size_change {on_world_size_change!r} is not one of "
+                             "raise|warn|ignore")
+        self.on_world_size_change = on_world_size_change
         self._pb = _protos.load()
         self.target = worker_target(address)
         if connect_timeout and connect_timeout > 0:
@@ -359,9 +375,26 @@ class WorkerClient:
         workers, in place, and returns the worker's report. A collective:
         every worker calls it with the same step and measure_error; steps
         strictly increase. GiftError FAILED_PRECONDITION (nothing registered),
-        INVALID_ARGUMENT (step not above the last), DEADLINE_EXCEEDED,
-        UNAVAILABLE (worker draining / coordinator unreachable)."""
-        return self.push_pull_async(step, measure_error, names).result()
+        INVALID_ARGUMENT (step not above the last), DEADLINE_EXCEEDED (the
+        message names the ranks the step waited for), UNAVAILABLE (worker
+        draining / coordinator unreachable); MemberLost (policy
+        on_member_loss fail); WorldSizeChanged as on_world_size_change says
+        (push_pull_async's future does not raise it: see
+        notice_world_change)."""
+        result = self.push_pull_async(step, measure_error, names).result()
+        self.notice_world_change(result)
+        return result
+
+    def notice_world_change(self, result: PushPullResult) -> None:
+        """Raises or warns WorldSizeChanged for a result whose world changed
+        since the previous step (on_world_size_change); nothing otherwise."""
+        if not result.previous_world_size or self.on_world_size_change == "ignore":
+            return
+        change = WorldSizeChanged(result.previous_world_size, result.world_size,
+                                  result.lost_members, result)
+        if self.on_world_size_change == "raise":
+            raise change
+        warnings.warn(change, stacklevel=3)
 
     def push_pull_async(self, step: int, measure_error: bool = False,
                         names: Optional[Iterable[str]] = None
@@ -408,7 +441,9 @@ class WorkerClient:
             names = dict(self._names)
         return PushPullResult(
             step=response.step, epoch=response.epoch, world_size=response.world_size,
-            seconds=response.seconds,
+            seconds=response.seconds, previous_world_size=response.previous_world_size,
+            lost_members=[LostWorker(rank=m.rank, name=m.name, member_id=m.member_id, node=m.node)
+                          for m in response.lost_members],
             tensors=[TensorResult(
                 name=names.get(t.tensor_id, ""), tensor_id=t.tensor_id,
                 basis_version=t.basis_version, transformed=t.transformed,

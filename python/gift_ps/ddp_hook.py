@@ -119,6 +119,14 @@ def _complete(state: GiftHookState, done, starts, waiting) -> None:
             future.set_exception(error)
         return
     state.last_result = result
+    try:
+        # The client's on_world_size_change: "raise" fails the step's
+        # futures (DDP raises it from backward), "warn" warns.
+        state.client.notice_world_change(result)
+    except BaseException as error:
+        for _, future, _ in waiting:
+            future.set_exception(error)
+        return
     with torch.no_grad():
         for names, future, buffer in waiting:
             offset = 0

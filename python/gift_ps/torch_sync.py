@@ -152,7 +152,12 @@ class GradientSync:
         stopped, or it joined a running cluster): p.grad is then not an
         average. Load the newest checkpoint (resynchronise the parameters
         and the optimizer), and continue the loop at e.admit_step (the next
-        forward passes already belong to it)."""
+        forward passes already belong to it).
+
+        A step that completed in a world of another size than the previous
+        one (a worker left or joined) raises or warns WorldSizeChanged, as the
+        client's on_world_size_change says, after p.grad holds the average;
+        under the policy on_member_loss fail it raises MemberLost instead."""
         if self._started_step is not None and self._started_step != step:
             raise ValueError(f"GradientSync: backward started step {self._started_step}, not "
                              f"{step}: name non-consecutive steps with begin_step(step)")
@@ -170,7 +175,9 @@ class GradientSync:
         self._pending, self._pending_bytes, self._started = [], 0, set()
         self._started_step = None
         try:
-            result = self.client.push_pull(step, measure_error=measure_error)
+            # Not push_pull: a WorldSizeChanged is raised after the averages
+            # are in place (below).
+            result = self.client.push_pull_async(step, measure_error=measure_error).result()
         except RejoinRequired as e:
             # Readmitted at a later step: the early starts of this step were
             # refused too, and the next passes belong to the admit step.
@@ -190,6 +197,7 @@ class GradientSync:
                 else:
                     grad.copy_(buffer)
         self._next_step = step + 1
+        self.client.notice_world_change(result)  # the client's on_world_size_change
         return result
 
     def _copy_in(self, name: str, p) -> None:

@@ -161,16 +161,7 @@ absl::StatusOr<gift::v1::HeartbeatResponse> ClusterStateMachine::Heartbeat(
     if (!joining && request.last_step() > m->last_step()) {
       m->set_last_step(request.last_step());
       uint64_t min_next = 0, max_last = 0;
-      if (IsWorker(*m) && m->last_step() > max_step_seen_) {
-        max_step_seen_ = m->last_step();
-        constexpr size_t kMaxTrackedSteps = 4096;
-        if (step_first_seen_.size() < kMaxTrackedSteps) {
-          step_first_seen_.emplace(max_step_seen_, clock_->Now());
-        }
-        // Keep the entries at or above the oldest incomplete step.
-        membership_.WorkerSteps(&min_next, &max_last);
-        step_first_seen_.erase(step_first_seen_.begin(), step_first_seen_.lower_bound(min_next));
-      }
+      if (IsWorker(*m)) NoteStepReachedLocked(m->last_step());
       const uint64_t revision = meta_.revision;
       if (IsWorker(*m)) {
         // The member workers have completed the steps below a joiner's
@@ -183,12 +174,63 @@ absl::StatusOr<gift::v1::HeartbeatResponse> ClusterStateMachine::Heartbeat(
       if (meta_.revision != revision) membership_.MarkChanged(*m);
     }
     gift::v1::HeartbeatResponse response;
+    if (!joining && IsWorker(*m)) {
+      // In memory only (a heartbeat that only reports this makes no revision).
+      m->set_waiting_step(request.waiting_step() > m->last_step() ? request.waiting_step() : 0);
+      if (m->waiting_step() > 0) {
+        NoteStepReachedLocked(m->waiting_step());
+        *response.mutable_step_wait() = StepWaitLocked(m->waiting_step());
+      }
+    }
     response.set_epoch(membership_.epoch());
     response.set_revision(meta_.revision);
     response.set_lease_expires_unix_ms(m->lease_expires_unix_ms());
     response.set_state(m->state());
     return response;
   });
+}
+
+void ClusterStateMachine::NoteStepReachedLocked(uint64_t step) {
+  if (step <= max_step_seen_) return;
+  max_step_seen_ = step;
+  constexpr size_t kMaxTrackedSteps = 4096;
+  if (step_first_seen_.size() < kMaxTrackedSteps) step_first_seen_.emplace(step, clock_->Now());
+  // Keep the entries at or above the oldest incomplete step.
+  uint64_t min_next = 0, max_last = 0;
+  membership_.WorkerSteps(&min_next, &max_last);
+  step_first_seen_.erase(step_first_seen_.begin(), step_first_seen_.lower_bound(min_next));
+}
+
+int64_t ClusterStateMachine::StepWaitedMsLocked(uint64_t step) const {
+  absl::Time since = std::max(epoch_started_, started_);
+  auto first = step_first_seen_.lower_bound(step);
+  if (first != step_first_seen_.end()) since = std::max(since, first->second);
+  return std::max<int64_t>(0, absl::ToInt64Milliseconds(clock_->Now() - since));
+}
+
+gift::v1::StepWait ClusterStateMachine::StepWaitLocked(uint64_t step) const {
+  gift::v1::StepWait wait;
+  wait.set_step(step);
+  wait.set_waited_ms(StepWaitedMsLocked(step));
+  std::vector<const gift::v1::Member*> missing;
+  for (const auto& [id, w] : membership_.members()) {
+    if (IsWorker(w) && w.last_step() < step && w.waiting_step() < step) missing.push_back(&w);
+  }
+  std::sort(
+      missing.begin(), missing.end(),
+      [](const gift::v1::Member* a, const gift::v1::Member* b) { return a->rank() < b->rank(); });
+  for (const gift::v1::Member* w : missing) {
+    gift::v1::Member* m = wait.add_missing();
+    m->set_member_id(w->member_id());
+    m->set_name(w->name());
+    m->set_role(w->role());
+    m->set_rank(w->rank());
+    m->set_node(w->node());
+    m->set_control_address(w->control_address());
+    m->set_last_step(w->last_step());
+    m->set_registration_error(w->registration_error());
+  }
+  return wait;
 }
 
 absl::StatusOr<gift::v1::DrainResponse> ClusterStateMachine::Drain(
@@ -235,11 +277,32 @@ absl::Status ClusterStateMachine::CheckRegistrationLocked(
   return absl::OkStatus();
 }
 
+void ClusterStateMachine::NoteRegistrationLocked(const std::string& member_id,
+                                                 const absl::Status& outcome) {
+  if (member_id.empty()) return;
+  absl::StatusOr<gift::v1::Member*> m = membership_.LiveWorker(member_id);
+  if (!m.ok() || membership_.IsJoining(member_id)) return;
+  const std::string error = outcome.ok() ? "" : outcome.ToString();
+  if ((*m)->registration_error() == error) return;
+  (*m)->set_registration_error(error);
+  membership_.MarkChanged(**m);
+  TouchLocked();
+  if (!outcome.ok()) {
+    Log(Level::kWarning, "registration_refused",
+        {{"member_id", member_id},
+         {"name", (*m)->name()},
+         {"rank", (*m)->rank()},
+         {"error", error}});
+  }
+}
+
 absl::StatusOr<gift::v1::RegisterTensorsResponse> ClusterStateMachine::RegisterTensors(
     const gift::v1::RegisterTensorsRequest& request) {
   return Run([&]() -> absl::StatusOr<gift::v1::RegisterTensorsResponse> {
     // Everything is checked first: a request is applied whole or not at all.
-    GIFT_RETURN_IF_ERROR(CheckRegistrationLocked(request));
+    const absl::Status checked = CheckRegistrationLocked(request);
+    NoteRegistrationLocked(request.member_id(), checked);
+    GIFT_RETURN_IF_ERROR(checked);
     std::vector<gift::v1::TensorInfo> added;
     gift::v1::RegisterTensorsResponse response;
     for (const gift::v1::TensorSpec& spec : request.tensors()) {
@@ -447,8 +510,7 @@ absl::StatusOr<gift::v1::Policy> ClusterStateMachine::SetPolicyLocked(
   // Node-local aggregation changes how every worker routes its chunks: only
   // at an epoch boundary, so that no step mixes the two (docs/design.md
   // section 6.7).
-  const bool new_epoch =
-      policy::WithDefaults(meta_.policy).hierarchy() != next.hierarchy();
+  const bool new_epoch = policy::WithDefaults(meta_.policy).hierarchy() != next.hierarchy();
   meta_.policy = std::move(next);
   if (new_epoch) {
     membership_.BumpEpoch();
@@ -571,29 +633,30 @@ absl::StatusOr<gift::v1::StatusResponse> ClusterStateMachine::GetStatus() {
     response.set_now_unix_ms(NowMsLocked());
     response.set_started_unix_ms(absl::ToUnixMillis(started_));
     uint64_t slowest = std::numeric_limits<uint64_t>::max();
-    uint64_t max_step = 0;
+    uint64_t max_step = 0, max_begun = 0;
     for (const auto& [id, m] : membership_.members()) {
       if (!IsWorker(m)) continue;
       slowest = std::min(slowest, m.last_step() + 1);
       max_step = std::max(max_step, m.last_step());
+      max_begun = std::max({max_begun, m.last_step(), m.waiting_step()});
     }
     if (slowest != std::numeric_limits<uint64_t>::max()) {
       response.set_slowest_step(slowest);
       response.set_max_step(max_step);
+      response.set_max_begun_step(max_begun);
+      // The step waits for the workers that have not begun it; those that
+      // have wait with the others.
       for (const gift::v1::Member& m : response.state().workers()) {
-        if (m.last_step() + 1 == slowest) {
+        if (m.last_step() + 1 == slowest && m.waiting_step() < slowest) {
           response.add_slowest_member_ids(m.member_id());
           response.add_slowest_ranks(m.rank());  // workers() is ordered by rank
         }
       }
-      if (max_step >= slowest) {
-        // Some worker is past the slowest step: it has been waiting since the
-        // first report of a step at or beyond it (or since the epoch began).
-        absl::Time since = std::max(epoch_started_, started_);
-        auto first = step_first_seen_.lower_bound(slowest);
-        if (first != step_first_seen_.end()) since = std::max(since, first->second);
-        response.set_slowest_wait_ms(
-            std::max<int64_t>(0, absl::ToInt64Milliseconds(clock_->Now() - since)));
+      if (max_begun >= slowest) {
+        // Some worker began or completed the slowest step: it has been
+        // waiting since the first report of a step at or beyond it (or
+        // since the epoch began).
+        response.set_slowest_wait_ms(StepWaitedMsLocked(slowest));
       }
     }
     return response;

@@ -234,6 +234,20 @@ class ClusterStateMachine {
   // The checks of a registration request, before anything is applied.
   absl::Status CheckRegistrationLocked(const gift::v1::RegisterTensorsRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Member.registration_error of the (live worker) registrant: `outcome`'s
+  // text when refused, cleared when OK; a change is a new revision, so the
+  // other workers learn at once that this one cannot push.
+  void NoteRegistrationLocked(const std::string& member_id, const absl::Status& outcome)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker reported `step` completed or begun: records when the highest
+  // such step was first seen (slowest_wait_ms, StepWait.waited_ms).
+  void NoteStepReachedLocked(uint64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How long `step` has waited: since it was first reported begun or
+  // completed, or since the epoch (or this process) began when later.
+  int64_t StepWaitedMsLocked(uint64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The workers of the epoch that have neither completed nor begun `step`,
+  // ascending rank.
+  gift::v1::StepWait StepWaitLocked(uint64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   gift::v1::ClusterState BuildStateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t NowMsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -253,9 +267,10 @@ class ClusterStateMachine {
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   bool stale_ ABSL_GUARDED_BY(mu_) = false;  // a rollback could not reload
   std::shared_ptr<const gift::v1::ClusterState> snapshot_ ABSL_GUARDED_BY(mu_);
-  // When a worker first reported each new highest step (in memory; entries
-  // below every worker's next step are pruned), and when the current epoch
-  // began in this process: GetStatus's slowest_wait_ms.
+  // When a worker first reported each new highest step, completed or begun
+  // (in memory; entries below every worker's next step are pruned), and
+  // when the current epoch began in this process: GetStatus's
+  // slowest_wait_ms.
   std::map<uint64_t, absl::Time> step_first_seen_ ABSL_GUARDED_BY(mu_);
   uint64_t max_step_seen_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time epoch_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -65,12 +65,13 @@ void AddClusterMetrics(daemon::MetricsServer& metrics, ClusterStateMachine* stat
   auto from_status = [](std::function<double(const gift::v1::StatusResponse&)> value) {
     return [value = std::move(value)](const S& s) { return s.status.ok() ? value(*s.status) : 0.0; };
   };
-  // Set only while a worker is ahead of the slowest: lag, wait and ranks.
+  // Set only while a worker has begun or completed a step another has not
+  // completed: lag, wait and the ranks that have not begun it.
   auto when_behind = [](std::function<double(const gift::v1::StatusResponse&)> value) {
     return [value = std::move(value)](const S& s) {
       if (!s.status.ok()) return 0.0;
-      const bool behind =
-          s.status->state().workers_size() > 0 && s.status->max_step() >= s.status->slowest_step();
+      const bool behind = s.status->state().workers_size() > 0 &&
+                          s.status->max_begun_step() >= s.status->slowest_step();
       return behind ? value(*s.status) : 0.0;
     };
   };
@@ -124,7 +125,7 @@ void AddClusterMetrics(daemon::MetricsServer& metrics, ClusterStateMachine* stat
              return static_cast<double>(s.slowest_wait_ms()) / 1000.0;
            })},
           {kGauge, "gift_coordinator_oldest_incomplete_step_waiting_ranks",
-           "Ranks the oldest incomplete step still waits for (0 when no worker is ahead)",
+           "Ranks that have not begun the oldest incomplete step while another has (0 when none)",
            when_behind([](const Status& s) { return s.slowest_ranks_size(); })},
           {kGauge, "gift_coordinator_uptime_seconds", "Seconds since start",
            from_status([](const Status& s) {

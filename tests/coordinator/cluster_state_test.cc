@@ -180,6 +180,38 @@ TEST_F(ClusterStateMachineTest, RegistrationIsIdempotentAndRejectsConflicts) {
   EXPECT_EQ(state_->RegisterTensors(request).status().code(), absl::StatusCode::kNotFound);
 }
 
+// A worker whose registration is refused is marked in the state (a new
+// revision: the others learn at once that it cannot push); its next good
+// registration clears the mark.
+TEST_F(ClusterStateMachineTest, ARefusedRegistrationMarksTheWorkerUntilItsNextGoodOne) {
+  const std::string a = Join("a").member_id();
+  const std::string b = Join("b").member_id();
+  gift::v1::RegisterTensorsRequest good = testing::MakeRegisterRequest({{"w", {8, 16}}});
+  good.set_member_id(a);
+  ASSERT_TRUE(state_->RegisterTensors(good).ok());
+  gift::v1::RegisterTensorsRequest bad = testing::MakeRegisterRequest({{"w", {16, 8}}});
+  bad.set_member_id(b);
+  const uint64_t before = state_->revision();
+  EXPECT_EQ(state_->RegisterTensors(bad).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_GT(state_->revision(), before);
+  auto worker = [&](const std::string& id) {
+    for (const gift::v1::Member& m : state_->Snapshot()->workers()) {
+      if (m.member_id() == id) return m;
+    }
+    return gift::v1::Member();
+  };
+  EXPECT_THAT(worker(b).registration_error(), HasSubstr("ALREADY_EXISTS"));
+  EXPECT_THAT(worker(b).registration_error(), HasSubstr("[8, 16]"));
+  EXPECT_EQ(worker(a).registration_error(), "");
+  // The same refusal again: no new revision.
+  const uint64_t marked = state_->revision();
+  EXPECT_FALSE(state_->RegisterTensors(bad).ok());
+  EXPECT_EQ(state_->revision(), marked);
+  good.set_member_id(b);
+  ASSERT_TRUE(state_->RegisterTensors(good).ok());
+  EXPECT_EQ(worker(b).registration_error(), "");
+}
+
 TEST_F(ClusterStateMachineTest, OwnersAreSpreadByElementCount) {
   Join("a");
   Join("b");

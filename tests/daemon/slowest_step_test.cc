@@ -85,6 +85,64 @@ TEST_F(SlowestStepTest, WaitCountsFromTheFirstReportPastTheSlowestStep) {
   EXPECT_EQ(s.slowest_wait_ms(), 500);
 }
 
+// A step one worker has begun (HeartbeatRequest.waiting_step) and another
+// has not: the waiting worker's heartbeat answer names the missing one, and
+// GetStatus shows it held up (not every rank at the same last step).
+TEST_F(SlowestStepTest, ABegunStepWaitsForTheRanksThatHaveNotBegunIt) {
+  const std::string a = Join("a"), b = Join("b"), c = Join("c");
+  Report(a, 11);
+  Report(b, 11);
+  Report(c, 11);
+  clock_.Advance(absl::Seconds(1));
+  auto begin = [&](const std::string& id, uint64_t step) {
+    gift::v1::HeartbeatRequest request;
+    request.set_member_id(id);
+    request.set_last_step(11);
+    request.set_waiting_step(step);
+    request.set_epoch(state_->Snapshot()->epoch());
+    auto response = state_->Heartbeat(request);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.value_or(gift::v1::HeartbeatResponse()).step_wait();
+  };
+  gift::v1::StepWait wait = begin(a, 12);
+  EXPECT_EQ(wait.step(), 12u);
+  ASSERT_EQ(wait.missing_size(), 2);
+  EXPECT_EQ(wait.missing(0).name(), "b");
+  EXPECT_EQ(wait.missing(1).name(), "c");
+  EXPECT_EQ(wait.missing(0).last_step(), 11u);
+  clock_.Advance(absl::Seconds(2));
+  begin(b, 12);
+  clock_.Advance(absl::Seconds(3));
+  wait = begin(a, 12);
+  ASSERT_EQ(wait.missing_size(), 1);
+  EXPECT_EQ(wait.missing(0).member_id(), c);
+  EXPECT_EQ(wait.waited_ms(), 5000);  // since a began it
+
+  gift::v1::StatusResponse s = Status();
+  EXPECT_EQ(s.slowest_step(), 12u);
+  EXPECT_EQ(s.max_step(), 11u);
+  EXPECT_EQ(s.max_begun_step(), 12u);
+  ASSERT_EQ(s.slowest_member_ids_size(), 1);  // a and b wait with each other
+  EXPECT_EQ(s.slowest_member_ids(0), c);
+  EXPECT_EQ(s.slowest_wait_ms(), 5000);
+
+  // c begins it too: nobody is missing; the step waits for the servers.
+  begin(c, 12);
+  wait = begin(a, 12);
+  EXPECT_EQ(wait.missing_size(), 0);
+  s = Status();
+  EXPECT_EQ(s.slowest_member_ids_size(), 0);
+  EXPECT_EQ(s.slowest_wait_ms(), 5000);
+  // Done: a reports 12 completed without waiting (waiting_step 0).
+  Report(a, 12);
+  Report(b, 12);
+  Report(c, 12);
+  s = Status();
+  EXPECT_EQ(s.slowest_step(), 13u);
+  EXPECT_EQ(s.max_begun_step(), 12u);
+  EXPECT_EQ(s.slowest_wait_ms(), 0);
+}
+
 TEST_F(SlowestStepTest, WaitStartsAtMostAtTheEpoch) {
   const std::string a = Join("a"), b = Join("b"), c = Join("c");
   Report(a, 5);

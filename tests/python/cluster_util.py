@@ -117,12 +117,14 @@ class _Daemon:
 class Cluster:
     """coordinator + `servers` aggregator shards + `workers` gift-workers."""
 
-    def __init__(self, servers: int = 2, workers: int = 2):
+    def __init__(self, servers: int = 2, workers: int = 2, lease_ttl: str = ""):
         self.tmp = tempfile.TemporaryDirectory(prefix="gift-pytest-")
         self.dir = self.tmp.name
         self.daemons: List[_Daemon] = []
         self.coordinator = ""
         self.sockets: List[str] = []
+        self.worker_pids: List[int] = []  # to kill one
+        self._lease = ["--lease-ttl", lease_ttl] if lease_ttl else []
         try:
             if _exists(LAUNCHER):
                 self._start_launcher(servers, workers)
@@ -134,17 +136,18 @@ class Cluster:
 
     def _start_launcher(self, servers: int, workers: int):
         launcher = _Daemon([binary(*LAUNCHER), "--servers", str(servers), "--workers",
-                            str(workers), "--dir", os.path.join(self.dir, "cluster")],
-                           os.path.join(self.dir, "gift-cluster.log"))
+                            str(workers), "--dir", os.path.join(self.dir, "cluster")]
+                           + self._lease, os.path.join(self.dir, "gift-cluster.log"))
         self.daemons.append(launcher)
         ready = launcher.wait_for_event("ready", timeout=120)
         self.coordinator = ready["coordinator"]
         self.sockets = [w["socket"] for w in ready["workers"]]
+        self.worker_pids = [w["pid"] for w in ready["workers"]]
 
     def _start_daemons(self, servers: int, workers: int):
         no_metrics = ["--metrics-listen", ""]
         coordinator = _Daemon([binary(*COORDINATOR), "--listen", "127.0.0.1:0", "--state",
-                               os.path.join(self.dir, "state.db")] + no_metrics,
+                               os.path.join(self.dir, "state.db")] + no_metrics + self._lease,
                               os.path.join(self.dir, "coordinator.log"))
         self.daemons.append(coordinator)
         self.coordinator = coordinator.wait_for_event("listening")["address"]
@@ -161,6 +164,7 @@ class Cluster:
                         os.path.join(self.dir, f"worker-{w}.log"))
             self.daemons.append(d)
             self.sockets.append(sock)
+            self.worker_pids.append(d.proc.pid)
         for d in self.daemons[1:1 + servers]:
             d.wait_for_event("joined", timeout=120)
         for d in self.daemons[1 + servers:]:

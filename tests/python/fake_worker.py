@@ -51,6 +51,9 @@ class FakeWorker:
         self.last_step = None
         self.stats = []  # (tensor_id, step, num_samples, gram copy)
         self.push_pull_calls = []
+        # The next PushPull's response says the world changed (then reset):
+        # (previous world size, [(rank, name), ...] lost).
+        self.world_change = None
         self.start_calls = []  # (step, [tensor names]) per StartTensors
         self.started = set()  # tensor ids started for the open step
         # Set to make PushPull wait (tests of async ordering).
@@ -224,9 +227,16 @@ class FakeWorker:
                 results.append(self.pb.worker_pb2.TensorResult(
                     tensor_id=tid, basis_version=0, transformed=False,
                     bytes_sent=view.numel() if view is not None else 0, rel_l2_error=0.25 if request.measure_error else 0.0))
-        return self.pb.worker_pb2.PushPullResponse(step=request.step, epoch=7,
-                                                   world_size=self.world_size,
-                                                   tensors=results, seconds=0.001)
+            change, self.world_change = self.world_change, None
+        response = self.pb.worker_pb2.PushPullResponse(step=request.step, epoch=7,
+                                                       world_size=self.world_size,
+                                                       tensors=results, seconds=0.001)
+        if change is not None:
+            response.previous_world_size = change[0]
+            for rank, name in change[1]:
+                response.lost_members.add(rank=rank, name=name, member_id=f"m{rank + 10}",
+                                          node=f"node-{rank}")
+        return response
 
     def _start(self, request, context):
         with self.lock:

@@ -16,7 +16,8 @@ import grpc
 import torch
 from torch import nn
 
-from gift_ps import GiftError, GradientSync, RejoinRequired, WorkerClient, worker_target
+from gift_ps import (GiftError, GradientSync, LostWorker, MemberLost, RejoinRequired,
+                     WorkerClient, WorldSizeChanged, worker_target)
 from gift_ps import shm as gshm
 
 from fake_worker import FakeWorker
@@ -97,6 +98,21 @@ class ErrorTest(unittest.TestCase):
         # Another code with the same words is not a re-admission.
         other = GiftError.from_rpc_error(Refusal(grpc.StatusCode.INTERNAL, message))
         self.assertNotIsInstance(other, RejoinRequired)
+
+    def test_member_lost_under_on_member_loss_fail(self):
+        class Refusal(grpc.RpcError):
+            def code(self):
+                return grpc.StatusCode.FAILED_PRECONDITION
+
+            def details(self):
+                return ("on_member_loss=fail: rank 1 (worker-1, m4 on node-b) has left the job "
+                        "(2 workers in epoch 3, now 1); step 7 and every later one fail until "
+                        "the training processes register their buffers again (a new run)")
+
+        e = GiftError.from_rpc_error(Refusal(), "PushPull")
+        self.assertIsInstance(e, MemberLost)
+        self.assertEqual(e.code, "FAILED_PRECONDITION")
+        self.assertIn("rank 1 (worker-1", e.message)
 
     def test_targets(self):
         self.assertEqual(worker_target("/run/gift/worker.sock"), "unix:/run/gift/worker.sock")
@@ -220,6 +236,30 @@ class FakeWorkerTest(unittest.TestCase):
         self.assertFalse(self.client._buffer.closed)
         self.assertEqual(set(self.client.tensors), {"a", "c"})
 
+    def test_world_size_change_raises_warns_or_is_ignored(self):
+        self.client.register({"w": (4,)})
+        self.client.push_pull(1)
+        self.fake.world_change = (3, [(2, "worker-2")])
+        with self.assertRaises(WorldSizeChanged) as ctx:
+            self.client.push_pull(2)
+        e = ctx.exception
+        self.assertEqual((e.previous_world_size, e.world_size), (3, 1))
+        self.assertEqual(e.lost, [LostWorker(rank=2, name="worker-2", member_id="m12",
+                                             node="node-2")])
+        self.assertEqual(e.result.step, 2)  # the step itself completed
+        self.assertIn("world size 3 -> 1; lost rank 2 (worker-2, m12 on node-2)", str(e))
+        self.assertEqual(self.client.push_pull(3).previous_world_size, 0)  # said once
+        self.client.on_world_size_change = "warn"
+        self.fake.world_change = (2, [(1, "worker-1")])
+        with self.assertWarns(WorldSizeChanged):
+            r = self.client.push_pull(4)
+        self.assertEqual(r.lost_members[0].name, "worker-1")
+        self.client.on_world_size_change = "ignore"
+        self.fake.world_change = (2, [])
+        self.assertEqual(self.client.push_pull(5).previous_world_size, 2)
+        with self.assertRaises(ValueError):
+            WorkerClient(self.fake.address, on_world_size_change="crash")
+
     def test_async_calls_in_order(self):
         t = self.client.register({"a": (4,)})
         self.fake.gate.clear()
@@ -322,6 +362,21 @@ class GradientSyncFakeTest(unittest.TestCase):
         self.assertEqual(sync.sync(12).step, 12)
         for n, p in model.named_parameters():
             self.assertTrue(torch.equal(p.grad, expected[n]), n)
+
+    def test_world_size_change_is_raised_after_the_average_is_in_place(self):
+        torch.manual_seed(4)
+        model = TinyNet()
+        sync = GradientSync(model, self.client)
+        model(torch.randn(5, 4)).sum().backward()
+        expected = {n: p.grad.clone() * 0.5 for n, p in model.named_parameters()
+                    if p.grad is not None}
+        self.fake.world_change = (2, [(1, "worker-1")])
+        with self.assertRaises(WorldSizeChanged) as ctx:
+            sync.sync(0)
+        self.assertEqual(ctx.exception.lost[0].rank, 1)
+        for n, want in expected.items():
+            self.assertTrue(torch.equal(dict(model.named_parameters())[n].grad, want), n)
+        self.assertEqual(sync._next_step, 1)  # the loop may go on at the next step
 
     def test_rejects_fp64(self):
         model = TinyNet().to(torch.float64)

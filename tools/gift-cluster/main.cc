@@ -7,7 +7,7 @@
 // as real processes on loopback (local_cluster.h), prints one JSON line on
 // stdout once every daemon serves:
 //   {"event":"ready","dir":D,"coordinator":"127.0.0.1:PORT","servers":[...],
-//    "workers":[{"name":"worker-0","socket":"D/worker-0.sock"}, ...],
+//    "workers":[{"name":"worker-0","socket":"D/worker-0.sock","pid":N}, ...],
 //    "metrics":{"coordinator":"127.0.0.1:PORT", ...}}   (with --metrics)
 // and runs until SIGTERM/SIGINT (or, with --stop-on-stdin-eof, until its
 // stdin closes), then stops every daemon. Daemon logs: D/logs/<name>.log.
@@ -135,8 +135,9 @@ int Main(int argc, char** argv) {
   for (int s = 0; s < options.servers; ++s) ready["servers"].push_back((*cluster)->server_name(s));
   ready["workers"] = nlohmann::json::array();
   for (int w = 0; w < options.workers; ++w) {
-    ready["workers"].push_back(
-        {{"name", (*cluster)->worker_name(w)}, {"socket", (*cluster)->worker_socket(w)}});
+    ready["workers"].push_back({{"name", (*cluster)->worker_name(w)},
+                                {"socket", (*cluster)->worker_socket(w)},
+                                {"pid", (*cluster)->worker(w)->pid()}});
   }
   if (options.metrics) {
     ready["metrics"] = nlohmann::json::object();

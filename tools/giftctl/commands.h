@@ -52,7 +52,8 @@ struct PolicySetFlags {
   uint32_t period = 0;
   uint32_t rank = 0;
   std::vector<double> powers;
-  std::string sides, source, residual, selection, hierarchy, enabled, error_feedback;
+  std::string sides, source, residual, selection, hierarchy, on_member_loss, enabled,
+      error_feedback;
   double ema_decay = 0, drift = 0, margin = 0;
   std::string push_codec, pull_codec;
   std::vector<std::string> include, exclude;

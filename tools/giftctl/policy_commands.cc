@@ -53,6 +53,7 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
   g.Add({"margin", NumOrDash(s.margin())});
   g.Add({"min_elements", NumOrDash(s.min_elements())});
   g.Add({"hierarchy", HierarchyName(p.hierarchy())});
+  g.Add({"on_member_loss", OnMemberLossName(p.on_member_loss())});
   g.Print(out);
   if (p.overrides().empty()) return;
   out << "\noverrides (the last matching glob wins, field by field):\n";
@@ -154,6 +155,11 @@ void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* f) {
   o["hierarchy"] = cmd->add_option("--hierarchy", f->hierarchy,
                                    "none|node: node-local aggregation first (workers of one "
                                    "--node); a change starts a new epoch");
+  o["on-member-loss"] = cmd->add_option(
+      "--on-member-loss", f->on_member_loss,
+      "continue|fail: when a worker leaves, the survivors go on in the smaller world (each "
+      "client is told, Python: WorldSizeChanged) or every step fails naming it until the "
+      "training processes register again");
   o["include"] = cmd->add_option("--include", f->include,
                                  "tensor-name glob to include (repeatable; replaces the list)");
   o["exclude"] = cmd->add_option("--exclude", f->exclude,
@@ -194,6 +200,9 @@ absl::StatusOr<PolicyEdit> ToPolicyEdit(const PolicySetFlags& f) {
   }
   if (f.given("hierarchy")) {
     GIFT_RETURN_IF_ERROR(SetParsed(ParseHierarchy(f.hierarchy), e.hierarchy));
+  }
+  if (f.given("on-member-loss")) {
+    GIFT_RETURN_IF_ERROR(SetParsed(ParseOnMemberLoss(f.on_member_loss), e.on_member_loss));
   }
   if (f.given("include")) e.include = f.include;
   if (f.given("exclude")) e.exclude = f.exclude;

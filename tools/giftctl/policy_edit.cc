@@ -34,6 +34,8 @@ constexpr Choice<v1::SelectionMode> kSelections[] = {{"measured", v1::SELECTION_
                                                      {"list", v1::SELECTION_MODE_LIST}};
 constexpr Choice<v1::Hierarchy> kHierarchies[] = {{"none", v1::HIERARCHY_NONE},
                                                   {"node", v1::HIERARCHY_NODE}};
+constexpr Choice<v1::OnMemberLoss> kOnMemberLoss[] = {{"continue", v1::ON_MEMBER_LOSS_CONTINUE},
+                                                      {"fail", v1::ON_MEMBER_LOSS_FAIL}};
 
 template <typename Enum, size_t N>
 absl::StatusOr<Enum> ParseChoice(const Choice<Enum> (&choices)[N], absl::string_view what,
@@ -82,6 +84,14 @@ std::string HierarchyName(v1::Hierarchy hierarchy) {
   return ChoiceName(kHierarchies,
                     hierarchy == v1::HIERARCHY_UNSPECIFIED ? v1::HIERARCHY_NONE : hierarchy);
 }
+absl::StatusOr<v1::OnMemberLoss> ParseOnMemberLoss(absl::string_view text) {
+  return ParseChoice(kOnMemberLoss, "on-member-loss", text);
+}
+std::string OnMemberLossName(v1::OnMemberLoss on_loss) {
+  return ChoiceName(kOnMemberLoss, on_loss == v1::ON_MEMBER_LOSS_UNSPECIFIED
+                                       ? v1::ON_MEMBER_LOSS_CONTINUE
+                                       : on_loss);
+}
 
 std::string CodecName(const v1::CodecSpec& spec) {
   absl::StatusOr<codec::CodecSpec> parsed = codec::FromProto(spec);
@@ -91,7 +101,7 @@ std::string CodecName(const v1::CodecSpec& spec) {
 bool PolicyEdit::empty() const {
   return !period_steps && !rank && !powers && !sides && !source && !residual && !enabled &&
          !error_feedback && !ema_decay && !push_codec && !pull_codec && !drift_threshold &&
-         !margin && !selection && !hierarchy && !include && !exclude;
+         !margin && !selection && !hierarchy && !on_member_loss && !include && !exclude;
 }
 
 namespace {
@@ -149,6 +159,7 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
   if (edit.margin) global_only.push_back("--margin");
   if (edit.selection) global_only.push_back("--selection");
   if (edit.hierarchy) global_only.push_back("--hierarchy");
+  if (edit.on_member_loss) global_only.push_back("--on-member-loss");
   if (edit.include) global_only.push_back("--include");
   if (edit.exclude) global_only.push_back("--exclude");
   if (!global_only.empty()) {
@@ -200,6 +211,7 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
   if (edit.margin) s->set_margin(*edit.margin);
   if (edit.selection) s->set_mode(*edit.selection);
   if (edit.hierarchy) policy->set_hierarchy(*edit.hierarchy);
+  if (edit.on_member_loss) policy->set_on_member_loss(*edit.on_member_loss);
   if (edit.include) s->mutable_include()->Assign(edit.include->begin(), edit.include->end());
   if (edit.exclude) s->mutable_exclude()->Assign(edit.exclude->begin(), edit.exclude->end());
 }

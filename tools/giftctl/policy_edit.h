@@ -40,6 +40,7 @@ struct PolicyEdit {
   std::optional<double> margin;
   std::optional<gift::v1::SelectionMode> selection;
   std::optional<gift::v1::Hierarchy> hierarchy;
+  std::optional<gift::v1::OnMemberLoss> on_member_loss;
   std::optional<std::vector<std::string>> include;
   std::optional<std::vector<std::string>> exclude;
 
@@ -60,7 +61,7 @@ void ApplyPolicyEdit(const PolicyEdit& edit, gift::v1::Policy* policy);
 
 // The command-line names of the enums ("both", "in", "out"; "gradients",
 // "per-worker", "activations"; "isotropic", "diagonal"; "measured", "list";
-// "none", "node"),
+// "none", "node"; "continue", "fail"),
 // parsed (InvalidArgument listing the choices) and printed ("-" for
 // unspecified).
 absl::StatusOr<gift::v1::Sides> ParseSides(absl::string_view text);
@@ -68,12 +69,15 @@ absl::StatusOr<gift::v1::GeometrySource> ParseSource(absl::string_view text);
 absl::StatusOr<gift::v1::ResidualModel> ParseResidual(absl::string_view text);
 absl::StatusOr<gift::v1::SelectionMode> ParseSelection(absl::string_view text);
 absl::StatusOr<gift::v1::Hierarchy> ParseHierarchy(absl::string_view text);
+absl::StatusOr<gift::v1::OnMemberLoss> ParseOnMemberLoss(absl::string_view text);
 std::string SidesName(gift::v1::Sides sides);
 std::string SourceName(gift::v1::GeometrySource source);
 std::string ResidualName(gift::v1::ResidualModel residual);
 std::string SelectionName(gift::v1::SelectionMode mode);
 // HIERARCHY_UNSPECIFIED prints as "none" (its meaning).
 std::string HierarchyName(gift::v1::Hierarchy hierarchy);
+// "continue" | "fail"; UNSPECIFIED prints as "continue" (its meaning).
+std::string OnMemberLossName(gift::v1::OnMemberLoss on_loss);
 
 // "e4m3/block128/rne" for a codec spec, "-" when unset or invalid.
 std::string CodecName(const gift::v1::CodecSpec& spec);

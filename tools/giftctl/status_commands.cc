@@ -1,5 +1,6 @@
 // giftctl status, giftctl members.
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,13 +28,30 @@ std::string StateName(v1::MemberState state) {
   }
 }
 
-// "step 41 for 12.3 s on ranks 2, 3", or "-" when no worker is ahead of another.
+// "rank 2 (worker-2, m5 on node-b)"
+std::string DescribeWorker(const v1::ClusterState& state, const std::string& member_id) {
+  for (const v1::Member& m : state.workers()) {
+    if (m.member_id() != member_id) continue;
+    return absl::StrCat("rank ", m.rank(), " (", m.name(), ", ", m.member_id(),
+                        m.node().empty() ? "" : absl::StrCat(" on ", m.node()), ")");
+  }
+  return member_id;
+}
+
+// "step 41 for 12.3 s on rank 2 (worker-2, m5 on node-b)"; "-" when no
+// worker has begun a step another has not completed.
 std::string WaitingText(const v1::StatusResponse& status) {
-  if (status.slowest_ranks().empty() || status.max_step() < status.slowest_step()) return "-";
-  return absl::StrFormat("step %d for %.1f s on rank%s %s", status.slowest_step(),
-                         static_cast<double>(status.slowest_wait_ms()) / 1000.0,
-                         status.slowest_ranks_size() == 1 ? "" : "s",
-                         absl::StrJoin(status.slowest_ranks(), ", "));
+  if (status.max_begun_step() < status.slowest_step()) return "-";
+  const std::string head = absl::StrFormat("step %d for %.1f s", status.slowest_step(),
+                                           static_cast<double>(status.slowest_wait_ms()) / 1000.0);
+  if (status.slowest_member_ids().empty()) {
+    return absl::StrCat(head, ": every rank began it (waiting for the servers)");
+  }
+  std::vector<std::string> who;
+  for (const std::string& id : status.slowest_member_ids()) {
+    who.push_back(DescribeWorker(status.state(), id));
+  }
+  return absl::StrCat(head, " on ", absl::StrJoin(who, ", "));
 }
 
 }  // namespace
@@ -66,7 +84,21 @@ absl::Status StatusCommand(const CommandContext& ctx, const std::string& address
               {"slowest_member_ids", status->slowest_member_ids()},
               {"slowest_ranks", status->slowest_ranks()},
               {"slowest_wait_ms", status->slowest_wait_ms()},
-              {"max_step", status->max_step()}};
+              {"max_step", status->max_step()},
+              {"max_begun_step", status->max_begun_step()}};
+    j["waiting_for"] = json::array();
+    if (status->max_begun_step() >= status->slowest_step()) {
+      for (const std::string& id : status->slowest_member_ids()) {
+        for (const v1::Member& m : s.workers()) {
+          if (m.member_id() != id) continue;
+          j["waiting_for"].push_back({{"rank", m.rank()},
+                                      {"name", m.name()},
+                                      {"member_id", m.member_id()},
+                                      {"node", m.node()},
+                                      {"last_step", m.last_step()}});
+        }
+      }
+    }
     ctx.out << j.dump(2) << '\n';
     return absl::OkStatus();
   }
@@ -87,6 +119,11 @@ absl::Status StatusCommand(const CommandContext& ctx, const std::string& address
                       absl::StrJoin(status->slowest_member_ids(), ", "),
                       status->slowest_member_ids().empty() ? "" : ")")});
   t.Add({"waiting", WaitingText(*status)});
+  for (const v1::Member& m : s.workers()) {
+    if (m.registration_error().empty()) continue;
+    t.Add(
+        {"refused", absl::StrCat(DescribeWorker(s, m.member_id()), ": ", m.registration_error())});
+  }
   t.Print(ctx.out);
   return absl::OkStatus();
 }
@@ -108,8 +145,11 @@ absl::Status MembersCommand(const CommandContext& ctx) {
            "CONTROL"});
   for (const auto* members : {&s.workers(), &s.servers()}) {
     for (const v1::Member& m : *members) {
-      t.Add({std::string(rpc::MemberRoleName(m.role())), absl::StrCat(m.rank()), m.name(), m.member_id(),
-             StateName(m.state()), absl::StrCat(m.last_step()),
+      t.Add({std::string(rpc::MemberRoleName(m.role())), absl::StrCat(m.rank()), m.name(),
+             m.member_id(), StateName(m.state()),
+             absl::StrCat(m.last_step(), m.waiting_step() > m.last_step()
+                                             ? absl::StrCat(" (in ", m.waiting_step(), ")")
+                                             : ""),
              Millis(m.lease_expires_unix_ms() - status->now_unix_ms()),
              absl::StrCat(m.joined_epoch()), Or(m.control_address())});
     }

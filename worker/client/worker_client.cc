@@ -376,6 +376,11 @@ absl::StatusOr<PushPullResult> WorkerClient::DoPushPull(const gift::v1::PushPull
   result.step = response.step();
   result.epoch = response.epoch();
   result.world_size = response.world_size();
+  result.previous_world_size = response.previous_world_size();
+  for (const gift::v1::Member& m : response.lost_members()) {
+    result.lost_members.push_back(
+        {.rank = m.rank(), .name = m.name(), .member_id = m.member_id(), .node = m.node()});
+  }
   result.seconds = response.seconds();
   result.tensors.reserve(response.tensors_size());
   absl::MutexLock lock(&mu_);

@@ -141,12 +141,25 @@ struct TensorResult {
   double rel_l2_error = 0.0;
 };
 
+// A worker of the previous step's world that is gone (its rank then).
+struct LostWorker {
+  uint32_t rank = 0;
+  std::string name;
+  std::string member_id;
+  std::string node;
+};
+
 struct PushPullResult {
   uint64_t step = 0;
   uint64_t epoch = 0;
   uint32_t world_size = 0;
   double seconds = 0.0;  // as the worker measured it
   std::vector<TensorResult> tensors;
+  // Nonzero when the world changed since this worker's previous completed
+  // step (Policy.on_member_loss continue): that step's world size, and the
+  // workers of it that are gone. The step itself completed (in world_size).
+  uint32_t previous_world_size = 0;
+  std::vector<LostWorker> lost_members;
 };
 
 struct WorkerClientOptions {

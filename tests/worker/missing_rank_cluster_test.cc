@@ -1,0 +1,210 @@
+// A job its users can see (issue 33 items 1-2), with real processes on
+// loopback (gift-coordinator, one gift-server, two gift-worker daemons):
+//   - a rank that never calls PushPull for a step is named in the waiting
+//     worker's log within 5 s, in `giftctl status`, in the coordinator's
+//     waiting-ranks metric, and in the step's final DEADLINE_EXCEEDED;
+//   - a peer whose registration the coordinator refuses fails the other's
+//     pending step within 2 s, naming it;
+//   - kill -9 of a worker: under on_member_loss fail the survivor's steps
+//     fail naming it until it registers again; under continue its next
+//     result carries the previous world size and the lost worker.
+#include <signal.h>
+
+#include <cstdio>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/control/coordinator_client.h"
+#include "common/control/subprocess.h"
+#include "gtest/gtest.h"
+#include "tests/daemon/http_get.h"
+#include "tests/testing/test_cluster.h"
+#include "tools/gift-cluster/local_cluster.h"
+#include "worker/client/worker_client.h"
+
+namespace gift::worker {
+namespace {
+
+constexpr int kWorkers = 2;
+
+class MissingRankClusterTest : public ::testing::Test {
+ protected:
+  void Start(gift::v1::OnMemberLoss on_loss, absl::Duration step_timeout) {
+    tools::LocalClusterOptions options;
+    options.servers = 1;
+    options.workers = kWorkers;
+    options.lease_ttl = absl::Seconds(2);
+    options.step_timeout = step_timeout;
+    options.metrics = true;
+    auto cluster = test::TestCluster::Start(options, GIFT_BUILD_DIR);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    test_cluster_ = *std::move(cluster);
+    cluster_ = test_cluster_->cluster();
+    control::CoordinatorClient coordinator(
+        control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()),
+        absl::Seconds(30));
+    gift::v1::Policy policy;
+    policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);
+    policy.mutable_selection()->add_exclude("*");  // direct: the test is about membership
+    policy.set_on_member_loss(on_loss);
+    ASSERT_TRUE(coordinator.SetPolicy(policy, 0).ok());
+    for (int w = 0; w < kWorkers; ++w) {
+      auto c = client::WorkerClient::Connect(cluster_->worker_socket(w));
+      ASSERT_TRUE(c.ok()) << c.status();
+      clients_.push_back(*std::move(c));
+    }
+  }
+
+  void TearDown() override {
+    if (cluster_ != nullptr) (void)cluster_->Stop();
+  }
+
+  void RegisterAll() {
+    for (int w = 0; w < kWorkers; ++w) {
+      auto t = clients_[w]->Register({{"layer.w", {32, 16}}});
+      ASSERT_TRUE(t.ok()) << t.status();
+    }
+  }
+
+  std::future<absl::StatusOr<client::PushPullResult>> Step(int w, uint64_t step) {
+    return std::async(std::launch::async, [this, w, step] { return clients_[w]->PushPull(step); });
+  }
+
+  void StepAll(uint64_t step) {
+    std::vector<std::future<absl::StatusOr<client::PushPullResult>>> calls;
+    for (int w = 0; w < kWorkers; ++w) calls.push_back(Step(w, step));
+    for (auto& c : calls) {
+      auto r = c.get();
+      ASSERT_TRUE(r.ok()) << r.status() << "\n" << test_cluster_->Logs();
+      EXPECT_EQ(r->previous_world_size, 0u);
+    }
+  }
+
+  std::string Metrics() {
+    for (const auto& [name, address] : cluster_->metrics_addresses()) {
+      if (name == "coordinator") return daemon::testing::HttpGet(address, "/metrics");
+    }
+    return "";
+  }
+
+  std::string GiftctlStatus() {
+    auto p = control::Subprocess::Start(
+        {GIFTCTL_BIN, "--coordinator", cluster_->coordinator_address(), "status"});
+    if (!p.ok()) return p.status().ToString();
+    (void)(*p)->WaitForExit(absl::Seconds(30));
+    return (*p)->stdout_text();
+  }
+
+  std::unique_ptr<test::TestCluster> test_cluster_;
+  tools::LocalCluster* cluster_ = nullptr;  // owned by test_cluster_
+  std::vector<std::unique_ptr<client::WorkerClient>> clients_;
+};
+
+TEST_F(MissingRankClusterTest, ARankThatNeverPushesIsNamedInLogStatusMetricAndError) {
+  ASSERT_NO_FATAL_FAILURE(Start(gift::v1::ON_MEMBER_LOSS_CONTINUE, absl::Seconds(12)));
+  ASSERT_NO_FATAL_FAILURE(RegisterAll());
+  ASSERT_NO_FATAL_FAILURE(StepAll(1));
+  const std::string missing = cluster_->worker_name(1);
+  const absl::Time began = absl::Now();
+  auto waiting = Step(0, 2);  // worker 1 never calls step 2
+
+  // The waiting worker's log names rank 1 within 5 s.
+  bool logged = false;
+  while (!logged && absl::Now() - began < absl::Seconds(8)) {
+    absl::SleepFor(absl::Milliseconds(100));
+    const std::string logs = test_cluster_->Logs();
+    logged = absl::StrContains(logs, "\"event\":\"step_waiting\"") &&
+             absl::StrContains(logs, absl::StrCat("(", missing, ", ")) &&
+             absl::StrContains(logs, "that has not begun step 2");
+  }
+  const absl::Duration to_log = absl::Now() - began;
+  ASSERT_TRUE(logged) << test_cluster_->Logs();
+  EXPECT_LE(to_log, absl::Seconds(5));
+  std::printf("missing rank named in the worker's log after %.2f s\n",
+              absl::ToDoubleSeconds(to_log));
+
+  // giftctl status and the metric, while the step still waits.
+  const std::string status = GiftctlStatus();
+  EXPECT_TRUE(absl::StrContains(status, absl::StrCat("step 2 for "))) << status;
+  EXPECT_TRUE(absl::StrContains(status, absl::StrCat("(", missing, ", "))) << status;
+  const std::string metrics = Metrics();
+  EXPECT_TRUE(absl::StrContains(metrics, "gift_coordinator_oldest_incomplete_step_waiting_ranks 1"))
+      << metrics;
+
+  // The final error names it too.
+  auto r = waiting.get();
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), absl::StrCat("waiting for rank ")))
+      << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), absl::StrCat("(", missing, ", ")))
+      << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "has not begun step 2")) << r.status();
+}
+
+TEST_F(MissingRankClusterTest, APeerRefusedAtRegistrationFailsTheOthersStepAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(Start(gift::v1::ON_MEMBER_LOSS_CONTINUE, absl::Seconds(60)));
+  auto t0 = clients_[0]->Register({{"layer.w", {32, 16}}});
+  ASSERT_TRUE(t0.ok()) << t0.status();
+  auto waiting = Step(0, 1);
+  absl::SleepFor(absl::Milliseconds(500));  // worker 0 is in the step
+  auto refused = clients_[1]->Register({{"layer.w", {16, 32}}});  // a mismatched shape
+  const absl::Time at = absl::Now();
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists) << refused.status();
+  auto r = waiting.get();
+  const absl::Duration after = absl::Now() - at;
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(),
+                                absl::StrCat("(", cluster_->worker_name(1), ", ")))
+      << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "refused its registration")) << r.status();
+  EXPECT_LE(after, absl::Seconds(2));
+  std::printf("the other's step failed %.2f s after the refusal\n", absl::ToDoubleSeconds(after));
+  // Fixed, the job runs.
+  auto fixed = clients_[1]->Register({{"layer.w", {32, 16}}});
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  ASSERT_NO_FATAL_FAILURE(StepAll(2));
+}
+
+TEST_F(MissingRankClusterTest, KillUnderFailNamesTheLostWorkerUntilARunRegistersAgain) {
+  ASSERT_NO_FATAL_FAILURE(Start(gift::v1::ON_MEMBER_LOSS_FAIL, absl::Seconds(30)));
+  ASSERT_NO_FATAL_FAILURE(RegisterAll());
+  ASSERT_NO_FATAL_FAILURE(StepAll(1));
+  ASSERT_TRUE(cluster_->KillWorker(1).ok());
+  for (uint64_t step : {2u, 3u}) {
+    auto r = Step(0, step).get();
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "on_member_loss=fail")) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(),
+                                  absl::StrCat("(", cluster_->worker_name(1), ", ")))
+        << r.status();
+  }
+  // A new run (the training process registers again) goes on alone.
+  auto again = clients_[0]->Register({{"layer.w", {32, 16}}});
+  ASSERT_TRUE(again.ok()) << again.status();
+  auto r = Step(0, 4).get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->world_size, 1u);
+}
+
+TEST_F(MissingRankClusterTest, KillUnderContinueTellsTheSurvivorInItsNextResult) {
+  ASSERT_NO_FATAL_FAILURE(Start(gift::v1::ON_MEMBER_LOSS_CONTINUE, absl::Seconds(30)));
+  ASSERT_NO_FATAL_FAILURE(RegisterAll());
+  ASSERT_NO_FATAL_FAILURE(StepAll(1));
+  ASSERT_TRUE(cluster_->KillWorker(1).ok());
+  auto r = Step(0, 2).get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->world_size, 1u);
+  EXPECT_EQ(r->previous_world_size, 2u);
+  ASSERT_EQ(r->lost_members.size(), 1u);
+  EXPECT_EQ(r->lost_members[0].name, cluster_->worker_name(1));
+  r = Step(0, 3).get();  // said once
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->previous_world_size, 0u);
+}
+
+}  // namespace
+}  // namespace gift::worker
