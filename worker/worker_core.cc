@@ -86,60 +86,6 @@ WorkerCore::~WorkerCore() {
   engine_.reset();
 }
 
-absl::Status WorkerCore::ServeBuffers(const std::string& path) {
-  if (buffer_socket_ != nullptr) return absl::FailedPreconditionError("already serving buffers");
-  auto socket = BufferSocket::Start(path);
-  if (!socket.ok()) return socket.status();
-  buffer_socket_ = *std::move(socket);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerCore::RegisterBuffers(
-    const gift::v1::RegisterBuffersRequest& request) {
-  if (request.buffers_size() == 0) return absl::InvalidArgumentError("no buffers");
-  std::vector<RegisteredTensor> mapped;
-  std::vector<gift::v1::TensorSpec> specs;
-  for (int i = 0; i < request.buffers_size(); ++i) {
-    const gift::v1::BufferSpec& b = request.buffers(i);
-    auto r = RegisteredTensor::View(b, buffer_socket_.get(), options_.device,
-                                    absl::StrCat("buffers[", i, "] '", b.name(), "'"));
-    if (!r.ok()) return r.status();
-    mapped.push_back(*std::move(r));
-    gift::v1::TensorSpec spec;
-    spec.set_name(b.name());
-    *spec.mutable_shape() = b.shape();
-    // The exchange is FP32 whatever the buffer holds, so workers whose
-    // buffers differ in dtype still agree on the tensor.
-    spec.set_dtype(gift::v1::DTYPE_FLOAT32);
-    specs.push_back(std::move(spec));
-  }
-  absl::MutexLock step_lock(&step_mu_);
-  if (open_.has_value()) AbandonOpenStep("the client registered new buffers");
-  auto registered = session_->RegisterTensors(specs);
-  if (!registered.ok()) return registered.status();
-  if (registered->tensors_size() != static_cast<int>(mapped.size())) {
-    return absl::InternalError("the coordinator answered for another number of tensors");
-  }
-  gift::v1::RegisterBuffersResponse response;
-  for (size_t i = 0; i < mapped.size(); ++i) {
-    mapped[i].local.tensor_id = registered->tensors(static_cast<int>(i)).tensor_id();
-    gift::v1::RegisteredBuffer* out = response.add_buffers();
-    out->set_name(mapped[i].local.name);
-    out->set_tensor_id(mapped[i].local.tensor_id);
-  }
-  registered_ = std::move(mapped);
-  membership_.Reset();  // a new run: no worker is lost before its first step
-  {
-    absl::MutexLock lock(&mu_);
-    d_in_by_tensor_.clear();
-    for (const RegisteredTensor& r : registered_) d_in_by_tensor_[r.local.tensor_id] = r.local.cols;
-  }
-  response.set_rank(session_->rank());
-  response.set_world_size(static_cast<uint32_t>(session_->state()->workers_size()));
-  Log(Level::kInfo, "buffers_registered", {{"tensors", static_cast<int64_t>(registered_.size())}});
-  return response;
-}
-
 bool WorkerCore::AttachChunkKeys(StepPlan* plan) const {
   plan->keys = session_->chunk_keys(plan->epoch);
   return plan->keys != nullptr || !session_->dataplane_auth();
@@ -162,9 +108,10 @@ absl::StatusOr<StepReport> WorkerCore::Exchange(uint64_t step,
           absl::StrCat("step ", step, " did not complete within the step timeout"));
     }
     // Re-joined during the step (its lease was lost): not at this step.
-    if (absl::Status admitted = CheckAdmitted(step); !admitted.ok()) return admitted;
+    if (absl::Status admitted = CheckAdmitted(step, run_steps()); !admitted.ok()) return admitted;
     std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
     membership_.Observe(state);
+    if (absl::Status current = run_steps().CheckCurrent(*state); !current.ok()) return current;
     // A peer that cannot push, or one lost under on_member_loss fail.
     if (absl::Status peers = membership_.Check(*state, step, session_->member_id()); !peers.ok()) {
       return peers;
@@ -240,6 +187,14 @@ absl::StatusOr<StepReport> WorkerCore::Exchange(uint64_t step,
   }
 }
 
+absl::Status WorkerCore::CheckRunStep(uint64_t run_step) {
+  if (run_step > kMaxTrainingStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", run_step, " is too large (at most ", kMaxTrainingStep, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WorkerCore::CheckNewStep(uint64_t step) const {
   absl::MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("the worker is draining; no new steps");
@@ -248,21 +203,26 @@ absl::Status WorkerCore::CheckNewStep(uint64_t step) const {
         absl::StrCat("step ", step, " is too large (at most ", kMaxTrainingStep, ")"));
   }
   if (last_step_.has_value() && step <= *last_step_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step ", step, " is not above the last step ", *last_step_));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step ", run_.ToRun(step), " is not above the last step ", run_.ToRun(*last_step_),
+        run_.Describe().empty() ? "" : absl::StrCat(" of ", run_.Describe()),
+        "; a new run of the job (from step 0) registers its buffers with a new run id "
+        "(WorkerClient run_id / GIFT_RUN_ID), or after `giftctl run reset`"));
   }
-  return CheckAdmitted(step);
+  return CheckAdmitted(step, run_);
 }
 
-absl::Status WorkerCore::CheckAdmitted(uint64_t step) const {
+absl::Status WorkerCore::CheckAdmitted(uint64_t step, const RunSteps& run) const {
   const control::MemberIdentity me = session_->identity();
   if (step >= me.admit_step) return absl::OkStatus();
+  // In the run's numbering (the admit step is above the run's base: a run
+  // starts above every step begun).
   const absl::Status lost = session_->lease_lost();
   return absl::FailedPreconditionError(absl::StrCat(
-      "worker ", me.member_id, " is admitted at step ", me.admit_step, "; step ", step,
-      " is below it", lost.ok() ? "" : absl::StrCat(" (", lost.message(), ")"),
+      "worker ", me.member_id, " is admitted at step ", run.ToRun(me.admit_step), "; step ",
+      run.ToRun(step), " is below it", lost.ok() ? "" : absl::StrCat(" (", lost.message(), ")"),
       ": resynchronise the parameters (docs/operations.md, Rejoining) and resume at step ",
-      me.admit_step));
+      run.ToRun(me.admit_step)));
 }
 
 absl::StatusOr<std::vector<const RegisteredTensor*>> WorkerCore::Select(
@@ -309,9 +269,14 @@ absl::Status WorkerCore::AwaitStartBarrier(absl::Time deadline) {
 }
 
 absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::PushPull(
-    const gift::v1::PushPullRequest& request) {
+    const gift::v1::PushPullRequest& run_request) {
   const auto start = std::chrono::steady_clock::now();
   const absl::Time deadline = absl::Now() + options_.step_timeout;
+  // The run's step, in the cluster's numbering from here on (run_steps.h).
+  const RunSteps run = run_steps();
+  if (auto s = CheckRunStep(run_request.step()); !s.ok()) return s;
+  gift::v1::PushPullRequest request = run_request;
+  request.set_step(run.ToCluster(run_request.step()));
   if (auto s = CheckNewStep(request.step()); !s.ok()) return s;
   {
     absl::MutexLock lock(&mu_);
@@ -336,6 +301,16 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::PushPull(
     }
   }
   waits_.End();
+  if (!result.ok()) {
+    // The data path speaks of cluster steps: say which step of the run.
+    if (!run.Describe().empty()) {
+      return absl::Status(result.status().code(),
+                          absl::StrCat("step ", run_request.step(), " of ", run.Describe(), ": ",
+                                       result.status().message()));
+    }
+    return result;
+  }
+  result->set_step(run_request.step());
   return result;
 }
 
@@ -574,7 +549,7 @@ gift::v1::WorkerInfo WorkerCore::Info() const {
   info.set_epoch(id.epoch);
   {
     absl::MutexLock lock(&mu_);
-    info.set_last_step(last_step_.value_or(0));
+    info.set_last_step(run_.ToRun(last_step_.value_or(0)));  // the run's numbering
   }
   *info.mutable_bases() = state->bases();
   if (buffer_socket_ != nullptr) info.set_buffer_socket(buffer_socket_->path());

@@ -86,6 +86,7 @@
 #include "worker/membership_guard.h"
 #include "worker/push_pull_engine.h"
 #include "worker/registered_tensor.h"
+#include "worker/run_steps.h"
 #include "worker/shared_buffer.h"
 #include "worker/sketch_exchange.h"
 #include "worker/step_key.h"
@@ -287,10 +288,15 @@ class WorkerCore {
   // PushPull's checks of a new step (draining, range, above the last one,
   // not below the admit step).
   absl::Status CheckNewStep(uint64_t step) const;
+  // A training loop's step before it is numbered in the run (at most
+  // kMaxTrainingStep).
+  static absl::Status CheckRunStep(uint64_t run_step);
   // FailedPrecondition when `step` is below this member's admit step (it
   // joined again, or late): "worker mN is admitted at step X; step s is
   // below it (<why the lease was lost>): ... resume at step X".
-  absl::Status CheckAdmitted(uint64_t step) const;
+  absl::Status CheckAdmitted(uint64_t step, const RunSteps& run) const;
+  // The run of the registered buffers (a copy, under mu_).
+  RunSteps run_steps() const ABSL_LOCKS_EXCLUDED(mu_);
   // The registered tensors named by `ids` (empty: all).
   absl::StatusOr<std::vector<const RegisteredTensor*>> Select(
       const google::protobuf::RepeatedField<uint64_t>& ids) const
@@ -341,7 +347,8 @@ class WorkerCore {
   bool in_step_ ABSL_GUARDED_BY(mu_) = false;
   bool step_open_ ABSL_GUARDED_BY(mu_) = false;  // open_ is set
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<uint64_t> last_step_ ABSL_GUARDED_BY(mu_);
+  std::optional<uint64_t> last_step_ ABSL_GUARDED_BY(mu_);  // cluster numbering
+  RunSteps run_ ABSL_GUARDED_BY(mu_);                       // the run of the registered buffers
   Counters counters_ ABSL_GUARDED_BY(mu_);
   std::vector<gift::v1::TensorErrorRatio> error_ratios_ ABSL_GUARDED_BY(mu_);
   std::deque<OwnerJob> owner_jobs_ ABSL_GUARDED_BY(mu_);

@@ -14,7 +14,11 @@ namespace gift::worker {
 using logging::Level;
 using logging::Log;
 
-absl::Status WorkerCore::StartTensors(const gift::v1::StartTensorsRequest& request) {
+absl::Status WorkerCore::StartTensors(const gift::v1::StartTensorsRequest& run_request) {
+  // The run's step, in the cluster's numbering from here on (run_steps.h).
+  if (auto s = CheckRunStep(run_request.step()); !s.ok()) return s;
+  gift::v1::StartTensorsRequest request = run_request;
+  request.set_step(run_steps().ToCluster(run_request.step()));
   if (auto s = CheckNewStep(request.step()); !s.ok()) return s;
   absl::MutexLock step_lock(&step_mu_);
   if (open_.has_value() && open_->step != request.step()) {

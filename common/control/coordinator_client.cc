@@ -195,6 +195,11 @@ absl::StatusOr<v1::DrainResponse> CoordinatorClient::Drain(const v1::DrainReques
   return Unary<v1::DrainResponse>(*this, "Drain", &v1::Coordinator::Stub::Drain, request);
 }
 
+absl::StatusOr<v1::StartRunResponse> CoordinatorClient::StartRun(
+    const v1::StartRunRequest& request) const {
+  return Unary<v1::StartRunResponse>(*this, "StartRun", &v1::Coordinator::Stub::StartRun, request);
+}
+
 absl::StatusOr<v1::DataPlaneKeys> CoordinatorClient::GetDataPlaneKeys(
     const std::string& member_id) const {
   v1::GetDataPlaneKeysRequest request;

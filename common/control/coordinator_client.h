@@ -93,6 +93,8 @@ class CoordinatorClient {
                                                     const std::string& tensor_glob) const;
   absl::StatusOr<gift::v1::StatusResponse> GetStatus() const;
   absl::StatusOr<gift::v1::DrainResponse> Drain(const gift::v1::DrainRequest& request) const;
+  absl::StatusOr<gift::v1::StartRunResponse> StartRun(
+      const gift::v1::StartRunRequest& request) const;
   // The data-plane keys of the peers member `member_id` verifies (secrets).
   absl::StatusOr<gift::v1::DataPlaneKeys> GetDataPlaneKeys(const std::string& member_id) const;
 

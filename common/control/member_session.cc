@@ -366,6 +366,18 @@ absl::StatusOr<v1::ReportPeerFailureResponse> MemberSession::ReportPeerFailure(
   return client_.ReportPeerFailure(request);
 }
 
+absl::StatusOr<v1::StartRunResponse> MemberSession::StartRun(const std::string& run_id) const {
+  v1::StartRunRequest request;
+  request.set_member_id(member_id());
+  request.set_run_id(run_id);
+  absl::StatusOr<v1::StartRunResponse> response = client_.StartRun(request);
+  if (!response.ok()) return response.status();
+  // The run's state (its tensors dropped, its epoch) before anything else.
+  absl::Status seen = WaitForRevision(response->revision(), options_.rpc_timeout).status();
+  if (!seen.ok()) return seen;
+  return response;
+}
+
 absl::StatusOr<v1::RegisterTensorsResponse> MemberSession::RegisterTensors(
     const std::vector<v1::TensorSpec>& tensors) const {
   v1::RegisterTensorsRequest request;

@@ -164,6 +164,10 @@ class MemberSession {
   absl::StatusOr<gift::v1::ReportPeerFailureResponse> ReportPeerFailure(
       const std::string& suspect_member_id, const std::string& reason) const;
 
+  // Starts the training run `run_id` unless it is the current one
+  // (StartRun), then waits (up to the RPC timeout) until the session's state
+  // shows it.
+  absl::StatusOr<gift::v1::StartRunResponse> StartRun(const std::string& run_id) const;
   // Registers tensors under this member (RegisterTensors).
   absl::StatusOr<gift::v1::RegisterTensorsResponse> RegisterTensors(
       const std::vector<gift::v1::TensorSpec>& tensors) const;

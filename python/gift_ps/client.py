@@ -110,6 +110,19 @@ def worker_target(address: str) -> str:
     return address
 
 
+def default_run_id() -> str:
+    """The run id of this process's environment: $GIFT_RUN_ID; else, under
+    torchrun (TORCHELASTIC_RUN_ID other than "none"), that id and
+    TORCHELASTIC_RESTART_COUNT, so an elastic restart of the job is a new
+    run; else "" (the cluster's current run)."""
+    if os.environ.get("GIFT_RUN_ID"):
+        return os.environ["GIFT_RUN_ID"]
+    torchrun = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if torchrun and torchrun != "none":
+        return f"{torchrun}-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    return ""
+
+
 def _check_socket(target: str) -> None:
     """Names a wrong socket path at once: GiftError NOT_FOUND "no such socket",
     FAILED_PRECONDITION "... is not a socket" (nothing for a TCP target)."""
@@ -151,7 +164,7 @@ class WorkerClient:
 
     def __init__(self, address: str, *, timeout: float = 60.0, connect_timeout: float = 10.0,
                  push_pull_timeout: Optional[float] = None,
-                 on_world_size_change: str = "raise"):
+                 on_world_size_change: str = "raise", run_id: Optional[str] = None):
         """Connects to `address` ("unix:/path", a socket path, or "host:port").
 
         timeout: deadline (s) of register / submit_activation_stats / info.
@@ -167,7 +180,13 @@ class WorkerClient:
           continue): "raise" WorldSizeChanged (after the step: the buffers
           hold the new world's average; e.result is the step's result),
           "warn" (warnings.warn) or "ignore". Elastic jobs choose "warn".
+        run_id: the training run this process belongs to (docs/operations.md
+          "Runs"): every process of one run of the job passes the same id, and
+          a run of another id starts afresh at step 0 (the old run's tensors
+          are dropped). None: default_run_id() (GIFT_RUN_ID, or torchrun's run
+          id and restart count); "": the cluster's current run.
         """
+        self.run_id = default_run_id() if run_id is None else run_id
         if on_world_size_change not in ("raise", "warn", "ignore"):
             raise ValueError(f"on_world_size_change {on_world_size_change!r} is not one of "
                              "raise|warn|ignore")
@@ -272,7 +291,7 @@ class WorkerClient:
         try:
             if buffer is not None:
                 handle = self._hand(buffer, "RegisterBuffers")
-            request = pb.worker_pb2.RegisterBuffersRequest()
+            request = pb.worker_pb2.RegisterBuffersRequest(run_id=self.run_id)
             for name, _, reg_shape, dtype, off, size in specs:
                 spec = request.buffers.add(name=name, shape=reg_shape, dtype=wire[dtype])
                 spec.buffer.handle = handle

@@ -26,6 +26,12 @@ void BasisLedger::Reset(std::vector<gift::v1::TensorBasisState> bases) {
   ClearChanges();
 }
 
+void BasisLedger::DropAll() {
+  bases_.clear();
+  bytes_.clear();
+  ClearChanges();
+}
+
 void BasisLedger::AddTensor(uint64_t tensor_id) {
   gift::v1::TensorBasisState& basis = bases_[tensor_id];
   basis.set_tensor_id(tensor_id);

@@ -50,6 +50,9 @@ class BasisLedger {
   const std::map<uint64_t, gift::v1::TensorBasisState>& bases() const { return bases_; }
 
   // A new tensor's state: only the direct version 0, active from step 0.
+  // Forgets every tensor's basis state and bytes (a new run; the store's
+  // rows go with TensorRegistry::DropAll's mutation).
+  void DropAll();
   void AddTensor(uint64_t tensor_id);
   // NotFound for an unknown tensor.
   absl::StatusOr<gift::v1::TensorBasisState*> Find(uint64_t tensor_id);

@@ -604,6 +604,7 @@ gift::v1::ClusterState ClusterStateMachine::BuildStateLocked() const {
   *s.mutable_shard_map() = meta_.shard_map;
   for (const auto& [tid, b] : ledger_.bases()) *s.add_bases() = b;
   *s.mutable_policy() = meta_.policy;
+  *s.mutable_run() = meta_.run;
   return s;
 }
 

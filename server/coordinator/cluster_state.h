@@ -156,6 +156,10 @@ class ClusterStateMachine {
       const gift::v1::RequestRefreshRequest& request);
   absl::StatusOr<gift::v1::SetRankResponse> SetRank(const gift::v1::SetRankRequest& request);
   absl::StatusOr<gift::v1::DrainResponse> Drain(const gift::v1::DrainRequest& request);
+  // A new training run unless run_id is the current one (coordinator.proto
+  // StartRun): InvalidArgument for an empty or overlong id; a member id must
+  // be a live worker.
+  absl::StatusOr<gift::v1::StartRunResponse> StartRun(const gift::v1::StartRunRequest& request);
   absl::StatusOr<gift::v1::StatusResponse> GetStatus();
 
   // A member's report that another failed (ReportPeerFailure,

@@ -501,6 +501,13 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
                });
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::StartRun(grpc::CallbackServerContext* context,
+                                                       const gift::v1::StartRunRequest* request,
+                                                       gift::v1::StartRunResponse* response) {
+  return Unary(context, CheckRole(*context, "StartRun", {Role::kOperator, Role::kWorker}), response,
+               [&] { return state_->StartRun(*request); });
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::Drain(grpc::CallbackServerContext* context,
                                                     const gift::v1::DrainRequest* request,
                                                     gift::v1::DrainResponse* response) {

@@ -98,6 +98,9 @@ class CoordinatorService final : public gift::v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
                                   const gift::v1::DrainRequest* request,
                                   gift::v1::DrainResponse* response) override;
+  grpc::ServerUnaryReactor* StartRun(grpc::CallbackServerContext* context,
+                                     const gift::v1::StartRunRequest* request,
+                                     gift::v1::StartRunResponse* response) override;
   grpc::ServerUnaryReactor* GetDataPlaneKeys(grpc::CallbackServerContext* context,
                                              const gift::v1::GetDataPlaneKeysRequest* request,
                                              gift::v1::DataPlaneKeys* response) override;

@@ -17,7 +17,7 @@ constexpr const char* kSchema[] = {
     "CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 1), cluster_id TEXT NOT NULL,"
     " epoch INTEGER NOT NULL, revision INTEGER NOT NULL, frozen_through_step INTEGER NOT NULL,"
     " next_member_seq INTEGER NOT NULL, next_tensor_id INTEGER NOT NULL, policy BLOB NOT NULL,"
-    " shard_map BLOB NOT NULL)",
+    " shard_map BLOB NOT NULL, run BLOB NOT NULL DEFAULT x'')",
     "CREATE TABLE members (member_id TEXT PRIMARY KEY, member BLOB NOT NULL)",
     "CREATE TABLE tensors (tensor_id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,"
     " info BLOB NOT NULL)",
@@ -133,7 +133,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
     if (!s.ok()) return fail(absl::StrCat("cannot create the schema: ", s.message()));
   } else if (app_id != kApplicationId) {
     return fail("not a gift-coordinator state file");
-  } else if (*user_version != kSchemaVersion) {
+  } else if (*user_version != kSchemaVersion && *user_version != 1) {
     return fail(absl::StrCat("schema version ", *user_version, ", this build reads version ",
                              kSchemaVersion));
   } else {
@@ -141,6 +141,13 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
     if (s.ok()) s = store->Exec("PRAGMA journal_mode = WAL");
     // Takes the exclusive lock now, so a second coordinator fails here.
     if (s.ok()) s = store->Exec("BEGIN IMMEDIATE");
+    if (s.ok() && *user_version == 1) {
+      // Version 1 had no run: the cluster's steps so far are run "" of base 0.
+      s = store->Exec("ALTER TABLE meta ADD COLUMN run BLOB NOT NULL DEFAULT x''");
+      if (s.ok()) {
+        s = store->Exec(absl::StrCat("PRAGMA user_version = ", kSchemaVersion).c_str());
+      }
+    }
     if (s.ok()) s = store->Exec("COMMIT");
     if (!s.ok())
       return fail(absl::StrCat("cannot lock it (in use by another process?): ", s.message()));
@@ -169,7 +176,7 @@ absl::StatusOr<StoredState> StateStore::Load() {
   {
     Stmt stmt(db_,
               "SELECT cluster_id, epoch, revision, frozen_through_step, next_member_seq,"
-              " next_tensor_id, policy, shard_map FROM meta WHERE id = 1");
+              " next_tensor_id, policy, shard_map, run FROM meta WHERE id = 1");
     int rc = stmt.Step();
     if (rc == SQLITE_ROW) {
       state.fresh = false;
@@ -182,6 +189,7 @@ absl::StatusOr<StoredState> StateStore::Load() {
       m.next_tensor_id = stmt.Int(5);
       GIFT_RETURN_IF_ERROR(ParseRow(stmt.Text(6), "the policy", &m.policy));
       GIFT_RETURN_IF_ERROR(ParseRow(stmt.Text(7), "the shard map", &m.shard_map));
+      GIFT_RETURN_IF_ERROR(ParseRow(stmt.Text(8), "the run", &m.run));
     } else {
       GIFT_RETURN_IF_ERROR(stmt.status("reading meta"));
     }
@@ -229,8 +237,8 @@ absl::Status StateStore::CommitLocked(const StoreMutation& m) {
   {
     Stmt stmt(db_,
               "INSERT OR REPLACE INTO meta (id, cluster_id, epoch, revision, frozen_through_step,"
-              " next_member_seq, next_tensor_id, policy, shard_map)"
-              " VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)");
+              " next_member_seq, next_tensor_id, policy, shard_map, run)"
+              " VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     stmt.Bind(1, m.meta.cluster_id);
     stmt.Bind(2, m.meta.epoch);
     stmt.Bind(3, m.meta.revision);
@@ -239,7 +247,15 @@ absl::Status StateStore::CommitLocked(const StoreMutation& m) {
     stmt.Bind(6, m.meta.next_tensor_id);
     stmt.BindBlob(7, m.meta.policy.SerializeAsString());
     stmt.BindBlob(8, m.meta.shard_map.SerializeAsString());
+    stmt.BindBlob(9, m.meta.run.SerializeAsString());
     GIFT_RETURN_IF_ERROR(stmt.Run("writing meta"));
+  }
+  if (m.drop_all_tensors) {
+    for (const char* sql :
+         {"DELETE FROM tensors", "DELETE FROM bases", "DELETE FROM basis_bytes"}) {
+      Stmt stmt(db_, sql);
+      GIFT_RETURN_IF_ERROR(stmt.Run("dropping the tensors"));
+    }
   }
   for (const gift::v1::Member& member : m.put_members) {
     Stmt stmt(db_, "INSERT OR REPLACE INTO members (member_id, member) VALUES (?, ?)");

@@ -36,7 +36,8 @@ struct sqlite3;
 
 namespace gift::coordinator {
 
-inline constexpr int kSchemaVersion = 1;
+// 2: meta.run (the training run). A version-1 file is migrated on open.
+inline constexpr int kSchemaVersion = 2;
 
 struct StoredMeta {
   std::string cluster_id;
@@ -49,6 +50,7 @@ struct StoredMeta {
   // The shard map of the current epoch, kept so that a restart within an
   // epoch serves the same chunk assignment.
   gift::v1::ShardMap shard_map;
+  gift::v1::RunState run;  // the current training run
 };
 
 // One row of the membership history.
@@ -76,6 +78,8 @@ struct StoreMutation {
   StoredMeta meta;
   std::vector<gift::v1::Member> put_members;
   std::vector<std::string> delete_members;
+  // Every tensor, basis and basis byte row is deleted first (a new run).
+  bool drop_all_tensors = false;
   std::vector<gift::v1::TensorInfo> put_tensors;
   std::vector<gift::v1::TensorBasisState> put_bases;
   struct BasisBytes {

@@ -96,7 +96,18 @@ std::vector<policy::NamedShape> TensorRegistry::Shapes(
   return shapes;
 }
 
+std::vector<std::string> TensorRegistry::DropAll() {
+  std::vector<std::string> names;
+  for (const auto& [id, t] : tensors_) names.push_back(t.name());
+  tensors_.clear();
+  tensor_ids_.clear();
+  put_tensors_.clear();
+  dropped_all_ = true;
+  return names;
+}
+
 void TensorRegistry::AddChangesTo(StoreMutation* mutation) const {
+  if (dropped_all_) mutation->drop_all_tensors = true;
   for (uint64_t id : put_tensors_) {
     auto it = tensors_.find(id);
     if (it != tensors_.end()) mutation->put_tensors.push_back(it->second);

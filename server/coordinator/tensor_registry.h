@@ -57,15 +57,22 @@ class TensorRegistry {
   std::vector<policy::NamedShape> Shapes(
       const std::vector<const gift::v1::TensorSpec*>& extra) const;
 
-  // Copies the pending registrations into `mutation`; ClearChanges once the
-  // commit succeeded.
+  // Drops every tensor (a new run); returns their names.
+  std::vector<std::string> DropAll();
+
+  // Copies the pending registrations (and a DropAll) into `mutation`;
+  // ClearChanges once the commit succeeded.
   void AddChangesTo(StoreMutation* mutation) const;
-  void ClearChanges() { put_tensors_.clear(); }
+  void ClearChanges() {
+    put_tensors_.clear();
+    dropped_all_ = false;
+  }
 
  private:
   std::map<uint64_t, gift::v1::TensorInfo> tensors_;         // by tensor id
   std::map<std::string, uint64_t, std::less<>> tensor_ids_;  // by name
   std::set<uint64_t> put_tensors_;
+  bool dropped_all_ = false;
 };
 
 }  // namespace gift::coordinator

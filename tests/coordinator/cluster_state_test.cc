@@ -212,6 +212,57 @@ TEST_F(ClusterStateMachineTest, ARefusedRegistrationMarksTheWorkerUntilItsNextGo
   EXPECT_EQ(worker(b).registration_error(), "");
 }
 
+// A new run: a generation whose step 0 is above every step begun, the
+// tensors dropped (so new shapes register), a new epoch; the same id again
+// changes nothing; the run survives a restart.
+TEST_F(ClusterStateMachineTest, ANewRunDropsTheTensorsAndStartsAboveEveryStep) {
+  const std::string a = Join("a").member_id();
+  Join("b");
+  Register({{"w", {8, 16}}});
+  ASSERT_TRUE(Heartbeat(a, 30).ok());
+  const gift::v1::ClusterState before = *state_->Snapshot();
+  EXPECT_EQ(before.run().generation(), 0u);
+  gift::v1::StartRunRequest request;
+  request.set_run_id("second");
+  request.set_member_id(a);
+  auto started = state_->StartRun(request);
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_TRUE(started->started());
+  EXPECT_EQ(started->run().generation(), 1u);
+  EXPECT_GT(started->run().base_step(), before.frozen_through_step());
+  EXPECT_GT(started->run().base_step(), 30u);
+  ASSERT_EQ(started->dropped_tensors_size(), 1);
+  EXPECT_EQ(started->dropped_tensors(0), "w");
+  const gift::v1::ClusterState after = *state_->Snapshot();
+  EXPECT_EQ(after.epoch(), before.epoch() + 1);
+  EXPECT_EQ(after.tensors_size(), 0);
+  EXPECT_EQ(after.bases_size(), 0);
+  EXPECT_EQ(after.run().run_id(), "second");
+  EXPECT_EQ(started->revision(), after.revision());
+  // New shapes register under new ids.
+  std::vector<gift::v1::TensorInfo> again = Register({{"w", {16, 8}}});
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_NE(again[0].tensor_id(), before.tensors(0).tensor_id());
+  // The same run again: nothing happens.
+  auto same = state_->StartRun(request);
+  ASSERT_TRUE(same.ok());
+  EXPECT_FALSE(same->started());
+  EXPECT_EQ(state_->Snapshot()->tensors_size(), 1);
+  // Bad requests.
+  request.set_run_id("");
+  EXPECT_EQ(state_->StartRun(request).status().code(), absl::StatusCode::kInvalidArgument);
+  request.set_run_id(std::string(300, 'x'));
+  EXPECT_EQ(state_->StartRun(request).status().code(), absl::StatusCode::kInvalidArgument);
+  request.set_run_id("third");
+  request.set_member_id("m99");
+  EXPECT_FALSE(state_->StartRun(request).ok());
+  // Kept across a restart.
+  Open();
+  EXPECT_EQ(state_->Snapshot()->run().run_id(), "second");
+  EXPECT_EQ(state_->Snapshot()->run().base_step(), started->run().base_step());
+  EXPECT_EQ(state_->Snapshot()->tensors_size(), 1);
+}
+
 TEST_F(ClusterStateMachineTest, OwnersAreSpreadByElementCount) {
   Join("a");
   Join("b");

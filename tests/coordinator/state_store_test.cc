@@ -135,6 +135,55 @@ TEST(StateStoreTest, OtherSchemaVersionIsRefused) {
   EXPECT_THAT(store.status().message(), HasSubstr("schema version 99"));
 }
 
+// The run (schema version 2) round-trips; a new run's mutation deletes every
+// tensor row; a version-1 file (no run column) is migrated on open.
+TEST(StateStoreTest, TheRunIsKeptAndAVersionOneFileIsMigrated) {
+  const gift::TempDir dir = test::NewTempDir("gift-coord");
+  const std::string path = dir.File("s.db");
+  {
+    auto store = StateStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    StoreMutation m = SampleMutation();
+    m.meta.run.set_run_id("r2");
+    m.meta.run.set_generation(2);
+    m.meta.run.set_base_step(57);
+    ASSERT_TRUE((*store)->Commit(m).ok());
+    StoreMutation drop;
+    drop.meta = m.meta;
+    drop.drop_all_tensors = true;
+    ASSERT_TRUE((*store)->Commit(drop).ok());
+    auto state = (*store)->Load();
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(state->meta.run.run_id(), "r2");
+    EXPECT_EQ(state->meta.run.base_step(), 57u);
+    EXPECT_TRUE(state->tensors.empty());
+    EXPECT_TRUE(state->bases.empty());
+    EXPECT_EQ((*store)->LoadBasisBytes(1, 2).status().code(), absl::StatusCode::kNotFound);
+  }
+  // Back to version 1's layout: meta without the run column.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE meta DROP COLUMN run; PRAGMA user_version = 1", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  auto store = StateStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto state = (*store)->Load();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->meta.cluster_id, "c0ffee");
+  EXPECT_EQ(state->meta.run.generation(), 0u);  // version 1 knew no run
+  store->reset();
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &stmt, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(stmt, 0), kSchemaVersion);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+}
+
 TEST(StateStoreTest, SecondOpenWhileInUseFails) {
   const gift::TempDir dir = test::NewTempDir("gift-coord");
   const std::string path = dir.File("s.db");

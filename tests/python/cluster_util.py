@@ -245,11 +245,12 @@ class ClusterFixture:
 
 
 def run_trainers(argvs: List[List[str]], timeout: float, cluster: Cluster,
-                 label: str = "") -> None:
+                 label: str = "", env: Optional[dict] = None) -> None:
     """Runs one training process per argv side by side and waits up to
     `timeout` s for each (then kills it); raises AssertionError with its
     output and the cluster's logs when one exits nonzero."""
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env)
              for argv in argvs]
     logs = []
     for p in procs:

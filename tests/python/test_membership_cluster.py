@@ -1,4 +1,4 @@
-"""Membership changes are never silent (issue 33 item 2), against a real
+"""Membership changes are never silent (issue 33 items 2-3), against a real
 local cluster (coordinator + 1 server + 2 workers, 2 s leases): kill -9 of
 one worker; under the default policy (on_member_loss continue) the
 survivor's next push_pull raises WorldSizeChanged, after the step, naming
@@ -7,12 +7,18 @@ until the client registers again. Skipped when the daemons are not built."""
 
 import os
 import signal
+import sys
+import tempfile
 import unittest
 
+import torch
+
 import cluster_util
+import train_tiny
 from gift_ps import MemberLost, WorkerClient, WorldSizeChanged
 
 SKIP = cluster_util.skip_reason()
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @unittest.skipIf(SKIP is not None, SKIP or "")
@@ -55,6 +61,48 @@ class MembershipClusterTest(unittest.TestCase):
             self.assertIn("(worker-1, ", ctx.exception.message)
         self.clients[0].register({"layer.w": (32, 16)})  # a new run
         self.assertEqual(self.clients[0].push_pull(4).world_size, 1)
+
+
+@unittest.skipIf(SKIP is not None, SKIP or "")
+class RunTwiceTest(unittest.TestCase):
+    """The same training script (train_tiny.py, FP32: exact) run twice
+    against one cluster: each run with its own GIFT_RUN_ID (as a launcher
+    gives each launch) trains exactly from step 0; a second run without a
+    run id is refused naming the remedy, and runs after `giftctl run
+    reset`."""
+
+    STEPS = 3
+
+    def train(self, cluster, run_id: str) -> None:
+        env = dict(os.environ, GIFT_RUN_ID=run_id)
+        with tempfile.TemporaryDirectory() as d:
+            outs = [os.path.join(d, f"rank{r}.pt") for r in range(2)]
+            cluster_util.run_trainers(
+                [[sys.executable, os.path.join(HERE, "train_tiny.py"), socket, str(rank), "0",
+                  str(self.STEPS), out] for rank, (socket, out) in
+                 enumerate(zip(cluster.sockets, outs))],
+                timeout=300, cluster=cluster, label=f"run {run_id!r}", env=env)
+            ref = train_tiny.reference(self.STEPS)
+            for out in outs:
+                got = torch.load(out)["params"]
+                for name, want in ref.items():
+                    self.assertTrue(torch.equal(got[name], want), f"run {run_id!r}: {name}")
+
+    def test_the_same_script_runs_twice(self):
+        cluster = cluster_util.Cluster(servers=1, workers=2)
+        try:
+            cluster.set_codecs("fp32", "fp32")
+            self.train(cluster, "first")
+            self.train(cluster, "second")
+            # No run id: the cluster's current run, whose steps are taken.
+            with self.assertRaises(AssertionError) as ctx:
+                self.train(cluster, "")
+            self.assertIn("giftctl run reset", str(ctx.exception))
+            self.assertIn("started run", cluster.giftctl("run", "reset"))
+            self.train(cluster, "")
+            self.assertIn("giftctl-", cluster.giftctl("run"))
+        finally:
+            cluster.stop()
 
 
 if __name__ == "__main__":

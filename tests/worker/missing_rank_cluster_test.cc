@@ -105,7 +105,7 @@ class MissingRankClusterTest : public ::testing::Test {
 };
 
 TEST_F(MissingRankClusterTest, ARankThatNeverPushesIsNamedInLogStatusMetricAndError) {
-  ASSERT_NO_FATAL_FAILURE(Start(gift::v1::ON_MEMBER_LOSS_CONTINUE, absl::Seconds(12)));
+  ASSERT_NO_FATAL_FAILURE(Start(gift::v1::ON_MEMBER_LOSS_CONTINUE, absl::Seconds(8)));
   ASSERT_NO_FATAL_FAILURE(RegisterAll());
   ASSERT_NO_FATAL_FAILURE(StepAll(1));
   const std::string missing = cluster_->worker_name(1);
@@ -150,15 +150,15 @@ TEST_F(MissingRankClusterTest, APeerRefusedAtRegistrationFailsTheOthersStepAtOnc
   auto t0 = clients_[0]->Register({{"layer.w", {32, 16}}});
   ASSERT_TRUE(t0.ok()) << t0.status();
   auto waiting = Step(0, 1);
-  absl::SleepFor(absl::Milliseconds(500));  // worker 0 is in the step
+  absl::SleepFor(absl::Milliseconds(500));                        // worker 0 is in the step
   auto refused = clients_[1]->Register({{"layer.w", {16, 32}}});  // a mismatched shape
   const absl::Time at = absl::Now();
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists) << refused.status();
   auto r = waiting.get();
   const absl::Duration after = absl::Now() - at;
   ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
-  EXPECT_TRUE(absl::StrContains(r.status().message(),
-                                absl::StrCat("(", cluster_->worker_name(1), ", ")))
+  EXPECT_TRUE(
+      absl::StrContains(r.status().message(), absl::StrCat("(", cluster_->worker_name(1), ", ")))
       << r.status();
   EXPECT_TRUE(absl::StrContains(r.status().message(), "refused its registration")) << r.status();
   EXPECT_LE(after, absl::Seconds(2));
@@ -178,8 +178,8 @@ TEST_F(MissingRankClusterTest, KillUnderFailNamesTheLostWorkerUntilARunRegisters
     auto r = Step(0, step).get();
     ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
     EXPECT_TRUE(absl::StrContains(r.status().message(), "on_member_loss=fail")) << r.status();
-    EXPECT_TRUE(absl::StrContains(r.status().message(),
-                                  absl::StrCat("(", cluster_->worker_name(1), ", ")))
+    EXPECT_TRUE(
+        absl::StrContains(r.status().message(), absl::StrCat("(", cluster_->worker_name(1), ", ")))
         << r.status();
   }
   // A new run (the training process registers again) goes on alone.
@@ -204,6 +204,54 @@ TEST_F(MissingRankClusterTest, KillUnderContinueTellsTheSurvivorInItsNextResult)
   r = Step(0, 3).get();  // said once
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->previous_world_size, 0u);
+}
+
+// Runs (issue 33 item 3): a job started again from step 0 under a new run
+// id registers new shapes and steps from 0 on the same daemons; after a run
+// reset, the old run's registration is told that a new run began.
+TEST_F(MissingRankClusterTest, ANewRunStartsAtStepZeroInNewShapes) {
+  ASSERT_NO_FATAL_FAILURE(Start(gift::v1::ON_MEMBER_LOSS_CONTINUE, absl::Seconds(30)));
+  auto run = [&](const std::string& id, int64_t rows) {
+    std::vector<std::unique_ptr<client::WorkerClient>> clients;
+    for (int w = 0; w < kWorkers; ++w) {
+      auto c = client::WorkerClient::Connect(cluster_->worker_socket(w), {.run_id = id});
+      EXPECT_TRUE(c.ok()) << c.status();
+      if (!c.ok()) return clients;
+      auto t = (*c)->Register({{"layer.w", {rows, 16}}});
+      EXPECT_TRUE(t.ok()) << t.status();
+      clients.push_back(*std::move(c));
+    }
+    for (uint64_t step = 0; step < 3; ++step) {
+      std::vector<std::future<absl::StatusOr<client::PushPullResult>>> calls;
+      for (auto& c : clients) {
+        calls.push_back(std::async(std::launch::async, [&c, step] { return c->PushPull(step); }));
+      }
+      for (auto& f : calls) {
+        auto r = f.get();
+        EXPECT_TRUE(r.ok()) << "run " << id << " step " << step << ": " << r.status();
+        if (r.ok()) EXPECT_EQ(r->step, step);
+      }
+    }
+    return clients;
+  };
+  auto first = run("first", 32);
+  ASSERT_EQ(first.size(), size_t{kWorkers});
+  auto second = run("second", 8);  // the same steps, another shape
+  ASSERT_EQ(second.size(), size_t{kWorkers});
+  // An operator starts another run (giftctl run reset): the registrations of
+  // run "second" are told so at their next step, not after a timeout.
+  control::CoordinatorClient coordinator(
+      control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()), absl::Seconds(30));
+  gift::v1::StartRunRequest reset;
+  reset.set_run_id("third");
+  ASSERT_TRUE(coordinator.StartRun(reset).ok());
+  absl::SleepFor(absl::Milliseconds(500));  // the workers' Watch streams
+  const absl::Time at = absl::Now();
+  auto stale = second[0]->PushPull(3);
+  ASSERT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+  EXPECT_TRUE(absl::StrContains(stale.status().message(), "a new run began (run 'third'"))
+      << stale.status();
+  EXPECT_LT(absl::Now() - at, absl::Seconds(5));
 }
 
 }  // namespace

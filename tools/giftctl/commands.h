@@ -6,6 +6,7 @@
 //   tensors_command.cc   tensors
 //   policy_commands.cc   policy get, policy set (the flags of policy set too)
 //   refresh_and_drain.cc refresh, rank set, drain
+//   run_commands.cc      run, run reset
 //
 // Thread safety: the functions share no state; a CommandContext is used by
 // one command at a time.
@@ -73,6 +74,12 @@ absl::Status RefreshCommand(const CommandContext& ctx, const std::string& glob);
 absl::Status RankSetCommand(const CommandContext& ctx, uint32_t rank, const std::string& glob);
 // `drain WORKER`: WORKER is a member id or a name.
 absl::Status DrainCommand(const CommandContext& ctx, const std::string& worker);
+
+// `run`: the current training run. `run reset [--id ID]`: starts a new run
+// (ID, or "giftctl-<unix ms>"): the registered tensors are dropped, and the
+// training processes that register next begin at their step 0.
+absl::Status RunShowCommand(const CommandContext& ctx);
+absl::Status RunResetCommand(const CommandContext& ctx, const std::string& run_id);
 
 }  // namespace gift::giftctl
 

@@ -170,6 +170,13 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
   CLI::App* drain = app.add_subcommand("drain", "drain a worker: it leaves after its step");
   std::string drain_target;
   drain->add_option("WORKER", drain_target, "the member's name or id")->required();
+  CLI::App* run = app.add_subcommand("run", "the training run; run reset starts a new one");
+  CLI::App* run_reset = run->add_subcommand(
+      "reset",
+      "start a new training run: drop the registered tensors; the next registrations begin at "
+      "step 0 (also in new shapes)");
+  std::string run_id;
+  run_reset->add_option("--id", run_id, "the new run's id (default: giftctl-<unix ms>)");
   CLI::App* health = app.add_subcommand(
       "health", "grpc.health.v1 status of a daemon's endpoint (exec probes under mutual TLS)");
   std::string health_target;
@@ -245,6 +252,10 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
     result = RankSetCommand(ctx, rank_value, rank_glob);
   } else if (drain->parsed()) {
     result = DrainCommand(ctx, drain_target);
+  } else if (run_reset->parsed()) {
+    result = RunResetCommand(ctx, run_id);
+  } else if (run->parsed()) {
+    result = RunShowCommand(ctx);
   }
   if (result.ok()) return kExitOk;
   err << "giftctl: " << absl::StatusCodeToString(result.code()) << ": " << result.message();

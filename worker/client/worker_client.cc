@@ -207,6 +207,7 @@ absl::StatusOr<RegisteredTensors> WorkerClient::Register(
     handle = *std::move(handed);
   }
   gift::v1::RegisterBuffersRequest request;
+  request.set_run_id(options_.run_id);
   for (size_t i = 0; i < specs.size(); ++i) {
     gift::v1::BufferSpec* buffer = request.add_buffers();
     buffer->set_name(specs[i].name);

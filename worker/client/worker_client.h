@@ -163,6 +163,11 @@ struct PushPullResult {
 };
 
 struct WorkerClientOptions {
+  // The training run the registrations belong to (worker.proto
+  // RegisterBuffersRequest.run_id): every process of one run of the job
+  // passes the same id, a new run (the job started again from step 0) a new
+  // one; "" registers in the cluster's current run.
+  std::string run_id;
   // Connect waits this long for the channel to be ready; zero: it does not
   // wait (the first call connects).
   absl::Duration connect_timeout = absl::Seconds(10);

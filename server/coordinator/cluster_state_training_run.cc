@@ -1,0 +1,76 @@
+// ClusterStateMachine::StartRun: a new training run of the job
+// (coordinator.proto StartRun, cluster.proto RunState).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "server/coordinator/cluster_state.h"
+#include "server/coordinator/cluster_state_run.h"
+
+namespace gift::coordinator {
+
+using logging::Level;
+using logging::Log;
+
+namespace {
+constexpr size_t kMaxRunIdBytes = 256;
+}  // namespace
+
+absl::StatusOr<gift::v1::StartRunResponse> ClusterStateMachine::StartRun(
+    const gift::v1::StartRunRequest& request) {
+  return Run([&]() -> absl::StatusOr<gift::v1::StartRunResponse> {
+    if (request.run_id().empty()) return absl::InvalidArgumentError("run_id is empty");
+    if (request.run_id().size() > kMaxRunIdBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("run_id is ", request.run_id().size(), " bytes; at most ", kMaxRunIdBytes));
+    }
+    if (!request.member_id().empty()) {
+      GIFT_RETURN_IF_ERROR(membership_.LiveWorker(request.member_id()).status());
+    }
+    gift::v1::StartRunResponse response;
+    if (request.run_id() != meta_.run.run_id()) {
+      gift::v1::RunState run;
+      run.set_run_id(request.run_id());
+      run.set_generation(meta_.run.generation() + 1);
+      // Above every step a worker may have begun: steps are planned only
+      // through the frozen horizon (a worker beyond it first moves it).
+      uint64_t begun = meta_.frozen_through_step;
+      for (const auto& [id, m] : membership_.members()) {
+        begun = std::max({begun, m.last_step(), m.waiting_step()});
+      }
+      run.set_base_step(begun + 1);
+      run.set_started_unix_ms(NowMsLocked());
+      meta_.run = run;
+      // The new run registers its tensors again, in whatever shapes it has;
+      // refusals of the old run's registrations no longer hold.
+      for (const std::string& name : registry_.DropAll()) response.add_dropped_tensors(name);
+      ledger_.DropAll();
+      for (const auto& [id, m] : membership_.members()) {
+        if (m.registration_error().empty()) continue;
+        gift::v1::Member* member = membership_.Live(id).value();
+        member->clear_registration_error();
+        membership_.MarkChanged(*member);
+      }
+      // A new epoch: servers drop what they hold of the old run's steps.
+      membership_.BumpEpoch();
+      OnMembershipChangedLocked();
+      TouchLocked();
+      response.set_started(true);
+      Log(Level::kInfo, "run_started",
+          {{"run_id", run.run_id()},
+           {"generation", run.generation()},
+           {"base_step", run.base_step()},
+           {"epoch", membership_.epoch()},
+           {"dropped_tensors", response.dropped_tensors_size()},
+           {"by", request.member_id().empty() ? "operator" : request.member_id()}});
+    }
+    *response.mutable_run() = meta_.run;
+    response.set_revision(meta_.revision);
+    return response;
+  });
+}
+
+}  // namespace gift::coordinator
