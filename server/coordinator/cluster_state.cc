@@ -272,7 +272,8 @@ absl::Status ClusterStateMachine::CheckRegistrationLocked(
   if (!ranks.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the policy does not fit these tensors: ", ranks.message(),
-                     "; change it (giftctl policy set) and register again"));
+                     "; change it (giftctl policy set --rank R, or giftctl rank set R, "
+                     "with R at most the smallest dimension) and register again"));
   }
   return absl::OkStatus();
 }

@@ -57,7 +57,9 @@ absl::StatusOr<std::vector<const gift::v1::TensorSpec*>> TensorRegistry::Check(
         return absl::AlreadyExistsError(absl::StrCat(
             "tensor '", spec.name(), "' is registered with shape ", ShapeString(t.shape()),
             " dtype ", gift::v1::DType_Name(t.dtype()), ", not shape ", ShapeString(spec.shape()),
-            " dtype ", gift::v1::DType_Name(spec.dtype())));
+            " dtype ", gift::v1::DType_Name(spec.dtype()),
+            " (a model of other shapes is a new run: register with a new run id, or after "
+            "`giftctl run reset`)"));
       }
     }
     auto [it, inserted] = seen.emplace(spec.name(), &spec);
