@@ -19,11 +19,17 @@
 #include <string>
 #include <vector>
 
-#include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/control/coordinator_client.h"
 #include "tools/giftctl/policy_edit.h"
+
+// Only pointers to them here: CLI11 is a large header-only library, and the
+// command files need none of it (giftctl.cc and policy_commands.cc include it).
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
 
 namespace gift::giftctl {
 
@@ -60,7 +66,8 @@ struct PolicySetFlags {
   std::vector<std::string> include, exclude;
   std::map<std::string, CLI::Option*> options;
 
-  bool given(const std::string& name) const { return options.at(name)->count() > 0; }
+  // Whether the flag `name` (its long name without "--") was given.
+  bool given(const std::string& name) const;
 };
 // Adds the flags of `policy set` to `cmd`; `flags` must outlive the parse.
 void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* flags);

@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
@@ -121,6 +122,10 @@ absl::Status PolicySetCommand(const CommandContext& ctx, const PolicyEdit& edit)
   if (!updated.ok()) return updated.status();
   PrintPolicy(*updated, ctx.json, ctx.out);
   return absl::OkStatus();
+}
+
+bool PolicySetFlags::given(const std::string& name) const {
+  return options.at(name)->count() > 0;
 }
 
 void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* f) {
