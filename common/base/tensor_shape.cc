@@ -8,6 +8,10 @@ namespace gift {
 
 absl::StatusOr<uint64_t> TensorElements(absl::Span<const int64_t> shape) {
   if (shape.empty()) return absl::InvalidArgumentError("shape []: no dimensions");
+  if (shape.size() > kMaxTensorDims) {
+    return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeString(shape), ": ", shape.size(),
+                                                   " dimensions, at most ", kMaxTensorDims));
+  }
   uint64_t elements = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     const int64_t d = shape[i];
@@ -26,6 +30,10 @@ absl::StatusOr<uint64_t> TensorElements(absl::Span<const int64_t> shape) {
 }
 
 std::string ShapeString(absl::Span<const int64_t> shape) {
+  if (shape.size() > kMaxTensorDims) {
+    return absl::StrCat("[", absl::StrJoin(shape.subspan(0, kMaxTensorDims), ", "), ", ... (",
+                        shape.size(), " dimensions)]");
+  }
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 

@@ -64,20 +64,6 @@ absl::Status ValidateCodec(absl::string_view field, const gift::v1::CodecSpec& s
   return absl::OkStatus();
 }
 
-absl::Status ValidateGlob(absl::string_view field, const std::string& glob) {
-  if (glob.empty()) return Invalid(field, "\"\"", "a glob must not be empty");
-  if (glob.size() > kMaxGlobLength) {
-    return Invalid(field, absl::StrCat("<", glob.size(), " characters>"),
-                   absl::StrCat("a glob is at most ", kMaxGlobLength, " characters"));
-  }
-  for (char c : glob) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      return Invalid(field, absl::CEscape(glob), "a glob must not contain control characters");
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ValidateRank(absl::string_view field, uint32_t rank) {
   if (rank < 1 || rank > kMaxRank) {
     return Invalid(field, rank, absl::StrCat("must be in [1, ", kMaxRank, "]"));
@@ -270,6 +256,26 @@ bool GlobMatch(absl::string_view glob, absl::string_view name) {
   }
   while (g < glob.size() && glob[g] == '*') ++g;
   return g == glob.size();
+}
+
+absl::Status ValidateGlob(absl::string_view field, const std::string& glob) {
+  if (glob.empty()) return Invalid(field, "\"\"", "a glob must not be empty");
+  if (glob.size() > kMaxGlobLength) {
+    return Invalid(field, absl::StrCat("<", glob.size(), " characters>"),
+                   absl::StrCat("a glob is at most ", kMaxGlobLength, " characters"));
+  }
+  for (char c : glob) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return Invalid(field, absl::CEscape(glob), "a glob must not contain control characters");
+    }
+    // Not shell glob syntax here: '[' would match itself, silently nothing.
+    if (c == '[' || c == ']' || c == '\\') {
+      return Invalid(field, absl::CEscape(glob),
+                     "a glob takes '*' (any run of characters) and '?' (one character); "
+                     "'[', ']' and '\\' are not supported");
+    }
+  }
+  return absl::OkStatus();
 }
 
 bool IsTransformable(absl::Span<const int64_t> shape) {

@@ -54,6 +54,10 @@ absl::Status ValidateRanksForTensors(const gift::v1::Policy& policy,
 // empty, also across '.' and '/'), '?' exactly one; everything else matches
 // itself. Linear in practice; worst case O(|glob| * |name|).
 bool GlobMatch(absl::string_view glob, absl::string_view name);
+// A glob a user gave (`field` names it in the message): not empty, at most
+// 1,024 characters, no control characters, and none of '[', ']',
+// '\\' (shell syntax GlobMatch does not have). InvalidArgument otherwise.
+absl::Status ValidateGlob(absl::string_view field, const std::string& glob);
 
 // How a tensor is chosen to be transformed.
 enum class Selection {

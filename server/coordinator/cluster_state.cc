@@ -548,6 +548,9 @@ absl::StatusOr<gift::v1::RequestRefreshResponse> ClusterStateMachine::RequestRef
     const gift::v1::RequestRefreshRequest& request) {
   return Run([&]() -> absl::StatusOr<gift::v1::RequestRefreshResponse> {
     gift::v1::RequestRefreshResponse response;
+    if (!request.tensor_glob().empty()) {
+      GIFT_RETURN_IF_ERROR(policy::ValidateGlob("tensor_glob", request.tensor_glob()));
+    }
     for (std::string& name : RequestRefreshLocked(request.tensor_glob())) {
       response.add_tensors(std::move(name));
     }

@@ -28,5 +28,19 @@ TEST(TensorShapeTest, RejectsTooManyElementsWithoutOverflow) {
   EXPECT_FALSE(TensorElements(std::vector<int64_t>{INT64_MAX}).ok());
 }
 
+// A shape of 20,000 dimensions of 1 has one element, and is refused with a
+// short message (it used to be accepted, and its re-registration with
+// another shape failed in gRPC's metadata limit quoting all of it).
+TEST(TensorShapeTest, DimensionsAreBoundedAndQuotedShort) {
+  const std::vector<int64_t> many(20000, 1);
+  const absl::Status s = TensorElements(many).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(s.message().size(), 200u) << s.message();
+  EXPECT_NE(s.message().find("20000 dimensions, at most 16"), std::string::npos) << s.message();
+  EXPECT_TRUE(TensorElements(std::vector<int64_t>(kMaxTensorDims, 2)).ok());
+  EXPECT_FALSE(TensorElements(std::vector<int64_t>(kMaxTensorDims + 1, 1)).ok());
+}
+
 }  // namespace
+
 }  // namespace gift

@@ -251,6 +251,14 @@ TEST(GiftctlTest, TheCoordinatorsBoundsAreUsageErrorsBeforeAnythingIsSent) {
                        "be in (0, 1]"),
             std::string::npos)
       << r.err;
+  // Shell glob syntax the matcher does not have ('[' would match itself).
+  r = RunArgs({"policy", "set", "--tensor", "[", "--enabled", "false"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("'[', ']' and '\\' are not supported"), std::string::npos) << r.err;
+  r = RunArgs({"refresh", "--tensor", "layers.[0-3].w"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("giftctl refresh: --tensor = layers.[0-3].w"), std::string::npos) << r.err;
+  EXPECT_EQ(RunArgs({"rank", "set", "8", "--tensor", "a\\b"}).code, kExitUsage);
   // In range: giftctl dials (and finds nothing there).
   EXPECT_EQ(RunArgs({"--timeout", "1s", "policy", "set", "--period", "1048576"}).code,
             kExitUnavailable);

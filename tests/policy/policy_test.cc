@@ -91,6 +91,14 @@ TEST(PolicyValidateTest, NamesTheFieldAndValue) {
       {"refresh.drift_threshold = -0.5",
        [](gift::v1::Policy* p) { p->mutable_refresh()->set_drift_threshold(-0.5); }},
       {"overrides[0].glob", [](gift::v1::Policy* p) { p->add_overrides()->set_rank(3); }},
+      {"overrides[0].glob = [",
+       [](gift::v1::Policy* p) {
+         auto* o = p->add_overrides();
+         o->set_glob("[");
+         o->set_enabled(false);
+       }},
+      {"selection.exclude[0] = layers.[0-3].w",
+       [](gift::v1::Policy* p) { p->mutable_selection()->add_exclude("layers.[0-3].w"); }},
       {"overrides[0].rank = 0",
        [](gift::v1::Policy* p) {
          auto* o = p->add_overrides();
@@ -290,7 +298,9 @@ TEST(ResolveTest, Selection) {
 
 gift::v1::CodecSpec Codec(const char* text) { return codec::ToProto(*codec::ParseCodecSpec(text)); }
 
-std::string Name(const gift::v1::CodecSpec& spec) { return codec::ToString(*codec::FromProto(spec)); }
+std::string Name(const gift::v1::CodecSpec& spec) {
+  return codec::ToString(*codec::FromProto(spec));
+}
 
 TEST(ResolveTest, CodecsGlobalForTransformableBf16ForTheRest) {
   gift::v1::Policy p = Defaults();

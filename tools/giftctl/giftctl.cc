@@ -211,6 +211,21 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
     edit = *std::move(parsed);
   }
 
+  // The globs the coordinator would refuse, refused here (exit 64).
+  struct GlobFlag {
+    const char* command;
+    const CLI::App* app;
+    const std::string* glob;
+  };
+  for (const GlobFlag& g :
+       {GlobFlag{"refresh", refresh, &refresh_glob}, GlobFlag{"rank set", rank_set, &rank_glob}}) {
+    if (!g.app->parsed() || g.glob->empty()) continue;
+    if (absl::Status s = policy::ValidateGlob("--tensor", *g.glob); !s.ok()) {
+      err << "giftctl " << g.command << ": " << s.message() << '\n';
+      return kExitUsage;
+    }
+  }
+
   if (completion->parsed()) {
     out << BashCompletionScript(app);
     return kExitOk;
