@@ -369,7 +369,10 @@ class WorkerClient:
             try:
                 return self._buffer_channel.hand(buffer.fileno())
             except HandoffError as e:
-                if e.code == "UNAVAILABLE":
+                # A refusal of this buffer keeps the connection; anything else
+                # (a broken connection, one the worker refused at its cap and
+                # closed, a connection's handle cap) connects again next time.
+                if e.code not in ("INVALID_ARGUMENT", "FAILED_PRECONDITION"):
                     self._buffer_channel.close()
                     self._buffer_channel = None
                 raise GiftError(e.code, e.message, method) from None

@@ -124,7 +124,11 @@ class BufferChannel:
                 socket.send_fds(self._sock, [HANDOFF_MAGIC], [fd])
                 reply = self._sock.recv(512)
             except OSError as e:
-                raise HandoffError("UNAVAILABLE", f"buffer socket {self.path}: {e}") from None
+                # The worker may have said why before it closed the
+                # connection (e.g. its connection cap): report that.
+                reply = self._pending_reply()
+                if not reply.startswith(b"ERR "):
+                    raise HandoffError("UNAVAILABLE", f"buffer socket {self.path}: {e}") from None
         if not reply:
             raise HandoffError("UNAVAILABLE", f"the worker closed buffer socket {self.path}")
         text = reply.decode("utf-8", "replace")
@@ -134,6 +138,13 @@ class BufferChannel:
             code, _, message = text[4:].partition(" ")
             raise HandoffError(code, message)
         raise HandoffError("INTERNAL", f"unexpected reply {text!r} from {self.path}")
+
+    def _pending_reply(self) -> bytes:
+        """A reply already waiting on the socket, or b""."""
+        try:
+            return self._sock.recv(512, socket.MSG_DONTWAIT)
+        except OSError:
+            return b""
 
     def release(self, handle: str) -> None:
         """Tells the worker this client no longer names `handle` (a replaced

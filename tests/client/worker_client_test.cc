@@ -324,6 +324,37 @@ TEST(WorkerClientClusterTest, TwoClientsAverageExactlyAndReportCodes) {
   }
 }
 
+// 256 idle connections of another client take every slot of the worker's
+// buffer socket (its cap): Register is refused RESOURCE_EXHAUSTED (the
+// worker's reply, read although it closed the connection); once they close,
+// the next Register connects again rather than reusing the refused one.
+TEST(WorkerClientClusterTest, ARefusalAtTheConnectionCapConnectsAgainNextCall) {
+  LocalCluster cluster;
+  absl::Status started = cluster.Start();
+  ASSERT_TRUE(started.ok()) << started << "\n" << cluster.Logs();
+  absl::StatusOr<std::unique_ptr<WorkerClient>> client =
+      WorkerClient::Connect(cluster.sockets()[0], {.connect_timeout = absl::Seconds(30)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::string path = cluster.sockets()[0] + ".buffers";
+  std::vector<int> hogs;
+  for (int i = 0; i < 256; ++i) {
+    const int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+    hogs.push_back(fd);
+  }
+  absl::SleepFor(absl::Milliseconds(500));  // accepted by the worker
+  const std::vector<TensorSpec> specs = {{"capped", {8}}};
+  absl::StatusOr<std::vector<SharedTensor>> refused = (*client)->Register(specs);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  for (int fd : hogs) close(fd);
+  absl::SleepFor(absl::Milliseconds(500));  // the worker sees them close
+  absl::StatusOr<std::vector<SharedTensor>> again = (*client)->Register(specs);
+  EXPECT_TRUE(again.ok()) << again.status() << "\n" << cluster.Logs();
+}
+
 #endif  // GIFT_WORKER_BIN
 
 }  // namespace

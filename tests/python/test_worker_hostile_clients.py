@@ -12,15 +12,19 @@ clients that try to make it fault or touch memory that is not theirs.
   open it, is refused as unsealed; its bytes stay untouched.
 - A client killed with SIGKILL while registered leaves a worker that serves
   the next client.
+- A client refused at the buffer socket's connection cap (256 idle
+  connections of another client) connects again on its next call.
 """
 
 import fcntl
 import mmap
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 import unittest
 
 import torch
@@ -96,6 +100,28 @@ class HostileClientTest(cluster_util.ClusterFixture, unittest.TestCase):
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)  # F_SEAL_SEAL holds
         self.client.push_pull(self.next_step())
         self.assertTrue(torch.equal(t["g1000"], torch.full((1000,), 2.0)))
+        self.assert_worker_serves()
+
+    def test_a_client_refused_at_the_connection_cap_connects_again_next_call(self):
+        # 256 idle connections take every slot of the buffer socket (its cap):
+        # the client's handoff is refused RESOURCE_EXHAUSTED; once they close,
+        # its next register connects again instead of reusing the refused,
+        # closed connection ("Connection reset by peer").
+        path = self.client.info().buffer_socket
+        hogs = []
+        try:
+            for _ in range(256):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                s.connect(path)
+                hogs.append(s)
+            time.sleep(0.5)  # accepted by the worker
+            with self.assertRaises(GiftError) as ctx:
+                self.client.register({"refused": (8,)})
+            self.assertEqual(ctx.exception.code, "RESOURCE_EXHAUSTED", ctx.exception)
+        finally:
+            for s in hogs:
+                s.close()
+        time.sleep(0.5)  # the worker sees them close
         self.assert_worker_serves()
 
     def test_a_replaced_set_is_released(self):

@@ -108,11 +108,20 @@ absl::StatusOr<std::string> BufferChannel::Hand(int fd) {
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  if (sendmsg(fd_, &msg, MSG_NOSIGNAL) < 0) {
-    return absl::UnavailableError(absl::StrCat("buffer socket: sendmsg: ", std::strerror(errno)));
-  }
   char reply[512];
-  const ssize_t n = recv(fd_, reply, sizeof(reply), 0);
+  ssize_t n = 0;
+  if (sendmsg(fd_, &msg, MSG_NOSIGNAL) < 0) {
+    const int send_errno = errno;
+    // The worker may have said why before it closed the connection (e.g.
+    // its connection cap): report that.
+    n = recv(fd_, reply, sizeof(reply), MSG_DONTWAIT);
+    if (n < 4 || absl::string_view(reply, 4) != "ERR ") {
+      return absl::UnavailableError(
+          absl::StrCat("buffer socket: sendmsg: ", std::strerror(send_errno)));
+    }
+  } else {
+    n = recv(fd_, reply, sizeof(reply), 0);
+  }
   if (n <= 0) {
     return absl::UnavailableError(n == 0 ? "buffer socket: the worker closed the connection"
                                          : absl::StrCat("buffer socket: recv: ", std::strerror(errno)));

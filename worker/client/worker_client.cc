@@ -457,8 +457,14 @@ absl::StatusOr<std::string> WorkerClient::Hand(const SealedRegion& region) {
     buffers_ = *std::move(channel);
   }
   absl::StatusOr<std::string> handle = buffers_->Hand(region.fd());
-  // A broken connection (a restarted worker): connect afresh next time.
-  if (handle.status().code() == absl::StatusCode::kUnavailable) buffers_.reset();
+  // A refusal of this buffer keeps the connection; anything else (a broken
+  // connection, a restarted worker, one refused at the socket's connection
+  // cap and closed, a connection's handle cap) connects afresh next time.
+  const absl::StatusCode code = handle.status().code();
+  if (code != absl::StatusCode::kOk && code != absl::StatusCode::kInvalidArgument &&
+      code != absl::StatusCode::kFailedPrecondition) {
+    buffers_.reset();
+  }
   return handle;
 }
 
