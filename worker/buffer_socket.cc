@@ -25,8 +25,6 @@ using logging::Level;
 using logging::Log;
 
 // Bounds on what one client can make the worker hold.
-constexpr size_t kMaxConnections = 256;
-constexpr size_t kMaxHandlesPerConnection = 4096;
 constexpr int kMaxFdsPerMessage = 8;  // more arrive as a truncated control message
 
 absl::Status Errno(absl::string_view what) {
@@ -128,16 +126,28 @@ void BufferSocket::Serve() {
     connections = std::move(open);
     if (fds[1].revents & POLLIN) {
       const int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c >= 0 && connections.size() >= kMaxConnections) {
-        Reply(c, "ERR RESOURCE_EXHAUSTED too many connections to the buffer socket");
+      ucred peer{};
+      socklen_t len = sizeof(peer);
+      if (c >= 0) getsockopt(c, SOL_SOCKET, SO_PEERCRED, &peer, &len);
+      if (c >= 0 && (connections.size() >= kMaxBufferSocketConnections ||
+                     connections_of_uid_[peer.uid] >= kMaxBufferSocketConnectionsPerUser)) {
+        const bool per_user = connections.size() < kMaxBufferSocketConnections;
+        Reply(c, absl::StrCat("ERR RESOURCE_EXHAUSTED too many connections to the buffer socket",
+                              per_user
+                                  ? absl::StrCat(" from uid ", peer.uid, " (at most ",
+                                                 kMaxBufferSocketConnectionsPerUser, ")")
+                                  : absl::StrCat(" (at most ", kMaxBufferSocketConnections, ")")));
         close(c);
+        Log(Level::kWarning, "buffer_client_refused",
+            {{"pid", static_cast<int64_t>(peer.pid)},
+             {"uid", static_cast<int64_t>(peer.uid)},
+             {"reason", per_user ? "connections of its uid" : "connections"}});
       } else if (c >= 0) {
-        ucred peer{};
-        socklen_t len = sizeof(peer);
-        getsockopt(c, SOL_SOCKET, SO_PEERCRED, &peer, &len);
         Log(Level::kInfo, "buffer_client_connected",
             {{"pid", static_cast<int64_t>(peer.pid)}, {"uid", static_cast<int64_t>(peer.uid)}});
         connections.push_back(c);
+        uid_of_[c] = peer.uid;
+        ++connections_of_uid_[peer.uid];
       }
     }
   }
@@ -193,11 +203,21 @@ bool BufferSocket::Receive(int fd) {
         absl::StatusCode::kInvalidArgument,
         absl::StrCat("a handoff carries exactly one memfd (SCM_RIGHTS); got ", received.size()));
   }
+  const uid_t uid = uid_of_[fd];
   {
     absl::MutexLock lock(&mu_);
     if (per_connection_[fd] >= kMaxHandlesPerConnection) {
       return fail(absl::StatusCode::kResourceExhausted,
                   absl::StrCat("at most ", kMaxHandlesPerConnection, " buffers per connection"));
+    }
+    if (handles_of_uid_[uid] >= kMaxHandlesPerUser) {
+      return fail(absl::StatusCode::kResourceExhausted,
+                  absl::StrCat("at most ", kMaxHandlesPerUser, " buffers of uid ", uid,
+                               " at a time (release some, or close connections)"));
+    }
+    if (handed_.size() >= kMaxHandles) {
+      return fail(absl::StatusCode::kResourceExhausted,
+                  absl::StrCat("at most ", kMaxHandles, " buffers at a time on this worker"));
     }
   }
   auto buffer = SharedBuffer::MapSealed(received[0]);
@@ -208,6 +228,7 @@ bool BufferSocket::Receive(int fd) {
     handed_[handle] = Handed{.connection = fd,
                              .buffer = std::make_shared<const SharedBuffer>(*std::move(buffer))};
     ++per_connection_[fd];
+    ++handles_of_uid_[uid];
   }
   Reply(fd, absl::StrCat("OK ", handle));
   return true;
@@ -219,14 +240,19 @@ void BufferSocket::Release(int fd, absl::string_view handle) {
   if (it == handed_.end() || it->second.connection != fd) return;  // not this client's
   handed_.erase(it);
   --per_connection_[fd];
+  --handles_of_uid_[uid_of_[fd]];
 }
 
 void BufferSocket::Drop(int fd) {
+  const uid_t uid = uid_of_[fd];
   {
     absl::MutexLock lock(&mu_);
     absl::erase_if(handed_, [fd](const auto& entry) { return entry.second.connection == fd; });
+    handles_of_uid_[uid] -= per_connection_[fd];
     per_connection_.erase(fd);
   }
+  --connections_of_uid_[uid];
+  uid_of_.erase(fd);
   close(fd);
 }
 

@@ -20,12 +20,23 @@
 // The peer's credentials (SO_PEERCRED) are logged; the socket file is
 // created 0660, like the Worker API socket.
 //
+// Limits, so that one local user cannot starve the others (each handed
+// buffer is a mapping, and the kernel allows a process about 65,530):
+// kMaxConnections connections in all and kMaxConnectionsPerUser per uid,
+// kMaxHandlesPerConnection handles per connection, kMaxHandlesPerUser per
+// uid and kMaxHandles in all. Past one, that client gets "ERR
+// RESOURCE_EXHAUSTED ..." (a connection: the reply, then it is closed);
+// others are not affected.
+//
 // Ownership: owns the listening socket, its connections and the handed
 // buffers; unlinks the socket file on destruction. Thread safety: Find may be
 // called from any thread; one background thread serves the socket.
 #ifndef GIFT_WORKER_BUFFER_SOCKET_H_
 #define GIFT_WORKER_BUFFER_SOCKET_H_
 
+#include <sys/types.h>
+
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <thread>
@@ -38,6 +49,12 @@
 #include "worker/shared_buffer.h"
 
 namespace gift::worker {
+
+inline constexpr size_t kMaxBufferSocketConnections = 256;
+inline constexpr size_t kMaxBufferSocketConnectionsPerUser = 64;
+inline constexpr size_t kMaxHandlesPerConnection = 4096;
+inline constexpr size_t kMaxHandlesPerUser = 4096;
+inline constexpr size_t kMaxHandles = 16384;
 
 inline constexpr absl::string_view kBufferHandoffMagic = "GIFT-BUFFER-1";
 inline constexpr absl::string_view kBufferReleasePrefix = "GIFT-RELEASE-1 ";
@@ -75,6 +92,11 @@ class BufferSocket {
   };
   absl::flat_hash_map<std::string, Handed> handed_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, size_t> per_connection_ ABSL_GUARDED_BY(mu_);  // fd -> handles
+  // The peer uid of each connection (SO_PEERCRED at accept), and per uid its
+  // connections and handles. Serve's thread only.
+  absl::flat_hash_map<int, uid_t> uid_of_;
+  absl::flat_hash_map<uid_t, size_t> connections_of_uid_;
+  absl::flat_hash_map<uid_t, size_t> handles_of_uid_ ABSL_GUARDED_BY(mu_);
   std::thread server_;
 };
 

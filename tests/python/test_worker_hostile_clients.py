@@ -14,6 +14,9 @@ clients that try to make it fault or touch memory that is not theirs.
   the next client.
 - A client refused at the buffer socket's connection cap (256 idle
   connections of another client) connects again on its next call.
+- Another local user hoarding connections and handed buffers hits its
+  per-user caps (RESOURCE_EXHAUSTED to it only); this client keeps
+  registering and stepping.
 """
 
 import fcntl
@@ -156,6 +159,75 @@ class HostileClientTest(cluster_util.ClusterFixture, unittest.TestCase):
         os.close(r)
         os.close(w)
         self.assert_worker_serves()
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root (setresuid to another uid)")
+    def test_another_user_hoarding_buffers_and_connections_starves_nobody(self):
+        # A hostile local user (uid nobody; the socket opened to it for the
+        # test) hands one 4 KiB memfd over and over on as many connections as
+        # it gets: it is refused RESOURCE_EXHAUSTED at its per-user caps (64
+        # connections, 4,096 buffers), far below the kernel's ~65,530
+        # mappings, while this client keeps registering and stepping.
+        path = self.client.info().buffer_socket
+        # Let uid nobody reach the socket: it, and execute on its directories.
+        modes = {}
+        d = os.path.dirname(path)
+        while d not in ("/", "/tmp"):
+            modes[d] = os.stat(d).st_mode & 0o7777
+            os.chmod(d, modes[d] | 0o001)
+            d = os.path.dirname(d)
+        os.chmod(path, 0o666)
+        read_fd, write_fd = os.pipe()
+        child = os.fork()
+        if child == 0:
+            try:
+                os.close(read_fd)
+                os.setresgid(NOBODY, NOBODY, NOBODY)
+                os.setresuid(NOBODY, NOBODY, NOBODY)
+                conns, refused_conns, handed, refused = [], 0, 0, ""
+                for _ in range(80):
+                    try:
+                        conns.append(gshm.BufferChannel(path, timeout=10))
+                    except gshm.HandoffError:
+                        refused_conns += 1
+                fd = os.memfd_create("hoard", os.MFD_ALLOW_SEALING)
+                os.ftruncate(fd, 4096)
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+                live = []
+                for c in conns:
+                    try:
+                        c.hand(fd)  # a refused connection fails here
+                        live.append(c)
+                    except gshm.HandoffError as e:
+                        refused_conns += 1
+                for _ in range(6000 if live else 0):
+                    try:
+                        live[handed % len(live)].hand(fd)
+                        handed += 1
+                    except gshm.HandoffError as e:
+                        refused = f"{e.code} {e.message}"
+                        break
+                os.write(write_fd, f"{len(live)} {refused_conns} {handed}|{refused}\n".encode())
+                time.sleep(30)  # holds everything until killed
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        try:
+            with os.fdopen(read_fd) as r:
+                counts, refused = r.readline().strip().split("|")
+            live, refused_conns, handed = (int(x) for x in counts.split())
+            self.assertEqual(live, 64)
+            self.assertGreater(refused_conns, 0)
+            self.assertEqual(handed + live, 4096)  # the first hand on each counts too
+            self.assertIn("RESOURCE_EXHAUSTED at most 4096 buffers of uid 65534", refused)
+            # This client (another uid) is not affected.
+            for _ in range(3):
+                self.assert_worker_serves()
+        finally:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            os.chmod(path, 0o660)
+            for d, mode in modes.items():
+                os.chmod(d, mode)
 
     @unittest.skipUnless(os.geteuid() == 0, "needs root (setresuid to another uid)")
     def test_another_users_0600_object_cannot_be_registered(self):
