@@ -37,9 +37,19 @@ build: configure
 
 # ctest's record of every test's result and time goes to
 # $(BUILD_DIR)/ctest-junit.xml (scripts/build-times.py reads it).
+# A test that fails runs once more, alone (ctest --rerun-failed): the suite
+# runs real processes on a loaded 2-core machine, where a rare timing failure
+# of one test must not sink a run. One that passes alone is named at the
+# end as FLAKY (a bug to fix, not a pass); one that fails again fails `make
+# test`.
+FAILED_LOG = $(BUILD_DIR)/Testing/Temporary/LastTestsFailed.log
 test: build
-	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) \
-	  --output-junit $(abspath $(BUILD_DIR))/ctest-junit.xml
+	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) \
+	  --output-junit $(abspath $(BUILD_DIR))/ctest-junit.xml || { \
+	  flaky=$$(cut -d: -f2 $(FAILED_LOG) | tr '\n' ' '); \
+	  echo "== failed: $$flaky; running them again, alone"; \
+	  ctest --test-dir $(BUILD_DIR) --output-on-failure --rerun-failed -j 1 || exit 1; \
+	  echo "== FLAKY (failed in the suite, passed alone): $$flaky"; }
 
 demo: build
 	scripts/demo.sh $(BUILD_DIR) $(ARGS)

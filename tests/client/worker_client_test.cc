@@ -325,9 +325,11 @@ TEST(WorkerClientClusterTest, TwoClientsAverageExactlyAndReportCodes) {
 }
 
 // 256 idle connections of another client take every slot of the worker's
-// buffer socket (its cap): Register is refused RESOURCE_EXHAUSTED (the
-// worker's reply, read although it closed the connection); once they close,
-// the next Register connects again rather than reusing the refused one.
+// buffer socket (its cap): Register is refused, RESOURCE_EXHAUSTED when the
+// worker's reply is still readable, else UNAVAILABLE (a Unix socket closed
+// with our handoff unread resets, and the reply may go with it); once they
+// close, the next Register connects again rather than reusing the refused
+// connection.
 TEST(WorkerClientClusterTest, ARefusalAtTheConnectionCapConnectsAgainNextCall) {
   LocalCluster cluster;
   absl::Status started = cluster.Start();
@@ -348,7 +350,8 @@ TEST(WorkerClientClusterTest, ARefusalAtTheConnectionCapConnectsAgainNextCall) {
   absl::SleepFor(absl::Milliseconds(500));  // accepted by the worker
   const std::vector<TensorSpec> specs = {{"capped", {8}}};
   absl::StatusOr<std::vector<SharedTensor>> refused = (*client)->Register(specs);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status()) || absl::IsUnavailable(refused.status()))
+      << refused.status();
   for (int fd : hogs) close(fd);
   absl::SleepFor(absl::Milliseconds(500));  // the worker sees them close
   absl::StatusOr<std::vector<SharedTensor>> again = (*client)->Register(specs);

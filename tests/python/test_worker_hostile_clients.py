@@ -120,7 +120,9 @@ class HostileClientTest(cluster_util.ClusterFixture, unittest.TestCase):
             time.sleep(0.5)  # accepted by the worker
             with self.assertRaises(GiftError) as ctx:
                 self.client.register({"refused": (8,)})
-            self.assertEqual(ctx.exception.code, "RESOURCE_EXHAUSTED", ctx.exception)
+            # UNAVAILABLE when the worker's reply went with the reset of a
+            # connection it closed with our handoff unread.
+            self.assertIn(ctx.exception.code, ("RESOURCE_EXHAUSTED", "UNAVAILABLE"), ctx.exception)
         finally:
             for s in hogs:
                 s.close()
