@@ -7,21 +7,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
+#include "common/control/member_text.h"
 
 namespace gift::worker {
 
 using logging::Level;
 using logging::Log;
 
+using control::DescribeMember;
+
 namespace {
-
 constexpr size_t kEpochsKept = 8;
-
-std::string DescribeWorker(const gift::v1::Member& m) {
-  return absl::StrCat("rank ", m.rank(), " (", m.name(), ", ", m.member_id(),
-                      m.node().empty() ? "" : absl::StrCat(" on ", m.node()), ")");
-}
-
 }  // namespace
 
 std::vector<gift::v1::Member> LostWorkers(const gift::v1::ClusterState& before,
@@ -41,7 +37,7 @@ std::vector<gift::v1::Member> LostWorkers(const gift::v1::ClusterState& before,
 
 std::string DescribeWorkers(const std::vector<gift::v1::Member>& workers) {
   std::vector<std::string> parts;
-  for (const gift::v1::Member& m : workers) parts.push_back(DescribeWorker(m));
+  for (const gift::v1::Member& m : workers) parts.push_back(DescribeMember(m));
   return absl::StrJoin(parts, ", ");
 }
 
@@ -66,7 +62,7 @@ absl::Status MembershipGuard::Check(const gift::v1::ClusterState& state, uint64_
   for (const gift::v1::Member& w : state.workers()) {
     if (w.member_id() == self_id || w.registration_error().empty()) continue;
     return absl::FailedPreconditionError(absl::StrCat(
-        "step ", step, " cannot complete: ", DescribeWorker(w),
+        "step ", step, " cannot complete: ", DescribeMember(w),
         " cannot push it, the coordinator refused its registration: ", w.registration_error()));
   }
   if (state.policy().on_member_loss() != gift::v1::ON_MEMBER_LOSS_FAIL) return absl::OkStatus();

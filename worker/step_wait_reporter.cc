@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
+#include "common/control/member_text.h"
 
 namespace gift::worker {
 
@@ -19,13 +20,12 @@ std::string DescribeStepWait(const gift::v1::StepWait& wait) {
   }
   std::vector<std::string> who;
   for (const gift::v1::Member& m : wait.missing()) {
-    who.push_back(absl::StrCat(
-        "rank ", m.rank(), " (", m.name(), ", ", m.member_id(),
-        m.node().empty() ? "" : absl::StrCat(" on ", m.node()), ", last step ", m.last_step(),
-        m.registration_error().empty()
-            ? ""
-            : absl::StrCat(", its registration was refused: ", m.registration_error()),
-        ")"));
+    who.push_back(control::DescribeMember(
+        m, absl::StrCat(
+               ", last step ", m.last_step(),
+               m.registration_error().empty()
+                   ? ""
+                   : absl::StrCat(", its registration was refused: ", m.registration_error()))));
   }
   return absl::StrCat("waiting for ", absl::StrJoin(who, ", "), " that ",
                       who.size() == 1 ? "has" : "have", " not begun step ", wait.step());

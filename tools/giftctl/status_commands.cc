@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/control/member_text.h"
 #include "common/rpc/member_role.h"
 #include "nlohmann/json.hpp"
 #include "tools/giftctl/commands.h"
@@ -28,14 +29,18 @@ std::string StateName(v1::MemberState state) {
   }
 }
 
-// "rank 2 (worker-2, m5 on node-b)"
-std::string DescribeWorker(const v1::ClusterState& state, const std::string& member_id) {
+// The worker `member_id` of `state`, or null.
+const v1::Member* FindWorker(const v1::ClusterState& state, const std::string& member_id) {
   for (const v1::Member& m : state.workers()) {
-    if (m.member_id() != member_id) continue;
-    return absl::StrCat("rank ", m.rank(), " (", m.name(), ", ", m.member_id(),
-                        m.node().empty() ? "" : absl::StrCat(" on ", m.node()), ")");
+    if (m.member_id() == member_id) return &m;
   }
-  return member_id;
+  return nullptr;
+}
+
+// "rank 2 (worker-2, m5 on node-b)", or the id of a worker not in `state`.
+std::string DescribeWorker(const v1::ClusterState& state, const std::string& member_id) {
+  const v1::Member* m = FindWorker(state, member_id);
+  return m != nullptr ? control::DescribeMember(*m) : member_id;
 }
 
 // "step 41 for 12.3 s on rank 2 (worker-2, m5 on node-b)"; "-" when no
@@ -89,14 +94,13 @@ absl::Status StatusCommand(const CommandContext& ctx, const std::string& address
     j["waiting_for"] = json::array();
     if (status->max_begun_step() >= status->slowest_step()) {
       for (const std::string& id : status->slowest_member_ids()) {
-        for (const v1::Member& m : s.workers()) {
-          if (m.member_id() != id) continue;
-          j["waiting_for"].push_back({{"rank", m.rank()},
-                                      {"name", m.name()},
-                                      {"member_id", m.member_id()},
-                                      {"node", m.node()},
-                                      {"last_step", m.last_step()}});
-        }
+        const v1::Member* m = FindWorker(s, id);
+        if (m == nullptr) continue;
+        j["waiting_for"].push_back({{"rank", m->rank()},
+                                    {"name", m->name()},
+                                    {"member_id", m->member_id()},
+                                    {"node", m->node()},
+                                    {"last_step", m->last_step()}});
       }
     }
     ctx.out << j.dump(2) << '\n';
@@ -121,8 +125,7 @@ absl::Status StatusCommand(const CommandContext& ctx, const std::string& address
   t.Add({"waiting", WaitingText(*status)});
   for (const v1::Member& m : s.workers()) {
     if (m.registration_error().empty()) continue;
-    t.Add(
-        {"refused", absl::StrCat(DescribeWorker(s, m.member_id()), ": ", m.registration_error())});
+    t.Add({"refused", absl::StrCat(control::DescribeMember(m), ": ", m.registration_error())});
   }
   t.Print(ctx.out);
   return absl::OkStatus();
