@@ -108,10 +108,11 @@ absl::StatusOr<StepReport> WorkerCore::Exchange(uint64_t step,
           absl::StrCat("step ", step, " did not complete within the step timeout"));
     }
     // Re-joined during the step (its lease was lost): not at this step.
-    if (absl::Status admitted = CheckAdmitted(step, run_steps()); !admitted.ok()) return admitted;
+    const RunSteps run = run_steps();
+    if (absl::Status admitted = CheckAdmitted(step, run); !admitted.ok()) return admitted;
     std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
     membership_.Observe(state);
-    if (absl::Status current = run_steps().CheckCurrent(*state); !current.ok()) return current;
+    if (absl::Status current = run.CheckCurrent(*state); !current.ok()) return current;
     // A peer that cannot push, or one lost under on_member_loss fail.
     if (absl::Status peers = membership_.Check(*state, step, session_->member_id()); !peers.ok()) {
       return peers;
@@ -187,21 +188,17 @@ absl::StatusOr<StepReport> WorkerCore::Exchange(uint64_t step,
   }
 }
 
-absl::Status WorkerCore::CheckRunStep(uint64_t run_step) {
-  if (run_step > kMaxTrainingStep) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step ", run_step, " is too large (at most ", kMaxTrainingStep, ")"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status WorkerCore::CheckNewStep(uint64_t step) const {
+absl::StatusOr<uint64_t> WorkerCore::NewClusterStep(uint64_t run_step) const {
   absl::MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("the worker is draining; no new steps");
-  if (step > kMaxTrainingStep) {
+  // The run's step in the cluster's numbering (run_steps.h), which stays
+  // within kMaxTrainingStep.
+  const uint64_t most = kMaxTrainingStep - std::min(run_.run().base_step(), kMaxTrainingStep);
+  if (run_step > most) {
     return absl::InvalidArgumentError(
-        absl::StrCat("step ", step, " is too large (at most ", kMaxTrainingStep, ")"));
+        absl::StrCat("step ", run_step, " is too large (at most ", most, ")"));
   }
+  const uint64_t step = run_.ToCluster(run_step);
   if (last_step_.has_value() && step <= *last_step_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "step ", run_.ToRun(step), " is not above the last step ", run_.ToRun(*last_step_),
@@ -209,7 +206,8 @@ absl::Status WorkerCore::CheckNewStep(uint64_t step) const {
         "; a new run of the job (from step 0) registers its buffers with a new run id "
         "(WorkerClient run_id / GIFT_RUN_ID), or after `giftctl run reset`"));
   }
-  return CheckAdmitted(step, run_);
+  if (absl::Status admitted = CheckAdmitted(step, run_); !admitted.ok()) return admitted;
+  return step;
 }
 
 absl::Status WorkerCore::CheckAdmitted(uint64_t step, const RunSteps& run) const {
@@ -274,10 +272,10 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::PushPull(
   const absl::Time deadline = absl::Now() + options_.step_timeout;
   // The run's step, in the cluster's numbering from here on (run_steps.h).
   const RunSteps run = run_steps();
-  if (auto s = CheckRunStep(run_request.step()); !s.ok()) return s;
+  absl::StatusOr<uint64_t> step = NewClusterStep(run_request.step());
+  if (!step.ok()) return step.status();
   gift::v1::PushPullRequest request = run_request;
-  request.set_step(run.ToCluster(run_request.step()));
-  if (auto s = CheckNewStep(request.step()); !s.ok()) return s;
+  request.set_step(*step);
   {
     absl::MutexLock lock(&mu_);
     in_step_ = true;

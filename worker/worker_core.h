@@ -285,12 +285,11 @@ class WorkerCore {
 
   // Aborted / Unavailable: the step may succeed under a new epoch.
   static bool Retryable(const absl::Status& s);
-  // PushPull's checks of a new step (draining, range, above the last one,
-  // not below the admit step).
-  absl::Status CheckNewStep(uint64_t step) const;
-  // A training loop's step before it is numbered in the run (at most
-  // kMaxTrainingStep).
-  static absl::Status CheckRunStep(uint64_t run_step);
+  // The cluster step of a new step `run_step` of the run (run_steps.h),
+  // after PushPull's and StartTensors' checks: Unavailable while draining,
+  // InvalidArgument when the cluster step would pass kMaxTrainingStep or is
+  // not above the last one, FailedPrecondition below the admit step.
+  absl::StatusOr<uint64_t> NewClusterStep(uint64_t run_step) const;
   // FailedPrecondition when `step` is below this member's admit step (it
   // joined again, or late): "worker mN is admitted at step X; step s is
   // below it (<why the lease was lost>): ... resume at step X".

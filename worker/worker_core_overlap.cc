@@ -16,10 +16,10 @@ using logging::Log;
 
 absl::Status WorkerCore::StartTensors(const gift::v1::StartTensorsRequest& run_request) {
   // The run's step, in the cluster's numbering from here on (run_steps.h).
-  if (auto s = CheckRunStep(run_request.step()); !s.ok()) return s;
+  absl::StatusOr<uint64_t> step = NewClusterStep(run_request.step());
+  if (!step.ok()) return step.status();
   gift::v1::StartTensorsRequest request = run_request;
-  request.set_step(run_steps().ToCluster(run_request.step()));
-  if (auto s = CheckNewStep(request.step()); !s.ok()) return s;
+  request.set_step(*step);
   absl::MutexLock step_lock(&step_mu_);
   if (open_.has_value() && open_->step != request.step()) {
     if (request.step() < open_->step) {

@@ -45,6 +45,7 @@
 #include "worker/cuda/device_codec_stage.h"
 #include "worker/dtype_conversion.h"
 #include "worker/push_pull_engine.h"
+#include "worker/step_key.h"
 #include "worker/worker_core.h"
 
 namespace gift::worker {
@@ -389,6 +390,9 @@ TEST(WorkerCoreDeviceTest, DirectCodecsAverageDeviceTensorsBitForBitAsHostOnes) 
   EXPECT_NE(refused.status().message().find("layers.0.h"), absl::string_view::npos)
       << refused.status();
   gift::v1::PushPullRequest early;
+  early.set_step(kMaxTrainingStep + 1);
+  EXPECT_EQ(device.core(0)->PushPull(early).status().code(),
+            absl::StatusCode::kInvalidArgument);  // past the step keys' range
   early.set_step(1);
   EXPECT_EQ(device.core(0)->PushPull(early).status().code(),
             absl::StatusCode::kFailedPrecondition);  // nothing registered
