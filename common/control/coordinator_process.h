@@ -16,6 +16,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,12 @@ class CoordinatorProcess {
 
   // Everything it logged so far (stderr) and printed (stdout).
   std::string log() const { return process_->stderr_text() + process_->stdout_text(); }
+  // Subprocess::WaitForLine: its output reaches log() through a pipe, after
+  // what the daemon did is visible to its clients.
+  absl::StatusOr<std::string> WaitForLine(const std::function<bool(const std::string&)>& predicate,
+                                          absl::Duration timeout) {
+    return process_->WaitForLine(predicate, timeout);
+  }
 
  private:
   CoordinatorProcess(std::unique_ptr<Subprocess> process, std::string address)
