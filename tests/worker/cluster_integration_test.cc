@@ -314,8 +314,12 @@ TEST_F(ClusterIntegrationTest, FiftyStepsWithARefreshAndAKilledWorker) {
   // The killed worker was evicted on the servers' report (its connections
   // failed), not after its lease: the survivors ran step 30 in the new epoch
   // (checked above), planned there or retried there.
-  EXPECT_NE(cluster_->coordinator()->log().find("\"event\":\"peer_failure_confirmed\""),
-            std::string::npos);
+  auto confirmed = cluster_->coordinator()->WaitForLine(
+      [](const std::string& line) {
+        return line.find("\"event\":\"peer_failure_confirmed\"") != std::string::npos;
+      },
+      absl::Seconds(10));
+  EXPECT_TRUE(confirmed.ok()) << confirmed.status() << Logs();
   EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
 }
 
