@@ -461,6 +461,10 @@ Command AddClusterCommand(CLI::App& parent) {
       ->check(CodecSpecValidator());
   app->add_option("--source", o->source, "gift mode: geometry source, gradients|per-worker")
       ->capture_default_str();
+  app->add_option("--statistics", o->statistics,
+                  "gift mode: the reduced gradient's statistics, sketch (the default) or exact")
+      ->check(CLI::IsMember({"sketch", "exact"}))
+      ->capture_default_str();
   app->add_option("--period", o->period, "gift mode: basis refresh period in steps")
       ->check(CLI::Range(1u, 1000000000u))
       ->capture_default_str();

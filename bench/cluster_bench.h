@@ -78,7 +78,9 @@ struct ClusterBenchOptions {
   std::string pull_codec;            // "": e4m3/block128, fp32 in fp32 mode
   uint32_t period = 1000000;         // refresh period in steps (gift mode)
   std::string source = "gradients";  // gift mode: geometry source, gradients | per-worker
-  std::string ucx_tls;               // "": UCX's choice, for the cluster and ucx_perftest
+  std::string statistics =
+      "sketch";         // gift mode: the reduced gradient's statistics, sketch | exact
+  std::string ucx_tls;  // "": UCX's choice, for the cluster and ucx_perftest
   int server_threads = 1;
   int worker_threads = 1;
   std::string bin_dir;  // "": the daemons of gift-bench's build tree (or next to it)

@@ -56,6 +56,9 @@ absl::Status SetClusterPolicy(const std::string& address, const ClusterBenchOpti
       return absl::InvalidArgumentError(
           absl::StrCat("--source ", o.source, ": gradients or per-worker"));
     }
+    policy.mutable_transform()->set_statistics(o.statistics == "exact"
+                                                   ? gift::v1::STATISTICS_FORM_EXACT
+                                                   : gift::v1::STATISTICS_FORM_SKETCH);
   } else {
     policy.mutable_selection()->add_exclude("*");  // none: direct quantization
   }

@@ -27,6 +27,7 @@
 #include "common/transform/gradient_transform.h"
 #include "common/transform/hadamard_transform.h"
 #include "common/transform/identity_transform.h"
+#include "common/transform/moment_sketch.h"
 #include "common/transform/side_basis.h"
 #include "common/transform/tensor_basis.h"
 #include "common/transform/tensor_basis_transform.h"
@@ -65,6 +66,27 @@ struct MethodDef {
 
 // Key of a cached SideBasis: the statistic, its rank, its residual model.
 using SideKey = std::tuple<const Eigen::MatrixXd*, int64_t, ResidualModel>;
+
+// The side basis an owner with sketched statistics builds from `m`:
+// Nystrom eigenpairs of its k-column sketch (seeded by the dimension, as an
+// owner seeds by tensor), exact diagonal and trace.
+absl::StatusOr<SideBasis> SketchedSideBasis(const Eigen::MatrixXd& m, int64_t rank,
+                                            int64_t sketch_size, ResidualModel residual) {
+  const int64_t n = m.rows();
+  const int64_t k = std::min(sketch_size, n);
+  GIFT_ASSIGN_OR_RETURN(const transform::MomentSketch sketch,
+                        transform::MomentSketch::Create(n, k, static_cast<uint64_t>(n)));
+  std::vector<float> contribution(static_cast<size_t>(sketch.contribution_size()));
+  GIFT_RETURN_IF_ERROR(sketch.MatrixContribution(m, contribution.data()));
+  GIFT_ASSIGN_OR_RETURN(
+      transform::SketchedMomentEma ema,
+      transform::SketchedMomentEma::Create(std::make_shared<const transform::MomentSketch>(sketch),
+                                           /*decay=*/0.5));
+  GIFT_RETURN_IF_ERROR(ema.Update(contribution));
+  GIFT_ASSIGN_OR_RETURN(const transform::LowRankEigenpairs eig,
+                        ema.TopEigenpairs(std::min(rank == 0 ? n : rank, k)));
+  return SideBasis::FromEigenpairs(eig, ema.diagonal(), n, {.residual = residual});
+}
 
 absl::string_view SidesName(Sides s) {
   switch (s) {
@@ -310,6 +332,10 @@ absl::StatusOr<std::vector<MethodResult>> MeasureMethodGrid(const WorkerGradient
   for (int64_t r : options.ranks) {
     if (r < 0) return absl::InvalidArgumentError(absl::StrCat("rank ", r, " is negative"));
   }
+  if (options.sketch_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sketch size ", options.sketch_size, " is negative"));
+  }
   for (double p : options.powers) {
     if (!(p > 0) || !std::isfinite(p)) {
       return absl::InvalidArgumentError(absl::StrCat("power ", p, " is not a finite p > 0"));
@@ -382,7 +408,9 @@ absl::StatusOr<std::vector<MethodResult>> MeasureMethodGrid(const WorkerGradient
   for (auto& entry : cache) slots.push_back(&entry);
   ParallelFor(options.pool, slots.size(), [&](size_t i) {
     const auto& [matrix, rank, residual] = slots[i]->first;
-    slots[i]->second = SideBasis::FromFactor(*matrix, rank, {.residual = residual});
+    slots[i]->second = options.sketch_size > 0
+                           ? SketchedSideBasis(*matrix, rank, options.sketch_size, residual)
+                           : SideBasis::FromFactor(*matrix, rank, {.residual = residual});
   });
 
   std::vector<absl::Status> status(defs.size());
@@ -518,6 +546,7 @@ absl::Status RunRealGradientFidelity(const RealFidelityOptions& options) {
   grid.ranks = options.ranks;
   grid.powers = options.powers;
   grid.filter = options.filter;
+  grid.sketch_size = options.sketch_size;
   grid.use_simd = options.use_simd;
 
   WorkerGradients grads;

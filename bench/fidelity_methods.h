@@ -27,6 +27,12 @@
 //                    the output side comes from ema-per-worker, else ema-mean,
 //                    else step-per-worker (named in the source field, e.g.
 //                    "activations+ema-per-worker"); no output-only variant
+// With a sketch size k > 0 (--sketch-size) every family side basis is built
+// as a basis owner with sketched statistics builds it: from the Nystrom
+// eigenpairs of the statistic's k-column sketch (MomentSketch seeded by the
+// side, MatrixContribution; by linearity the sketch of an EMA is the EMA of
+// the sketches) with its exact trace and diagonal, the rank clamped to k;
+// k = 0 decomposes the statistic itself.
 // A family configuration is measured only when its source has every side it
 // needs. A rank r is clipped to each side's dimension; rank 0 means full rank.
 //
@@ -91,8 +97,9 @@ struct MethodGridOptions {
   // A method is measured only when its name (MethodResult::method) contains
   // every one of these substrings; direct is always measured.
   std::vector<std::string> filter;
-  uint64_t tensor_id = 1;  // of the RngKey
-  uint64_t step = 0;       // of the RngKey
+  int64_t sketch_size = 0;  // >= 0; see above
+  uint64_t tensor_id = 1;   // of the RngKey
+  uint64_t step = 0;        // of the RngKey
   bool use_simd = true;
   ThreadPool* pool = nullptr;  // not owned; null runs on the calling thread
 };
@@ -142,6 +149,7 @@ struct RealFidelityOptions {
   std::vector<int64_t> ranks = {8, 32, 64};
   std::vector<double> powers = {0.125, 0.25, 0.5};
   std::vector<std::string> filter;
+  int64_t sketch_size = 0;
   int threads = 0;  // 0: hardware threads
   bool use_simd = true;
   std::string json_path;  // "" none, "-" stdout

@@ -425,6 +425,13 @@ Command AddFidelityCommand(CLI::App& parent) {
       ->check(PositiveNumber())
       ->needs(grads)
       ->capture_default_str();
+  app->add_option("--sketch-size", real.sketch_size,
+                  "Real mode: build every family basis from a Nystrom sketch of this many "
+                  "columns of its statistic, as an owner with sketched statistics does (0: "
+                  "decompose the statistic itself)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->needs(grads)
+      ->capture_default_str();
   app->add_option("--filter", real.filter,
                   "Real mode: measure only methods whose name contains every one of these "
                   "comma-separated substrings, e.g. family/both,/r64/ (direct is always measured)")

@@ -17,6 +17,11 @@ the output layer) it keeps, every training step, exponential moving averages
   gram_out_pw    = mean_i G_i G_i^T / d_in
   factor         = X^T X / N                    (X: the layer's input rows, all workers)
 
+and, for each collect period c of --collect-periods, gram_in_mean_c<c> and
+gram_out_mean_c<c>: the same EMAs folded only on steps that are multiples of c
+(the policy's transform.collect_period; the decay stays per fold, as the
+owner's EMA keeps it).
+
 At the held-out step S (--step) it computes the P per-worker gradients but does
 not fold them into the statistics, and writes, per matrix, into --out/<matrix>/:
 
@@ -102,6 +107,11 @@ def parse_args(argv):
         "float32 halves their cost on the d_model 512 model",
     )
     p.add_argument(
+        "--collect-periods",
+        default="",
+        help="comma-separated collect periods > 1: also write gram_{in,out}_mean_c<c>, the EMAs folded every c steps",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -115,6 +125,12 @@ def parse_args(argv):
         p.error("--d-model must be a multiple of --heads with an even head size")
     if not 0.0 <= args.ema < 1.0:
         p.error("--ema must be in [0, 1)")
+    try:
+        args.collect_periods = [int(c) for c in args.collect_periods.split(",") if c]
+    except ValueError:
+        p.error("--collect-periods must be comma-separated integers")
+    if any(c < 2 for c in args.collect_periods):
+        p.error("--collect-periods must each be at least 2 (period 1 is gram_*_mean)")
     if args.layer is None:
         args.layer = args.layers // 2
     if not 0 <= args.layer < args.layers:
@@ -149,8 +165,9 @@ def load_text(args):
 class Recorder:
     """EMAs of the second moments of one nn.Linear's gradient and input."""
 
-    def __init__(self, name, linear, decay, dtype):
+    def __init__(self, name, linear, decay, dtype, collect_periods=()):
         self.name, self.linear, self.decay, self.dtype = name, linear, decay, dtype
+        self.collect_periods = tuple(collect_periods)
         self.d_out, self.d_in = linear.weight.shape
         self.ema = {}
         self.xtx = None  # X^T X summed over this step's workers
@@ -172,7 +189,7 @@ class Recorder:
     def end_forward(self):
         self.capture = False
 
-    def update(self, worker_grads, mean_grad):
+    def update(self, step, worker_grads, mean_grad):
         g = mean_grad.to(self.dtype)
         rows = torch.cat([w.to(self.dtype) for w in worker_grads], 0)  # (P d_out) x d_in
         cols = torch.cat([w.to(self.dtype) for w in worker_grads], 1)  # d_out x (P d_in)
@@ -184,6 +201,10 @@ class Recorder:
             "gram_out_pw": (cols @ cols.T).double() / (p * self.d_in),  # sum_i G_i G_i^T
             "factor": self.xtx / self.rows,
         }
+        for c in self.collect_periods:
+            if step % c == 0:
+                stats[f"gram_in_mean_c{c}"] = stats["gram_in_mean"]
+                stats[f"gram_out_mean_c{c}"] = stats["gram_out_mean"]
         for k, v in stats.items():
             self.ema[k] = v.clone() if k not in self.ema else self.decay * self.ema[k] + (1 - self.decay) * v
 
@@ -199,10 +220,10 @@ def main(argv=None):
     blk = model.blocks[args.layer]
     dtype = getattr(torch, args.stats_dtype)
     recorders = [
-        Recorder(f"layer{args.layer}.attn.q", blk.q, args.ema, dtype),
-        Recorder(f"layer{args.layer}.mlp.up", blk.up, args.ema, dtype),
-        Recorder(f"layer{args.layer}.mlp.down", blk.down, args.ema, dtype),
-        Recorder("head", model.head, args.ema, dtype),
+        Recorder(f"layer{args.layer}.attn.q", blk.q, args.ema, dtype, args.collect_periods),
+        Recorder(f"layer{args.layer}.mlp.up", blk.up, args.ema, dtype, args.collect_periods),
+        Recorder(f"layer{args.layer}.mlp.down", blk.down, args.ema, dtype, args.collect_periods),
+        Recorder("head", model.head, args.ema, dtype, args.collect_periods),
     ]
     params = [p for p in model.parameters()]
     decay_params = [p for p in params if p.dim() == 2]
@@ -250,7 +271,7 @@ def main(argv=None):
         mean = [torch.stack([g[i] for g in grads]).mean(0) for i in range(len(params))]
         for r in recorders:
             i = next(j for j, p in enumerate(params) if p is r.linear.weight)
-            r.update([g[i] for g in grads], mean[i])
+            r.update(step, [g[i] for g in grads], mean[i])
         for p, g in zip(params, mean):
             p.grad = g
         for group in opt.param_groups:

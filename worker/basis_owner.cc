@@ -60,11 +60,11 @@ void BasisOwner::SyncView(uint64_t tensor_id) {
     return;
   }
   const Owned& owned = it->second;
-  views_.insert_or_assign(
-      tensor_id, StepView{.settings_key = owned.settings_key,
-                          .schedule = *owned.schedule,
-                          .measures = owned.schedule->options().drift_threshold > 0.0 &&
-                                      owned.reference_version != 0});
+  views_.insert_or_assign(tensor_id,
+                          StepView{.settings_key = owned.settings_key,
+                                   .schedule = *owned.schedule,
+                                   .measures = owned.schedule->options().drift_threshold > 0.0 &&
+                                               owned.reference_version != 0});
 }
 
 BasisOwner::Owned* BasisOwner::Entry(const gift::v1::ClusterState& state,
@@ -88,6 +88,8 @@ BasisOwner::Owned* BasisOwner::Entry(const gift::v1::ClusterState& state,
        .drift_threshold = policy.refresh().drift_threshold(),
        .collect_period =
            static_cast<int64_t>(std::max<uint32_t>(1, settings.transform.collect_period())),
+       .measure_period =
+           static_cast<int64_t>(std::max<uint32_t>(1, policy.refresh().measure_period())),
        .drift_when_worse_than_direct = settings.selection != policy::Selection::kTransform});
   if (!geometry.ok() || !schedule.ok()) {
     const absl::Status s = !geometry.ok() ? geometry.status() : schedule.status();
@@ -101,8 +103,7 @@ BasisOwner::Owned* BasisOwner::Entry(const gift::v1::ClusterState& state,
 }
 
 bool BasisOwner::MeasuresAt(const Owned& owned, uint64_t step) const {
-  return owned.schedule->options().drift_threshold > 0.0 && owned.reference_version != 0 &&
-         owned.schedule->ShouldCollect(step);
+  return owned.reference_version != 0 && owned.schedule->ShouldMeasure(step);
 }
 
 bool BasisOwner::WantsStep(const gift::v1::ClusterState& state, const gift::v1::TensorInfo& tensor,
@@ -121,10 +122,11 @@ bool BasisOwner::WantsStep(const gift::v1::ClusterState& state, const gift::v1::
     return true;
   }
   const StepView& view = it->second;
-  const bool due = view.schedule.Due(step, basis->refresh_requests()) !=
-                   transform::RefreshReason::kNone;
-  *needs_own = due || (view.measures && view.schedule.ShouldCollect(step));
-  return due || view.schedule.ShouldCollect(step);
+  const bool due =
+      view.schedule.Due(step, basis->refresh_requests()) != transform::RefreshReason::kNone;
+  const bool measures = view.measures && view.schedule.ShouldMeasure(step);
+  *needs_own = due || measures;
+  return due || measures || view.schedule.ShouldCollect(step);
 }
 
 absl::StatusOr<std::optional<double>> BasisOwner::MeasureRatio(const gift::v1::ClusterState& state,
@@ -136,14 +138,14 @@ absl::StatusOr<std::optional<double>> BasisOwner::MeasureRatio(const gift::v1::C
   if (!active.ok()) return active.status();
   const transform::SelectionCandidate candidates[] = {{.label = "active", .transform = *active}};
   const float* grads[] = {data.own.data()};
-  auto selection = transform::SelectTransform(
-      grads, static_cast<int64_t>(data.rows), static_cast<int64_t>(data.cols), candidates,
-      {.spec = *spec,
-       .margin = 0.0,
-       .min_elements = 0,
-       .tensor_id = data.tensor_id,
-       .step = data.step,
-       .codec_options = options_.codec_options});
+  auto selection = transform::SelectTransform(grads, static_cast<int64_t>(data.rows),
+                                              static_cast<int64_t>(data.cols), candidates,
+                                              {.spec = *spec,
+                                               .margin = 0.0,
+                                               .min_elements = 0,
+                                               .tensor_id = data.tensor_id,
+                                               .step = data.step,
+                                               .codec_options = options_.codec_options});
   if (!selection.ok()) return selection.status();
   if (!selection->measured() || !(selection->errors[0].rel_l2 > 0)) return std::nullopt;
   return selection->errors[1].rel_l2 / selection->errors[0].rel_l2;
@@ -222,9 +224,8 @@ std::vector<gift::v1::TensorErrorRatio> BasisOwner::error_ratios() const {
   for (const auto& [id, owned] : owned_) {
     if (owned.report.has_value()) out.push_back(*owned.report);
   }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-    return a.tensor_id() < b.tensor_id();
-  });
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.tensor_id() < b.tensor_id(); });
   return out;
 }
 

@@ -23,10 +23,11 @@
 //
 // Measurement: the selection compares, on this worker's own gradient of the
 // refresh step (P = 1), the quantization error through each candidate with
-// direct quantization. On every collect step after that, while its last
-// refresh published a basis (the one in use once active), it measures that
-// basis again on its own gradient of the step (one encode / decode through
-// the basis and one direct, with the push codec). The first such ratio of a
+// direct quantization. On every measure step after that (multiples of the
+// policy's refresh.measure_period, default 4; none with drift disabled),
+// while its last refresh published a basis (the one in use once active), it
+// measures that basis again on its own gradient of the step (one encode /
+// decode through the basis and one direct, with the push codec). The first such ratio of a
 // basis is its drift reference (out of sample; the selection's ratio on the
 // refresh step is optimistic: the statistics include that gradient), so a
 // change of geometry between a refresh and its activation step is still
@@ -119,7 +120,7 @@ class BasisOwner {
   uint64_t publications() const { return publications_; }
 
   // The latest error ratio of every owned tensor that has one (measured on a
-  // collect step, or at its last refresh), by tensor id.
+  // measure step, or at its last refresh), by tensor id.
   std::vector<gift::v1::TensorErrorRatio> error_ratios() const;
 
  private:
@@ -139,7 +140,7 @@ class BasisOwner {
   struct StepView {
     std::string settings_key;
     transform::RefreshSchedule schedule;
-    bool measures = false;  // collect steps measure the drift
+    bool measures = false;  // measure steps measure the drift
   };
 
   // Whether this member owns `tensor` and its resolved settings may carry a
@@ -149,14 +150,12 @@ class BasisOwner {
   // Copies the tensor's schedule (or its absence) for WantsStep.
   void SyncView(uint64_t tensor_id);
   absl::Status ObserveTensor(const gift::v1::ClusterState& state, const OwnedTensorStep& data);
-  // Whether a collect step measures the last published basis (see
-  // Measurement).
+  // Whether `step` measures the last published basis (see Measurement).
   bool MeasuresAt(const Owned& owned, uint64_t step) const;
   // GIFT / direct error of basis `version` on data.own; nullopt when direct
   // quantization has no error to compare with.
   absl::StatusOr<std::optional<double>> MeasureRatio(const gift::v1::ClusterState& state,
-                                                     const OwnedTensorStep& data,
-                                                     uint64_t version);
+                                                     const OwnedTensorStep& data, uint64_t version);
 
   // The tensor's entry, (re)built when its resolved settings changed; null
   // when it is direct by policy or not transformable.

@@ -28,6 +28,14 @@ transform::TensorGeometryOptions GeometryOptionsFor(const policy::TensorSettings
                         ? transform::GeometrySource::kPerWorkerGradients
                         : transform::GeometrySource::kGradients,
           .ema_decay = settings.transform.ema_decay(),
+          .statistics = settings.transform.statistics() == gift::v1::STATISTICS_FORM_EXACT
+                            ? transform::StatisticsForm::kExact
+                            : transform::StatisticsForm::kSketch,
+          // Per-worker sketches travel as tensors of a fixed shape; the
+          // owner's own sketch of the reduced gradient follows the rank.
+          .sketch_size = source == gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS
+                             ? kPerWorkerSketchSize
+                             : OwnerSketchSize(settings.transform.rank()),
           .sketch_seed = tensor_id};
 }
 
@@ -61,8 +69,8 @@ absl::StatusOr<SketchExchange::Entry*> SketchExchange::EntryFor(
   Entry& entry = entries_[info.tensor_id()];
   if (entry.geometry != nullptr && entry.key == key) return &entry;
   entry = Entry{};
-  auto geometry = transform::TensorGeometry::Create(
-      info.shape(0), info.shape(1), GeometryOptionsFor(settings, info.tensor_id()));
+  auto geometry = transform::TensorGeometry::Create(info.shape(0), info.shape(1),
+                                                    GeometryOptionsFor(settings, info.tensor_id()));
   if (!geometry.ok()) {
     entries_.erase(info.tensor_id());
     return geometry.status();
@@ -72,7 +80,8 @@ absl::StatusOr<SketchExchange::Entry*> SketchExchange::EntryFor(
     entries_.erase(info.tensor_id());
     return size.status();
   }
-  const uint64_t rows = (static_cast<uint64_t>(*size) + kStatisticsColumns - 1) / kStatisticsColumns;
+  const uint64_t rows =
+      (static_cast<uint64_t>(*size) + kStatisticsColumns - 1) / kStatisticsColumns;
   gift::v1::TensorSpec spec;
   spec.set_name(StatisticsTensorName(info.name(), settings));
   spec.add_shape(1);
@@ -115,9 +124,9 @@ absl::StatusOr<std::vector<LocalTensor>> SketchExchange::Prepare(
     }
     auto entry = EntryFor(*info, settings);
     if (!entry.ok()) {
-      return absl::Status(entry.status().code(),
-                          absl::StrCat("statistics of tensor '", info->name(),
-                                       "': ", entry.status().message()));
+      return absl::Status(
+          entry.status().code(),
+          absl::StrCat("statistics of tensor '", info->name(), "': ", entry.status().message()));
     }
     Entry& e = **entry;
     const float* gradient = t.data;
@@ -127,8 +136,8 @@ absl::StatusOr<std::vector<LocalTensor>> SketchExchange::Prepare(
       gradient = host_copy.data();
     }
     if (auto s = e.geometry->PerWorkerContribution(gradient, e.buffer.data()); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("sketch of tensor '", info->name(),
-                                                 "': ", s.message()));
+      return absl::Status(s.code(),
+                          absl::StrCat("sketch of tensor '", info->name(), "': ", s.message()));
     }
     std::fill(e.buffer.begin() + e.contribution_size, e.buffer.end(), 0.0f);
     e.prepared = true;

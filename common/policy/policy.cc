@@ -21,6 +21,7 @@ constexpr double kDefaultPowers[] = {0.125, 0.25};
 constexpr uint32_t kDefaultRank = 64;
 constexpr double kDefaultEmaDecay = 0.95;
 constexpr uint32_t kDefaultCollectPeriod = 1;
+constexpr uint32_t kDefaultMeasurePeriod = 4;
 constexpr double kDefaultDampingEps = 1e-3;
 constexpr char kDefaultPushCodec[] = "e4m3/block128/rne";
 constexpr char kDefaultPullCodec[] = "e4m3/block128/rne";
@@ -103,6 +104,9 @@ Policy WithDefaults(const Policy& policy) {
   if (t.ema_decay() == 0) t.set_ema_decay(kDefaultEmaDecay);
   if (t.collect_period() == 0) t.set_collect_period(kDefaultCollectPeriod);
   if (t.damping_eps() == 0) t.set_damping_eps(kDefaultDampingEps);
+  if (t.statistics() == gift::v1::STATISTICS_FORM_UNSPECIFIED) {
+    t.set_statistics(gift::v1::STATISTICS_FORM_SKETCH);
+  }
   if (t.push_codec().format() == gift::v1::ELEMENT_FORMAT_UNSPECIFIED) {
     *t.mutable_push_codec() = DefaultCodec(kDefaultPushCodec);
   }
@@ -113,6 +117,7 @@ Policy WithDefaults(const Policy& policy) {
   if (r.period_steps() == 0) r.set_period_steps(kDefaultPeriodSteps);
   if (!r.has_drift_threshold()) r.set_drift_threshold(kDefaultDriftThreshold);
   if (r.activation_lead_steps() == 0) r.set_activation_lead_steps(kDefaultActivationLeadSteps);
+  if (r.measure_period() == 0) r.set_measure_period(kDefaultMeasurePeriod);
   gift::v1::SelectionPolicy& s = *out.mutable_selection();
   if (s.mode() == gift::v1::SELECTION_MODE_UNSPECIFIED)
     s.set_mode(gift::v1::SELECTION_MODE_MEASURED);
@@ -153,6 +158,10 @@ absl::Status Validate(const Policy& policy) {
   if (!Finite(t.damping_eps()) || t.damping_eps() <= 0) {
     return Invalid("transform.damping_eps", t.damping_eps(), "must be finite and > 0");
   }
+  if (t.statistics() == gift::v1::STATISTICS_FORM_UNSPECIFIED ||
+      !gift::v1::StatisticsForm_IsValid(t.statistics())) {
+    return Invalid("transform.statistics", t.statistics(), "must be SKETCH or EXACT");
+  }
   GIFT_RETURN_IF_ERROR(ValidateCodec("transform.push_codec", t.push_codec()));
   GIFT_RETURN_IF_ERROR(ValidateCodec("transform.pull_codec", t.pull_codec()));
 
@@ -166,6 +175,11 @@ absl::Status Validate(const Policy& policy) {
   }
   if (r.activation_lead_steps() < 1 || r.activation_lead_steps() > kMaxSteps) {
     return Invalid("refresh.activation_lead_steps", r.activation_lead_steps(),
+                   absl::StrCat("must be in [1, ", kMaxSteps, "]"));
+  }
+
+  if (r.measure_period() < 1 || r.measure_period() > kMaxSteps) {
+    return Invalid("refresh.measure_period", r.measure_period(),
                    absl::StrCat("must be in [1, ", kMaxSteps, "]"));
   }
 

@@ -61,6 +61,23 @@ bool WriteDiagonal(const std::vector<double>& diag, double scale, int64_t produc
 
 int BlasInt(int64_t v) { return static_cast<int>(v); }
 
+// Per-thread scratch of the contributions, kept across calls: a worker
+// sketches the same tensors every collect step, and fresh buffers of a few
+// hundred KiB each cost page faults every time (the const methods stay safe
+// to call concurrently).
+std::vector<float>& ProductScratch(int64_t size) {
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<size_t>(size));
+  return scratch;
+}
+
+// Zeroed.
+std::vector<double>& DiagonalScratch(int64_t size) {
+  thread_local std::vector<double> scratch;
+  scratch.assign(static_cast<size_t>(size), 0.0);
+  return scratch;
+}
+
 }  // namespace
 
 absl::StatusOr<MomentSketch> MomentSketch::Create(int64_t n, int64_t sketch_size, uint64_t seed) {
@@ -91,12 +108,12 @@ absl::Status MomentSketch::InputSideContribution(const float* g, int64_t d_out, 
   const int64_t k = sketch_size();
   const float inv = static_cast<float>(1.0 / static_cast<double>(d_out));
   // T = G Omega (d_out x k), Y = G^T T / d_out (d_in x k) straight into `out`.
-  std::vector<float> t(static_cast<size_t>(d_out * k));
+  std::vector<float>& t = ProductScratch(d_out * k);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BlasInt(d_out), BlasInt(k), BlasInt(d_in),
               1.0f, g, BlasInt(d_in), omega_f32_.data(), BlasInt(k), 0.0f, t.data(), BlasInt(k));
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, BlasInt(d_in), BlasInt(k), BlasInt(d_out),
               inv, g, BlasInt(d_in), t.data(), BlasInt(k), 0.0f, out, BlasInt(k));
-  std::vector<double> diag(static_cast<size_t>(d_in), 0.0);
+  std::vector<double>& diag = DiagonalScratch(d_in);
   for (int64_t r = 0; r < d_out; ++r) {
     const float* row = g + r * d_in;
     for (int64_t c = 0; c < d_in; ++c) diag[c] += static_cast<double>(row[c]) * row[c];
@@ -117,12 +134,12 @@ absl::Status MomentSketch::OutputSideContribution(const float* g, int64_t d_out,
   const int64_t k = sketch_size();
   const float inv = static_cast<float>(1.0 / static_cast<double>(d_in));
   // U = G^T Omega (d_in x k), Y = G U / d_in (d_out x k) straight into `out`.
-  std::vector<float> u(static_cast<size_t>(d_in * k));
+  std::vector<float>& u = ProductScratch(d_in * k);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, BlasInt(d_in), BlasInt(k), BlasInt(d_out),
               1.0f, g, BlasInt(d_in), omega_f32_.data(), BlasInt(k), 0.0f, u.data(), BlasInt(k));
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BlasInt(d_out), BlasInt(k), BlasInt(d_in),
               inv, g, BlasInt(d_in), u.data(), BlasInt(k), 0.0f, out, BlasInt(k));
-  std::vector<double> diag(static_cast<size_t>(d_out), 0.0);
+  std::vector<double>& diag = DiagonalScratch(d_out);
   for (int64_t r = 0; r < d_out; ++r) {
     const float* row = g + r * d_in;
     double sum = 0.0;
@@ -132,6 +149,18 @@ absl::Status MomentSketch::OutputSideContribution(const float* g, int64_t d_out,
   if (!WriteDiagonal(diag, 1.0 / static_cast<double>(d_in), d_out * k, out)) {
     return DoubleContribution(g, d_out, d_in, /*input_side=*/false, out);
   }
+  return absl::OkStatus();
+}
+
+absl::Status MomentSketch::MatrixContribution(const Eigen::Ref<const Eigen::MatrixXd>& m,
+                                              float* out) const {
+  if (out == nullptr) return absl::InvalidArgumentError("null buffer");
+  if (m.rows() != dim() || m.cols() != dim()) {
+    return absl::InvalidArgumentError(absl::StrCat("sketch of dimension ", dim(), " given a ",
+                                                   m.rows(), "x", m.cols(), " matrix"));
+  }
+  if (!m.allFinite()) return absl::InvalidArgumentError("matrix has non-finite elements");
+  WriteContribution(m * omega_, m.diagonal(), out);
   return absl::OkStatus();
 }
 
@@ -198,20 +227,17 @@ absl::Status SketchedMomentEma::Update(absl::Span<const float> contribution) {
     return absl::InvalidArgumentError(
         absl::StrCat("sketch contribution value ", i, " is not finite"));
   }
-  Eigen::MatrixXd y(n, k);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < k; ++j) y(i, j) = contribution[i * k + j];
-  }
-  Eigen::VectorXd diag(n);
-  for (int64_t i = 0; i < n; ++i) diag(i) = contribution[n * k + i];
+  // Folded in place, element by element (no n x k temporary).
+  const RowMajorFloatMap y(contribution.data(), n, k);
+  const Eigen::Map<const Eigen::VectorXf> diag(contribution.data() + n * k, n);
   const double trace = contribution[n * k + n];
   if (num_updates_ == 0) {
-    y_ = std::move(y);
-    diag_ = std::move(diag);
+    y_ = y.cast<double>();
+    diag_ = diag.cast<double>();
     trace_ = trace;
   } else {
-    y_ = decay_ * y_ + (1.0 - decay_) * y;
-    diag_ = decay_ * diag_ + (1.0 - decay_) * diag;
+    y_ = decay_ * y_ + (1.0 - decay_) * y.cast<double>();
+    diag_ = decay_ * diag_ + (1.0 - decay_) * diag.cast<double>();
     trace_ = decay_ * trace_ + (1.0 - decay_) * trace;
   }
   ++num_updates_;

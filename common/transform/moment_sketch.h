@@ -44,8 +44,8 @@
 
 #include <Eigen/Dense>
 #include <cstdint>
-#include <vector>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -80,6 +80,13 @@ class MomentSketch {
   absl::Status InputSideContribution(const float* g, int64_t d_out, int64_t d_in, float* out) const;
   absl::Status OutputSideContribution(const float* g, int64_t d_out, int64_t d_in,
                                       float* out) const;
+
+  // The contribution of a second-moment matrix given whole (n x n,
+  // symmetric, finite): M Omega, diag(M), trace(M), in the same layout. By
+  // linearity it equals the contribution of any gradients whose moment M is
+  // (the benchmarks sketch recorded EMAs with it). InvalidArgument on a shape
+  // mismatch, a non-finite element or a null `out`.
+  absl::Status MatrixContribution(const Eigen::Ref<const Eigen::MatrixXd>& m, float* out) const;
 
  private:
   explicit MomentSketch(Eigen::MatrixXd omega);

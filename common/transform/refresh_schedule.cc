@@ -35,6 +35,10 @@ absl::StatusOr<RefreshSchedule> RefreshSchedule::Create(const RefreshScheduleOpt
     return absl::InvalidArgumentError(
         absl::StrCat("collect period ", options.collect_period, " steps is not >= 1"));
   }
+  if (options.measure_period < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("measure period ", options.measure_period, " steps is not >= 1"));
+  }
   if (options.drift_patience < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("drift patience ", options.drift_patience, " is not >= 1"));
@@ -44,6 +48,11 @@ absl::StatusOr<RefreshSchedule> RefreshSchedule::Create(const RefreshScheduleOpt
 
 bool RefreshSchedule::ShouldCollect(uint64_t step) const {
   return step % static_cast<uint64_t>(options_.collect_period) == 0;
+}
+
+bool RefreshSchedule::ShouldMeasure(uint64_t step) const {
+  return options_.drift_threshold > 0.0 &&
+         step % static_cast<uint64_t>(options_.measure_period) == 0;
 }
 
 void RefreshSchedule::RecordRatio(double ratio) {

@@ -7,7 +7,8 @@
 //             when the measured benefit drifts (kDrift) or an operator asked
 //             (kRequested, a counter from the coordinator's cluster state).
 //
-// Drift: the owner measures, on collect steps, ratio = error of its own
+// Drift: the owner measures, on steps that are multiples of measure_period
+// (ShouldMeasure), ratio = error of its own
 // gradient quantized through the current basis / error of direct
 // quantization (transform_selector.h), and records it (RecordRatio). A
 // measurement is above the bar when
@@ -46,6 +47,10 @@ struct RefreshScheduleOptions {
   int64_t period_steps = 10;     // >= 1
   double drift_threshold = 0.2;  // >= 0; 0 disables drift refreshes
   int64_t collect_period = 1;    // >= 1
+  // Drift measurements on multiples of this (>= 1). Each costs the owner a
+  // forward and inverse transform and two encodes of its own gradient, as
+  // much as the tensor's own push and pull.
+  int64_t measure_period = 1;
   // Whether a ratio >= 1 (the basis is worse than direct) is drift whatever
   // the reference. Off for tensors that are transformed whatever the
   // measurement says (selection forced by policy): near 1 it would only
@@ -75,6 +80,8 @@ class RefreshSchedule {
   const RefreshScheduleOptions& options() const { return options_; }
 
   bool ShouldCollect(uint64_t step) const;
+  // Whether drift is measured at `step` (never when drift is disabled).
+  bool ShouldMeasure(uint64_t step) const;
 
   // Records a measured GIFT / direct error ratio of the current basis
   // (non-finite values are ignored).

@@ -32,33 +32,42 @@ absl::StatusOr<TensorGeometry> TensorGeometry::Create(int64_t d_out, int64_t d_i
     return absl::InvalidArgumentError(
         absl::StrCat("EMA decay ", options.ema_decay, " is not in [0, 1)"));
   }
+  if (options.statistics != StatisticsForm::kSketch &&
+      options.statistics != StatisticsForm::kExact) {
+    return absl::InvalidArgumentError("invalid statistics form");
+  }
+  const bool per_worker = options.source == GeometrySource::kPerWorkerGradients;
+  const bool sketched = per_worker || options.statistics == StatisticsForm::kSketch;
+  if (sketched && options.sketch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sketch size ", options.sketch_size, " is not >= 1"));
+  }
   TensorGeometry geo(d_out, d_in, options);
-  if (options.source == GeometrySource::kPerWorkerGradients) {
-    if (options.sketch_size < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sketch size ", options.sketch_size, " is not >= 1"));
-    }
-    auto make = [&](int64_t n, uint64_t salt) -> absl::StatusOr<SketchedMomentEma> {
-      auto sketch =
-          MomentSketch::Create(n, std::min(options.sketch_size, n), options.sketch_seed * 2 + salt);
-      if (!sketch.ok()) return sketch.status();
-      return SketchedMomentEma::Create(std::make_shared<const MomentSketch>(*std::move(sketch)),
-                                       options.ema_decay);
-    };
-    if (geo.has_output()) {
-      auto s = make(d_out, 0);
+  auto make_sketch = [&](int64_t n, uint64_t salt) -> absl::StatusOr<SketchedMomentEma> {
+    auto sketch =
+        MomentSketch::Create(n, std::min(options.sketch_size, n), options.sketch_seed * 2 + salt);
+    if (!sketch.ok()) return sketch.status();
+    return SketchedMomentEma::Create(std::make_shared<const MomentSketch>(*std::move(sketch)),
+                                     options.ema_decay);
+  };
+  if (geo.has_output()) {
+    if (sketched) {
+      auto s = make_sketch(d_out, 0);
       if (!s.ok()) return s.status();
       geo.out_sketch_.emplace(*std::move(s));
+    } else {
+      geo.out_ema_.emplace(*SecondMomentEma::Create(d_out, options.ema_decay));
     }
-    if (geo.has_input()) {
-      auto s = make(d_in, 1);
+  }
+  if (geo.has_input()) {
+    if (sketched && options.source != GeometrySource::kActivations) {
+      auto s = make_sketch(d_in, 1);
       if (!s.ok()) return s.status();
       geo.in_sketch_.emplace(*std::move(s));
+    } else {
+      geo.in_ema_.emplace(*SecondMomentEma::Create(d_in, options.ema_decay));
     }
-    return geo;
   }
-  if (geo.has_output()) geo.out_ema_.emplace(*SecondMomentEma::Create(d_out, options.ema_decay));
-  if (geo.has_input()) geo.in_ema_.emplace(*SecondMomentEma::Create(d_in, options.ema_decay));
   return geo;
 }
 
@@ -67,11 +76,24 @@ absl::Status TensorGeometry::AddReducedGradient(const float* avg) {
   const float* grads[] = {avg};
   if (out_ema_.has_value()) {
     if (auto s = out_ema_->UpdateOutputSide(grads, d_out_, d_in_); !s.ok()) return s;
+  } else if (out_sketch_.has_value()) {
+    if (auto s = AddSketchOf(avg, /*input_side=*/false); !s.ok()) return s;
   }
-  if (in_ema_.has_value() && options_.source == GeometrySource::kGradients) {
-    if (auto s = in_ema_->UpdateInputSide(grads, d_out_, d_in_); !s.ok()) return s;
-  }
+  if (options_.source != GeometrySource::kGradients) return absl::OkStatus();
+  if (in_ema_.has_value()) return in_ema_->UpdateInputSide(grads, d_out_, d_in_);
+  if (in_sketch_.has_value()) return AddSketchOf(avg, /*input_side=*/true);
   return absl::OkStatus();
+}
+
+absl::Status TensorGeometry::AddSketchOf(const float* avg, bool input_side) {
+  SketchedMomentEma& ema = input_side ? *in_sketch_ : *out_sketch_;
+  const MomentSketch& sketch = ema.sketch();
+  contribution_.resize(static_cast<size_t>(sketch.contribution_size()));
+  const absl::Status s =
+      input_side ? sketch.InputSideContribution(avg, d_out_, d_in_, contribution_.data())
+                 : sketch.OutputSideContribution(avg, d_out_, d_in_, contribution_.data());
+  if (!s.ok()) return s;
+  return ema.Update(contribution_);
 }
 
 absl::StatusOr<int64_t> TensorGeometry::PerWorkerContributionSize() const {

@@ -4,7 +4,8 @@
 // Sources (policy.proto GeometrySource):
 //   kGradients           EMA of G^T G / d_out and G G^T / d_in of the reduced
 //                        (averaged) gradient; the owner has it after every
-//                        step, no training-loop change.
+//                        step, no training-loop change. Kept as a sketch by
+//                        default (StatisticsForm below).
 //   kPerWorkerGradients  EMA of the workers' average of G_i^T G_i / d_out
 //                        and G_i G_i^T / d_in. Every worker computes a fixed
 //                        size contribution from its own gradient
@@ -14,6 +15,18 @@
 //   kActivations         input side from the layer inputs' X^T X / N handed
 //                        in by the training loop (AddActivationFactor); the
 //                        output side, when enabled, from the reduced gradient.
+//
+// Statistics of the reduced gradient (kGradients: both sides; kActivations:
+// the output side) take one of two forms (policy.proto StatisticsForm):
+//   kSketch  the owner sketches the reduced gradient itself, exactly as a
+//            worker sketches its own for kPerWorkerGradients (MomentSketch:
+//            two FP32 SGEMMs per side, O(d_out d_in k) with k =
+//            sketch_size), and keeps the EMA of the sketches; bases come
+//            from its Nystrom eigenpairs (exact when the moment has rank
+//            <= k), with exact trace and diagonal. The default.
+//   kExact   the n x n EMA in double (SecondMomentEma: O(n^2 m) per side
+//            and collect step, 1408^2 x 512 for a 512 x 1408 matrix's
+//            input side), bases from its randomized eigen decomposition.
 //
 //   auto geo = TensorGeometry::Create(d_out, d_in, {.source = GeometrySource::kGradients});
 //   GIFT_RETURN_IF_ERROR(geo->AddReducedGradient(avg));        // each collect step
@@ -28,6 +41,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -46,13 +60,24 @@ enum class GeometrySource : uint8_t {
   kActivations = 3,
 };
 
+// Values match gift.v1.StatisticsForm; never renumber.
+enum class StatisticsForm : uint8_t {
+  kSketch = 1,
+  kExact = 2,
+};
+
 struct TensorGeometryOptions {
   Sides sides = Sides::kBoth;
   GeometrySource source = GeometrySource::kGradients;
   double ema_decay = SecondMomentEma::kDefaultDecay;  // in [0, 1)
-  // kPerWorkerGradients: columns of each side's sketch, clamped to the side's
-  // dimension (where it equals the dimension the sketch is exact). Must be
-  // >= the largest rank bases will be built with.
+  // The form of the reduced gradient's statistics (ignored by
+  // kPerWorkerGradients, which is always sketched).
+  StatisticsForm statistics = StatisticsForm::kSketch;
+  // Columns of each sketched side, clamped to the side's dimension (where it
+  // equals the dimension the sketch is exact). Bases built with a larger
+  // rank are clamped to it: take at least twice the rank (the Nystrom
+  // approximation's error is within 1 + r / (k - r - 1) of the best rank-r
+  // one in expectation, nuclear norm).
   int64_t sketch_size = 128;
   // Seed of the sketches' test matrices; every worker must use the same one
   // for a tensor (e.g. the tensor id).
@@ -111,17 +136,21 @@ class TensorGeometry {
   bool has_output() const { return options_.sides != Sides::kInput; }
   bool has_input() const { return options_.sides != Sides::kOutput; }
   absl::StatusOr<SideBasis> BuildSide(bool input_side, const BuildBasisOptions& options) const;
+  // Folds the sketch of the reduced gradient into one side's sketched EMA.
+  absl::Status AddSketchOf(const float* avg, bool input_side);
 
   int64_t d_out_;
   int64_t d_in_;
   TensorGeometryOptions options_;
-  // Exact EMAs: kGradients (both sides), kActivations (input from the
-  // activation factor, output from the reduced gradient).
+  // Each enabled side has exactly one of the two. Exact: the reduced
+  // gradient's sides with StatisticsForm::kExact, and kActivations' input
+  // side (from the activation factor). Sketched: kPerWorkerGradients, and
+  // the reduced gradient's sides with StatisticsForm::kSketch.
   std::optional<SecondMomentEma> out_ema_;
   std::optional<SecondMomentEma> in_ema_;
-  // Sketched EMAs: kPerWorkerGradients.
   std::optional<SketchedMomentEma> out_sketch_;
   std::optional<SketchedMomentEma> in_sketch_;
+  std::vector<float> contribution_;  // scratch of AddSketchOf
 };
 
 }  // namespace gift::transform

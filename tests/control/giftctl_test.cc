@@ -134,6 +134,26 @@ TEST(PolicyEditTest, RejectsOutOfRangeValuesAndGlobalOnlyFieldsInOverrides) {
   edit.tensor_glob = "x";
   edit.hierarchy = gift::v1::HIERARCHY_NODE;  // the policy's, not a tensor's
   EXPECT_NE(ValidatePolicyEdit(edit).message().find("--hierarchy"), absl::string_view::npos);
+  edit = {};
+  edit.measure_period = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidatePolicyEdit(edit)));
+  edit = {};
+  edit.tensor_glob = "x";
+  edit.statistics = gift::v1::STATISTICS_FORM_EXACT;
+  EXPECT_NE(ValidatePolicyEdit(edit).message().find("--statistics"), absl::string_view::npos);
+}
+
+TEST(PolicyEditTest, StatisticsAndPeriodsAreSetOnTheGlobalPolicy) {
+  PolicyEdit edit;
+  edit.statistics = gift::v1::STATISTICS_FORM_EXACT;
+  edit.collect_period = 2;
+  edit.measure_period = 8;
+  ASSERT_TRUE(ValidatePolicyEdit(edit).ok());
+  gift::v1::Policy policy;
+  ApplyPolicyEdit(edit, &policy);
+  EXPECT_EQ(policy.transform().statistics(), gift::v1::STATISTICS_FORM_EXACT);
+  EXPECT_EQ(policy.transform().collect_period(), 2u);
+  EXPECT_EQ(policy.refresh().measure_period(), 8u);
 }
 
 TEST(PolicyEditTest, HierarchyAndAZeroDriftAreSetOnTheGlobalPolicy) {
@@ -157,6 +177,11 @@ TEST(PolicyEditTest, EnumNamesRoundTrip) {
   EXPECT_EQ(SelectionName(*ParseSelection("list")), "list");
   for (const char* name : {"none", "node"}) EXPECT_EQ(HierarchyName(*ParseHierarchy(name)), name);
   EXPECT_EQ(HierarchyName(gift::v1::HIERARCHY_UNSPECIFIED), "none");
+  for (const char* name : {"sketch", "exact"}) {
+    EXPECT_EQ(StatisticsName(*ParseStatistics(name)), name);
+  }
+  EXPECT_EQ(StatisticsName(gift::v1::STATISTICS_FORM_UNSPECIFIED), "sketch");
+  EXPECT_FALSE(ParseStatistics("dense").ok());
   EXPECT_FALSE(ParseSides("left").ok());
   EXPECT_FALSE(ParseHierarchy("rack").ok());
 }

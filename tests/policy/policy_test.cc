@@ -36,6 +36,7 @@ TEST(PolicyDefaultsTest, FillsTheDocumentedDefaults) {
   EXPECT_EQ(p.transform().residual(), gift::v1::RESIDUAL_MODEL_ISOTROPIC);
   EXPECT_DOUBLE_EQ(p.transform().ema_decay(), 0.95);
   EXPECT_EQ(p.transform().collect_period(), 1u);
+  EXPECT_EQ(p.transform().statistics(), gift::v1::STATISTICS_FORM_SKETCH);
   EXPECT_DOUBLE_EQ(p.transform().damping_eps(), 1e-3);
   EXPECT_EQ(p.transform().push_codec().format(), gift::v1::ELEMENT_FORMAT_E4M3);
   EXPECT_EQ(p.transform().push_codec().scaling(), gift::v1::SCALING_PER_BLOCK_FP32);
@@ -47,6 +48,7 @@ TEST(PolicyDefaultsTest, FillsTheDocumentedDefaults) {
   EXPECT_EQ(p.refresh().period_steps(), 10u);
   EXPECT_DOUBLE_EQ(p.refresh().drift_threshold(), 0.2);
   EXPECT_EQ(p.refresh().activation_lead_steps(), 4u);
+  EXPECT_EQ(p.refresh().measure_period(), 4u);
   EXPECT_EQ(p.selection().mode(), gift::v1::SELECTION_MODE_MEASURED);
   EXPECT_DOUBLE_EQ(p.selection().margin(), 0.1);
   EXPECT_EQ(p.selection().min_elements(), 4096u);
@@ -137,6 +139,12 @@ TEST(PolicyValidateTest, NamesTheFieldAndValue) {
        }},
       {"refresh.period_steps = 4294967295",
        [](gift::v1::Policy* p) { p->mutable_refresh()->set_period_steps(4294967295u); }},
+      {"refresh.measure_period = 2000000",
+       [](gift::v1::Policy* p) { p->mutable_refresh()->set_measure_period(2000000); }},
+      {"transform.statistics = 7",
+       [](gift::v1::Policy* p) {
+         p->mutable_transform()->set_statistics(static_cast<gift::v1::StatisticsForm>(7));
+       }},
       {"refresh.activation_lead_steps = 2000000",
        [](gift::v1::Policy* p) { p->mutable_refresh()->set_activation_lead_steps(2000000); }},
       {"selection.exclude[0] = a\\nb",

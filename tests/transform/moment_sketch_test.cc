@@ -52,8 +52,9 @@ TEST(MomentSketchTest, HugeElementsThatOverflowFp32ProductsAreSketchedInDouble) 
     auto sketch = MomentSketch::Create(n, kK, 3);
     ASSERT_TRUE(sketch.ok()) << sketch.status();
     std::vector<float> out(sketch->contribution_size());
-    ASSERT_TRUE((input_side ? sketch->InputSideContribution(grads[0].data(), kOut, kIn, out.data())
-                            : sketch->OutputSideContribution(grads[0].data(), kOut, kIn, out.data()))
+    ASSERT_TRUE((input_side
+                     ? sketch->InputSideContribution(grads[0].data(), kOut, kIn, out.data())
+                     : sketch->OutputSideContribution(grads[0].data(), kOut, kIn, out.data()))
                     .ok());
     auto exact = SecondMomentEma::Create(n);
     const std::vector<const float*> ptrs = {grads[0].data()};
@@ -94,6 +95,12 @@ TEST(MomentSketchTest, ContributionIsTheSketchOfTheExactMoment) {
     }
     EXPECT_LT(max_rel, 1e-6) << "input side " << input_side;
     EXPECT_NEAR(avg[n * kK + n], exact->value().trace(), 1e-6 * exact->value().trace());
+    // The moment given whole has the same contribution (linearity).
+    std::vector<float> whole(sketch->contribution_size());
+    ASSERT_TRUE(sketch->MatrixContribution(exact->value(), whole.data()).ok());
+    for (size_t i = 0; i < whole.size(); ++i) {
+      ASSERT_NEAR(whole[i], avg[i], 1e-6 * exact->value().trace()) << i;
+    }
   }
 }
 
@@ -175,6 +182,10 @@ TEST(MomentSketchTest, RejectsBadArguments) {
   std::vector<float> g(4 * 8, 1.0f), out(sketch->contribution_size());
   EXPECT_EQ(sketch->OutputSideContribution(g.data(), 4, 8, out.data()).code(),
             absl::StatusCode::kInvalidArgument);  // d_out != 8
+  EXPECT_EQ(sketch->MatrixContribution(Eigen::MatrixXd::Identity(4, 4), out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sketch->MatrixContribution(Eigen::MatrixXd::Identity(8, 8), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
   g[5] = std::nanf("");
   EXPECT_EQ(sketch->InputSideContribution(g.data(), 4, 8, out.data()).code(),
             absl::StatusCode::kInvalidArgument);

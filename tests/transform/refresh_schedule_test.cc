@@ -110,10 +110,22 @@ TEST(RefreshScheduleTest, CollectPeriod) {
   EXPECT_TRUE(s.ShouldCollect(8));
 }
 
+TEST(RefreshScheduleTest, MeasurePeriodAndNoMeasurementWithoutDrift) {
+  RefreshSchedule s = Make({.collect_period = 1, .measure_period = 4});
+  EXPECT_TRUE(s.ShouldMeasure(0));
+  EXPECT_FALSE(s.ShouldMeasure(2));
+  EXPECT_TRUE(s.ShouldMeasure(12));
+  EXPECT_TRUE(s.ShouldCollect(2));  // independent of collecting
+  RefreshSchedule off = Make({.drift_threshold = 0.0, .measure_period = 1});
+  EXPECT_FALSE(off.ShouldMeasure(0));
+  EXPECT_FALSE(off.ShouldMeasure(5));
+}
+
 TEST(RefreshScheduleTest, RejectsBadOptions) {
   EXPECT_FALSE(RefreshSchedule::Create({.period_steps = 0}).ok());
   EXPECT_FALSE(RefreshSchedule::Create({.drift_threshold = -0.1}).ok());
   EXPECT_FALSE(RefreshSchedule::Create({.collect_period = 0}).ok());
+  EXPECT_FALSE(RefreshSchedule::Create({.measure_period = 0}).ok());
   EXPECT_FALSE(RefreshSchedule::Create({.drift_patience = 0}).ok());
   EXPECT_EQ(RefreshReasonName(RefreshReason::kDrift), "drift");
 }

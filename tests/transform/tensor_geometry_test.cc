@@ -47,8 +47,37 @@ std::vector<float> Forward(const TensorBasis& basis, const std::vector<float>& g
   return out;
 }
 
-TEST(TensorGeometryTest, GradientSourceMatchesTheReducedGradientsEma) {
-  auto geo = TensorGeometry::Create(kOut, kIn, {.source = GeometrySource::kGradients});
+// The relative error of the e4m3/tensor quantized average of `grads` (step
+// 7), sent through `basis` or directly (null), against the exact average.
+double QuantizedAverageError(const TensorBasis* basis,
+                             const std::vector<std::vector<float>>& grads) {
+  const int64_t rows = basis == nullptr ? 0 : basis->header().d_out;
+  const int64_t size = static_cast<int64_t>(grads[0].size());
+  const std::vector<float> exact = Average(grads);
+  const codec::CodecSpec spec = codec::ParseCodecSpec("e4m3/tensor").value();
+  std::vector<codec::EncodedTensor> encoded;
+  std::vector<codec::EncodedView> views;
+  for (size_t w = 0; w < grads.size(); ++w) {
+    const std::vector<float> x = basis == nullptr ? grads[w] : Forward(*basis, grads[w]);
+    encoded.push_back(codec::EncodedTensor::Create(spec, 1, size).value());
+    EXPECT_TRUE(codec::Encode(x.data(), encoded.back().mutable_view(),
+                              {.tensor = 1, .step = 7, .rank = static_cast<uint32_t>(w)})
+                    .ok());
+  }
+  for (const auto& e : encoded) views.push_back(e.view());
+  std::vector<float> sum(static_cast<size_t>(size));
+  EXPECT_TRUE(codec::ReduceEncoded(views, sum.data(), 1.0f / static_cast<float>(grads.size()),
+                                   codec::MutableEncodedView{})
+                  .ok());
+  if (basis != nullptr) {
+    EXPECT_TRUE(basis->Inverse(sum.data(), rows, size / rows, sum.data()).ok());
+  }
+  return RelativeL2(sum, exact);
+}
+
+TEST(TensorGeometryTest, ExactGradientStatisticsMatchTheReducedGradientsEma) {
+  auto geo = TensorGeometry::Create(
+      kOut, kIn, {.source = GeometrySource::kGradients, .statistics = StatisticsForm::kExact});
   ASSERT_TRUE(geo.ok()) << geo.status();
   auto in = SecondMomentEma::Create(kIn), out = SecondMomentEma::Create(kOut);
   EXPECT_FALSE(geo->ready());
@@ -71,6 +100,64 @@ TEST(TensorGeometryTest, GradientSourceMatchesTheReducedGradientsEma) {
   ASSERT_TRUE(want.ok());
   const auto g = SharedPlusNoiseGradients(kOut, kIn, 1, 4, 0.5, 9)[0];
   EXPECT_EQ(Forward(*basis, g), Forward(*want, g));  // bit-identical
+}
+
+// The nuclear norm of the symmetric matrix m.
+double Nuclear(const Eigen::MatrixXd& m) {
+  return Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(m).eigenvalues().cwiseAbs().sum();
+}
+
+TEST(TensorGeometryTest, SketchedGradientStatisticsAreWithinTheNystromBound) {
+  // The default form: the owner sketches the reduced gradient (k = 32 columns
+  // of 64 and 96) and keeps the EMA of the sketches. Its rank-r eigen model
+  // U Lam U^T of each side must be within the Nystrom bound of the best
+  // rank-r approximation of the exact EMA (nuclear norm; the bound holds in
+  // expectation, a factor 2 for one draw):
+  //   ||M - U Lam U^T||_* <= 2 (1 + r / (k - r - 1)) ||M - [M]_r||_*.
+  constexpr int64_t kK = 32, kRank = 6;  // the shared directions: a clear gap below them
+  auto geo = TensorGeometry::Create(kOut, kIn, {.sketch_size = kK, .sketch_seed = 5});
+  ASSERT_TRUE(geo.ok()) << geo.status();
+  auto in = SecondMomentEma::Create(kIn), out = SecondMomentEma::Create(kOut);
+  for (uint32_t step = 0; step < 4; ++step) {
+    const std::vector<float> avg = Average(SharedPlusNoiseGradients(kOut, kIn, 4, 6, 0.3, step));
+    ASSERT_TRUE(geo->AddReducedGradient(avg.data()).ok());
+    const float* p[] = {avg.data()};
+    ASSERT_TRUE(in->UpdateInputSide(p, kOut, kIn).ok());
+    ASSERT_TRUE(out->UpdateOutputSide(p, kOut, kIn).ok());
+  }
+  auto basis = geo->BuildBasis(Options(1, 1, 0.25, kRank));
+  ASSERT_TRUE(basis.ok()) << basis.status();
+  const double bound = 2.0 * (1.0 + static_cast<double>(kRank) / (kK - kRank - 1));
+  for (bool input_side : {true, false}) {
+    const Eigen::MatrixXd& m = input_side ? in->value() : out->value();
+    const SideBasis::Parts& parts =
+        (input_side ? basis->input_side() : basis->output_side())->parts();
+    ASSERT_EQ(parts.u.cols(), kRank);
+    const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> dense(m);  // ascending
+    const Eigen::VectorXd values = dense.eigenvalues();
+    const double best_tail = values.head(values.size() - kRank).cwiseAbs().sum();
+    const double err = Nuclear(m - parts.u * parts.lam.asDiagonal() * parts.u.transpose());
+    EXPECT_LE(err, bound * best_tail) << "input side " << input_side;
+    // Exact trace, so the isotropic residual is modelled from the true one.
+    EXPECT_NEAR(parts.trace, m.trace(), 1e-5 * m.trace());
+  }
+  // What the basis is for: the quantized average of a later step through
+  // it is as accurate as through the basis of the exact statistics (within
+  // 5 %), and better than direct quantization.
+  auto exact = TensorGeometry::Create(
+      kOut, kIn, {.source = GeometrySource::kGradients, .statistics = StatisticsForm::kExact});
+  ASSERT_TRUE(exact.ok());
+  for (uint32_t step = 0; step < 4; ++step) {
+    const std::vector<float> avg = Average(SharedPlusNoiseGradients(kOut, kIn, 4, 6, 0.3, step));
+    ASSERT_TRUE(exact->AddReducedGradient(avg.data()).ok());
+  }
+  auto want = exact->BuildBasis(Options(1, 1, 0.25, kRank));
+  ASSERT_TRUE(want.ok());
+  const auto grads = SharedPlusNoiseGradients(kOut, kIn, 8, 6, 0.3, 9);
+  const double sketched = QuantizedAverageError(&*basis, grads);
+  const double exact_error = QuantizedAverageError(&*want, grads);
+  EXPECT_LT(sketched, 1.05 * exact_error) << "exact statistics " << exact_error;
+  EXPECT_LT(sketched, 0.75 * QuantizedAverageError(nullptr, grads));
 }
 
 TEST(TensorGeometryTest, PerWorkerSketchAtFullSizeMatchesTheExactMoments) {
@@ -146,29 +233,8 @@ TEST(TensorGeometryTest, PerWorkerSketchLowersTheQuantizedAverageError) {
   // A later step (causal: the statistics come from steps 0..2).
   const auto grads = SharedPlusNoiseGradients(kRows, kCols, kWorkers, kDirections, kNoise, 7);
   const std::vector<float> exact = Average(grads);
-  auto spec = codec::ParseCodecSpec("e4m3/tensor");
-  ASSERT_TRUE(spec.ok());
-  auto quantized_average = [&](const TensorBasis* b) {
-    std::vector<codec::EncodedTensor> encoded;
-    std::vector<codec::EncodedView> views;
-    for (int w = 0; w < kWorkers; ++w) {
-      const std::vector<float> x = b == nullptr ? grads[w] : Forward(*b, grads[w]);
-      encoded.push_back(codec::EncodedTensor::Create(*spec, kRows, kCols).value());
-      EXPECT_TRUE(codec::Encode(x.data(), encoded.back().mutable_view(),
-                                {.tensor = 1, .step = 7, .rank = static_cast<uint32_t>(w)})
-                      .ok());
-    }
-    for (const auto& e : encoded) views.push_back(e.view());
-    std::vector<float> sum(kRows * kCols);
-    EXPECT_TRUE(
-        codec::ReduceEncoded(views, sum.data(), 1.0f / kWorkers, codec::MutableEncodedView{}).ok());
-    if (b != nullptr) {
-      EXPECT_TRUE(b->Inverse(sum.data(), kRows, kCols, sum.data()).ok());
-    }
-    return RelativeL2(sum, exact);
-  };
-  const double direct = quantized_average(nullptr);
-  const double gift = quantized_average(&*basis);
+  const double direct = QuantizedAverageError(nullptr, grads);
+  const double gift = QuantizedAverageError(&*basis, grads);
   EXPECT_LT(gift, 0.5 * direct) << "direct " << direct << " gift " << gift;
 }
 
@@ -198,6 +264,13 @@ TEST(TensorGeometryTest, RejectsMisuse) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TensorGeometry::Create(8, 8, {.sketch_size = 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);  // the default form sketches
+  EXPECT_TRUE(
+      TensorGeometry::Create(8, 8, {.statistics = StatisticsForm::kExact, .sketch_size = 0}).ok());
+  EXPECT_EQ(
+      TensorGeometry::Create(8, 8, {.statistics = static_cast<StatisticsForm>(9)}).status().code(),
+      absl::StatusCode::kInvalidArgument);
   auto geo = TensorGeometry::Create(8, 8, {.source = GeometrySource::kGradients});
   ASSERT_TRUE(geo.ok());
   EXPECT_EQ(geo->PerWorkerContributionSize().status().code(),

@@ -45,6 +45,8 @@ class BasisOwnerTest : public ::testing::Test {
     o->set_glob("*");
     o->set_enabled(true);
     set.mutable_policy()->mutable_refresh()->set_period_steps(kPeriod);
+    // A drift measurement on every step, so the steps they act on are known.
+    set.mutable_policy()->mutable_refresh()->set_measure_period(1);
     // NVFP4 (block 16): coarse enough that the basis clearly beats direct
     // quantization on the anisotropic gradients below (with e4m3 the
     // ratio stays near 1 and drift could not be told from noise).
@@ -84,8 +86,8 @@ class BasisOwnerTest : public ::testing::Test {
   OwnedTensorStep Step() const {
     std::mt19937 rng(7);
     std::normal_distribution<float> normal;
-    OwnedTensorStep step{.step = 1, .tensor_id = tensor_id_, .name = "layers.0.w",
-                         .rows = kRows, .cols = kCols};
+    OwnedTensorStep step{
+        .step = 1, .tensor_id = tensor_id_, .name = "layers.0.w", .rows = kRows, .cols = kCols};
     for (int64_t i = 0; i < kRows * kCols; ++i) {
       step.average.push_back(normal(rng) * static_cast<float>(1 + i % kCols));
       step.own.push_back(step.average.back() + 0.1f * normal(rng));
@@ -120,8 +122,7 @@ class BasisOwnerTest : public ::testing::Test {
     BasisStore store(session_.get());
     BasisOwner owner(session_.get(), &store,
                      {.on_publish = [&](uint64_t, uint64_t, const std::string&,
-                                        transform::RefreshReason reason,
-                                        std::optional<double>) {
+                                        transform::RefreshReason reason, std::optional<double>) {
                        refreshes.emplace_back(current_step, reason);
                      }});
     if (out != nullptr) *out = &owner;
@@ -139,8 +140,11 @@ class BasisOwnerTest : public ::testing::Test {
       }
       bool needs_own = false;
       if (info == nullptr || !owner.WantsStep(**state, *info, step, &needs_own)) continue;
-      OwnedTensorStep data{.step = step, .tensor_id = tensor_id_, .name = "layers.0.w",
-                           .rows = kRows, .cols = kCols};
+      OwnedTensorStep data{.step = step,
+                           .tensor_id = tensor_id_,
+                           .name = "layers.0.w",
+                           .rows = kRows,
+                           .cols = kCols};
       data.own = Anisotropic(step, flip_at != 0 && step >= flip_at);
       data.average = data.own;
       if (!needs_own) data.own.clear();
@@ -229,7 +233,7 @@ TEST_F(BasisOwnerTest, GeometrySwitchedMidRunFiresADriftRefresh) {
   }
   ASSERT_FALSE(drift_steps.empty());
   // None before the switch; the first once the default patience's
-  // measurements in a row (collect period 1: one per step from the switch
+  // measurements in a row (measure period 1: one per step from the switch
   // on) were above the bar.
   const int64_t patience = transform::RefreshScheduleOptions{}.drift_patience;
   EXPECT_EQ(drift_steps.front(), kFlipAt + patience - 1);

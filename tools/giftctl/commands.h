@@ -58,9 +58,11 @@ struct PolicySetFlags {
   std::string tensor;
   uint32_t period = 0;
   uint32_t rank = 0;
+  uint32_t collect_period = 0;
+  uint32_t measure_period = 0;
   std::vector<double> powers;
   std::string sides, source, residual, selection, hierarchy, on_member_loss, enabled,
-      error_feedback;
+      error_feedback, statistics;
   double ema_decay = 0, drift = 0, margin = 0;
   std::string push_codec, pull_codec;
   std::vector<std::string> include, exclude;

@@ -41,6 +41,7 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
   g.Add({"residual", ResidualName(t.residual())});
   g.Add({"ema_decay", NumOrDash(t.ema_decay())});
   g.Add({"collect_period", NumOrDash(t.collect_period())});
+  g.Add({"statistics", StatisticsName(t.statistics())});
   g.Add({"damping_eps", NumOrDash(t.damping_eps())});
   g.Add({"push_codec", CodecName(t.push_codec())});
   g.Add({"pull_codec", CodecName(t.pull_codec())});
@@ -48,6 +49,7 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
   g.Add({"period_steps", NumOrDash(r.period_steps())});
   g.Add({"drift_threshold", NumOrDash(r.drift_threshold())});
   g.Add({"activation_lead_steps", NumOrDash(r.activation_lead_steps())});
+  g.Add({"measure_period", NumOrDash(r.measure_period())});
   g.Add({"selection", SelectionName(s.mode())});
   g.Add({"include", Or(absl::StrJoin(s.include(), ","))});
   g.Add({"exclude", Or(absl::StrJoin(s.exclude(), ","))});
@@ -124,9 +126,7 @@ absl::Status PolicySetCommand(const CommandContext& ctx, const PolicyEdit& edit)
   return absl::OkStatus();
 }
 
-bool PolicySetFlags::given(const std::string& name) const {
-  return options.at(name)->count() > 0;
-}
+bool PolicySetFlags::given(const std::string& name) const { return options.at(name)->count() > 0; }
 
 void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* f) {
   auto& o = f->options;
@@ -149,12 +149,23 @@ void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* f) {
                                         "on|off: feed each push's quantization error into the "
                                         "next (global, or with --tensor for its override)");
   o["ema-decay"] = cmd->add_option("--ema-decay", f->ema_decay, "EMA decay in [0, 1)");
+  o["collect-period"] =
+      cmd->add_option("--collect-period", f->collect_period,
+                      "fold the reduced gradient into the statistics every N steps (1 to 1048576)");
+  o["statistics"] =
+      cmd->add_option("--statistics", f->statistics,
+                      "sketch|exact: the reduced gradient's moments as a Nystrom sketch "
+                      "(O(m n k)) or whole n x n matrices in double (O(n^2 m))");
   o["push-codec"] = cmd->add_option("--push-codec", f->push_codec,
                                     "codec workers -> servers, e.g. e4m3/block128");
   o["pull-codec"] =
       cmd->add_option("--pull-codec", f->pull_codec, "codec servers -> workers, e.g. bf16");
   o["drift"] =
       cmd->add_option("--drift", f->drift, "early-refresh drift threshold (>= 0; 0 disables)");
+  o["measure-period"] = cmd->add_option(
+      "--measure-period", f->measure_period,
+      "owners measure their bases' error ratio (drift, giftctl tensors) every N steps "
+      "(1 to 1048576)");
   o["margin"] = cmd->add_option("--margin", f->margin, "selection margin in [0, 1)");
   o["selection"] = cmd->add_option("--selection", f->selection, "selection mode: measured|list");
   o["hierarchy"] = cmd->add_option("--hierarchy", f->hierarchy,
@@ -192,6 +203,10 @@ absl::StatusOr<PolicyEdit> ToPolicyEdit(const PolicySetFlags& f) {
                                    e.error_feedback));
   }
   if (f.given("ema-decay")) e.ema_decay = f.ema_decay;
+  if (f.given("collect-period")) e.collect_period = f.collect_period;
+  if (f.given("statistics")) {
+    GIFT_RETURN_IF_ERROR(SetParsed(ParseStatistics(f.statistics), e.statistics));
+  }
   if (f.given("push-codec")) {
     GIFT_RETURN_IF_ERROR(SetParsed(ParseCodec("--push-codec", f.push_codec), e.push_codec));
   }
@@ -199,6 +214,7 @@ absl::StatusOr<PolicyEdit> ToPolicyEdit(const PolicySetFlags& f) {
     GIFT_RETURN_IF_ERROR(SetParsed(ParseCodec("--pull-codec", f.pull_codec), e.pull_codec));
   }
   if (f.given("drift")) e.drift_threshold = f.drift;
+  if (f.given("measure-period")) e.measure_period = f.measure_period;
   if (f.given("margin")) e.margin = f.margin;
   if (f.given("selection")) {
     GIFT_RETURN_IF_ERROR(SetParsed(ParseSelection(f.selection), e.selection));

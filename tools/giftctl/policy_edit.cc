@@ -34,6 +34,8 @@ constexpr Choice<v1::SelectionMode> kSelections[] = {{"measured", v1::SELECTION_
                                                      {"list", v1::SELECTION_MODE_LIST}};
 constexpr Choice<v1::Hierarchy> kHierarchies[] = {{"none", v1::HIERARCHY_NONE},
                                                   {"node", v1::HIERARCHY_NODE}};
+constexpr Choice<v1::StatisticsForm> kStatistics[] = {{"sketch", v1::STATISTICS_FORM_SKETCH},
+                                                      {"exact", v1::STATISTICS_FORM_EXACT}};
 constexpr Choice<v1::OnMemberLoss> kOnMemberLoss[] = {{"continue", v1::ON_MEMBER_LOSS_CONTINUE},
                                                       {"fail", v1::ON_MEMBER_LOSS_FAIL}};
 
@@ -93,6 +95,14 @@ std::string OnMemberLossName(v1::OnMemberLoss on_loss) {
                                        : on_loss);
 }
 
+absl::StatusOr<v1::StatisticsForm> ParseStatistics(absl::string_view text) {
+  return ParseChoice(kStatistics, "statistics", text);
+}
+std::string StatisticsName(v1::StatisticsForm form) {
+  return ChoiceName(kStatistics,
+                    form == v1::STATISTICS_FORM_UNSPECIFIED ? v1::STATISTICS_FORM_SKETCH : form);
+}
+
 std::string CodecName(const v1::CodecSpec& spec) {
   absl::StatusOr<codec::CodecSpec> parsed = codec::FromProto(spec);
   return parsed.ok() ? codec::ToString(*parsed) : "-";
@@ -100,8 +110,9 @@ std::string CodecName(const v1::CodecSpec& spec) {
 
 bool PolicyEdit::empty() const {
   return !period_steps && !rank && !powers && !sides && !source && !residual && !enabled &&
-         !error_feedback && !ema_decay && !push_codec && !pull_codec && !drift_threshold &&
-         !margin && !selection && !hierarchy && !on_member_loss && !include && !exclude;
+         !error_feedback && !ema_decay && !collect_period && !measure_period && !statistics &&
+         !push_codec && !pull_codec && !drift_threshold && !margin && !selection && !hierarchy &&
+         !on_member_loss && !include && !exclude;
 }
 
 namespace {
@@ -139,6 +150,16 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
       }
     }
   }
+  if (edit.collect_period &&
+      (*edit.collect_period < 1 || *edit.collect_period > policy::kMaxSteps)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--collect-period must be in [1, ", policy::kMaxSteps, "]"));
+  }
+  if (edit.measure_period &&
+      (*edit.measure_period < 1 || *edit.measure_period > policy::kMaxSteps)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--measure-period must be in [1, ", policy::kMaxSteps, "]"));
+  }
   if (edit.ema_decay && !InUnitInterval(*edit.ema_decay)) {
     return absl::InvalidArgumentError("--ema-decay must be in [0, 1)");
   }
@@ -155,6 +176,9 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
   }
   std::vector<absl::string_view> global_only;
   if (edit.ema_decay) global_only.push_back("--ema-decay");
+  if (edit.collect_period) global_only.push_back("--collect-period");
+  if (edit.measure_period) global_only.push_back("--measure-period");
+  if (edit.statistics) global_only.push_back("--statistics");
   if (edit.drift_threshold) global_only.push_back("--drift");
   if (edit.margin) global_only.push_back("--margin");
   if (edit.selection) global_only.push_back("--selection");
@@ -204,10 +228,13 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
   if (edit.source) t->set_source(*edit.source);
   if (edit.residual) t->set_residual(*edit.residual);
   if (edit.ema_decay) t->set_ema_decay(*edit.ema_decay);
+  if (edit.collect_period) t->set_collect_period(*edit.collect_period);
+  if (edit.statistics) t->set_statistics(*edit.statistics);
   if (edit.error_feedback) t->set_error_feedback(*edit.error_feedback);
   if (edit.push_codec) *t->mutable_push_codec() = *edit.push_codec;
   if (edit.pull_codec) *t->mutable_pull_codec() = *edit.pull_codec;
   if (edit.drift_threshold) r->set_drift_threshold(*edit.drift_threshold);
+  if (edit.measure_period) r->set_measure_period(*edit.measure_period);
   if (edit.margin) s->set_margin(*edit.margin);
   if (edit.selection) s->set_mode(*edit.selection);
   if (edit.hierarchy) policy->set_hierarchy(*edit.hierarchy);

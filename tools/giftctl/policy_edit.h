@@ -36,6 +36,9 @@ struct PolicyEdit {
   std::optional<gift::v1::CodecSpec> pull_codec;
   // Global policy only:
   std::optional<double> ema_decay;
+  std::optional<uint32_t> collect_period;
+  std::optional<uint32_t> measure_period;
+  std::optional<gift::v1::StatisticsForm> statistics;
   std::optional<double> drift_threshold;
   std::optional<double> margin;
   std::optional<gift::v1::SelectionMode> selection;
@@ -48,7 +51,7 @@ struct PolicyEdit {
   bool empty() const;
 };
 
-// Checks ranges (period in [1, policy::kMaxSteps], rank in [1,
+// Checks ranges (periods in [1, policy::kMaxSteps], rank in [1,
 // policy::kMaxRank], powers > 0 and finite, EMA decay and margin in [0, 1),
 // drift >= 0), that an override edit sets only the fields an override has,
 // and every other rule the coordinator checks (policy::Validate on the edit
@@ -61,7 +64,7 @@ void ApplyPolicyEdit(const PolicyEdit& edit, gift::v1::Policy* policy);
 
 // The command-line names of the enums ("both", "in", "out"; "gradients",
 // "per-worker", "activations"; "isotropic", "diagonal"; "measured", "list";
-// "none", "node"; "continue", "fail"),
+// "none", "node"; "continue", "fail"; "sketch", "exact"),
 // parsed (InvalidArgument listing the choices) and printed ("-" for
 // unspecified).
 absl::StatusOr<gift::v1::Sides> ParseSides(absl::string_view text);
@@ -70,6 +73,7 @@ absl::StatusOr<gift::v1::ResidualModel> ParseResidual(absl::string_view text);
 absl::StatusOr<gift::v1::SelectionMode> ParseSelection(absl::string_view text);
 absl::StatusOr<gift::v1::Hierarchy> ParseHierarchy(absl::string_view text);
 absl::StatusOr<gift::v1::OnMemberLoss> ParseOnMemberLoss(absl::string_view text);
+absl::StatusOr<gift::v1::StatisticsForm> ParseStatistics(absl::string_view text);
 std::string SidesName(gift::v1::Sides sides);
 std::string SourceName(gift::v1::GeometrySource source);
 std::string ResidualName(gift::v1::ResidualModel residual);
@@ -78,6 +82,8 @@ std::string SelectionName(gift::v1::SelectionMode mode);
 std::string HierarchyName(gift::v1::Hierarchy hierarchy);
 // "continue" | "fail"; UNSPECIFIED prints as "continue" (its meaning).
 std::string OnMemberLossName(gift::v1::OnMemberLoss on_loss);
+// "sketch" | "exact"; UNSPECIFIED prints as "sketch" (its meaning).
+std::string StatisticsName(gift::v1::StatisticsForm form);
 
 // "e4m3/block128/rne" for a codec spec, "-" when unset or invalid.
 std::string CodecName(const gift::v1::CodecSpec& spec);
