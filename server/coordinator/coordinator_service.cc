@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/policy/policy.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/role_check.h"
 
@@ -473,7 +475,12 @@ grpc::ServerUnaryReactor* CoordinatorService::SetPolicy(grpc::CallbackServerCont
                                                         const gift::v1::SetPolicyRequest* request,
                                                         gift::v1::Policy* response) {
   return Unary(context, CheckRole(*context, "SetPolicy", {Role::kOperator}), response,
-               [&] { return state_->SetPolicy(*request); });
+               [&]() -> absl::StatusOr<gift::v1::Policy> {
+                 GIFT_RETURN_IF_ERROR(policy::CheckFeatureCombination(
+                     policy::WithDefaults(request->policy()),
+                     {.dataplane_auth = dataplane_keys_ != nullptr}));
+                 return state_->SetPolicy(*request);
+               });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RequestRefresh(

@@ -556,6 +556,31 @@ TEST_F(ControlIntegrationTest, PolicyChangeThroughGiftctlReachesAWatcher) {
           .ok());
 }
 
+TEST_F(ControlIntegrationTest, AStoredPolicyTheRestartedCoordinatorCannotRunIsRefusedAtStart) {
+  // Node-local aggregation set while authentication was off; the coordinator
+  // restarted with --dataplane-auth would fail every step mid-training, so it
+  // refuses to start and names the conflict and the ways out.
+  v1::Policy node;
+  node.set_hierarchy(v1::HIERARCHY_NODE);
+  ASSERT_TRUE(client_->SetPolicy(node, 0).ok());
+  ASSERT_TRUE(coordinator_->Stop().ok());
+  coordinator_.reset();
+  CoordinatorProcessOptions options;
+  options.binary = GIFT_COORDINATOR_BIN;
+  options.state_file = dir_ + "/coordinator.db";
+  options.extra_args = {"--dataplane-auth"};
+  auto refused = CoordinatorProcess::Start(options);
+  ASSERT_FALSE(refused.ok());
+  const std::string message(refused.status().message());
+  for (const char* part : {"hierarchy = NODE", "data-plane authentication", "--hierarchy none"}) {
+    EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+  }
+  StartCoordinator("127.0.0.1:0");  // without it, the same state still serves
+  auto policy = client_->GetPolicy();
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->hierarchy(), v1::HIERARCHY_NODE);
+}
+
 TEST_F(ControlIntegrationTest, RestartAfterSigkillKeepsPolicyTensorsBasesAndEpoch) {
   MemberSession& w0 = Join("w0");
   ASSERT_TRUE(client_

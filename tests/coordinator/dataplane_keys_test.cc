@@ -101,6 +101,37 @@ TEST_F(DataPlaneKeysTest, MembersGetTheirKeyAndTheirPeers) {
   EXPECT_EQ(Keys("nobody", &unknown).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// Node-local aggregation cannot run with authentication (no worker holds
+// another's key): SetPolicy refuses it up front, naming the conflict, and
+// leaves the policy as it was; without authentication it is accepted.
+TEST_F(DataPlaneKeysTest, NodeHierarchyIsRefusedUpFrontWithAuthentication) {
+  auto issuer = DataPlaneKeyIssuer::Random();
+  ASSERT_TRUE(issuer.ok());
+  issuer_ = *std::move(issuer);
+  Start(issuer_.get());
+  gift::v1::SetPolicyRequest set;
+  set.mutable_policy()->set_hierarchy(gift::v1::HIERARCHY_NODE);
+  gift::v1::Policy answer;
+  const grpc::Status refused = stub_->SetPolicy(Context().get(), set, &answer);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("hierarchy = NODE"), std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("data-plane authentication"), std::string::npos);
+  EXPECT_NE(state_->GetPolicy().hierarchy(), gift::v1::HIERARCHY_NODE);
+  set.mutable_policy()->set_hierarchy(gift::v1::HIERARCHY_NONE);
+  EXPECT_TRUE(stub_->SetPolicy(Context().get(), set, &answer).ok());
+}
+
+TEST_F(DataPlaneKeysTest, NodeHierarchyIsAcceptedWithoutAuthentication) {
+  Start(nullptr);
+  gift::v1::SetPolicyRequest set;
+  set.mutable_policy()->set_hierarchy(gift::v1::HIERARCHY_NODE);
+  gift::v1::Policy answer;
+  const grpc::Status set_status = stub_->SetPolicy(Context().get(), set, &answer);
+  ASSERT_TRUE(set_status.ok()) << set_status.error_message();
+  EXPECT_EQ(answer.hierarchy(), gift::v1::HIERARCHY_NODE);
+}
+
 TEST(DataPlaneKeyIssuerTest, KeysFollowTheSecretFile) {
   const gift::TempDir dir = test::NewTempDir("gift-coord");
   auto write = [&](const std::string& name, const std::string& bytes) {
