@@ -31,6 +31,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,7 @@
 #include "common/base/unix_socket_path.h"
 #include "common/control/member_session.h"
 #include "common/control/peer_failure_reporter.h"
+#include "common/daemon/cpu_affinity.h"
 #include "common/daemon/daemon_flags.h"
 #include "common/daemon/daemon_main.h"
 #include "common/daemon/grpc_endpoint.h"
@@ -263,6 +265,7 @@ int Main(int argc, char** argv) {
   absl::Duration drain_timeout = absl::Seconds(30);
   daemon::TlsFlags tls;
   int threads = 0;
+  std::string cpus;
   uint32_t min_workers = 1;
   std::string cuda = "auto";
   daemon::AddMemberFlags(app, &member);
@@ -284,9 +287,14 @@ int Main(int argc, char** argv) {
                             daemon::DurationRange::kNonNegative);
   daemon::AddTlsFlags(app, &tls);
   app.add_option("--threads", threads,
-                 "codec and transform (BLAS) threads (0: all hardware threads)")
+                 "codec and transform (BLAS) threads (0: one per --cpus CPU, else all hardware "
+                 "threads)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
+  app.add_option("--cpus", cpus,
+                 "run every thread of the worker (codec, BLAS, UCX, gRPC) on these CPUs only, "
+                 "e.g. 8-11 or 0,2,4: keep it off the cores the training process computes on "
+                 "(\"\": wherever the scheduler puts it)");
   app.add_option("--min-workers", min_workers,
                  "the first step waits until this many workers have joined")
       ->capture_default_str()
@@ -299,6 +307,14 @@ int Main(int argc, char** argv) {
   if (std::optional<int> exit = daemon.ParseFlags(app, argc, argv)) return *exit;
   if (socket_path.empty() && listen.empty()) {
     return daemon.UsageError("give --socket, --listen or both");
+  }
+  if (!cpus.empty()) {  // before the pools start their threads
+    absl::StatusOr<std::vector<int>> list = daemon::ParseCpuList(cpus);
+    if (!list.ok()) return daemon.UsageError(absl::StrCat("--cpus: ", list.status().message()));
+    if (absl::Status s = daemon::PinProcessToCpus(*list); !s.ok()) {
+      return daemon.Fail(absl::StrCat("--cpus ", cpus, ": ", s.message()));
+    }
+    if (threads == 0) threads = static_cast<int>(list->size());
   }
   // The TCP Worker API writes this node's shared memory: workers' own
   // certificates (the training process on the node) and operators only.

@@ -326,6 +326,8 @@ TEST(DaemonProcessTest, DurationFlagsTakeOneSyntax) {
        "give --socket, --listen or both"},
       {{GIFT_WORKER_BIN, "--step-timeout", "1e300"}, "--step-timeout: '1e300' is too long"},
       {{GIFT_WORKER_BIN, "--drain-timeout", "-1s"}, "--drain-timeout: must not be negative"},
+      // Not a duration flag, but the same one-line usage error.
+      {{GIFT_WORKER_BIN, "--cpus", "3-1"}, "--cpus: '3-1' is a reversed range"},
       {{GIFT_CLUSTER_BIN, "--lease-ttl", "1m30s", "--step-timeout", "2s", "--servers", "0"},
        "--servers"},
       {{GIFT_CLUSTER_BIN, "--step-timeout", "2x"},
