@@ -319,6 +319,7 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
       {"max_rel_l2_error_tensor", run.max_service_error_tensor},
       {"max_rel_l2_error_local", run.max_local_error},
       {"max_rel_l2_error_local_tensor", run.max_local_error_tensor},
+      {"gradient_error_2d", run.gradient_error_2d},
       {"bound", bound},
       {"bound_push", u_push},
       {"bound_pull", u_pull},
@@ -337,12 +338,12 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
   os << absl::StrFormat(
       "\ncorrectness (step %d, measure_error): max rel. L2 error %.3e (%s; computed here: %.3e), "
       "bound %.3e (push %.3e + pull %.3e) -> %s of the bound; identical bits on every worker "
-      "(timed + measured steps): %s; transformed tensors %d of %d\n",
+      "(timed + measured steps): %s; transformed tensors %d of %d; 2-D gradient error %.3e\n",
       run.workers[0].samples.back().step, run.max_service_error, run.max_service_error_tensor,
       run.max_local_error, bound, u_push, u_pull,
       bound > 0 ? absl::StrFormat("%.3f", run.max_service_error / bound) : "n/a",
       run.identical_bits ? "yes" : "NO", run.workers[0].samples.back().transformed,
-      static_cast<int>(run.tensors.size()));
+      static_cast<int>(run.tensors.size()), run.gradient_error_2d);
   if (o.mode == "gift" && !run.all_transformed) {
     os << "note: not every 2-D tensor was transformed when timing began (raise --max-warmup)\n";
   }
@@ -394,6 +395,12 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
                 {"push_codec", codec::ToString(run.push_spec)},
                 {"pull_codec", codec::ToString(run.pull_spec)},
                 {"refresh_period", o.mode == "gift" ? json(o.period) : json(nullptr)},
+                {"selection", o.mode == "gift" ? json(o.selection) : json(nullptr)},
+                {"gift_budget", o.mode == "gift" && o.selection == "measured"
+                                    ? json(o.gift_budget)
+                                    : json(nullptr)},
+                {"statistics", o.mode == "gift" ? json(o.statistics) : json(nullptr)},
+                {"gradients", o.gradients},
                 {"ucx_tls", o.ucx_tls},
                 {"chunk_bytes", o.chunk_bytes},
                 {"server_threads", o.server_threads},
@@ -464,6 +471,20 @@ Command AddClusterCommand(CLI::App& parent) {
   app->add_option("--statistics", o->statistics,
                   "gift mode: the reduced gradient's statistics, sketch (the default) or exact")
       ->check(CLI::IsMember({"sketch", "exact"}))
+      ->capture_default_str();
+  app->add_option("--gradients", o->gradients,
+                  "synthetic gradients: field (a rolled Gaussian field with column profiles) or "
+                  "low-rank (plus a component in a fixed 16-dimensional subspace per matrix, as "
+                  "real gradients have: what a learned basis can use)")
+      ->check(CLI::IsMember({"field", "low-rank"}))
+      ->capture_default_str();
+  app->add_option("--selection", o->selection,
+                  "gift mode: list (every 2-D tensor transformed at the policy's rank) or "
+                  "measured (the owners' choice by measurement, under --gift-budget)")
+      ->check(CLI::IsMember({"list", "measured"}))
+      ->capture_default_str();
+  app->add_option("--gift-budget", o->gift_budget,
+                  "gift mode, measured selection: auto, off or a fraction of the step")
       ->capture_default_str();
   app->add_option("--period", o->period, "gift mode: basis refresh period in steps")
       ->check(CLI::Range(1u, 1000000000u))

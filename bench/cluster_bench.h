@@ -78,8 +78,13 @@ struct ClusterBenchOptions {
   std::string pull_codec;            // "": e4m3/block128, fp32 in fp32 mode
   uint32_t period = 1000000;         // refresh period in steps (gift mode)
   std::string source = "gradients";  // gift mode: geometry source, gradients | per-worker
-  std::string statistics =
-      "sketch";         // gift mode: the reduced gradient's statistics, sketch | exact
+  // gift mode: the reduced gradient's statistics, sketch | exact.
+  std::string statistics = "sketch";
+  // gift mode: "list" (every 2-D tensor transformed at the policy's rank) or
+  // "measured" (the owners choose by measurement under --gift-budget).
+  std::string selection = "list";
+  std::string gift_budget = "auto";  // measured selection: auto | off | a fraction
+  std::string gradients = "field";   // synthetic gradients: field | low-rank (GradientShape)
   std::string ucx_tls;  // "": UCX's choice, for the cluster and ucx_perftest
   int server_threads = 1;
   int worker_threads = 1;

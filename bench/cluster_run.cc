@@ -7,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/base/status_macros.h"
@@ -47,8 +48,22 @@ absl::Status SetClusterPolicy(const std::string& address, const ClusterBenchOpti
   *policy.mutable_transform()->mutable_push_codec() = codec::ToProto(push);
   *policy.mutable_transform()->mutable_pull_codec() = codec::ToProto(pull);
   policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);
-  if (o.mode == "gift") {
+  if (o.mode == "gift" && o.selection == "measured") {
+    policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_MEASURED);
+    if (o.gift_budget == "off") {
+      policy.mutable_selection()->set_gift_budget(0.0);
+    } else if (o.gift_budget != "auto") {
+      double fraction = 0.0;
+      if (!absl::SimpleAtod(o.gift_budget, &fraction) || !(fraction >= 0.0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--gift-budget ", o.gift_budget, ": auto, off or a fraction >= 0"));
+      }
+      policy.mutable_selection()->set_gift_budget(fraction);
+    }
+  } else if (o.mode == "gift") {
     policy.mutable_selection()->add_include("*");  // every 2-D tensor, always
+  }
+  if (o.mode == "gift") {
     policy.mutable_refresh()->set_period_steps(o.period);
     if (o.source == "per-worker") {  // sketches exchanged on every step (collect period 1)
       policy.mutable_transform()->set_source(gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS);
@@ -112,7 +127,8 @@ absl::Status RunCluster(const ClusterBenchOptions& o, tools::LocalCluster& clust
       run.ranks.push_back(run.workers[w].client->rank());
     }
   }
-  GradientSource source(run.tensors);
+  GradientSource source(run.tensors, o.gradients == "low-rank" ? GradientShape::kLowRank
+                                                                : GradientShape::kField);
 
   // Shared driver state; written only by the barrier's completion step (all
   // threads wait there) or by a thread in its own slot.
@@ -146,7 +162,8 @@ absl::Status RunCluster(const ClusterBenchOptions& o, tools::LocalCluster& clust
               transformed && run.workers[w].samples.back().transformed == run.transformable;
         }
         run.all_transformed = transformed;
-        const bool ready = o.mode != "gift" || transformed;
+        // Measured selection leaves some tensors direct: --warmup steps.
+        const bool ready = o.mode != "gift" || o.selection == "measured" || transformed;
         if (warm_done >= o.warmup && (ready || warm_done >= o.max_warmup)) {
           phase = Phase::kTimed;
           run.warmup_steps = warm_done;
@@ -236,6 +253,7 @@ absl::Status RunCluster(const ClusterBenchOptions& o, tools::LocalCluster& clust
       }
     }
   }
+  double err_2d = 0, norm_2d = 0;
   for (size_t t = 0; t < run.tensors.size(); ++t) {
     const size_t n = run.tensors[t].elements();
     const float* got = run.workers[0].gradient(t);
@@ -248,6 +266,10 @@ absl::Status RunCluster(const ClusterBenchOptions& o, tools::LocalCluster& clust
       norm += exact * exact;
     }
     const double rel = norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
+    if (run.tensors[t].matrix()) {
+      err_2d += err;
+      norm_2d += norm;
+    }
     if (rel >= run.max_local_error) {
       run.max_local_error = rel;
       run.max_local_error_tensor = run.tensors[t].name;
@@ -258,6 +280,7 @@ absl::Status RunCluster(const ClusterBenchOptions& o, tools::LocalCluster& clust
           std::max(run.max_local_vs_service, std::abs(rel - service) / service);
     }
   }
+  run.gradient_error_2d = norm_2d > 0 ? std::sqrt(err_2d / norm_2d) : 0.0;
   return absl::OkStatus();
 }
 

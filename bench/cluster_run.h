@@ -87,11 +87,17 @@ struct ClusterRun {
   double max_local_error = 0;
   std::string max_local_error_tensor;
   double max_local_vs_service = 0;  // |local - service| / service, largest
+  // The relative L2 error of the measured step's 2-D gradients taken
+  // together (sqrt of the summed squared errors over the summed squared
+  // norms), computed here: what GIFT lowers.
+  double gradient_error_2d = 0;
 };
 
 // Sets the policy of --mode on the coordinator at `address`: the codecs, and
-// every 2-D tensor transformed (gift; --period, --source) or none (direct,
-// fp32). INVALID_ARGUMENT for a bad --source.
+// every 2-D tensor transformed (gift; --period, --source, --statistics),
+// the owners' measured choice (gift with --selection measured; --gift-budget)
+// or none (direct, fp32). INVALID_ARGUMENT for a bad --source or
+// --gift-budget.
 absl::Status SetClusterPolicy(const std::string& address, const ClusterBenchOptions& o,
                               const codec::CodecSpec& push, const codec::CodecSpec& pull);
 

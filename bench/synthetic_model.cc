@@ -1,5 +1,7 @@
 #include "bench/synthetic_model.h"
 
+#include <cblas.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -26,21 +28,42 @@ std::vector<ModelTensor> ModelTensors(int64_t d, int layers) {
   return out;
 }
 
-GradientSource::GradientSource(const std::vector<ModelTensor>& tensors) : tensors_(tensors) {
+namespace {
+
+// The low-rank component's depth.
+constexpr int kLowRank = 16;
+
+// n Gaussian values (Box-Muller) from the generator state `s`.
+std::vector<float> Gaussian(size_t n, uint64_t& s) {
+  std::vector<float> out(n);
+  for (size_t i = 0; i + 1 < n; i += 2) {
+    const double u1 = 1.0 - SplitMix64Uniform(s), u2 = SplitMix64Uniform(s);
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    out[i] = static_cast<float>(r * std::cos(2 * M_PI * u2));
+    out[i + 1] = static_cast<float>(r * std::sin(2 * M_PI * u2));
+  }
+  if (n % 2 == 1) out.back() = static_cast<float>(SplitMix64Uniform(s) - 0.5);
+  return out;
+}
+
+}  // namespace
+
+GradientSource::GradientSource(const std::vector<ModelTensor>& tensors, GradientShape shape)
+    : tensors_(tensors), shape_(shape) {
   for (size_t t = 0; t < tensors.size(); ++t) {
     uint64_t s = 0x5EED0000ull + t;
-    std::vector<float> field(tensors[t].elements());
-    for (size_t i = 0; i + 1 < field.size(); i += 2) {  // Box-Muller
-      const double u1 = 1.0 - SplitMix64Uniform(s), u2 = SplitMix64Uniform(s);
-      const double r = std::sqrt(-2.0 * std::log(u1));
-      field[i] = static_cast<float>(r * std::cos(2 * M_PI * u2));
-      field[i + 1] = static_cast<float>(r * std::sin(2 * M_PI * u2));
-    }
-    if (field.size() % 2 == 1) field.back() = static_cast<float>(SplitMix64Uniform(s) - 0.5);
+    fields_.push_back(Gaussian(tensors[t].elements(), s));
     std::vector<float> profile(tensors[t].cols);
     for (float& p : profile) p = static_cast<float>(std::pow(10.0, -3.0 * SplitMix64Uniform(s)));
-    fields_.push_back(std::move(field));
     profiles_.push_back(std::move(profile));
+    if (shape_ == GradientShape::kLowRank && tensors[t].matrix()) {
+      uint64_t ls = 0x10A4000ull + t;
+      left_.push_back(Gaussian(static_cast<size_t>(tensors[t].rows) * kLowRank, ls));
+      right_.push_back(Gaussian(static_cast<size_t>(kLowRank) * tensors[t].cols, ls));
+    } else {
+      left_.emplace_back();
+      right_.emplace_back();
+    }
   }
 }
 
@@ -64,6 +87,21 @@ void GradientSource::Fill(size_t t, uint64_t step, int worker, float* out) const
       for (int64_t c = 0; c < m.cols; ++c) dst[c] = src[(c + col_shift) % m.cols] * scale[c];
     }
   }
+  if (left_[t].empty()) return;
+  // out += A diag(s c) B: the field's RMS is that of the profile (about
+  // 0.27, the jitter's mean square is near 1), the component's
+  // amp * sqrt(sum 1/j^2) (about 1.26 amp) with unit Gaussian A, B, c.
+  constexpr double kAmp = 2.0 * 0.27 / 1.26;
+  std::vector<float> a(left_[t]);
+  for (int j = 0; j < kLowRank; ++j) {
+    const double u1 = 1.0 - SplitMix64Uniform(s), u2 = SplitMix64Uniform(s);
+    const double c = std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * M_PI * u2);
+    const float w = static_cast<float>(kAmp * c / (j + 1));
+    for (int64_t r = 0; r < m.rows; ++r) a[r * kLowRank + j] *= w;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m.rows),
+              static_cast<int>(m.cols), kLowRank, 1.0f, a.data(), kLowRank, right_[t].data(),
+              static_cast<int>(m.cols), 1.0f, out, static_cast<int>(m.cols));
 }
 
 uint64_t HashFloats(const float* data, size_t n, uint64_t h) {

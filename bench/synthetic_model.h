@@ -34,18 +34,30 @@ std::vector<ModelTensor> ModelTensors(int64_t d, int layers);
 // per-(step, worker, column) jitter in [1/2, 2]. Cheap to apply every step
 // (two multiplies per element), deterministic.
 //
+// kLowRank adds to every matrix's field a component shared by all workers
+// and steps in its subspace, as real gradients have (docs/fidelity.md): A
+// diag(s c) B with A (rows x 16) and B (16 x cols) fixed Gaussian per tensor,
+// strengths s_j = 1/j scaled so that the component's RMS is twice the
+// field's, and Gaussian coefficients c per (step, worker): what a learned
+// basis can use. One 16-deep SGEMM per matrix and fill.
+//
 // Keeps a reference to `tensors`, which must outlive it.
+enum class GradientShape { kField, kLowRank };
+
 class GradientSource {
  public:
-  explicit GradientSource(const std::vector<ModelTensor>& tensors);
+  explicit GradientSource(const std::vector<ModelTensor>& tensors,
+                          GradientShape shape = GradientShape::kField);
 
   // Writes tensor t's gradient of (step, worker) to out[0, elements).
   void Fill(size_t t, uint64_t step, int worker, float* out) const;
 
  private:
   const std::vector<ModelTensor>& tensors_;
+  GradientShape shape_;
   std::vector<std::vector<float>> fields_;
   std::vector<std::vector<float>> profiles_;
+  std::vector<std::vector<float>> left_, right_;  // kLowRank: A and B per matrix
 };
 
 // A 64-bit hash of the bytes of data[0, n), chained from `h`: to compare

@@ -30,6 +30,10 @@
 #                         on lab0 (UCX_TLS=tcp, UCX_NET_DEVICES=lab0);
 #   direct-CODEC          direct with pull codec CODEC (bf16, e4m3, e5m2, fp16;
 #                         block128 scales for the FP8 ones);
+#   gift-measured         gift with the owners' measured selection under the
+#                         default step budget (--selection measured, refresh
+#                         every 10 steps, at least 30 warm-up steps);
+#   gift-unbudgeted       the same with the budget off (--gift-budget off);
 #   gloo-fp32 | gloo-fp16 | gloo-bf16
 #                         bench/gloo_allreduce.py --placement FILE: torch
 #                         gloo all-reduce of the same tensors, one rank per
@@ -68,6 +72,7 @@ testbed:
 run:
   --modes LIST       of direct, direct-bf16, direct-e4m3, direct-e5m2,
                      direct-fp16 (direct with that pull codec), fp32, gift,
+                     gift-measured, gift-unbudgeted,
                      gloo-fp32, gloo-fp16, gloo-bf16
                      (default direct,fp32,gloo-fp32,gloo-fp16)
   --chunk-bytes N    the coordinator's chunk size in FP32 bytes (default
@@ -76,6 +81,9 @@ run:
   --steps N          timed steps (default 10)
   --warmup N         untimed steps first (default 2)
   --d-model N        model width (default 512)
+  --gradients SHAPE  gift-bench's synthetic gradients: field (default) or
+                     low-rank (a shared 16-dimensional subspace per matrix,
+                     which GIFT's basis can use)
   --layers N         Llama-style blocks (default 2)
   --build DIR        build tree with gift-bench and the daemons (default build)
   --python PATH      Python with torch and matplotlib (default /usr/bin/python3)
@@ -118,6 +126,7 @@ MODES=direct,fp32,gloo-fp32,gloo-fp16
 STEPS=10
 WARMUP=2
 D_MODEL=512
+GRADIENTS=field
 LAYERS=2
 BUILD="$REPO/build"
 PYTHON=/usr/bin/python3
@@ -145,6 +154,7 @@ while [[ $# -gt 0 ]]; do
     --steps) STEPS=${2:?}; shift 2 ;;
     --warmup) WARMUP=${2:?}; shift 2 ;;
     --d-model) D_MODEL=${2:?}; shift 2 ;;
+    --gradients) GRADIENTS=${2:?}; shift 2 ;;
     --layers) LAYERS=${2:?}; shift 2 ;;
     --build) BUILD=${2:?}; shift 2 ;;
     --python) PYTHON=${2:?}; shift 2 ;;
@@ -196,9 +206,11 @@ for r in "${RATE_LIST[@]}"; do
 done
 IFS=, read -r -a MODE_LIST <<<"$MODES"
 [[ ${#MODE_LIST[@]} -ge 1 && ${#MODE_LIST[@]} -le 16 ]] || usage_error "--modes: 1..16 modes"
+[[ $GRADIENTS == field || $GRADIENTS == low-rank ]] || usage_error "--gradients: field or low-rank"
 for m in "${MODE_LIST[@]}"; do
   case $m in
     direct | direct-bf16 | direct-e4m3 | direct-e5m2 | direct-fp16 | fp32 | gift) ;;
+    gift-measured | gift-unbudgeted) ;;
     gloo-fp32 | gloo-fp16 | gloo-bf16) ;;
     *) usage_error "--modes: unknown mode '$m'" ;;
   esac
@@ -475,10 +487,16 @@ for rate in "${RATE_LIST[@]}"; do
         mkdir -p "$OUT/run/$rate-$mode"
         bench_args=(--mode "${mode%%-*}")
         [[ $mode != direct-* ]] || bench_args+=(--pull-codec "$(pull_codec "${mode#direct-}")")
-        bench_args+=(--chunk-bytes "$CHUNK_BYTES")
+        bench_args+=(--chunk-bytes "$CHUNK_BYTES" --gradients "$GRADIENTS")
+        warmup=$WARMUP
+        if [[ $mode == gift-measured || $mode == gift-unbudgeted ]]; then
+          bench_args+=(--selection measured --period 10)
+          [[ $mode != gift-unbudgeted ]] || bench_args+=(--gift-budget off)
+          warmup=$((WARMUP > 30 ? WARMUP : 30))
+        fi
         run_bounded "$IP" netns exec "${HOSTS[0]}" "$BENCH" cluster --placement "$PLACEMENT" \
           --servers "$SERVERS" --workers "$WORKERS" "${bench_args[@]}" --steps "$STEPS" \
-          --warmup "$WARMUP" --d-model "$D_MODEL" --layers "$LAYERS" --ucx-tls tcp \
+          --warmup "$warmup" --d-model "$D_MODEL" --layers "$LAYERS" --ucx-tls tcp \
           --no-perftest --no-gloo --no-reducer --dir "$OUT/run/$rate-$mode" \
           --json "$json.tmp" >"$log" 2>&1 || rc=$?
         ;;

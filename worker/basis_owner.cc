@@ -1,10 +1,13 @@
 #include "worker/basis_owner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
+#include <utility>
 
 #include "Eigen/Core"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/codec/codec_spec_proto.h"
 #include "common/transform/basis_serialization.h"
 #include "common/transform/tensor_basis_transform.h"
@@ -166,6 +169,7 @@ absl::Status BasisOwner::ObserveTensor(const gift::v1::ClusterState& state,
   if (tensor == nullptr) return absl::OkStatus();
   Owned* owned = Entry(state, *tensor);
   if (owned == nullptr) return absl::OkStatus();
+  budget_.RecordStep(data.step, data.step_seconds);
   if (data.average.size() != data.rows * data.cols ||
       static_cast<int64_t>(data.rows) != owned->geometry->d_out() ||
       static_cast<int64_t>(data.cols) != owned->geometry->d_in()) {
@@ -217,6 +221,81 @@ absl::Status BasisOwner::ObserveTensor(const gift::v1::ClusterState& state,
     return absl::OkStatus();
   }
   return Refresh(state, *basis, data, *owned, reason);
+}
+
+absl::StatusOr<BasisOwner::Choice> BasisOwner::ChooseWithinBudget(
+    const gift::v1::ClusterState& state, const OwnedTensorStep& data, const Owned& owned,
+    const Choice& full, double full_error, double direct_error, double power, uint64_t version) {
+  const int64_t rows = static_cast<int64_t>(data.rows), cols = static_cast<int64_t>(data.cols);
+  auto side_ranks = [](const transform::TensorBasis& b) {
+    return std::pair<int64_t, int64_t>(b.output_side() ? b.output_side()->rank() : 0,
+                                       b.input_side() ? b.input_side()->rank() : 0);
+  };
+  // This worker's seconds per flop: one forward and inverse of the winner.
+  {
+    std::vector<float> scratch(data.own.size());
+    const auto start = std::chrono::steady_clock::now();
+    GIFT_RETURN_IF_ERROR(full.basis->Forward(data.own.data(), rows, cols, scratch.data()));
+    GIFT_RETURN_IF_ERROR(full.basis->Inverse(scratch.data(), rows, cols, scratch.data()));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto [out, in] = side_ranks(full.basis->basis());
+    budget_.RecordTransform(TransformBudget::TransformFlops(rows, cols, out, in), seconds);
+  }
+  // The same power at the lower ranks, measured like the refresh's candidates.
+  const gift::v1::TransformPolicy& tp = owned.settings.transform;
+  std::vector<Choice> choices;
+  std::vector<transform::SelectionCandidate> lower;
+  for (int64_t r : kBudgetRanks) {
+    if (r >= full.rank) break;
+    GIFT_ASSIGN_OR_RETURN(
+        transform::TensorBasis built,
+        owned.geometry->BuildBasis(
+            {.tensor_id = data.tensor_id,
+             .version = version,
+             .power = power,
+             .rank = r,
+             .side = {.residual = static_cast<transform::ResidualModel>(tp.residual()),
+                      .damping_eps = tp.damping_eps()}}));
+    auto basis = std::make_shared<const transform::TensorBasisTransform>(std::move(built));
+    choices.push_back({.basis = basis, .rank = r, .label = absl::StrCat("p=", power, " r=", r)});
+    lower.push_back({.label = choices.back().label, .transform = basis});
+  }
+  if (!lower.empty()) {
+    GIFT_ASSIGN_OR_RETURN(auto spec, codec::FromProto(tp.push_codec()));
+    const float* grads[] = {data.own.data()};
+    GIFT_ASSIGN_OR_RETURN(transform::Selection measured,
+                          transform::SelectTransform(grads, rows, cols, lower,
+                                                     {.spec = spec,
+                                                      .margin = 0.0,
+                                                      .min_elements = 0,
+                                                      .tensor_id = data.tensor_id,
+                                                      .step = data.step,
+                                                      .codec_options = options_.codec_options}));
+    for (size_t i = 0; i < choices.size(); ++i) choices[i].error = measured.errors[i + 1].rel_l2;
+  }
+  choices.push_back(full);
+  choices.back().error = full_error;
+  choices.back().label = absl::StrCat(full.label, " r=", full.rank);
+
+  transform::BudgetedTensor table{.weight = static_cast<double>(rows * cols),
+                                  .direct_error = direct_error};
+  for (const Choice& c : choices) {
+    const auto [out, in] = side_ranks(c.basis->basis());
+    table.candidates.push_back(
+        {.error = c.error,
+         .cost = TransformBudget::TransformFlops(rows, cols, out, in) * budget_.seconds_per_flop()});
+  }
+  const gift::v1::Policy policy = policy::WithDefaults(state.policy());
+  const double budget = budget_.OwnerBudget(
+      policy.selection().gift_budget(), TransformBudget::ActiveFlops(state, data.step),
+      TransformBudget::OwnedShare(state, session_->member_id()));
+  GIFT_ASSIGN_OR_RETURN(const int chosen, budget_.Choose(data.tensor_id, std::move(table), budget,
+                                                         policy.selection().margin()));
+  if (chosen < 0) return Choice{.label = "direct (budget)", .error = direct_error};
+  Choice out = choices[chosen];
+  if (chosen + 1 < static_cast<int>(choices.size())) out.label += " (budget)";
+  return out;
 }
 
 std::vector<gift::v1::TensorErrorRatio> BasisOwner::error_ratios() const {
@@ -286,34 +365,52 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
       if (selection->errors[i + 1].rel_l2 < selection->errors[chosen + 1].rel_l2) chosen = int(i);
     }
   }
+  Choice choice;
+  if (chosen >= 0) {
+    choice = {.basis = bases[chosen],
+              .rank = rank,
+              .label = candidates[chosen].label,
+              .error = selection->errors[chosen + 1].rel_l2};
+  }
+  const bool measured = selection->measured() && selection->errors[0].rel_l2 > 0;
+  const double budget_fraction = policy.selection().gift_budget();
+  if (!forced && budget_fraction > 0.0 && measured && chosen >= 0) {
+    auto budgeted = ChooseWithinBudget(state, data, owned, choice, choice.error,
+                                       selection->errors[0].rel_l2, tp.powers(chosen), version);
+    if (!budgeted.ok()) return budgeted.status();
+    choice = *std::move(budgeted);
+  } else {
+    budget_.Forget(data.tensor_id);  // it spends nothing of the budget now
+  }
   std::optional<double> ratio;
-  if (selection->measured() && selection->errors[0].rel_l2 > 0) {
-    ratio = chosen < 0 ? 1.0 : selection->errors[chosen + 1].rel_l2 / selection->errors[0].rel_l2;
+  if (measured) {
+    ratio = choice.basis == nullptr ? 1.0 : choice.error / selection->errors[0].rel_l2;
   }
 
   const gift::v1::BasisVersion* active = ActiveVersion(basis, data.step);
   const bool active_direct = active == nullptr || active->direct();
   const bool pending_direct = basis.has_proposal() && basis.proposal().direct();
-  if (chosen < 0) {
+  if (choice.basis == nullptr) {
     // Direct: publish a direct version only when the tensor is transformed
     // now (or will be by a pending proposal).
     if (!active_direct || (basis.has_proposal() && !pending_direct)) {
       auto published = session_->PublishBasis(data.tensor_id, version, 0, "", /*direct=*/true);
       if (!published.ok()) return published.status();
       ++publications_;
-      if (options_.on_publish)
-        options_.on_publish(data.tensor_id, version, "direct", reason, ratio);
+      if (options_.on_publish) {
+        options_.on_publish(data.tensor_id, version, choice.label, reason, ratio);
+      }
     }
     owned.reference_version = 0;
   } else {
-    const transform::TensorBasis& chosen_basis = bases[chosen]->basis();
-    const std::string bytes = transform::SerializeTensorBasis(chosen_basis);
-    auto published = session_->PublishBasis(data.tensor_id, version, tp.rank(), bytes);
+    const std::string bytes = transform::SerializeTensorBasis(choice.basis->basis());
+    auto published = session_->PublishBasis(data.tensor_id, version,
+                                            static_cast<uint32_t>(choice.rank), bytes);
     if (!published.ok()) return published.status();
-    store_->Put(data.tensor_id, version, bases[chosen]);
+    store_->Put(data.tensor_id, version, choice.basis);
     ++publications_;
     if (options_.on_publish) {
-      options_.on_publish(data.tensor_id, version, candidates[chosen].label, reason, ratio);
+      options_.on_publish(data.tensor_id, version, choice.label, reason, ratio);
     }
     owned.reference_version = version;
   }

@@ -27,7 +27,15 @@
 // policy's refresh.measure_period, default 4; none with drift disabled),
 // while its last refresh published a basis (the one in use once active), it
 // measures that basis again on its own gradient of the step (one encode /
-// decode through the basis and one direct, with the push codec). The first such ratio of a
+// decode through the basis and one direct, with the push codec).
+//
+// Step budget: for a tensor under measured selection (not one that is always
+// transformed) with policy selection.gift_budget > 0, a refresh whose
+// measurement chose a basis also measures that power at ranks 8, 16 and 32
+// (below the policy's rank), times one forward and inverse transform on
+// this worker, and chooses by error removed per second among all the
+// owner's tensors' latest measurements, within the owner's share of the
+// budget (worker/transform_budget.h): the basis at a lower rank, or direct. The first such ratio of a
 // basis is its drift reference (out of sample; the selection's ratio on the
 // refresh step is optimistic: the statistics include that gradient), so a
 // change of geometry between a refresh and its activation step is still
@@ -46,6 +54,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,7 +68,9 @@
 #include "common/transform/refresh_schedule.h"
 #include "common/transform/tensor_geometry.h"
 #include "gift/v1/cluster.pb.h"
+#include "common/transform/tensor_basis_transform.h"
 #include "worker/basis_store.h"
+#include "worker/transform_budget.h"
 
 namespace gift::worker {
 
@@ -95,6 +106,8 @@ struct OwnedTensorStep {
   // workers' sketch contributions (TensorGeometry::PerWorkerContribution
   // layout); empty when the step's sketch exchange did not complete.
   std::vector<float> sketch;
+  // The step's wall time on this worker (0: unknown), for the step budget.
+  double step_seconds = 0.0;
 };
 
 class BasisOwner {
@@ -163,6 +176,24 @@ class BasisOwner {
   absl::Status Refresh(const gift::v1::ClusterState& state, const gift::v1::TensorBasisState& basis,
                        const OwnedTensorStep& data, Owned& owned, transform::RefreshReason reason);
 
+  // What a refresh publishes: a basis (null: direct), the rank it was built
+  // with, and the label on_publish reports.
+  struct Choice {
+    std::shared_ptr<const transform::TensorBasisTransform> basis;
+    int64_t rank = 0;
+    std::string label = "direct";
+    double error = 0.0;  // measured (the refresh's relative L2 error)
+  };
+  // The step budget (policy selection.gift_budget, see Measurement):
+  // measures `full` (the measured winner at the policy's rank) and the
+  // same power at the lower ranks of kBudgetRanks on data.own, times a
+  // forward and inverse of `full`, and chooses among the owner's tensors
+  // (TransformBudget). `errors`: the refresh's measurement, direct first.
+  absl::StatusOr<Choice> ChooseWithinBudget(const gift::v1::ClusterState& state,
+                                            const OwnedTensorStep& data, const Owned& owned,
+                                            const Choice& full, double full_error,
+                                            double direct_error, double power, uint64_t version);
+
   const control::MemberSession* const session_;
   BasisStore* const store_;
   const BasisOwnerOptions options_;
@@ -170,6 +201,7 @@ class BasisOwner {
   mutable absl::Mutex views_mu_;
   absl::flat_hash_map<uint64_t, StepView> views_ ABSL_GUARDED_BY(views_mu_);
   uint64_t publications_ = 0;
+  TransformBudget budget_;
 };
 
 // The entry of `state` for a tensor, or null.

@@ -488,6 +488,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
   if (!c.owned.empty()) {
     std::shared_ptr<const gift::v1::ClusterState> after = session_->state();
     for (OwnedTensorStep& o : c.owned) {
+      o.step_seconds = seconds;
       absl::Status read;
       for (size_t i = 0; i < tensors.size(); ++i) {
         if (tensors[i].tensor_id != o.tensor_id) continue;

@@ -22,6 +22,8 @@ constexpr uint32_t kDefaultRank = 64;
 constexpr double kDefaultEmaDecay = 0.95;
 constexpr uint32_t kDefaultCollectPeriod = 1;
 constexpr uint32_t kDefaultMeasurePeriod = 4;
+constexpr double kDefaultGiftBudget = 0.05;
+constexpr double kMaxGiftBudget = 100.0;
 constexpr double kDefaultDampingEps = 1e-3;
 constexpr char kDefaultPushCodec[] = "e4m3/block128/rne";
 constexpr char kDefaultPullCodec[] = "e4m3/block128/rne";
@@ -123,6 +125,7 @@ Policy WithDefaults(const Policy& policy) {
     s.set_mode(gift::v1::SELECTION_MODE_MEASURED);
   if (s.margin() == 0) s.set_margin(kDefaultMargin);
   if (s.min_elements() == 0) s.set_min_elements(kDefaultMinElements);
+  if (!s.has_gift_budget()) s.set_gift_budget(kDefaultGiftBudget);
   if (out.hierarchy() == gift::v1::HIERARCHY_UNSPECIFIED) {
     out.set_hierarchy(gift::v1::HIERARCHY_NONE);
   }
@@ -196,6 +199,10 @@ absl::Status Validate(const Policy& policy) {
   }
   if (!Finite(s.margin()) || s.margin() < 0 || s.margin() >= 1) {
     return Invalid("selection.margin", s.margin(), "must be in [0, 1)");
+  }
+  if (!Finite(s.gift_budget()) || s.gift_budget() < 0 || s.gift_budget() > kMaxGiftBudget) {
+    return Invalid("selection.gift_budget", s.gift_budget(),
+                   absl::StrCat("must be in [0, ", kMaxGiftBudget, "] (0: off)"));
   }
 
   for (int i = 0; i < policy.overrides_size(); ++i) {

@@ -139,6 +139,9 @@ def main():
                 row["bytes_pushed_per_worker_step"] = doc["push_pull"]["bytes_pushed_per_step"]
                 # The largest relative L2 error of a tensor's average (gift-bench's check).
                 row["rel_l2_error"] = doc.get("correctness", {}).get("max_rel_l2_error")
+                # The measured step's 2-D gradients together (what GIFT lowers).
+                row["gradient_error_2d"] = doc.get("correctness", {}).get("gradient_error_2d")
+                row["transformed_tensors"] = doc.get("correctness", {}).get("transformed_tensors")
                 if args.check_bytes is not None:
                     print(f"bytes check, {mode} at {rate['name']}:")
                     problems += [f"{mode} {rate['name']}: {x}" for x in
@@ -147,13 +150,35 @@ def main():
     # The step against gloo's FP32 ring at the same rate, measured in the same run.
     gloo = {r["rate"]: r["median_step_s"] for r in rows
             if r["mode"] == "gloo-fp32" and "error" not in r}
+    direct = {r["rate"]: r for r in rows if r["mode"] == "direct" and "error" not in r}
     for r in rows:
         if "error" not in r:
             r["x_gloo_fp32"] = r["median_step_s"] / gloo[r["rate"]] if r["rate"] in gloo else None
+            d = direct.get(r["rate"])
+            r["x_direct"] = r["median_step_s"] / d["median_step_s"] if d else None
+    # The step budget: the part of the unbudgeted error reduction that the
+    # budgeted selection keeps, 1 - err / err_direct against the same of
+    # gift-unbudgeted, at each rate where all three ran.
+    budget_lines = []
+    for rate, d in direct.items():
+        m = next((r for r in rows if r["mode"] == "gift-measured" and r["rate"] == rate
+                  and "error" not in r), None)
+        u = next((r for r in rows if r["mode"] == "gift-unbudgeted" and r["rate"] == rate
+                  and "error" not in r), None)
+        ed = d.get("gradient_error_2d")
+        if not (m and u and ed and m.get("gradient_error_2d") and u.get("gradient_error_2d")):
+            continue
+        full = 1 - u["gradient_error_2d"] / ed
+        kept = (1 - m["gradient_error_2d"] / ed) / full if full > 0 else None
+        m["budget_kept"] = kept
+        budget_lines.append(
+            f"  {rate}: direct {ed:.4e}, gift-measured {m['gradient_error_2d']:.4e} "
+            f"({m['x_direct']:.2f}x direct's step), gift-unbudgeted {u['gradient_error_2d']:.4e} "
+            f"({u['x_direct']:.2f}x): kept {fmt(kept, '.2f')} of the error reduction")
 
-    header = (f"{'method':<12} {'rate':>8} {'median ms':>10} {'busiest B/step':>15} "
-              f"{'ideal ms':>9} {'x ideal':>8} {'tx+rx ms':>9} {'x gloo32':>8} {'TCP retx':>9} "
-              f"{'rel err':>7}  CPU s/step per process")
+    header = (f"{'method':<15} {'rate':>8} {'median ms':>10} {'busiest B/step':>15} "
+              f"{'ideal ms':>9} {'x ideal':>8} {'tx+rx ms':>9} {'x gloo32':>8} {'x direct':>8} "
+              f"{'TCP retx':>9} {'rel err':>7} {'2-D err':>9}  CPU s/step per process")
     lines = [
         f"netlab: {manifest['workers']} worker hosts, {manifest['servers']} "
         + ("servers on the worker hosts, " if manifest.get("colocate") else "server hosts, ")
@@ -167,25 +192,33 @@ def main():
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"{r['mode']:<12} {r['rate']:>8}  {r['error']}")
+            lines.append(f"{r['mode']:<15} {r['rate']:>8}  {r['error']}")
             continue
         cpu = ", ".join(f"{k} {v:.3f}" for k, v in r["cpu_s_per_step_per_process"].items()
                         if v is not None)
         lines.append(
-            f"{r['mode']:<12} {r['rate']:>8} {1e3 * r['median_step_s']:>10.1f} "
+            f"{r['mode']:<15} {r['rate']:>8} {1e3 * r['median_step_s']:>10.1f} "
             f"{fmt(r['busiest_host_bytes_per_step'], '>15.0f')} "
             f"{fmt(r['ideal_step_s'] and 1e3 * r['ideal_step_s'], '>9.1f')} "
             f"{fmt(r['ratio_to_ideal'], '>8.2f')} "
             f"{fmt(r['serial_ideal_step_s'] and 1e3 * r['serial_ideal_step_s'], '>9.1f')} "
-            f"{fmt(r['x_gloo_fp32'], '>8.2f')} "
-            f"{r['tcp_retrans_segs_per_step']:>9.0f} {fmt(r.get('rel_l2_error'), '>7.4f')}  {cpu}"
+            f"{fmt(r['x_gloo_fp32'], '>8.2f')} {fmt(r['x_direct'], '>8.2f')} "
+            f"{r['tcp_retrans_segs_per_step']:>9.0f} {fmt(r.get('rel_l2_error'), '>7.4f')} "
+            f"{fmt(r.get('gradient_error_2d'), '>9.3e')}  {cpu}"
         )
     lines.append("ideal: the busiest host's bytes per step (max of tx and rx on its device) / "
                  "the link rate; tx+rx: the same with the host's tx and rx added (what a step "
                  "takes when sending and receiving do not overlap); x gloo32: the median step "
                  "over gloo-fp32's at the same rate; TCP retx: segments "
                  "retransmitted per step, all hosts; rel err: the largest relative L2 error "
-                 "of a tensor's average against the exact FP32 average")
+                 "of a tensor's average against the exact FP32 average; 2-D err: that of "
+                 "the step's weight matrices together; x direct: the median step over "
+                 "direct's at the same rate")
+    if budget_lines:
+        lines.append("")
+        lines.append("step budget (gift-measured against gift-unbudgeted, the measured step's "
+                     "2-D gradient error):")
+        lines += budget_lines
     lines.append("")
     lines.append("MB per step on each host's device, tx/rx (hosts: c = coordinator, s = servers, "
                  "w = workers):")
@@ -197,7 +230,7 @@ def main():
             f"{l['rx_bytes_per_step'] / 1e6:.2f}"
             for l in r["links"]
         )
-        lines.append(f"  {r['mode']:<12} {r['rate']:>8}: {hosts}")
+        lines.append(f"  {r['mode']:<15} {r['rate']:>8}: {hosts}")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     with open(os.path.join(args.out, "table.txt"), "w") as f:

@@ -89,6 +89,35 @@ def main():
     err = doc.get("correctness", {}).get("max_rel_l2_error")
     if not isinstance(err, (int, float)) or not err >= 0:
         failures.append(f"max_rel_l2_error is {err}")
+
+    # Measured selection under the step budget, on gradients a basis can use:
+    # the run completes and reports the 2-D error the budget trades against.
+    with tempfile.TemporaryDirectory(prefix="gift-bench-smoke-") as tmp:
+        out = os.path.join(tmp, "measured.json")
+        cmd = [args.bench, "cluster", "--servers", "1", "--workers", "2", "--steps", "2",
+               "--warmup", "12", "--period", "5", "--d-model", "64", "--layers", "1",
+               "--mode", "gift", "--selection", "measured", "--gift-budget", "0.5",
+               "--gradients", "low-rank", "--no-gloo", "--no-perftest", "--no-reducer",
+               "--json", out]
+        print("+", " ".join(cmd), flush=True)
+        run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=280)
+        print(run.stdout)
+        if run.returncode != 0:
+            failures.append(f"measured selection: gift-bench exited {run.returncode}")
+        else:
+            with open(out) as f:
+                measured = json.load(f)
+            config = measured.get("config", {})
+            if (config.get("selection"), config.get("gift_budget"), config.get("gradients")) != (
+                    "measured", "0.5", "low-rank"):
+                failures.append(f"measured selection: config does not echo the flags: {config}")
+            err = measured.get("correctness", {}).get("gradient_error_2d")
+            if not isinstance(err, (int, float)) or not err > 0:
+                failures.append(f"measured selection: gradient_error_2d is {err}")
+            if measured.get("identical_bits") is not True:
+                failures.append("measured selection: the workers' results differ")
+
     for f in failures:
         print("FAIL:", f)
     if not failures:

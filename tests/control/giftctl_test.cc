@@ -143,6 +143,27 @@ TEST(PolicyEditTest, RejectsOutOfRangeValuesAndGlobalOnlyFieldsInOverrides) {
   EXPECT_NE(ValidatePolicyEdit(edit).message().find("--statistics"), absl::string_view::npos);
 }
 
+TEST(PolicyEditTest, GiftBudgetAutoOffOrAFraction) {
+  EXPECT_EQ(*ParseGiftBudget("auto"), kAutoGiftBudget);
+  EXPECT_EQ(*ParseGiftBudget("off"), 0.0);
+  EXPECT_EQ(*ParseGiftBudget("0.1"), 0.1);
+  for (const char* bad : {"-0.1", "101", "nan", "five", ""}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ParseGiftBudget(bad).status())) << bad;
+  }
+  PolicyEdit edit;
+  edit.gift_budget = 0.0;
+  ASSERT_TRUE(ValidatePolicyEdit(edit).ok());
+  gift::v1::Policy policy;
+  ApplyPolicyEdit(edit, &policy);
+  ASSERT_TRUE(policy.selection().has_gift_budget()) << "0 (off) must stay set";
+  EXPECT_EQ(GiftBudgetName(policy.selection().gift_budget()), "off");
+  edit.gift_budget = kAutoGiftBudget;
+  ApplyPolicyEdit(edit, &policy);
+  EXPECT_FALSE(policy.selection().has_gift_budget());
+  edit.tensor_glob = "x";
+  EXPECT_NE(ValidatePolicyEdit(edit).message().find("--gift-budget"), absl::string_view::npos);
+}
+
 TEST(PolicyEditTest, StatisticsAndPeriodsAreSetOnTheGlobalPolicy) {
   PolicyEdit edit;
   edit.statistics = gift::v1::STATISTICS_FORM_EXACT;

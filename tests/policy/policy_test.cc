@@ -27,6 +27,15 @@ TEST(PolicyDefaultsTest, AZeroDriftThresholdIsKeptAndDisablesDrift) {
   EXPECT_DOUBLE_EQ(WithDefaults(p).refresh().drift_threshold(), 0.2);
 }
 
+TEST(PolicyDefaultsTest, AZeroGiftBudgetIsKeptAndTurnsTheBudgetOff) {
+  gift::v1::Policy p;
+  p.mutable_selection()->set_gift_budget(0.0);
+  EXPECT_DOUBLE_EQ(WithDefaults(p).selection().gift_budget(), 0.0);
+  EXPECT_TRUE(Validate(WithDefaults(p)).ok());
+  p.mutable_selection()->clear_gift_budget();
+  EXPECT_DOUBLE_EQ(WithDefaults(p).selection().gift_budget(), 0.05);
+}
+
 TEST(PolicyDefaultsTest, FillsTheDocumentedDefaults) {
   const gift::v1::Policy p = Defaults();
   EXPECT_EQ(p.transform().sides(), gift::v1::SIDES_BOTH);
@@ -52,6 +61,7 @@ TEST(PolicyDefaultsTest, FillsTheDocumentedDefaults) {
   EXPECT_EQ(p.selection().mode(), gift::v1::SELECTION_MODE_MEASURED);
   EXPECT_DOUBLE_EQ(p.selection().margin(), 0.1);
   EXPECT_EQ(p.selection().min_elements(), 4096u);
+  EXPECT_DOUBLE_EQ(p.selection().gift_budget(), 0.05);
   EXPECT_TRUE(Validate(p).ok()) << Validate(p);
 }
 
@@ -139,6 +149,8 @@ TEST(PolicyValidateTest, NamesTheFieldAndValue) {
        }},
       {"refresh.period_steps = 4294967295",
        [](gift::v1::Policy* p) { p->mutable_refresh()->set_period_steps(4294967295u); }},
+      {"selection.gift_budget = -0.5",
+       [](gift::v1::Policy* p) { p->mutable_selection()->set_gift_budget(-0.5); }},
       {"refresh.measure_period = 2000000",
        [](gift::v1::Policy* p) { p->mutable_refresh()->set_measure_period(2000000); }},
       {"transform.statistics = 7",

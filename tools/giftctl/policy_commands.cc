@@ -55,6 +55,7 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
   g.Add({"exclude", Or(absl::StrJoin(s.exclude(), ","))});
   g.Add({"margin", NumOrDash(s.margin())});
   g.Add({"min_elements", NumOrDash(s.min_elements())});
+  g.Add({"gift_budget", s.has_gift_budget() ? GiftBudgetName(s.gift_budget()) : "auto"});
   g.Add({"hierarchy", HierarchyName(p.hierarchy())});
   g.Add({"on_member_loss", OnMemberLossName(p.on_member_loss())});
   g.Print(out);
@@ -168,6 +169,10 @@ void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* f) {
       "(1 to 1048576)");
   o["margin"] = cmd->add_option("--margin", f->margin, "selection margin in [0, 1)");
   o["selection"] = cmd->add_option("--selection", f->selection, "selection mode: measured|list");
+  o["gift-budget"] = cmd->add_option(
+      "--gift-budget", f->gift_budget,
+      "auto|off|FRACTION: measured selection keeps the transforms within this fraction of "
+      "the step over direct quantization (auto: 0.05)");
   o["hierarchy"] = cmd->add_option("--hierarchy", f->hierarchy,
                                    "none|node: node-local aggregation first (workers of one "
                                    "--node); a change starts a new epoch");
@@ -216,6 +221,9 @@ absl::StatusOr<PolicyEdit> ToPolicyEdit(const PolicySetFlags& f) {
   if (f.given("drift")) e.drift_threshold = f.drift;
   if (f.given("measure-period")) e.measure_period = f.measure_period;
   if (f.given("margin")) e.margin = f.margin;
+  if (f.given("gift-budget")) {
+    GIFT_RETURN_IF_ERROR(SetParsed(ParseGiftBudget(f.gift_budget), e.gift_budget));
+  }
   if (f.given("selection")) {
     GIFT_RETURN_IF_ERROR(SetParsed(ParseSelection(f.selection), e.selection));
   }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/codec/codec_spec.h"
@@ -103,6 +104,22 @@ std::string StatisticsName(v1::StatisticsForm form) {
                     form == v1::STATISTICS_FORM_UNSPECIFIED ? v1::STATISTICS_FORM_SKETCH : form);
 }
 
+absl::StatusOr<double> ParseGiftBudget(absl::string_view text) {
+  if (text == "auto") return kAutoGiftBudget;
+  if (text == "off") return 0.0;
+  double fraction = 0.0;
+  if (!absl::SimpleAtod(text, &fraction) || !std::isfinite(fraction) || fraction < 0.0 ||
+      fraction > 100.0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gift-budget: '", text, "' is not auto, off or a fraction in [0, 100] (0.05: 5 %)"));
+  }
+  return fraction;
+}
+
+std::string GiftBudgetName(double budget) {
+  return budget == 0.0 ? "off" : absl::StrCat(budget);
+}
+
 std::string CodecName(const v1::CodecSpec& spec) {
   absl::StatusOr<codec::CodecSpec> parsed = codec::FromProto(spec);
   return parsed.ok() ? codec::ToString(*parsed) : "-";
@@ -111,7 +128,7 @@ std::string CodecName(const v1::CodecSpec& spec) {
 bool PolicyEdit::empty() const {
   return !period_steps && !rank && !powers && !sides && !source && !residual && !enabled &&
          !error_feedback && !ema_decay && !collect_period && !measure_period && !statistics &&
-         !push_codec && !pull_codec && !drift_threshold && !margin && !selection && !hierarchy &&
+         !push_codec && !pull_codec && !drift_threshold && !margin && !gift_budget && !selection && !hierarchy &&
          !on_member_loss && !include && !exclude;
 }
 
@@ -181,6 +198,7 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
   if (edit.statistics) global_only.push_back("--statistics");
   if (edit.drift_threshold) global_only.push_back("--drift");
   if (edit.margin) global_only.push_back("--margin");
+  if (edit.gift_budget) global_only.push_back("--gift-budget");
   if (edit.selection) global_only.push_back("--selection");
   if (edit.hierarchy) global_only.push_back("--hierarchy");
   if (edit.on_member_loss) global_only.push_back("--on-member-loss");
@@ -236,6 +254,13 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
   if (edit.drift_threshold) r->set_drift_threshold(*edit.drift_threshold);
   if (edit.measure_period) r->set_measure_period(*edit.measure_period);
   if (edit.margin) s->set_margin(*edit.margin);
+  if (edit.gift_budget) {
+    if (*edit.gift_budget == kAutoGiftBudget) {
+      s->clear_gift_budget();
+    } else {
+      s->set_gift_budget(*edit.gift_budget);
+    }
+  }
   if (edit.selection) s->set_mode(*edit.selection);
   if (edit.hierarchy) policy->set_hierarchy(*edit.hierarchy);
   if (edit.on_member_loss) policy->set_on_member_loss(*edit.on_member_loss);

@@ -41,6 +41,8 @@ struct PolicyEdit {
   std::optional<gift::v1::StatisticsForm> statistics;
   std::optional<double> drift_threshold;
   std::optional<double> margin;
+  // A fraction >= 0 (0: off); kAutoGiftBudget clears the field (the default).
+  std::optional<double> gift_budget;
   std::optional<gift::v1::SelectionMode> selection;
   std::optional<gift::v1::Hierarchy> hierarchy;
   std::optional<gift::v1::OnMemberLoss> on_member_loss;
@@ -61,6 +63,13 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit);
 
 // Applies a validated edit to `policy` (its version is left alone).
 void ApplyPolicyEdit(const PolicyEdit& edit, gift::v1::Policy* policy);
+
+// PolicyEdit::gift_budget's "auto": back to the policy default.
+inline constexpr double kAutoGiftBudget = -1.0;
+// "--gift-budget" text: "auto", "off" (0) or a fraction in [0, 100].
+absl::StatusOr<double> ParseGiftBudget(absl::string_view text);
+// "off" for 0, else the fraction.
+std::string GiftBudgetName(double budget);
 
 // The command-line names of the enums ("both", "in", "out"; "gradients",
 // "per-worker", "activations"; "isotropic", "diagonal"; "measured", "list";

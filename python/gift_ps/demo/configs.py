@@ -13,6 +13,13 @@ CONFIGS = {
         "GIFT FP8: E4M3 with a scale per 128 values after the GIFT transform (default policy: "
         "tensors chosen by measured error), BF16 pull",
     ),
+    "gift-unbudgeted": (
+        "e4m3/block128",
+        "bf16",
+        True,
+        "gift with the step budget off (giftctl policy set --gift-budget off): every measured "
+        "winner at the policy's rank, whatever it costs",
+    ),
     "gift-e5m2": ("e5m2/tensor", "bf16", True, "GIFT in the baseline's format: E5M2 per tensor after the GIFT transform, BF16 pull"),
     "gift-overlap": (
         "e4m3/block128",
@@ -57,6 +64,8 @@ def policy_args(name):
     a = ["policy", "set", "--push-codec", push, "--pull-codec", pull]
     if gift:
         a += ["--selection", "measured"]
+        if name == "gift-unbudgeted":
+            a += ["--gift-budget", "off"]
     else:
         a += ["--selection", "list", "--exclude", "*"]  # every tensor direct
     return a
