@@ -64,6 +64,31 @@ struct MethodDef {
   int64_t rank_in = 0, rank_out = 0;  // clipped to the dimension
 };
 
+// A method's transform followed by a randomized Hadamard rotation of each
+// row in blocks (--rotate-block): the rotation every worker applies alike
+// after the basis, so the servers sum in the rotated coordinates and one
+// inverse undoes both. Orthogonal, so the sum's error is the rotated one's.
+class RotatedTransform final : public GradientTransform {
+ public:
+  RotatedTransform(std::unique_ptr<GradientTransform> inner, transform::HadamardTransform rotation)
+      : inner_(std::move(inner)), rotation_(std::move(rotation)) {}
+  absl::Status Forward(const float* in, int64_t d_out, int64_t d_in, float* out) const override {
+    GIFT_RETURN_IF_ERROR(inner_->Forward(in, d_out, d_in, out));
+    return rotation_.Forward(out, d_out, d_in, out);
+  }
+  absl::Status Inverse(const float* in, int64_t d_out, int64_t d_in, float* out) const override {
+    GIFT_RETURN_IF_ERROR(rotation_.Inverse(in, d_out, d_in, out));
+    return inner_->Inverse(out, d_out, d_in, out);
+  }
+  int64_t d_out() const override { return inner_->d_out(); }
+  int64_t d_in() const override { return inner_->d_in(); }
+  std::string name() const override { return inner_->name() + "+" + rotation_.name(); }
+
+ private:
+  std::unique_ptr<GradientTransform> inner_;
+  transform::HadamardTransform rotation_;
+};
+
 // Key of a cached SideBasis: the statistic, its rank, its residual model.
 using SideKey = std::tuple<const Eigen::MatrixXd*, int64_t, ResidualModel>;
 
@@ -332,6 +357,12 @@ absl::StatusOr<std::vector<MethodResult>> MeasureMethodGrid(const WorkerGradient
   for (int64_t r : options.ranks) {
     if (r < 0) return absl::InvalidArgumentError(absl::StrCat("rank ", r, " is negative"));
   }
+  if (options.rotate_block < 0 ||
+      (options.rotate_block > 0 && (n % options.rotate_block != 0 ||
+                                    (options.rotate_block & (options.rotate_block - 1)) != 0))) {
+    return absl::InvalidArgumentError(absl::StrCat("rotation block ", options.rotate_block,
+                                                   " is not a power of two dividing d_in ", n));
+  }
   if (options.sketch_size < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("sketch size ", options.sketch_size, " is negative"));
@@ -458,8 +489,19 @@ absl::StatusOr<std::vector<MethodResult>> MeasureMethodGrid(const WorkerGradient
       return absl::InternalError("unknown method kind");
     };
     absl::StatusOr<std::unique_ptr<GradientTransform>> t = build();
+    if (t.ok() && options.rotate_block > 0) {
+      auto rotation =
+          transform::HadamardTransform::Create(m, n, {.seed = options.tensor_id,
+                                                      .block = options.rotate_block});
+      t = rotation.ok() ? absl::StatusOr<std::unique_ptr<GradientTransform>>(
+                              std::make_unique<RotatedTransform>(*std::move(t), *std::move(rotation)))
+                        : rotation.status();
+    }
     status[i] =
         t.ok() ? MeasureTransform(**t, grads, exact_avg, options, d, &results[i]) : t.status();
+    if (options.rotate_block > 0) {
+      for (MethodResult& r : results[i]) r.method += absl::StrCat("+rht", options.rotate_block);
+    }
   });
 
   std::vector<MethodResult> all;
@@ -547,6 +589,7 @@ absl::Status RunRealGradientFidelity(const RealFidelityOptions& options) {
   grid.powers = options.powers;
   grid.filter = options.filter;
   grid.sketch_size = options.sketch_size;
+  grid.rotate_block = options.rotate_block;
   grid.use_simd = options.use_simd;
 
   WorkerGradients grads;

@@ -98,6 +98,10 @@ struct MethodGridOptions {
   // every one of these substrings; direct is always measured.
   std::vector<std::string> filter;
   int64_t sketch_size = 0;  // >= 0; see above
+  // > 0: every method (direct too) followed by a randomized Hadamard
+  // rotation of each row in blocks of this many elements (a power of two
+  // dividing d_in), seeded by tensor_id; names end "+rht<B>".
+  int64_t rotate_block = 0;
   uint64_t tensor_id = 1;   // of the RngKey
   uint64_t step = 0;        // of the RngKey
   bool use_simd = true;
@@ -150,6 +154,7 @@ struct RealFidelityOptions {
   std::vector<double> powers = {0.125, 0.25, 0.5};
   std::vector<std::string> filter;
   int64_t sketch_size = 0;
+  int64_t rotate_block = 0;
   int threads = 0;  // 0: hardware threads
   bool use_simd = true;
   std::string json_path;  // "" none, "-" stdout

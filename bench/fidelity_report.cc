@@ -432,6 +432,13 @@ Command AddFidelityCommand(CLI::App& parent) {
       ->check(CLI::Range(0, 1 << 20))
       ->needs(grads)
       ->capture_default_str();
+  app->add_option("--rotate-block", real.rotate_block,
+                  "Real mode: follow every method (direct too) with a randomized Hadamard "
+                  "rotation of each row in blocks of this many elements (a power of two "
+                  "dividing d_in; 16: NVFP4's block), as every worker would apply it")
+      ->check(CLI::Range(0, 1 << 20))
+      ->needs(grads)
+      ->capture_default_str();
   app->add_option("--filter", real.filter,
                   "Real mode: measure only methods whose name contains every one of these "
                   "comma-separated substrings, e.g. family/both,/r64/ (direct is always measured)")

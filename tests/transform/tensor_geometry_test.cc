@@ -75,6 +75,20 @@ double QuantizedAverageError(const TensorBasis* basis,
   return RelativeL2(sum, exact);
 }
 
+// Steps 0 .. steps-1 of 4 workers' gradients (`directions` shared ones plus
+// `noise`), averaged, into `geo` and into the exact EMAs `in` and `out`.
+void FeedReducedGradients(TensorGeometry& geo, SecondMomentEma& in, SecondMomentEma& out,
+                          uint32_t steps, int directions, double noise) {
+  for (uint32_t step = 0; step < steps; ++step) {
+    const std::vector<float> avg =
+        Average(SharedPlusNoiseGradients(kOut, kIn, 4, directions, noise, step));
+    ASSERT_TRUE(geo.AddReducedGradient(avg.data()).ok());
+    const float* p[] = {avg.data()};
+    ASSERT_TRUE(in.UpdateInputSide(p, kOut, kIn).ok());
+    ASSERT_TRUE(out.UpdateOutputSide(p, kOut, kIn).ok());
+  }
+}
+
 TEST(TensorGeometryTest, ExactGradientStatisticsMatchTheReducedGradientsEma) {
   auto geo = TensorGeometry::Create(
       kOut, kIn, {.source = GeometrySource::kGradients, .statistics = StatisticsForm::kExact});
@@ -82,13 +96,7 @@ TEST(TensorGeometryTest, ExactGradientStatisticsMatchTheReducedGradientsEma) {
   auto in = SecondMomentEma::Create(kIn), out = SecondMomentEma::Create(kOut);
   EXPECT_FALSE(geo->ready());
   EXPECT_EQ(geo->BuildBasis({}).status().code(), absl::StatusCode::kFailedPrecondition);
-  for (uint32_t step = 0; step < 3; ++step) {
-    const std::vector<float> avg = Average(SharedPlusNoiseGradients(kOut, kIn, 4, 4, 0.5, step));
-    ASSERT_TRUE(geo->AddReducedGradient(avg.data()).ok());
-    const float* p[] = {avg.data()};
-    ASSERT_TRUE(in->UpdateInputSide(p, kOut, kIn).ok());
-    ASSERT_TRUE(out->UpdateOutputSide(p, kOut, kIn).ok());
-  }
+  FeedReducedGradients(*geo, *in, *out, 3, 4, 0.5);
   ASSERT_TRUE(geo->ready());
   auto basis = geo->BuildBasis(Options(3, 2, 0.25, 8));
   ASSERT_TRUE(basis.ok()) << basis.status();
@@ -118,13 +126,7 @@ TEST(TensorGeometryTest, SketchedGradientStatisticsAreWithinTheNystromBound) {
   auto geo = TensorGeometry::Create(kOut, kIn, {.sketch_size = kK, .sketch_seed = 5});
   ASSERT_TRUE(geo.ok()) << geo.status();
   auto in = SecondMomentEma::Create(kIn), out = SecondMomentEma::Create(kOut);
-  for (uint32_t step = 0; step < 4; ++step) {
-    const std::vector<float> avg = Average(SharedPlusNoiseGradients(kOut, kIn, 4, 6, 0.3, step));
-    ASSERT_TRUE(geo->AddReducedGradient(avg.data()).ok());
-    const float* p[] = {avg.data()};
-    ASSERT_TRUE(in->UpdateInputSide(p, kOut, kIn).ok());
-    ASSERT_TRUE(out->UpdateOutputSide(p, kOut, kIn).ok());
-  }
+  FeedReducedGradients(*geo, *in, *out, 4, 6, 0.3);
   auto basis = geo->BuildBasis(Options(1, 1, 0.25, kRank));
   ASSERT_TRUE(basis.ok()) << basis.status();
   const double bound = 2.0 * (1.0 + static_cast<double>(kRank) / (kK - kRank - 1));
@@ -147,10 +149,8 @@ TEST(TensorGeometryTest, SketchedGradientStatisticsAreWithinTheNystromBound) {
   auto exact = TensorGeometry::Create(
       kOut, kIn, {.source = GeometrySource::kGradients, .statistics = StatisticsForm::kExact});
   ASSERT_TRUE(exact.ok());
-  for (uint32_t step = 0; step < 4; ++step) {
-    const std::vector<float> avg = Average(SharedPlusNoiseGradients(kOut, kIn, 4, 6, 0.3, step));
-    ASSERT_TRUE(exact->AddReducedGradient(avg.data()).ok());
-  }
+  auto exact_in = SecondMomentEma::Create(kIn), exact_out = SecondMomentEma::Create(kOut);
+  FeedReducedGradients(*exact, *exact_in, *exact_out, 4, 6, 0.3);
   auto want = exact->BuildBasis(Options(1, 1, 0.25, kRank));
   ASSERT_TRUE(want.ok());
   const auto grads = SharedPlusNoiseGradients(kOut, kIn, 8, 6, 0.3, 9);
