@@ -76,7 +76,7 @@ absl::Status CheckTensor(const TensorStep& t, std::vector<dataplane::ChunkShape>
 PushPullEngine::PushPullEngine(const PushPullEngineOptions& options) : options_(options) {}
 
 absl::StatusOr<std::unique_ptr<PushPullEngine>> PushPullEngine::Create(
-    const TransportFactory& make_transport, const PushPullEngineOptions& options) {
+    const transport::TransportFactory& make_transport, const PushPullEngineOptions& options) {
   if (!make_transport) return absl::InvalidArgumentError("no transport factory");
   std::unique_ptr<PushPullEngine> engine(new PushPullEngine(options));
   PushPullEngine* self = engine.get();

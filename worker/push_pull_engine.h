@@ -183,16 +183,14 @@ struct PushPullEngineOptions {
   DeviceStageFactory device_stages = nullptr;
 };
 
-using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<transport::Transport>>(
-    transport::TransportHandlers handlers)>;
-
 class PushPullEngine {
  public:
   // Frees buffers of a (tensor, spec) that no step used for this many runs.
   static constexpr uint64_t kEvictAfterRuns = 256;
 
   static absl::StatusOr<std::unique_ptr<PushPullEngine>> Create(
-      const TransportFactory& make_transport, const PushPullEngineOptions& options = {});
+      const transport::TransportFactory& make_transport,
+      const PushPullEngineOptions& options = {});
   // Waits (up to the timeout) for pushes in flight to complete.
   ~PushPullEngine();
 

@@ -79,7 +79,7 @@ PeerFailureReporter::~PeerFailureReporter() {
   thread_.join();
 }
 
-TransportFactory PeerFailureReporter::Wrap(TransportFactory inner) {
+transport::TransportFactory PeerFailureReporter::Wrap(transport::TransportFactory inner) {
   return [this, inner = std::move(inner)](transport::TransportHandlers handlers)
              -> absl::StatusOr<std::unique_ptr<transport::Transport>> {
     auto peers = std::make_shared<PeerAddresses>();

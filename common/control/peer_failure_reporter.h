@@ -49,9 +49,6 @@
 
 namespace gift::control {
 
-using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<transport::Transport>>(
-    transport::TransportHandlers handlers)>;
-
 class PeerFailureReporter {
  public:
   static constexpr int kRetries = 15;
@@ -62,7 +59,7 @@ class PeerFailureReporter {
   PeerFailureReporter(const PeerFailureReporter&) = delete;
   PeerFailureReporter& operator=(const PeerFailureReporter&) = delete;
 
-  TransportFactory Wrap(TransportFactory inner);
+  transport::TransportFactory Wrap(transport::TransportFactory inner);
 
   // Reports go through `session` from now on (failures seen before are
   // reported too). `session` must stay valid until Detach.

@@ -145,6 +145,12 @@ class Transport {
   virtual std::string name() const = 0;
 };
 
+// Builds a transport with the handlers its owner gives it: what the worker's
+// engine, the aggregator's shard and the peer failure reporter take (e.g.
+// CreateUcxTransport, or CreateInprocTransport in tests).
+using TransportFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Transport>>(TransportHandlers handlers)>;
+
 }  // namespace gift::transport
 
 #endif  // GIFT_COMMON_TRANSPORT_TRANSPORT_H_

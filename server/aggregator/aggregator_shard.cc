@@ -13,7 +13,8 @@ using dataplane::ChunkHeader;
 using dataplane::ChunkKind;
 
 absl::StatusOr<std::unique_ptr<AggregatorShard>> AggregatorShard::Create(
-    const AggregatorShardOptions& options, const TransportFactory& make_transport) {
+    const AggregatorShardOptions& options,
+    const transport::TransportFactory& make_transport) {
   if (!make_transport) return absl::InvalidArgumentError("no transport factory");
   std::unique_ptr<AggregatorShard> shard(new AggregatorShard(options));
   AggregatorShard* self = shard.get();

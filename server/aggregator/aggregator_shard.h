@@ -103,15 +103,11 @@ struct AggregatorShardOptions {
   absl::Duration auth_report_interval = absl::Seconds(1);
 };
 
-// Builds the shard's transport with the handlers it is given (e.g.
-// CreateUcxTransport, or CreateInprocTransport in tests).
-using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<transport::Transport>>(
-    transport::TransportHandlers handlers)>;
-
 class AggregatorShard {
  public:
   static absl::StatusOr<std::unique_ptr<AggregatorShard>> Create(
-      const AggregatorShardOptions& options, const TransportFactory& make_transport);
+      const AggregatorShardOptions& options,
+      const transport::TransportFactory& make_transport);
   ~AggregatorShard();
 
   // The address workers push to.

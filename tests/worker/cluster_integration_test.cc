@@ -328,8 +328,11 @@ TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketche
   // Per-worker statistics: the owners see only the servers' sums of the
   // workers' sketches (the reduced-gradient fallback is gone), so a basis
   // can only come from sketches that travelled the data path.
+  // A drift measurement on every step, so that the bounded wait for the
+  // references below is not spent waiting for measure steps.
   SetPolicy({"--push-codec", "e4m3/block128", "--pull-codec", "bf16", "--selection", "list",
-             "--include", "*", "--period", "10", "--source", "per-worker"});
+             "--include", "*", "--period", "10", "--source", "per-worker", "--measure-period",
+             "1"});
   Register();
   bool saw_transformed = false;
   auto run_step = [&](uint64_t step) {

@@ -45,7 +45,7 @@ class PushPullEngineTest : public ::testing::TestWithParam<bool /*ucx*/> {
     if (GetParam()) return transport::CreateUcxTransport(std::move(handlers));
     return transport::CreateInprocTransport(&hub_, std::move(handlers));
   }
-  TransportFactory Factory() {
+  transport::TransportFactory Factory() {
     return [this](transport::TransportHandlers h) { return MakeTransport(std::move(h)); };
   }
 
