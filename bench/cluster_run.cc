@@ -4,15 +4,16 @@
 #include <barrier>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <thread>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/base/status_macros.h"
 #include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
+#include "common/policy/policy.h"
 
 namespace gift::bench {
 namespace {
@@ -50,16 +51,11 @@ absl::Status SetClusterPolicy(const std::string& address, const ClusterBenchOpti
   policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);
   if (o.mode == "gift" && o.selection == "measured") {
     policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_MEASURED);
-    if (o.gift_budget == "off") {
-      policy.mutable_selection()->set_gift_budget(0.0);
-    } else if (o.gift_budget != "auto") {
-      double fraction = 0.0;
-      if (!absl::SimpleAtod(o.gift_budget, &fraction) || !(fraction >= 0.0)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--gift-budget ", o.gift_budget, ": auto, off or a fraction >= 0"));
-      }
-      policy.mutable_selection()->set_gift_budget(fraction);
+    absl::StatusOr<std::optional<double>> budget = policy::ParseGiftBudget(o.gift_budget);
+    if (!budget.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--gift-budget: ", budget.status().message()));
     }
+    if (budget->has_value()) policy.mutable_selection()->set_gift_budget(**budget);
   } else if (o.mode == "gift") {
     policy.mutable_selection()->add_include("*");  // every 2-D tensor, always
   }

@@ -49,14 +49,14 @@ std::vector<float> Gaussian(size_t n, uint64_t& s) {
 }  // namespace
 
 GradientSource::GradientSource(const std::vector<ModelTensor>& tensors, GradientShape shape)
-    : tensors_(tensors), shape_(shape) {
+    : tensors_(tensors) {
   for (size_t t = 0; t < tensors.size(); ++t) {
     uint64_t s = 0x5EED0000ull + t;
     fields_.push_back(Gaussian(tensors[t].elements(), s));
     std::vector<float> profile(tensors[t].cols);
     for (float& p : profile) p = static_cast<float>(std::pow(10.0, -3.0 * SplitMix64Uniform(s)));
     profiles_.push_back(std::move(profile));
-    if (shape_ == GradientShape::kLowRank && tensors[t].matrix()) {
+    if (shape == GradientShape::kLowRank && tensors[t].matrix()) {
       uint64_t ls = 0x10A4000ull + t;
       left_.push_back(Gaussian(static_cast<size_t>(tensors[t].rows) * kLowRank, ls));
       right_.push_back(Gaussian(static_cast<size_t>(kLowRank) * tensors[t].cols, ls));

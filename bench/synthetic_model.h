@@ -54,10 +54,10 @@ class GradientSource {
 
  private:
   const std::vector<ModelTensor>& tensors_;
-  GradientShape shape_;
   std::vector<std::vector<float>> fields_;
   std::vector<std::vector<float>> profiles_;
-  std::vector<std::vector<float>> left_, right_;  // kLowRank: A and B per matrix
+  // kLowRank: A and B of each matrix (empty otherwise: Fill adds no component).
+  std::vector<std::vector<float>> left_, right_;
 };
 
 // A 64-bit hash of the bytes of data[0, n), chained from `h`: to compare

@@ -33,14 +33,6 @@ uint64_t NextVersion(const gift::v1::TensorBasisState& basis) {
 
 }  // namespace
 
-const gift::v1::TensorBasisState* FindBasisState(const gift::v1::ClusterState& state,
-                                                 uint64_t tensor_id) {
-  for (const gift::v1::TensorBasisState& b : state.bases()) {
-    if (b.tensor_id() == tensor_id) return &b;
-  }
-  return nullptr;
-}
-
 bool BasisOwner::Eligible(const gift::v1::ClusterState& state, const gift::v1::TensorInfo& tensor,
                           policy::TensorSettings* settings, std::string* key) const {
   const gift::v1::TensorBasisState* basis = FindBasisState(state, tensor.tensor_id());
@@ -225,7 +217,7 @@ absl::Status BasisOwner::ObserveTensor(const gift::v1::ClusterState& state,
 
 absl::StatusOr<BasisOwner::Choice> BasisOwner::ChooseWithinBudget(
     const gift::v1::ClusterState& state, const OwnedTensorStep& data, const Owned& owned,
-    const Choice& full, double full_error, double direct_error, double power, uint64_t version) {
+    const Choice& full, double direct_error, double power, uint64_t version) {
   const int64_t rows = static_cast<int64_t>(data.rows), cols = static_cast<int64_t>(data.cols);
   auto side_ranks = [](const transform::TensorBasis& b) {
     return std::pair<int64_t, int64_t>(b.output_side() ? b.output_side()->rank() : 0,
@@ -275,7 +267,6 @@ absl::StatusOr<BasisOwner::Choice> BasisOwner::ChooseWithinBudget(
     for (size_t i = 0; i < choices.size(); ++i) choices[i].error = measured.errors[i + 1].rel_l2;
   }
   choices.push_back(full);
-  choices.back().error = full_error;
   choices.back().label = absl::StrCat(full.label, " r=", full.rank);
 
   transform::BudgetedTensor table{.weight = static_cast<double>(rows * cols),
@@ -375,8 +366,8 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
   const bool measured = selection->measured() && selection->errors[0].rel_l2 > 0;
   const double budget_fraction = policy.selection().gift_budget();
   if (!forced && budget_fraction > 0.0 && measured && chosen >= 0) {
-    auto budgeted = ChooseWithinBudget(state, data, owned, choice, choice.error,
-                                       selection->errors[0].rel_l2, tp.powers(chosen), version);
+    auto budgeted = ChooseWithinBudget(state, data, owned, choice, selection->errors[0].rel_l2,
+                                       tp.powers(chosen), version);
     if (!budgeted.ok()) return budgeted.status();
     choice = *std::move(budgeted);
   } else {

@@ -184,15 +184,15 @@ class BasisOwner {
     std::string label = "direct";
     double error = 0.0;  // measured (the refresh's relative L2 error)
   };
-  // The step budget (policy selection.gift_budget, see Measurement):
-  // measures `full` (the measured winner at the policy's rank) and the
-  // same power at the lower ranks of kBudgetRanks on data.own, times a
-  // forward and inverse of `full`, and chooses among the owner's tensors
-  // (TransformBudget). `errors`: the refresh's measurement, direct first.
+  // The step budget (policy selection.gift_budget, see Measurement): with
+  // `full` the measured winner at the policy's rank (its error measured by
+  // the refresh, as `direct_error`), measures the same power at the lower
+  // ranks of kBudgetRanks on data.own, times a forward and inverse of
+  // `full`, and chooses among the owner's tensors (TransformBudget).
   absl::StatusOr<Choice> ChooseWithinBudget(const gift::v1::ClusterState& state,
                                             const OwnedTensorStep& data, const Owned& owned,
-                                            const Choice& full, double full_error,
-                                            double direct_error, double power, uint64_t version);
+                                            const Choice& full, double direct_error, double power,
+                                            uint64_t version);
 
   const control::MemberSession* const session_;
   BasisStore* const store_;
@@ -203,10 +203,6 @@ class BasisOwner {
   uint64_t publications_ = 0;
   TransformBudget budget_;
 };
-
-// The entry of `state` for a tensor, or null.
-const gift::v1::TensorBasisState* FindBasisState(const gift::v1::ClusterState& state,
-                                                 uint64_t tensor_id);
 
 }  // namespace gift::worker
 

@@ -14,6 +14,14 @@
 
 namespace gift::worker {
 
+const gift::v1::TensorBasisState* FindBasisState(const gift::v1::ClusterState& state,
+                                                 uint64_t tensor_id) {
+  for (const gift::v1::TensorBasisState& b : state.bases()) {
+    if (b.tensor_id() == tensor_id) return &b;
+  }
+  return nullptr;
+}
+
 const gift::v1::BasisVersion* ActiveVersion(const gift::v1::TensorBasisState& basis,
                                             uint64_t step) {
   const gift::v1::BasisVersion* active = nullptr;

@@ -45,6 +45,10 @@ using BasisLookup =
     std::function<absl::StatusOr<std::shared_ptr<const transform::GradientTransform>>(
         uint64_t tensor_id, uint64_t version)>;
 
+// The entry of `state` for a tensor, or null.
+const gift::v1::TensorBasisState* FindBasisState(const gift::v1::ClusterState& state,
+                                                 uint64_t tensor_id);
+
 // The committed version of `basis` active at `step`, or null when none is
 // (version 0, direct, is implied before the first one).
 const gift::v1::BasisVersion* ActiveVersion(const gift::v1::TensorBasisState& basis, uint64_t step);

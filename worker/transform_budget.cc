@@ -21,13 +21,12 @@ constexpr double kStepWeight = 0.1;
 // leave less than this fraction of the step as its direct part.
 constexpr double kMinDirectFraction = 0.1;
 
-// Whether measured selection may transform the tensor, and its settings.
-bool Budgetable(const gift::v1::Policy& policy, const gift::v1::TensorInfo& tensor,
-                policy::TensorSettings* settings) {
+// Whether measured selection may transform the tensor.
+bool Budgetable(const gift::v1::Policy& policy, const gift::v1::TensorInfo& tensor) {
   const std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
-  if (!policy::IsTransformable(shape)) return false;
-  *settings = policy::ResolveTensorSettings(policy, tensor.name(), shape);
-  return settings->selection == policy::Selection::kMeasure;
+  return policy::IsTransformable(shape) &&
+         policy::ResolveTensorSettings(policy, tensor.name(), shape).selection ==
+             policy::Selection::kMeasure;
 }
 
 }  // namespace
@@ -59,10 +58,7 @@ double TransformBudget::ActiveFlops(const gift::v1::ClusterState& state, uint64_
   for (const gift::v1::TensorInfo& tensor : state.tensors()) {
     const std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
     if (!policy::IsTransformable(shape)) continue;
-    const gift::v1::TensorBasisState* basis = nullptr;
-    for (const gift::v1::TensorBasisState& b : state.bases()) {
-      if (b.tensor_id() == tensor.tensor_id()) basis = &b;
-    }
+    const gift::v1::TensorBasisState* basis = FindBasisState(state, tensor.tensor_id());
     const gift::v1::BasisVersion* active = basis == nullptr ? nullptr : ActiveVersion(*basis, step);
     if (active == nullptr || active->direct()) continue;
     const policy::TensorSettings settings =
@@ -81,16 +77,12 @@ double TransformBudget::OwnedShare(const gift::v1::ClusterState& state,
   const gift::v1::Policy policy = policy::WithDefaults(state.policy());
   double all = 0.0, owned = 0.0;
   for (const gift::v1::TensorInfo& tensor : state.tensors()) {
-    policy::TensorSettings settings;
-    if (!Budgetable(policy, tensor, &settings)) continue;
+    if (!Budgetable(policy, tensor)) continue;
     const double elements =
         static_cast<double>(tensor.shape(0)) * static_cast<double>(tensor.shape(1));
     all += elements;
-    for (const gift::v1::TensorBasisState& b : state.bases()) {
-      if (b.tensor_id() == tensor.tensor_id() && b.owner_member_id() == member_id) {
-        owned += elements;
-      }
-    }
+    const gift::v1::TensorBasisState* basis = FindBasisState(state, tensor.tensor_id());
+    if (basis != nullptr && basis->owner_member_id() == member_id) owned += elements;
   }
   return all > 0.0 ? owned / all : 0.0;
 }

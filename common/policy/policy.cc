@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
@@ -23,7 +24,6 @@ constexpr double kDefaultEmaDecay = 0.95;
 constexpr uint32_t kDefaultCollectPeriod = 1;
 constexpr uint32_t kDefaultMeasurePeriod = 4;
 constexpr double kDefaultGiftBudget = 0.05;
-constexpr double kMaxGiftBudget = 100.0;
 constexpr double kDefaultDampingEps = 1e-3;
 constexpr char kDefaultPushCodec[] = "e4m3/block128/rne";
 constexpr char kDefaultPullCodec[] = "e4m3/block128/rne";
@@ -277,6 +277,18 @@ bool GlobMatch(absl::string_view glob, absl::string_view name) {
   }
   while (g < glob.size() && glob[g] == '*') ++g;
   return g == glob.size();
+}
+
+absl::StatusOr<std::optional<double>> ParseGiftBudget(absl::string_view text) {
+  if (text == "auto") return std::nullopt;
+  if (text == "off") return 0.0;
+  double fraction = 0.0;
+  if (!absl::SimpleAtod(text, &fraction) || !Finite(fraction) || fraction < 0.0 ||
+      fraction > kMaxGiftBudget) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "' is not auto, off or a fraction in [0, ", kMaxGiftBudget, "] (0.05: 5 %)"));
+  }
+  return fraction;
 }
 
 absl::Status CheckFeatureCombination(const Policy& policy, const ClusterFeatures& features) {

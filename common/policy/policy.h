@@ -9,8 +9,10 @@
 #define GIFT_COMMON_POLICY_POLICY_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "gift/v1/policy.pb.h"
@@ -25,6 +27,13 @@ gift::v1::Policy WithDefaults(const gift::v1::Policy& policy);
 // Bounds that need no knowledge of the tensors.
 inline constexpr uint32_t kMaxRank = 65536;
 inline constexpr uint32_t kMaxSteps = uint32_t{1} << 20;  // periods and leads
+inline constexpr double kMaxGiftBudget = 100.0;           // selection.gift_budget
+
+// A step budget as an operator writes it (giftctl policy set --gift-budget,
+// gift-bench cluster --gift-budget): "auto" (nullopt: leave
+// selection.gift_budget unset, its default), "off" (0) or a fraction in [0,
+// kMaxGiftBudget]. InvalidArgument quoting the text otherwise.
+absl::StatusOr<std::optional<double>> ParseGiftBudget(absl::string_view text);
 
 // Checks a policy after WithDefaults, without knowing the tensors: every
 // number finite and in range (ranks in [1, kMaxRank], powers in (0, 1],

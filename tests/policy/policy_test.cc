@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
 
@@ -34,6 +36,18 @@ TEST(PolicyDefaultsTest, AZeroGiftBudgetIsKeptAndTurnsTheBudgetOff) {
   EXPECT_TRUE(Validate(WithDefaults(p)).ok());
   p.mutable_selection()->clear_gift_budget();
   EXPECT_DOUBLE_EQ(WithDefaults(p).selection().gift_budget(), 0.05);
+}
+
+TEST(ParseGiftBudgetTest, AutoOffOrAFractionInRange) {
+  EXPECT_EQ(*ParseGiftBudget("auto"), std::nullopt);
+  EXPECT_EQ(*ParseGiftBudget("off"), 0.0);
+  EXPECT_EQ(*ParseGiftBudget("0.05"), 0.05);
+  EXPECT_EQ(*ParseGiftBudget("100"), kMaxGiftBudget);
+  for (const char* bad : {"-0.1", "100.5", "nan", "inf", "five", ""}) {
+    const absl::Status s = ParseGiftBudget(bad).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << bad;
+    EXPECT_NE(s.message().find(absl::StrCat("'", bad, "'")), std::string::npos) << s;
+  }
 }
 
 TEST(PolicyDefaultsTest, FillsTheDocumentedDefaults) {

@@ -25,6 +25,7 @@
 #include "server/coordinator/cluster_state.h"
 #include "tests/testing/coordinator_server.h"
 #include "worker/basis_store.h"
+#include "worker/step_planner.h"
 
 namespace gift::worker {
 namespace {

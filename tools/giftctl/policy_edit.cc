@@ -3,7 +3,6 @@
 #include <cmath>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/codec/codec_spec.h"
@@ -105,15 +104,11 @@ std::string StatisticsName(v1::StatisticsForm form) {
 }
 
 absl::StatusOr<double> ParseGiftBudget(absl::string_view text) {
-  if (text == "auto") return kAutoGiftBudget;
-  if (text == "off") return 0.0;
-  double fraction = 0.0;
-  if (!absl::SimpleAtod(text, &fraction) || !std::isfinite(fraction) || fraction < 0.0 ||
-      fraction > 100.0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--gift-budget: '", text, "' is not auto, off or a fraction in [0, 100] (0.05: 5 %)"));
+  absl::StatusOr<std::optional<double>> budget = policy::ParseGiftBudget(text);
+  if (!budget.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--gift-budget: ", budget.status().message()));
   }
-  return fraction;
+  return budget->value_or(kAutoGiftBudget);
 }
 
 std::string GiftBudgetName(double budget) {

@@ -66,7 +66,8 @@ void ApplyPolicyEdit(const PolicyEdit& edit, gift::v1::Policy* policy);
 
 // PolicyEdit::gift_budget's "auto": back to the policy default.
 inline constexpr double kAutoGiftBudget = -1.0;
-// "--gift-budget" text: "auto", "off" (0) or a fraction in [0, 100].
+// "--gift-budget" text (policy::ParseGiftBudget): "auto" (kAutoGiftBudget),
+// "off" (0) or a fraction in [0, policy::kMaxGiftBudget].
 absl::StatusOr<double> ParseGiftBudget(absl::string_view text);
 // "off" for 0, else the fraction.
 std::string GiftBudgetName(double budget);
