@@ -199,6 +199,7 @@ absl::Status BasisOwner::ObserveTensor(const gift::v1::ClusterState& state,
       report.set_ratio(*measured);
       report.set_step(data.step);
       report.set_reference(*owned->schedule->reference_ratio());
+      report.set_choice(owned->choice);
       owned->report = report;
     }
   }
@@ -267,7 +268,6 @@ absl::StatusOr<BasisOwner::Choice> BasisOwner::ChooseWithinBudget(
     for (size_t i = 0; i < choices.size(); ++i) choices[i].error = measured.errors[i + 1].rel_l2;
   }
   choices.push_back(full);
-  choices.back().label = absl::StrCat(full.label, " r=", full.rank);
 
   transform::BudgetedTensor table{.weight = static_cast<double>(rows * cols),
                                   .direct_error = direct_error};
@@ -360,7 +360,7 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
   if (chosen >= 0) {
     choice = {.basis = bases[chosen],
               .rank = rank,
-              .label = candidates[chosen].label,
+              .label = absl::StrCat(candidates[chosen].label, " r=", rank),
               .error = selection->errors[chosen + 1].rel_l2};
   }
   const bool measured = selection->measured() && selection->errors[0].rel_l2 > 0;
@@ -406,11 +406,13 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
     owned.reference_version = version;
   }
   owned.ratio = ratio;
+  owned.choice = choice.label;
   if (ratio.has_value()) {  // until the new basis is measured (reference 0: none yet)
     gift::v1::TensorErrorRatio report;
     report.set_tensor_id(data.tensor_id);
     report.set_ratio(*ratio);
     report.set_step(data.step);
+    report.set_choice(choice.label);
     owned.report = report;
   }
   // The drift reference is the new basis's first measurement once active.

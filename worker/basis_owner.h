@@ -147,6 +147,7 @@ class BasisOwner {
     // direct), which the drift measurement uses.
     uint64_t reference_version = 0;
     std::optional<gift::v1::TensorErrorRatio> report;  // the latest ratio
+    std::string choice;  // the last refresh's Choice::label (its report's choice)
   };
 
   // What WantsStep reads of an owned tensor (a copy, see Thread safety).

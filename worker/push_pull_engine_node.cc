@@ -105,6 +105,8 @@ absl::Status PushPullEngine::RouteNodeChunk(const StepPlan& plan, size_t i, size
   const TensorStep& t = plan.tensors[i];
   const ChunkSlot& slot = step_buffers_[i]->chunks()[c];
   const uint64_t elements = slot.shape.rows * slot.shape.cols;
+  // The stage writes the transformed rows as they are reached.
+  if (auto s = step_buffers_[i]->stage().PrepareRange(slot.offset, elements); !s.ok()) return s;
   if (plan.node->LeaderOf(t.tensor_id, slot.index) == plan.rank) {
     node_sums_.Lead({t.tensor_id, slot.index}, x + slot.offset, elements, (i << 32) | c);
     return absl::OkStatus();

@@ -4,8 +4,8 @@
 // per place the data lives).
 //
 //   stage->AttachSendBuffer(arena);              // once per send arena
-//   auto x = stage->Prepare(gradient);            // T(G) [+ E] of the step
-//   for (each chunk k) stage->EncodeChunk(offset_k, view_k, key_k);
+//   auto x = stage->Prepare(gradient);            // T(G) [+ E] of the step,
+//   for (each chunk k) stage->EncodeChunk(offset_k, view_k, key_k);  // by rows
 //   ...   stage->DecodeChunk(result_k, offset_k);  // as results arrive
 //   stage->FinishDecode();                        // T^{-1} of the sum
 //   ... the step succeeded: stage->WriteResult(gradient); CommitResidual();
@@ -58,9 +58,16 @@ class TensorCodecStage {
   virtual absl::Status UseTransform(std::shared_ptr<const transform::GradientTransform> t) = 0;
 
   // Prepares the step's tensor to encode from `gradient` (rows x cols FP32,
-  // in the stage's memory kind). Returns a host pointer to it when the stage
-  // has one (node-local aggregation sums that), else null.
+  // in the stage's memory kind, unchanged until the last EncodeChunk).
+  // Returns a host pointer to it when the stage has one (node-local
+  // aggregation sums that), else null. A stage may write its rows only as
+  // EncodeChunk or PrepareRange reach them (the host stage streams the
+  // transform by rows), so a caller reading the pointer calls PrepareRange
+  // first.
   virtual absl::StatusOr<const float*> Prepare(const float* gradient) = 0;
+
+  // Makes elements [offset, offset + n) of Prepare's host tensor final.
+  virtual absl::Status PrepareRange(uint64_t offset, uint64_t n) = 0;
 
   // Encodes out.rows x out.cols elements at `offset` of the prepared tensor
   // into `out` (host, in the attached send buffer), with `key` for
@@ -108,6 +115,9 @@ class HostCodecStage final : public TensorCodecStage {
   absl::Status AttachSendBuffer(absl::Span<uint8_t>) override { return absl::OkStatus(); }
   absl::Status UseTransform(std::shared_ptr<const transform::GradientTransform> t) override;
   absl::StatusOr<const float*> Prepare(const float* gradient) override;
+  absl::Status PrepareRange(uint64_t offset, uint64_t n) override {
+    return pipeline_.PrepareRange(offset, n);
+  }
   absl::Status EncodeChunk(uint64_t offset, const codec::MutableEncodedView& out,
                            const codec::RngKey& key) override;
   absl::Status DecodeChunk(const codec::EncodedView& chunk, uint64_t offset) override;

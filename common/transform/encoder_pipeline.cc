@@ -1,5 +1,6 @@
 #include "common/transform/encoder_pipeline.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -33,19 +34,60 @@ absl::StatusOr<EncoderPipeline> EncoderPipeline::Create(
   return EncoderPipeline(std::move(transform), options);
 }
 
-absl::StatusOr<const float*> EncoderPipeline::Prepare(const float* g, float* work) const {
+absl::StatusOr<const float*> EncoderPipeline::Prepare(const float* g, float* work) {
+  prepared_ = nullptr;
   if (g == nullptr) return absl::InvalidArgumentError("null gradient");
-  if (direct_ && !options_.error_feedback) return g;
+  const int64_t d_out = transform_->d_out();
+  if (direct_ && !options_.error_feedback) {
+    g_ = g;
+    prepared_ = const_cast<float*>(g);  // never written: every row is ready
+    rows_ready_ = d_out;
+    return g;
+  }
   if (work == nullptr) return absl::InvalidArgumentError("null work buffer");
+  int64_t ready = d_out;
   if (direct_) {
     if (work != g) std::memcpy(work, g, sizeof(float) * size());
   } else {
-    GIFT_RETURN_IF_ERROR(transform_->Forward(g, transform_->d_out(), transform_->d_in(), work));
+    GIFT_ASSIGN_OR_RETURN(ready, transform_->BeginForward(g, work, &forward_state_));
   }
-  if (options_.error_feedback) {
-    for (int64_t i = 0; i < size(); ++i) work[i] += residual_[i];
-  }
+  g_ = g;
+  prepared_ = work;
+  rows_ready_ = 0;
+  AddResidualRows(ready);
   return work;
+}
+
+void EncoderPipeline::AddResidualRows(int64_t row_end) {
+  if (options_.error_feedback) {
+    const int64_t d_in = transform_->d_in();
+    for (int64_t i = rows_ready_ * d_in; i < row_end * d_in; ++i) prepared_[i] += residual_[i];
+  }
+  rows_ready_ = row_end;
+}
+
+absl::Status EncoderPipeline::PrepareRange(uint64_t offset, uint64_t n) {
+  if (offset > static_cast<uint64_t>(size()) || n > static_cast<uint64_t>(size()) - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk [", offset, ", ", offset + n, ") runs past a tensor of ", size(), " elements"));
+  }
+  const int64_t d_out = transform_->d_out(), d_in = transform_->d_in();
+  const int64_t needed = d_in == 0 ? 0 : static_cast<int64_t>((offset + n + d_in - 1) / d_in);
+  if (prepared_ != nullptr && needed <= rows_ready_) return absl::OkStatus();
+  if (prepared_ == nullptr) {
+    return absl::FailedPreconditionError("encoding without an open Prepare (or after SwitchBasis)");
+  }
+  // Whole blocks from rows_ready_ (itself on a block bound) on, so that every
+  // row has the whole-tensor bits.
+  const int64_t block = std::max<int64_t>(1, transform_->forward_row_block());
+  const int64_t end = std::min(d_out, (needed + block - 1) / block * block);
+  if (absl::Status s = transform_->ForwardRows(*forward_state_, g_, rows_ready_, end, prepared_);
+      !s.ok()) {
+    prepared_ = nullptr;
+    return s;
+  }
+  AddResidualRows(end);
+  return absl::OkStatus();
 }
 
 absl::Status EncoderPipeline::EncodeChunk(const float* x, uint64_t offset,
@@ -53,10 +95,7 @@ absl::Status EncoderPipeline::EncodeChunk(const float* x, uint64_t offset,
                                           const codec::RngKey& key) {
   if (x == nullptr) return absl::InvalidArgumentError("null input");
   const uint64_t n = out.rows * out.cols;
-  if (offset > static_cast<uint64_t>(size()) || n > static_cast<uint64_t>(size()) - offset) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk [", offset, ", ", offset + n, ") runs past a tensor of ", size(), " elements"));
-  }
+  GIFT_RETURN_IF_ERROR(PrepareRange(offset, n));
   GIFT_RETURN_IF_ERROR(codec::Encode(x + offset, out, key, options_.codec_options));
   if (options_.error_feedback) {
     // E = V - decode(Q(V)), from the bytes actually encoded.
@@ -79,7 +118,9 @@ absl::StatusOr<codec::EncodedTensor> EncoderPipeline::Encode(const float* g,
   GIFT_ASSIGN_OR_RETURN(
       codec::EncodedTensor encoded,
       codec::EncodedTensor::Create(options_.spec, transform_->d_out(), transform_->d_in()));
-  GIFT_RETURN_IF_ERROR(EncodeChunk(x, 0, encoded.mutable_view(), key));
+  absl::Status encoded_status = EncodeChunk(x, 0, encoded.mutable_view(), key);
+  prepared_ = nullptr;  // `work` ends here
+  GIFT_RETURN_IF_ERROR(encoded_status);
   CommitResidual();
   return encoded;
 }
@@ -141,6 +182,8 @@ absl::Status EncoderPipeline::SwitchBasis(std::shared_ptr<const GradientTransfor
   }
   transform_ = std::move(next);
   direct_ = IsIdentity(*transform_);
+  prepared_ = nullptr;
+  forward_state_.reset();
   return absl::OkStatus();
 }
 

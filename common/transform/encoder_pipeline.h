@@ -28,6 +28,13 @@
 //   for (each chunk [offset, offset + rows * cols))       //   (or g itself when
 //     pipeline.EncodeChunk(*x, offset, view, key);        //   direct without EF)
 //   ... the step succeeded: pipeline.CommitResidual();
+//
+// The forward transform streams by rows (GradientTransform::BeginForward):
+// Prepare runs only what reads all of G, and each EncodeChunk first
+// transforms the rows its chunk covers (in whole blocks of the transform's
+// forward_row_block(), so every row has exactly the whole-tensor bits), so
+// the caller sends a tensor's first chunks while its later rows are still
+// to transform. A caller that reads x itself calls PrepareRange first.
 //   pipeline.DecodeChunk(result_view, offset, sum);       // per arriving chunk
 //   pipeline.FinishDecode(sum);                           // T^{-1} in place
 //
@@ -44,10 +51,11 @@
 // returns an owned EncodedTensor; the chunked calls use the caller's buffers
 // and keep no pointer to them.
 //
-// Thread safety: NOT thread-safe (Encode, EncodeChunk, CommitResidual,
-// SwitchBasis and ResetResidual mutate the residual). Use one pipeline
-// object per tensor per worker, from one thread at a time; the const calls
-// (Prepare, the decodes) may run concurrently with other const calls.
+// Thread safety: NOT thread-safe (Prepare and PrepareRange keep the open
+// step's rows; Encode, EncodeChunk, CommitResidual, SwitchBasis and
+// ResetResidual mutate the residual). Use one pipeline object per tensor per
+// worker, from one thread at a time; the const calls (the decodes) may run
+// concurrently with other const calls.
 #ifndef GIFT_COMMON_TRANSFORM_ENCODER_PIPELINE_H_
 #define GIFT_COMMON_TRANSFORM_ENCODER_PIPELINE_H_
 
@@ -84,16 +92,26 @@ class EncoderPipeline {
   absl::StatusOr<codec::EncodedTensor> Encode(const float* g, const codec::RngKey& key = {});
 
   // Chunked encoding (see above). Prepare returns the tensor to encode:
-  // `work` (d_out x d_in floats, written with T(g) [+ residual]) or `g`
-  // itself for the identity without error feedback (then `work` is unused and
-  // may be null). InvalidArgument for a null `g` (or a null `work` when it is
-  // needed), and the transform's errors.
-  absl::StatusOr<const float*> Prepare(const float* g, float* work) const;
+  // `work` (d_out x d_in floats, to hold T(g) [+ residual]) or `g` itself
+  // for the identity without error feedback (then `work` is unused and may
+  // be null). Its rows are written as EncodeChunk or PrepareRange reach
+  // them: `g` and `work` must stay valid and `g` unchanged until the last
+  // chunk is encoded. InvalidArgument for a null `g` (or a null `work` when
+  // it is needed), and the transform's errors.
+  absl::StatusOr<const float*> Prepare(const float* g, float* work);
+
+  // Writes the rows of the prepared tensor that hold elements [offset,
+  // offset + n) (nothing when they are written). InvalidArgument past the
+  // tensor; FailedPrecondition when rows are missing and no Prepare is open
+  // (none yet, or SwitchBasis since); the transform's errors (then the
+  // step's tensor is unusable: Prepare again).
+  absl::Status PrepareRange(uint64_t offset, uint64_t n);
 
   // Encodes the out.rows x out.cols elements at x + offset (x as Prepare
-  // returned it) into `out` and, with error feedback, stores their new
-  // residual (pending until CommitResidual). InvalidArgument when the chunk
-  // runs past the tensor; the codec's errors.
+  // returned it; PrepareRange first) into `out` and, with error feedback,
+  // stores their new residual (pending until CommitResidual).
+  // InvalidArgument when the chunk runs past the tensor; PrepareRange's and
+  // the codec's errors.
   absl::Status EncodeChunk(const float* x, uint64_t offset, const codec::MutableEncodedView& out,
                            const codec::RngKey& key = {});
 
@@ -143,12 +161,22 @@ class EncoderPipeline {
                   const EncoderPipelineOptions& options);
 
   int64_t size() const { return transform_->d_out() * transform_->d_in(); }
+  // Adds the residual to rows [rows_ready_, row_end) of the open Prepare
+  // (with error feedback) and marks them ready.
+  void AddResidualRows(int64_t row_end);
 
   std::shared_ptr<const GradientTransform> transform_;
   bool direct_ = false;
   EncoderPipelineOptions options_;
   std::vector<float> residual_;          // current; empty without error feedback
   std::vector<float> pending_residual_;  // written by EncodeChunk
+
+  // The open Prepare's rows: rows [0, rows_ready_) of prepared_ are written;
+  // the rest come from g_ through forward_state_.
+  const float* g_ = nullptr;
+  float* prepared_ = nullptr;  // null: no Prepare open
+  int64_t rows_ready_ = 0;
+  std::unique_ptr<ForwardRowsState> forward_state_;
 };
 
 }  // namespace gift::transform

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/finite.h"
+#include "common/base/status_macros.h"
 
 namespace gift::transform {
 
@@ -20,6 +21,18 @@ absl::Status GradientTransform::CheckArguments(const float* in, int64_t d_out, i
         absl::StrCat(name(), ": input element ", i, " is not finite"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> GradientTransform::BeginForward(
+    const float* in, float* out, std::unique_ptr<ForwardRowsState>* /*state*/) const {
+  GIFT_RETURN_IF_ERROR(Forward(in, d_out(), d_in(), out));
+  return d_out();
+}
+
+absl::Status GradientTransform::ForwardRows(const ForwardRowsState& /*state*/, const float* /*in*/,
+                                            int64_t row0, int64_t row1, float* /*out*/) const {
+  return absl::FailedPreconditionError(absl::StrCat(name(), ": rows [", row0, ", ", row1,
+                                                    ") requested: BeginForward writes every row"));
 }
 
 absl::Status CheckResultFinite(const float* x, int64_t size) {

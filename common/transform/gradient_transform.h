@@ -26,11 +26,20 @@
 #define GIFT_COMMON_TRANSFORM_GRADIENT_TRANSFORM_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace gift::transform {
+
+// What a row-streamed forward keeps from BeginForward for ForwardRows: each
+// implementation that streams derives its own. Owned by the caller.
+class ForwardRowsState {
+ public:
+  virtual ~ForwardRowsState() = default;
+};
 
 class GradientTransform {
  public:
@@ -40,6 +49,26 @@ class GradientTransform {
   virtual absl::Status Forward(const float* in, int64_t d_out, int64_t d_in, float* out) const = 0;
   // out = T^{-1}(in); see the contract above.
   virtual absl::Status Inverse(const float* in, int64_t d_out, int64_t d_in, float* out) const = 0;
+
+  // Row-streamed forward, so that a caller can encode and send a tensor's
+  // first rows while later ones are still transformed:
+  //   - BeginForward checks `in` as Forward does, reads all of it once (what
+  //     every row of T(in) depends on), keeps that in `*state` (made, or
+  //     reused when this transform made it), and returns how many leading
+  //     rows of `out` it already wrote (0 to d_out).
+  //   - ForwardRows then writes rows [row0, row1) of out = T(in), in any
+  //     order, each call reading only rows [row0, row1) of `in` (out == in
+  //     allowed); `in` must not change in between. A result that overflows
+  //     FP32 is OutOfRange, as in Forward.
+  //   - Rows written in ranges whose ends are multiples of
+  //     forward_row_block() (or d_out) have exactly Forward's bits.
+  // The default writes the whole result in BeginForward (returns d_out) and
+  // has no rows left for ForwardRows (FailedPrecondition).
+  virtual absl::StatusOr<int64_t> BeginForward(const float* in, float* out,
+                                               std::unique_ptr<ForwardRowsState>* state) const;
+  virtual absl::Status ForwardRows(const ForwardRowsState& state, const float* in, int64_t row0,
+                                   int64_t row1, float* out) const;
+  virtual int64_t forward_row_block() const { return d_out(); }
 
   // The shape the transform applies to.
   virtual int64_t d_out() const = 0;

@@ -1,6 +1,7 @@
 #include "common/transform/tensor_basis_transform.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 
 namespace gift::transform {
 
@@ -14,6 +15,32 @@ absl::Status TensorBasisTransform::Inverse(const float* in, int64_t d_out, int64
                                            float* out) const {
   if (in == nullptr || out == nullptr) return absl::InvalidArgumentError("null buffer");
   return basis_.Inverse(in, d_out, d_in, out);
+}
+
+namespace {
+
+struct TermState final : ForwardRowsState {
+  LowRankTerm term;
+};
+
+}  // namespace
+
+absl::StatusOr<int64_t> TensorBasisTransform::BeginForward(
+    const float* in, float* out, std::unique_ptr<ForwardRowsState>* state) const {
+  if (in == nullptr || out == nullptr || state == nullptr) {
+    return absl::InvalidArgumentError("null buffer");
+  }
+  if (dynamic_cast<TermState*>(state->get()) == nullptr) *state = std::make_unique<TermState>();
+  auto& term = static_cast<TermState&>(**state).term;
+  GIFT_RETURN_IF_ERROR(basis_.PrepareForward(in, d_out(), d_in(), &term));
+  return 0;
+}
+
+absl::Status TensorBasisTransform::ForwardRows(const ForwardRowsState& state, const float* in,
+                                               int64_t row0, int64_t row1, float* out) const {
+  const auto* term = dynamic_cast<const TermState*>(&state);
+  if (term == nullptr) return absl::InvalidArgumentError("state not from BeginForward");
+  return basis_.ApplyRows(term->term, in, row0, row1, out);
 }
 
 std::string TensorBasisTransform::name() const {

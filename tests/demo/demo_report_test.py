@@ -22,7 +22,7 @@ except ImportError as e:
     sys.exit(77)
 
 from gift_ps.demo.driver import time_to_loss  # noqa: E402
-from gift_ps.demo.report import overlap_lines, overlap_rows  # noqa: E402
+from gift_ps.demo.report import choice_kind, choice_lines, overlap_lines, overlap_rows  # noqa: E402
 
 
 def row(name, step_s, compute_s, sync_s):
@@ -66,6 +66,31 @@ class TimeToLossTest(unittest.TestCase):
             self.assertEqual(time_to_loss(d, 2.5), (5.0, 4))  # evaluations' seconds excluded
             self.assertEqual(time_to_loss(d, 2.2), (6.0, 5))  # the final evaluation counts
             self.assertEqual(time_to_loss(d, 2.0), (None, None))
+
+
+class ChoiceTest(unittest.TestCase):
+    def test_kinds_of_the_owners_choices(self):
+        self.assertEqual(choice_kind("p=0.25 r=64"), "basis")
+        self.assertEqual(choice_kind("p=0.25 r=16 (budget)"), "lower")
+        self.assertEqual(choice_kind("direct (budget)"), "skipped")
+        self.assertEqual(choice_kind("direct"), "direct")
+        self.assertEqual(choice_kind(None), "unmeasured")
+
+    def test_lines_name_the_matrices_of_each_kind(self):
+        results = [
+            {"name": "fp8-block", "choices": None},
+            {"name": "gift", "choices": {"a.w": "p=0.25 r=64", "b.w": "direct (budget)", "c.w": "p=0.5 r=8 (budget)",
+                                         "d.w": None}},
+        ]
+        lines = choice_lines(results)
+        self.assertEqual(len(lines), 1)
+        line = lines[0]
+        self.assertTrue(line.startswith("gift matrices at the end: "), line)
+        self.assertIn("in a basis at the policy's rank: 1 [a.w (p=0.25 r=64)]", line)
+        self.assertIn("(the step budget cut it): 1 [c.w (p=0.5 r=8 (budget))]", line)
+        self.assertIn("skipped a basis that won: 1 [b.w (direct (budget))]", line)
+        self.assertIn("not measured (no refresh yet): 1 [d.w]", line)
+        self.assertNotIn("no basis won", line)
 
 
 if __name__ == "__main__":

@@ -110,6 +110,12 @@ def main():
                 fail(f"fp32: {rows['fp32']['bytes_per_step']} bytes per step for {n_params} FP32 parameters")
             if rows["gift"]["bytes_per_step"] >= rows["fp32"]["bytes_per_step"] / 2:
                 fail(f"gift: {rows['gift']['bytes_per_step']} bytes per step, not under half of fp32's")
+            # The owners' choices, one per weight matrix (None until a refresh measured it), for GIFT rows only.
+            choices = rows["gift"]["choices"]
+            if choices is None or len(choices) != rows["gift"]["matrices"]:
+                fail(f"gift: choices {choices} for {rows['gift']['matrices']} matrices")
+            if rows["fp32"]["choices"] is not None:
+                fail(f"fp32: choices {rows['fp32']['choices']}")
         print(f"OK: {configs} via {args.backend}", flush=True)
     return 0
 

@@ -6,6 +6,7 @@
 #include "common/transform/encoder_pipeline.h"
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -132,6 +133,77 @@ TEST(EncoderPipeline, ThroughABasisTheErrorIsTheCodecBoundMappedBack) {
               << "), rel_l2 = " << std::sqrt(err_sq / g_sq) << "\n";
     EXPECT_LE(std::sqrt(err_sq), bound) << name;
   }
+}
+
+// The row-streamed forward: Prepare writes no row of a basis's result, each
+// EncodeChunk writes whole blocks of forward_row_block() rows up to its
+// chunk, and every payload and residual is bit-identical to the whole-tensor
+// path (the whole forward before the first chunk), with error feedback over
+// two steps and chunks encoded out of order.
+TEST(EncoderPipeline, RowStreamedEncodeIsBitIdenticalToTheWholeTensorPath) {
+  constexpr int64_t d_out = 700, d_in = 96;  // 2 full blocks of 256 rows and a short one
+  const auto basis = Basis(d_out, d_in, 0.25, 16, 41);
+  ASSERT_EQ(basis->forward_row_block(), 256);
+  const std::vector<int64_t> cuts = {0, 100, 130, 400, 512, 700};  // chunk bounds in rows
+  const std::vector<size_t> order = {0, 1, 3, 2, 4};               // chunk 3 before 2
+  const float kSentinel = std::numeric_limits<float>::quiet_NaN();
+  for (const std::string name : {"e4m3/block128", "nvfp4"}) {
+    auto streamed = EncoderPipeline::Create(basis, {.spec = Spec(name), .error_feedback = true});
+    auto whole = EncoderPipeline::Create(basis, {.spec = Spec(name), .error_feedback = true});
+    ASSERT_TRUE(streamed.ok() && whole.ok());
+    for (uint32_t step = 0; step < 2; ++step) {
+      const std::vector<float> g = testing::AnisotropicMatrix(d_out, d_in, 42 + step);
+      std::vector<float> work_s(g.size(), kSentinel), work_w(g.size(), kSentinel);
+      auto xs = streamed->Prepare(g.data(), work_s.data());
+      auto xw = whole->Prepare(g.data(), work_w.data());
+      ASSERT_TRUE(xs.ok() && xw.ok()) << xs.status() << xw.status();
+      EXPECT_TRUE(std::isnan(work_s[0]) && std::isnan(work_s.back())) << "Prepare wrote rows";
+      ASSERT_TRUE(whole->PrepareRange(0, g.size()).ok());  // the whole-tensor path
+      if (step == 0) {  // no residual yet: exactly Forward's bits
+        std::vector<float> forward(g.size());
+        ASSERT_TRUE(basis->Forward(g.data(), d_out, d_in, forward.data()).ok());
+        EXPECT_TRUE(SameBits(work_w, forward)) << name;
+      }
+      for (size_t k = 0; k < order.size(); ++k) {
+        const size_t c = order[k];
+        const uint64_t rows = cuts[c + 1] - cuts[c], offset = cuts[c] * d_in;
+        const codec::RngKey key{.tensor = c, .step = step};
+        auto ps = codec::EncodedTensor::Create(Spec(name), rows, d_in).value();
+        auto pw = codec::EncodedTensor::Create(Spec(name), rows, d_in).value();
+        ASSERT_TRUE(streamed->EncodeChunk(*xs, offset, ps.mutable_view(), key).ok());
+        ASSERT_TRUE(whole->EncodeChunk(*xw, offset, pw.mutable_view(), key).ok());
+        EXPECT_TRUE(ps.codes() == pw.codes() && ps.scales() == pw.scales())
+            << name << " step " << step << " chunk " << c;
+        if (k == 0) {  // rows [0, 256) written, the rest not yet
+          EXPECT_FALSE(std::isnan(work_s[255 * d_in]));
+          EXPECT_TRUE(std::isnan(work_s[256 * d_in])) << "rows past the first block written";
+        }
+      }
+      EXPECT_TRUE(SameBits(work_s, work_w)) << name << " step " << step;
+      streamed->CommitResidual();
+      whole->CommitResidual();
+      EXPECT_TRUE(std::equal(streamed->residual().begin(), streamed->residual().end(),
+                             whole->residual().begin(), whole->residual().end(),
+                             [](float a, float b) { return std::memcmp(&a, &b, 4) == 0; }))
+          << name << " step " << step;
+    }
+  }
+}
+
+TEST(EncoderPipeline, EncodingAfterSwitchBasisWithoutPrepareIsRefused) {
+  constexpr int64_t d_out = 64, d_in = 128;
+  auto pipeline =
+      EncoderPipeline::Create(Basis(d_out, d_in, 0.25, 16, 51), {.spec = Spec("nvfp4")});
+  ASSERT_TRUE(pipeline.ok());
+  const std::vector<float> g = testing::AnisotropicMatrix(d_out, d_in, 52);
+  std::vector<float> work(g.size());
+  auto x = pipeline->Prepare(g.data(), work.data());
+  ASSERT_TRUE(x.ok());
+  ASSERT_TRUE(pipeline->SwitchBasis(Basis(d_out, d_in, 0.5, 8, 53, 2)).ok());
+  auto payload = codec::EncodedTensor::Create(Spec("nvfp4"), d_out, d_in).value();
+  EXPECT_EQ(pipeline->EncodeChunk(*x, 0, payload.mutable_view()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pipeline->PrepareRange(0, g.size() + 1).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // Encodes the same gradient `steps` times and returns the relative error of

@@ -220,6 +220,12 @@ TEST_F(BasisOwnerTest, ConstantGeometryRefreshesOnlyOnSchedule) {
   ASSERT_TRUE(b->has_error_ratio());
   EXPECT_EQ(b->error_ratio().step(), 60u);
   EXPECT_DOUBLE_EQ(b->error_ratio().ratio(), last_ratios_[0].ratio());
+  // And what the last refresh chose, and why (a basis "p=.. r=..", with
+  // " (budget)" when the step budget cut its rank, or "direct ...").
+  const std::string& choice = b->error_ratio().choice();
+  EXPECT_EQ(choice, last_ratios_[0].choice());
+  EXPECT_TRUE(choice.rfind("p=", 0) == 0 || choice.rfind("direct", 0) == 0) << choice;
+  EXPECT_TRUE(choice.rfind("direct", 0) == 0 || choice.find(" r=") != std::string::npos) << choice;
 }
 
 TEST_F(BasisOwnerTest, GeometrySwitchedMidRunFiresADriftRefresh) {

@@ -394,6 +394,8 @@ TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketche
   const std::string table = Giftctl({"tensors"});
   EXPECT_NE(table.find("RATIO"), std::string::npos) << table;
   EXPECT_NE(table.find(" (ref "), std::string::npos) << table;
+  EXPECT_NE(table.find("CHOICE"), std::string::npos) << table;
+  EXPECT_NE(table.find(" r="), std::string::npos) << table;  // a basis's choice
   EXPECT_NE(table.find("#sketch.both"), std::string::npos) << table;
   EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
 }

@@ -56,7 +56,8 @@ absl::Status TensorsCommand(const CommandContext& ctx) {
   const int live_members = s.workers_size();
 
   json j = json::array();
-  Table t({"ID", "NAME", "SHAPE", "DTYPE", "CHUNKS", "OWNER", "ACTIVE", "PENDING", "RATIO"});
+  Table t({"ID", "NAME", "SHAPE", "DTYPE", "CHUNKS", "OWNER", "ACTIVE", "PENDING", "RATIO",
+           "CHOICE"});
   for (const v1::TensorInfo& info : s.tensors()) {
     const auto it = bases.find(info.tensor_id());
     const v1::TensorBasisState* basis = it == bases.end() ? nullptr : it->second;
@@ -67,7 +68,7 @@ absl::Status TensorsCommand(const CommandContext& ctx) {
       j.push_back(std::move(entry));
       continue;
     }
-    std::string owner = "-", active = "-", pending = "-", ratio = "-";
+    std::string owner = "-", active = "-", pending = "-", ratio = "-", choice = "-";
     if (basis != nullptr) {
       const auto name = names.find(basis->owner_member_id());
       owner = name == names.end() ? Or(basis->owner_member_id()) : name->second;
@@ -86,11 +87,14 @@ absl::Status TensorsCommand(const CommandContext& ctx) {
         // The owner's last GIFT / direct error ratio, and its reference.
         const v1::TensorErrorRatio& r = basis->error_ratio();
         ratio = absl::StrFormat("%.3f @%d (ref %.3f)", r.ratio(), r.step(), r.reference());
+        // The owner's last selection and why (the step budget's cut shows
+        // as "(budget)").
+        if (!r.choice().empty()) choice = r.choice();
       }
     }
     t.Add({absl::StrCat(info.tensor_id()), info.name(), absl::StrJoin(info.shape(), "x"),
            DTypeName(info.dtype()), absl::StrCat(chunks[info.tensor_id()]), owner, active,
-           pending, ratio});
+           pending, ratio, choice});
   }
   if (ctx.json) {
     ctx.out << j.dump(2) << '\n';

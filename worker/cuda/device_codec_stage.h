@@ -149,6 +149,8 @@ class DeviceCodecStage final : public TensorCodecStage {
   absl::Status AttachSendBuffer(absl::Span<uint8_t> arena) override;
   absl::Status UseTransform(std::shared_ptr<const transform::GradientTransform> t) override;
   absl::StatusOr<const float*> Prepare(const float* gradient) override;
+  // Prepare transforms the whole tensor on the device; nothing is left.
+  absl::Status PrepareRange(uint64_t, uint64_t) override { return absl::OkStatus(); }
   absl::Status EncodeChunk(uint64_t offset, const codec::MutableEncodedView& out,
                            const codec::RngKey& key) override;
   absl::Status DecodeChunk(const codec::EncodedView& chunk, uint64_t offset) override;

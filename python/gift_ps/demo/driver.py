@@ -32,8 +32,8 @@ import time
 
 from gift_ps.demo.configs import CONFIGS, DDP_HOOKS, DEFAULT_CONFIGS, FULL, OVERLAP, QUICK
 from gift_ps.demo.data import Corpus, DataError, load_bytes
-from gift_ps.demo.processes import REPO, Cluster, DemoError, free_port, run_ranks, set_policy
-from gift_ps.demo.report import fmt, overlap_lines, overlap_rows, plot, summarize, summary_lines, table
+from gift_ps.demo.processes import REPO, Cluster, DemoError, free_port, run_ranks, set_policy, tensor_choices
+from gift_ps.demo.report import choice_lines, fmt, overlap_lines, overlap_rows, plot, summarize, summary_lines, table
 
 
 def parse_args(argv):
@@ -305,6 +305,9 @@ def main(argv=None):
 
             run_ranks(args, spec, run_dir, progress)
             train_s = time.monotonic() - t_start
+            choices = None
+            if cluster is not None and CONFIGS[name][2]:  # what each GIFT owner chose, before the cluster stops
+                choices = tensor_choices(giftctl, cluster.coordinator, placement["coordinator"]["prefix"] if placement else ())
         except DemoError as e:
             print(f"demo: {name}: {e}", file=sys.stderr)
             if cluster is not None:
@@ -322,6 +325,7 @@ def main(argv=None):
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu_s = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
         res = summarize(name, args, run_dir, set(matrices), train_s, policy, spec["t_spawn"])
+        res["choices"] = None if choices is None else {m: choices.get(m) for m in matrices}
         res["config_s"] = total
         res["cpu_s"] = cpu_s
         results.append(res)
@@ -342,6 +346,8 @@ def main(argv=None):
     print(text)
     for n in notes:
         print("  " + n)
+    for line in choice_lines(results):
+        print("  " + line)
     reach = []
     if ref is not None and ref["final_val_loss"] is not None:
         target = ref["final_val_loss"] + args.target_tolerance

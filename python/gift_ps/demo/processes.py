@@ -111,6 +111,22 @@ def set_policy(giftctl, coordinator, name, prefix=()):
     return " ".join(a for a in cmd[3:] if a != "--insecure")
 
 
+def tensor_choices(giftctl, coordinator, prefix=()):
+    """What each tensor's owner chose at its last refresh, and why, by tensor name (giftctl tensors --json:
+    TensorErrorRatio.choice, e.g. "p=0.25 r=64", "p=0.25 r=16 (budget)", "direct (budget)", "direct"); tensors
+    never measured are left out. Raises DemoError when giftctl fails."""
+    cmd = [giftctl, "--coordinator", coordinator] + (["--insecure"] if prefix else []) + ["--json", "tensors"]
+    res = subprocess.run(list(prefix) + cmd, capture_output=True, text=True, timeout=60)
+    if res.returncode != 0:
+        raise DemoError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip() or res.stdout.strip()}")
+    choices = {}
+    for t in json.loads(res.stdout):
+        choice = ((t.get("basis") or {}).get("error_ratio") or {}).get("choice")
+        if choice:
+            choices[t["name"]] = choice
+    return choices
+
+
 def child_env():
     env = dict(os.environ)
     env["PYTHONPATH"] = PYTHON_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

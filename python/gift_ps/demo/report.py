@@ -99,9 +99,50 @@ def _in_basis(r):
     return f"{r['transformed_mean']:.1f}/{r['matrices']} @{r['transformed_first_step']}"
 
 
+# The kinds of an owner's last choice (TensorErrorRatio.choice), in the order choice_lines lists them.
+CHOICE_KINDS = (
+    ("basis", "in a basis at the policy's rank"),
+    ("lower", "in a basis at a lower rank (the step budget cut it)"),
+    ("skipped", "direct: the step budget skipped a basis that won"),
+    ("direct", "direct: no basis won by the selection margin"),
+    ("unmeasured", "not measured (no refresh yet)"),
+)
+
+
+def choice_kind(choice):
+    """The CHOICE_KINDS key of one owner's choice text (None: never measured)."""
+    if not choice:
+        return "unmeasured"
+    if choice.startswith("direct"):
+        return "skipped" if "(budget)" in choice else "direct"
+    return "lower" if "(budget)" in choice else "basis"
+
+
+def _budget_cell(r):
+    if not r.get("choices"):
+        return "-"
+    kinds = [choice_kind(c) for c in r["choices"].values()]
+    return f"{kinds.count('skipped')} skip, {kinds.count('lower')} lower"
+
+
+def choice_lines(results):
+    """Per GIFT configuration, which weight matrices ran in a basis and which the budget cut or skipped (the owners'
+    last choices, read with giftctl tensors before the cluster stopped)."""
+    lines = []
+    for r in results:
+        if not r.get("choices"):
+            continue
+        by_kind = {}
+        for m, c in sorted(r["choices"].items()):
+            by_kind.setdefault(choice_kind(c), []).append(f"{m} ({c})" if c else m)
+        parts = [f"{what}: {len(by_kind[k])} [{', '.join(by_kind[k])}]" for k, what in CHOICE_KINDS if k in by_kind]
+        lines.append(f"{r['name']} matrices at the end: " + "; ".join(parts))
+    return lines
+
+
 def table(results, args):
     head = ["config", "push / pull", "train loss", "val loss", "gap to fp32", "push KiB", "pull KiB", "step s", "sync s", "grad err", "err 2-D",
-            "in basis"]
+            "in basis", "budget"]
     rows = []
     for r in results:
         rows.append(
@@ -118,6 +159,7 @@ def table(results, args):
                 fmt(r["rel_err_mean"], ".2e"),
                 fmt(r["rel_err_matrices_mean"], ".2e"),
                 _in_basis(r),
+                _budget_cell(r),
             ]
         )
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
@@ -135,6 +177,9 @@ def table(results, args):
         "in basis: tensors the service ran in a GIFT basis per step (TensorResult.transformed), mean over the steps from "
         "the first one with a basis active (@ step) on, of the model's weight matrices (per step: results.json "
         "transformed_per_step)",
+        "budget: of the weight matrices at the end, how many the step budget (selection.gift_budget) skipped (sent "
+        "direct though a basis won) and how many it put at a lower rank; the lines below name them (the owners' "
+        "choices, giftctl tensors CHOICE)",
     ]
     if args.backend == "local":
         notes.insert(0, "--backend local: every row averaged exactly with gloo (no service, no codecs): a development aid")
