@@ -56,8 +56,8 @@ absl::Status TensorsCommand(const CommandContext& ctx) {
   const int live_members = s.workers_size();
 
   json j = json::array();
-  Table t({"ID", "NAME", "SHAPE", "DTYPE", "CHUNKS", "OWNER", "ACTIVE", "PENDING", "RATIO",
-           "CHOICE"});
+  Table t(
+      {"ID", "NAME", "SHAPE", "DTYPE", "CHUNKS", "OWNER", "ACTIVE", "PENDING", "RATIO", "CHOICE"});
   for (const v1::TensorInfo& info : s.tensors()) {
     const auto it = bases.find(info.tensor_id());
     const v1::TensorBasisState* basis = it == bases.end() ? nullptr : it->second;
@@ -93,8 +93,8 @@ absl::Status TensorsCommand(const CommandContext& ctx) {
       }
     }
     t.Add({absl::StrCat(info.tensor_id()), info.name(), absl::StrJoin(info.shape(), "x"),
-           DTypeName(info.dtype()), absl::StrCat(chunks[info.tensor_id()]), owner, active,
-           pending, ratio, choice});
+           DTypeName(info.dtype()), absl::StrCat(chunks[info.tensor_id()]), owner, active, pending,
+           ratio, choice});
   }
   if (ctx.json) {
     ctx.out << j.dump(2) << '\n';
