@@ -31,8 +31,11 @@
 #include "common/codec/encoded_tensor.h"
 #include "common/transform/blas_runtime.h"
 #include "common/transform/dense_whitening_transform.h"
+#include "common/transform/encoder_pipeline.h"
 #include "common/transform/low_rank_eigen.h"
 #include "common/transform/tensor_basis.h"
+#include "common/transform/tensor_basis_fp32.h"
+#include "common/transform/tensor_basis_transform.h"
 
 namespace gift::bench {
 namespace {
@@ -66,6 +69,9 @@ Eigen::MatrixXd DenseFactor(int64_t n, int64_t r, uint64_t seed) {
 
 struct CpuTimes {
   Timing encode, forward_encode, decode, decode_inverse, forward, inverse, plain_forward;
+  // The first chunk (one row block) encoded through the worker's pipeline,
+  // from Prepare: the forward streamed by rows, and the whole forward first.
+  Timing first_chunk_streamed, first_chunk_whole;
 };
 
 nlohmann::json TimingJson(const Timing& t) {
@@ -126,6 +132,16 @@ absl::Status RunCpuShape(const TransformBenchOptions& options, const codec::Code
   const double k = static_cast<double>(basis.output_side()->rank() + basis.input_side()->rank());
   const double flops = 4.0 * static_cast<double>(rows) * static_cast<double>(cols) * k;
   auto gflops = [&](const Timing& t) { return t.median_s > 0 ? flops / t.median_s * 1e-9 : 0.0; };
+  // The worker's encoder pipeline over the same basis, and its first chunk:
+  // one block of rows (the streamed forward's unit).
+  GIFT_ASSIGN_OR_RETURN(
+      transform::EncoderPipeline pipeline,
+      transform::EncoderPipeline::Create(std::make_shared<transform::TensorBasisTransform>(basis),
+                                         {.spec = spec}));
+  const uint64_t first_rows =
+      std::min<uint64_t>(rows, static_cast<uint64_t>(transform::TensorBasisFp32::kRowBlock));
+  GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor first,
+                        codec::EncodedTensor::Create(spec, first_rows, cols));
 
   os << absl::StrFormat("%-10s %-30s %11s %9s %9s\n", "CPU", "operation", "ms", "x direct",
                         "GFLOP/s");
@@ -151,6 +167,14 @@ absl::Status RunCpuShape(const TransformBenchOptions& options, const codec::Code
         {&t.forward, [&] { return basis.Forward(g.data(), s.d_out, s.d_in, work.data()); }},
         {&t.inverse, [&] { return basis.Inverse(ours.data(), s.d_out, s.d_in, work.data()); }},
     };
+    // What a tensor's first chunk waits for before it can go on the wire.
+    auto first_chunk = [&](bool whole) -> absl::Status {
+      GIFT_ASSIGN_OR_RETURN(const float* x, pipeline.Prepare(g.data(), work.data()));
+      if (whole) GIFT_RETURN_IF_ERROR(pipeline.PrepareRange(0, rows * cols));
+      return pipeline.EncodeChunk(x, 0, first.mutable_view(), key);
+    };
+    timed.push_back({&t.first_chunk_streamed, [&] { return first_chunk(false); }});
+    timed.push_back({&t.first_chunk_whole, [&] { return first_chunk(true); }});
     if (plain.ok()) {
       timed.push_back({&t.plain_forward, [&] {
                          plain->Forward(g.data(), plain_out.data());
@@ -170,6 +194,8 @@ absl::Status RunCpuShape(const TransformBenchOptions& options, const codec::Code
     line("decode + inverse", t.decode_inverse, t.decode, false);
     line("forward alone (FP32 BLAS)", t.forward, t.encode, true);
     line("inverse alone (FP32 BLAS)", t.inverse, t.decode, true);
+    line("1st chunk, whole forward", t.first_chunk_whole, t.encode, false);
+    line("1st chunk, streamed forward", t.first_chunk_streamed, t.encode, false);
     nlohmann::json row = {{"threads", threads},
                           {"blas_threads", transform::BlasThreads()},
                           {"encode", TimingJson(t.encode)},
@@ -178,6 +204,9 @@ absl::Status RunCpuShape(const TransformBenchOptions& options, const codec::Code
                           {"decode_inverse", TimingJson(t.decode_inverse)},
                           {"forward", TimingJson(t.forward)},
                           {"inverse", TimingJson(t.inverse)},
+                          {"first_chunk_rows", first_rows},
+                          {"first_chunk_whole_forward", TimingJson(t.first_chunk_whole)},
+                          {"first_chunk_streamed_forward", TimingJson(t.first_chunk_streamed)},
                           {"forward_gflops", gflops(t.forward)},
                           {"inverse_gflops", gflops(t.inverse)},
                           {"forward_encode_over_encode", Ratio(t.forward_encode, t.encode)},
