@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "common/base/status_macros.h"
+#include "common/base/unique_handle.h"
 #include "kernels/cuda_status.h"
 
 namespace gift::bench {
@@ -86,48 +87,35 @@ class DeviceBuffer {
 // A non-blocking stream, destroyed with its owner.
 class Stream {
  public:
-  Stream() = default;
-  ~Stream() {
-    if (s_ != nullptr) cudaStreamDestroy(s_);
-  }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
   absl::Status Init() {
-    return CudaStatus(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate");
+    return CudaStatus(cudaStreamCreateWithFlags(s_.put(), cudaStreamNonBlocking),
+                      "cudaStreamCreate");
   }
   // The same at `priority` (cudaDeviceGetStreamPriorityRange: lower numbers
   // are higher priorities; 0 is the default).
   absl::Status InitWithPriority(int priority) {
-    return CudaStatus(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, priority),
+    return CudaStatus(cudaStreamCreateWithPriority(s_.put(), cudaStreamNonBlocking, priority),
                       "cudaStreamCreateWithPriority");
   }
-  cudaStream_t get() const { return s_; }
+  cudaStream_t get() const { return s_.get(); }
 
  private:
-  cudaStream_t s_ = nullptr;
+  UniqueHandle<cudaStream_t, cudaStreamDestroy> s_;
 };
 
 // Two events for timing a sequence on a stream.
 class EventPair {
  public:
-  EventPair() = default;
-  ~EventPair() {
-    if (start_ != nullptr) cudaEventDestroy(start_);
-    if (stop_ != nullptr) cudaEventDestroy(stop_);
-  }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
   absl::Status Init() {
-    GIFT_BENCH_CUDA(cudaEventCreate(&start_));
-    GIFT_BENCH_CUDA(cudaEventCreate(&stop_));
+    GIFT_BENCH_CUDA(cudaEventCreate(start_.put()));
+    GIFT_BENCH_CUDA(cudaEventCreate(stop_.put()));
     return absl::OkStatus();
   }
-  cudaEvent_t start() const { return start_; }
-  cudaEvent_t stop() const { return stop_; }
+  cudaEvent_t start() const { return start_.get(); }
+  cudaEvent_t stop() const { return stop_.get(); }
 
  private:
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
+  UniqueHandle<cudaEvent_t, cudaEventDestroy> start_, stop_;
 };
 
 // One untimed warm-up call, then `reps` calls each timed by an event pair on

@@ -10,11 +10,10 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include <utility>
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/base/unique_handle.h"
 
 namespace gift::kernels {
 
@@ -27,30 +26,15 @@ inline absl::Status CublasStatus(cublasStatus_t st, const char* what) {
 // Owns a cuBLAS handle (destroyed with the owner); movable.
 class CublasHandle {
  public:
-  CublasHandle() = default;
-  ~CublasHandle() {
-    if (h_ != nullptr) cublasDestroy(h_);
-  }
-  CublasHandle(CublasHandle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
-  CublasHandle& operator=(CublasHandle&& o) noexcept {
-    if (this != &o) {
-      if (h_ != nullptr) cublasDestroy(h_);
-      h_ = std::exchange(o.h_, nullptr);
-    }
-    return *this;
-  }
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
-
   // Creates the handle and binds it to `stream`.
   absl::Status Init(cudaStream_t stream) {
-    GIFT_RETURN_IF_ERROR(CublasStatus(cublasCreate(&h_), "cublasCreate"));
-    return CublasStatus(cublasSetStream(h_, stream), "cublasSetStream");
+    GIFT_RETURN_IF_ERROR(CublasStatus(cublasCreate(h_.put()), "cublasCreate"));
+    return CublasStatus(cublasSetStream(h_.get(), stream), "cublasSetStream");
   }
-  cublasHandle_t get() const { return h_; }
+  cublasHandle_t get() const { return h_.get(); }
 
  private:
-  cublasHandle_t h_ = nullptr;
+  UniqueHandle<cublasHandle_t, cublasDestroy> h_;
 };
 
 }  // namespace gift::kernels

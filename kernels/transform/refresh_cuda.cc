@@ -159,8 +159,8 @@ absl::Status CusolverStatus(cusolverStatus_t st, const char* what) {
 }
 
 absl::Status CusolverHandle::Init(cudaStream_t stream) {
-  GIFT_RETURN_IF_ERROR(CusolverStatus(cusolverDnCreate(&h_), "cusolverDnCreate"));
-  return CusolverStatus(cusolverDnSetStream(h_, stream), "cusolverDnSetStream");
+  GIFT_RETURN_IF_ERROR(CusolverStatus(cusolverDnCreate(h_.put()), "cusolverDnCreate"));
+  return CusolverStatus(cusolverDnSetStream(h_.get(), stream), "cusolverDnSetStream");
 }
 
 // ---- statistics -------------------------------------------------------------

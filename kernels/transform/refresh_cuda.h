@@ -77,6 +77,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/base/unique_handle.h"
 #include "common/transform/low_rank_eigen.h"
 #include "common/transform/side_basis.h"
 #include "common/transform/tensor_basis.h"
@@ -88,27 +89,12 @@ absl::Status CusolverStatus(cusolverStatus_t st, const char* what);
 // Owns a cuSOLVER dense handle (destroyed with the owner); movable.
 class CusolverHandle {
  public:
-  CusolverHandle() = default;
-  ~CusolverHandle() {
-    if (h_ != nullptr) cusolverDnDestroy(h_);
-  }
-  CusolverHandle(CusolverHandle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
-  CusolverHandle& operator=(CusolverHandle&& o) noexcept {
-    if (this != &o) {
-      if (h_ != nullptr) cusolverDnDestroy(h_);
-      h_ = std::exchange(o.h_, nullptr);
-    }
-    return *this;
-  }
-  CusolverHandle(const CusolverHandle&) = delete;
-  CusolverHandle& operator=(const CusolverHandle&) = delete;
-
   // Creates the handle and binds it to `stream`. Internal on failure.
   absl::Status Init(cudaStream_t stream);
-  cusolverDnHandle_t get() const { return h_; }
+  cusolverDnHandle_t get() const { return h_.get(); }
 
  private:
-  cusolverDnHandle_t h_ = nullptr;
+  UniqueHandle<cusolverDnHandle_t, cusolverDnDestroy> h_;
 };
 
 // The caller's stream and handles, both bound to that stream (not owned).

@@ -22,6 +22,7 @@
 #include "common/codec/codec.h"
 #include "gtest/gtest.h"
 #include "tests/codec/test_util.h"
+#include "tests/kernels/cuda_test_stream.h"
 
 namespace gift::kernels::codec_cuda_testing {
 
@@ -175,15 +176,7 @@ struct DeviceEncoded {
   uint8_t* scales;
 };
 
-class CudaStream {
- public:
-  CudaStream() { EXPECT_EQ(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), cudaSuccess); }
-  ~CudaStream() { cudaStreamDestroy(s_); }
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
+using cuda_testing::CudaStream;
 
 }  // namespace gift::kernels::codec_cuda_testing
 

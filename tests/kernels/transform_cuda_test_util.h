@@ -19,6 +19,7 @@
 #include "common/transform/side_basis.h"
 #include "common/transform/tensor_basis.h"
 #include "gtest/gtest.h"
+#include "tests/kernels/cuda_test_stream.h"
 #include "tests/transform/test_util.h"
 
 namespace gift::kernels::cuda_test {
@@ -69,19 +70,7 @@ class DeviceFloats {
   size_t offset_;
 };
 
-class CudaStream {
- public:
-  CudaStream() { EXPECT_EQ(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), cudaSuccess); }
-  ~CudaStream() {
-    if (s_ != nullptr) cudaStreamDestroy(s_);
-  }
-  CudaStream(const CudaStream&) = delete;
-  CudaStream& operator=(const CudaStream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
+using cuda_testing::CudaStream;
 
 inline transform::TensorBasis MakeBasis(int64_t d_out, int64_t d_in, int64_t rank, ResidualModel residual,
                       Sides sides, double p) {
