@@ -72,7 +72,11 @@ WorkerCore::WorkerCore(std::unique_ptr<PushPullEngine> engine, control::MemberSe
                               absl::MutexLock lock(&mu_);
                               return stopping_;
                             }});
-  follower_ = std::thread([this] { FollowLoop(); });
+  follower_.emplace(
+      session_, absl::Milliseconds(200),
+      control::StateFollower::Callbacks{
+          .on_wake = [this] { CheckStepPeers(); },
+          .on_revision = [this](const gift::v1::ClusterState& state) { FollowRevision(state); }});
   owner_thread_ = std::thread([this] { OwnerLoop(); });
 }
 
@@ -81,7 +85,7 @@ WorkerCore::~WorkerCore() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  follower_.join();
+  follower_->Stop();
   owner_thread_.join();
   engine_.reset();
 }

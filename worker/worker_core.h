@@ -78,6 +78,7 @@
 #include "absl/time/time.h"
 #include "common/codec/codec.h"
 #include "common/control/member_session.h"
+#include "common/control/state_follower.h"
 #include "gift/v1/worker.pb.h"
 #include "worker/basis_owner.h"
 #include "worker/basis_store.h"
@@ -324,7 +325,9 @@ class WorkerCore {
       const gift::v1::PushPullRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   void AbandonOpenStep(absl::string_view why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   void EnqueueOwnerJob(OwnerJob job);
-  void FollowLoop();
+  // The follower's callbacks (control::StateFollower, its thread).
+  void CheckStepPeers();
+  void FollowRevision(const gift::v1::ClusterState& state);
   void OwnerLoop();
 
   const WorkerCoreOptions options_;
@@ -357,7 +360,8 @@ class WorkerCore {
   absl::Notification drain_requested_;
   // Used only by the owner thread.
   std::unique_ptr<BasisOwner> owner_;
-  std::thread follower_;
+  absl::Status last_sync_error_;  // used only by the follower's thread
+  std::optional<control::StateFollower> follower_;
   std::thread owner_thread_;
 };
 

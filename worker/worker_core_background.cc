@@ -119,46 +119,33 @@ void WorkerCore::OwnerLoop() {
   }
 }
 
-void WorkerCore::FollowLoop() {
-  uint64_t seen = 0;
-  absl::Status last_error;
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return;
+// A step in progress that a peer cannot push ends now, not at its timeout
+// (checked on every wake: a step may begin after the state came).
+void WorkerCore::CheckStepPeers() {
+  if (const uint64_t step = waits_.step(); step != 0) {
+    if (absl::Status peers = membership_.Check(*session_->state(), step, session_->member_id());
+        !peers.ok()) {
+      engine_->AbortStep(peers);
     }
-    auto state = session_->WaitForRevision(seen + 1, absl::Milliseconds(200));
-    // A step in progress that a peer cannot push ends now, not at its
-    // timeout (checked on every wake: a step may begin after the state came).
-    if (const uint64_t step = waits_.step(); step != 0) {
-      if (absl::Status peers = membership_.Check(*session_->state(), step, session_->member_id());
-          !peers.ok()) {
-        engine_->AbortStep(peers);
-      }
-    }
-    if (!state.ok()) {
-      if (state.status().code() != absl::StatusCode::kDeadlineExceeded) {
-        absl::SleepFor(absl::Milliseconds(50));  // closed: wait for the destructor
-      }
-      continue;
-    }
-    seen = (*state)->revision();
-    engine_->AbortEpochsBefore((*state)->epoch(),
-                               absl::StrCat("the cluster moved to epoch ", (*state)->epoch()));
-    const std::string me = session_->member_id();
-    for (const gift::v1::Member& w : (*state)->workers()) {
-      if (w.member_id() == me && w.state() == gift::v1::MEMBER_STATE_DRAINING &&
-          !drain_requested_.HasBeenNotified()) {
-        Log(Level::kInfo, "drain_requested", {{"member_id", me}});
-        drain_requested_.Notify();
-      }
-    }
-    const absl::Status s = store_.Sync(**state);
-    if (!s.ok() && s.ToString() != last_error.ToString()) {
-      Log(Level::kWarning, "basis_sync_failed", {{"error", s.ToString()}});
-    }
-    last_error = s;
   }
+}
+
+void WorkerCore::FollowRevision(const gift::v1::ClusterState& state) {
+  engine_->AbortEpochsBefore(state.epoch(),
+                             absl::StrCat("the cluster moved to epoch ", state.epoch()));
+  const std::string me = session_->member_id();
+  for (const gift::v1::Member& w : state.workers()) {
+    if (w.member_id() == me && w.state() == gift::v1::MEMBER_STATE_DRAINING &&
+        !drain_requested_.HasBeenNotified()) {
+      Log(Level::kInfo, "drain_requested", {{"member_id", me}});
+      drain_requested_.Notify();
+    }
+  }
+  const absl::Status s = store_.Sync(state);
+  if (!s.ok() && s.ToString() != last_sync_error_.ToString()) {
+    Log(Level::kWarning, "basis_sync_failed", {{"error", s.ToString()}});
+  }
+  last_sync_error_ = s;
 }
 
 }  // namespace gift::worker

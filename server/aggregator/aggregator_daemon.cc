@@ -12,54 +12,46 @@ using logging::Level;
 using logging::Log;
 
 AggregatorDaemon::AggregatorDaemon(AggregatorShard* shard, control::MemberSession* session)
-    : shard_(shard), session_(session), last_tick_ns_(absl::GetCurrentTimeNanos()) {
-  follower_ = std::thread([this] { Follow(); });
-}
+    : shard_(shard),
+      session_(session),
+      last_tick_ns_(absl::GetCurrentTimeNanos()),
+      follower_(session, absl::Milliseconds(500),
+                {.on_wake = [this] { last_tick_ns_.store(absl::GetCurrentTimeNanos()); },
+                 .on_revision = [this](const gift::v1::ClusterState& s) { Apply(s); }}) {}
 
 AggregatorDaemon::~AggregatorDaemon() { Stop(); }
 
-void AggregatorDaemon::Stop() {
-  if (!stop_.HasBeenNotified()) stop_.Notify();
-  if (follower_.joinable()) follower_.join();
-}
+void AggregatorDaemon::Stop() { follower_.Stop(); }
 
 // Every new revision of the cluster state may carry a new epoch or new
 // chunks for this shard.
-void AggregatorDaemon::Follow() {
-  uint64_t seen = 0;
-  size_t chunks = 0;
-  while (!stop_.HasBeenNotified()) {
-    auto state = session_->WaitForRevision(seen + 1, absl::Milliseconds(500));
-    last_tick_ns_.store(absl::GetCurrentTimeNanos());
-    if (!state.ok()) continue;  // timeout (re-check stop) or closed
-    seen = (*state)->revision();
-    auto epoch = ShardEpochFromState(**state, session_->rank());
-    if (!epoch.ok()) {
-      if (epoch.status().code() != absl::StatusCode::kFailedPrecondition) {
-        Log(Level::kError, "bad_cluster_state", {{"error", epoch.status().ToString()}});
-      }
-      continue;
+void AggregatorDaemon::Apply(const gift::v1::ClusterState& state) {
+  auto epoch = ShardEpochFromState(state, session_->rank());
+  if (!epoch.ok()) {
+    if (epoch.status().code() != absl::StatusCode::kFailedPrecondition) {
+      Log(Level::kError, "bad_cluster_state", {{"error", epoch.status().ToString()}});
     }
-    // With data-plane authentication the session has the epoch's keys
-    // (fetched before it installed the state); null when it is off.
-    epoch->keys = session_->chunk_keys(epoch->epoch);
-    const uint64_t before = shard_->epoch();
-    const absl::Status s = shard_->Apply(*epoch);
-    if (!s.ok()) {
-      Log(Level::kWarning, "epoch_apply_failed",
-          {{"epoch", static_cast<int64_t>(epoch->epoch)}, {"error", s.ToString()}});
-      continue;
-    }
-    chunks_.store(epoch->chunks.size());
-    workers_.store(epoch->workers.size());
-    if (epoch->epoch != before || epoch->chunks.size() != chunks) {
-      chunks = epoch->chunks.size();
-      Log(Level::kInfo, "serving",
-          {{"epoch", static_cast<int64_t>(epoch->epoch)},
-           {"shard", static_cast<int64_t>(session_->rank())},
-           {"workers", static_cast<int64_t>(epoch->workers.size())},
-           {"chunks", static_cast<int64_t>(epoch->chunks.size())}});
-    }
+    return;
+  }
+  // With data-plane authentication the session has the epoch's keys
+  // (fetched before it installed the state); null when it is off.
+  epoch->keys = session_->chunk_keys(epoch->epoch);
+  const uint64_t before = shard_->epoch();
+  const absl::Status s = shard_->Apply(*epoch);
+  if (!s.ok()) {
+    Log(Level::kWarning, "epoch_apply_failed",
+        {{"epoch", static_cast<int64_t>(epoch->epoch)}, {"error", s.ToString()}});
+    return;
+  }
+  chunks_.store(epoch->chunks.size());
+  workers_.store(epoch->workers.size());
+  if (epoch->epoch != before || epoch->chunks.size() != logged_chunks_) {
+    logged_chunks_ = epoch->chunks.size();
+    Log(Level::kInfo, "serving",
+        {{"epoch", static_cast<int64_t>(epoch->epoch)},
+         {"shard", static_cast<int64_t>(session_->rank())},
+         {"workers", static_cast<int64_t>(epoch->workers.size())},
+         {"chunks", static_cast<int64_t>(epoch->chunks.size())}});
   }
 }
 

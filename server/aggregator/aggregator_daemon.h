@@ -20,12 +20,12 @@
 #define GIFT_SERVER_AGGREGATOR_AGGREGATOR_DAEMON_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
-#include <thread>
 
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/control/member_session.h"
+#include "common/control/state_follower.h"
 #include "common/daemon/shutdown.h"
 #include "server/aggregator/aggregator_shard.h"
 
@@ -33,7 +33,7 @@ namespace gift::server {
 
 class AggregatorDaemon {
  public:
-  // Starts the follower thread.
+  // Starts following the cluster state (control::StateFollower).
   AggregatorDaemon(AggregatorShard* shard, control::MemberSession* session);
   ~AggregatorDaemon();  // Stop()
   AggregatorDaemon(const AggregatorDaemon&) = delete;
@@ -57,15 +57,17 @@ class AggregatorDaemon {
   void Stop();
 
  private:
-  void Follow();
+  // Applies a new revision's epoch and chunks to the shard (the follower's
+  // thread).
+  void Apply(const gift::v1::ClusterState& state);
 
   AggregatorShard* const shard_;
   control::MemberSession* const session_;
   std::atomic<uint64_t> chunks_{0};
   std::atomic<uint64_t> workers_{0};
   std::atomic<int64_t> last_tick_ns_;
-  absl::Notification stop_;
-  std::thread follower_;
+  size_t logged_chunks_ = 0;         // the chunk count last logged (follower's thread)
+  control::StateFollower follower_;  // last: its thread uses the members above
 };
 
 }  // namespace gift::server

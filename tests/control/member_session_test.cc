@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/base/crc32c.h"
 #include "common/control/coordinator_client.h"
+#include "common/control/state_follower.h"
 #include "gift/v1/coordinator.grpc.pb.h"
 #include "gtest/gtest.h"
 
@@ -361,6 +362,63 @@ TEST(MemberSessionTest, CloseLeavesOnce) {
   EXPECT_TRUE((*session)->Close().ok());
   session->reset();
   EXPECT_EQ(server.service().left(), std::vector<std::string>{"m1"});
+}
+
+// StateFollower (common/control/state_follower.h) over a real session:
+// every new revision reaches on_revision, on_wake turns at least every tick
+// without a revision, a closed session does not make it spin, Stop joins.
+TEST(StateFollowerTest, HandsOverRevisionsAndWakesEveryTick) {
+  FakeServer server;
+  auto session = MemberSession::Start(CoordinatorClient::MakeChannel(server.address()),
+                                      Options("host-0/gpu0"));
+  ASSERT_TRUE(session.ok()) << session.status();
+  absl::Mutex mu;
+  std::vector<uint64_t> revisions;
+  int wakes = 0;
+  StateFollower follower(
+      session->get(), absl::Milliseconds(20),
+      {.on_wake =
+           [&] {
+             absl::MutexLock lock(&mu);
+             ++wakes;
+           },
+       .on_revision =
+           [&](const v1::ClusterState& state) {
+             absl::MutexLock lock(&mu);
+             revisions.push_back(state.revision());
+           }});
+  auto seen = [&](uint64_t revision) {
+    absl::MutexLock lock(&mu);
+    return !revisions.empty() && revisions.back() == revision;
+  };
+  EXPECT_TRUE(Eventually([&] { return seen(1); }));  // the state the session started with
+  server.service().BumpRevision(/*rank_of_first=*/0);
+  EXPECT_TRUE(Eventually([&] { return seen(2); }));
+  // With nothing new it still wakes, every tick.
+  int before = 0;
+  {
+    absl::MutexLock lock(&mu);
+    before = wakes;
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_GE(wakes - before, 3);
+    EXPECT_EQ(revisions, std::vector<uint64_t>({1, 2}));
+  }
+  // A closed session returns at once; the follower waits out its ticks.
+  ASSERT_TRUE((*session)->Close().ok());
+  {
+    absl::MutexLock lock(&mu);
+    before = wakes;
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_LE(wakes - before, 15) << "spinning on a closed session";
+  }
+  follower.Stop();
+  follower.Stop();
 }
 
 TEST(MemberSessionTest, StartFailsWithoutACoordinator) {
