@@ -83,6 +83,8 @@ BasisOwner::Owned* BasisOwner::Entry(const gift::v1::ClusterState& state,
        .drift_threshold = policy.refresh().drift_threshold(),
        .collect_period =
            static_cast<int64_t>(std::max<uint32_t>(1, settings.transform.collect_period())),
+       .direct_collect_stride =
+           static_cast<int64_t>(std::max<uint32_t>(1, settings.transform.direct_collect_stride())),
        .measure_period =
            static_cast<int64_t>(std::max<uint32_t>(1, policy.refresh().measure_period())),
        .drift_when_worse_than_direct = settings.selection != policy::Selection::kTransform});
@@ -416,7 +418,8 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
     owned.report = report;
   }
   // The drift reference is the new basis's first measurement once active.
-  owned.schedule->MarkRefreshed(data.step, std::nullopt, basis.refresh_requests());
+  owned.schedule->MarkRefreshed(data.step, std::nullopt, basis.refresh_requests(),
+                                /*direct=*/choice.basis == nullptr);
   return absl::OkStatus();
 }
 

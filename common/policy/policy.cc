@@ -105,6 +105,7 @@ Policy WithDefaults(const Policy& policy) {
   }
   if (t.ema_decay() == 0) t.set_ema_decay(kDefaultEmaDecay);
   if (t.collect_period() == 0) t.set_collect_period(kDefaultCollectPeriod);
+  if (t.direct_collect_stride() == 0) t.set_direct_collect_stride(1);
   if (t.damping_eps() == 0) t.set_damping_eps(kDefaultDampingEps);
   if (t.statistics() == gift::v1::STATISTICS_FORM_UNSPECIFIED) {
     t.set_statistics(gift::v1::STATISTICS_FORM_SKETCH);
@@ -156,6 +157,10 @@ absl::Status Validate(const Policy& policy) {
   }
   if (t.collect_period() < 1 || t.collect_period() > kMaxSteps) {
     return Invalid("transform.collect_period", t.collect_period(),
+                   absl::StrCat("must be in [1, ", kMaxSteps, "]"));
+  }
+  if (t.direct_collect_stride() < 1 || t.direct_collect_stride() > kMaxSteps) {
+    return Invalid("transform.direct_collect_stride", t.direct_collect_stride(),
                    absl::StrCat("must be in [1, ", kMaxSteps, "]"));
   }
   if (!Finite(t.damping_eps()) || t.damping_eps() <= 0) {

@@ -35,6 +35,12 @@ absl::StatusOr<RefreshSchedule> RefreshSchedule::Create(const RefreshScheduleOpt
     return absl::InvalidArgumentError(
         absl::StrCat("collect period ", options.collect_period, " steps is not >= 1"));
   }
+  // The policy bounds the collect period far below 2^43, so the product
+  // with the stride stays in range.
+  if (options.direct_collect_stride < 1 || options.direct_collect_stride > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "direct collect stride ", options.direct_collect_stride, " is not in [1, 2^20]"));
+  }
   if (options.measure_period < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("measure period ", options.measure_period, " steps is not >= 1"));
@@ -47,7 +53,8 @@ absl::StatusOr<RefreshSchedule> RefreshSchedule::Create(const RefreshScheduleOpt
 }
 
 bool RefreshSchedule::ShouldCollect(uint64_t step) const {
-  return step % static_cast<uint64_t>(options_.collect_period) == 0;
+  const int64_t stride = direct_ ? options_.direct_collect_stride : 1;
+  return step % static_cast<uint64_t>(options_.collect_period * stride) == 0;
 }
 
 bool RefreshSchedule::ShouldMeasure(uint64_t step) const {
@@ -74,8 +81,9 @@ RefreshReason RefreshSchedule::Due(uint64_t step, uint64_t refresh_requests) con
 }
 
 void RefreshSchedule::MarkRefreshed(uint64_t step, std::optional<double> ratio,
-                                    uint64_t refresh_requests) {
+                                    uint64_t refresh_requests, bool direct) {
   last_refresh_step_ = step;
+  direct_ = direct;
   reference_ratio_ = ratio;
   drift_streak_ = 0;
   if (refresh_requests > requests_served_) requests_served_ = refresh_requests;

@@ -1,7 +1,10 @@
 // When a basis owner collects statistics for a tensor and when it rebuilds
 // (refreshes) the tensor's basis.
 //
-//   collect:  on steps that are multiples of collect_period;
+//   collect:  on steps that are multiples of collect_period; once a refresh
+//             left the tensor direct (MarkRefreshed with direct), on
+//             multiples of collect_period x direct_collect_stride only:
+//             its statistics then feed only the next refresh's candidates;
 //   refresh:  the first time statistics exist (kFirst); then every
 //             period_steps steps after the last refresh (kPeriod); sooner
 //             when the measured benefit drifts (kDrift) or an operator asked
@@ -47,6 +50,9 @@ struct RefreshScheduleOptions {
   int64_t period_steps = 10;     // >= 1
   double drift_threshold = 0.2;  // >= 0; 0 disables drift refreshes
   int64_t collect_period = 1;    // >= 1
+  // >= 1: how much rarer collection is while the last refresh chose direct
+  // quantization (see above; the policy's transform.direct_collect_stride).
+  int64_t direct_collect_stride = 1;
   // Drift measurements on multiples of this (>= 1). Each costs the owner a
   // forward and inverse transform and two encodes of its own gradient, as
   // much as the tensor's own push and pull.
@@ -97,8 +103,10 @@ class RefreshSchedule {
 
   // Records a refresh at `step`; `ratio` is the new basis's measured ratio
   // (the drift reference), if it was measured; `refresh_requests` the
-  // counter served. The drift streak starts over.
-  void MarkRefreshed(uint64_t step, std::optional<double> ratio, uint64_t refresh_requests);
+  // counter served; `direct` whether it chose direct quantization (then
+  // collection thins out, see above). The drift streak starts over.
+  void MarkRefreshed(uint64_t step, std::optional<double> ratio, uint64_t refresh_requests,
+                     bool direct = false);
 
   // Sets the drift reference of the current basis (after MarkRefreshed).
   void SetReference(double ratio) { reference_ratio_ = ratio; }
@@ -113,6 +121,7 @@ class RefreshSchedule {
   std::optional<uint64_t> last_refresh_step_;
   std::optional<double> reference_ratio_;
   uint64_t requests_served_ = 0;
+  bool direct_ = false;  // the last refresh chose direct quantization
   int64_t drift_streak_ = 0;
 };
 

@@ -169,12 +169,20 @@ TEST(PolicyEditTest, StatisticsAndPeriodsAreSetOnTheGlobalPolicy) {
   edit.statistics = gift::v1::STATISTICS_FORM_EXACT;
   edit.collect_period = 2;
   edit.measure_period = 8;
+  edit.direct_collect_stride = 4;
   ASSERT_TRUE(ValidatePolicyEdit(edit).ok());
   gift::v1::Policy policy;
   ApplyPolicyEdit(edit, &policy);
   EXPECT_EQ(policy.transform().statistics(), gift::v1::STATISTICS_FORM_EXACT);
   EXPECT_EQ(policy.transform().collect_period(), 2u);
   EXPECT_EQ(policy.refresh().measure_period(), 8u);
+  EXPECT_EQ(policy.transform().direct_collect_stride(), 4u);
+  edit.direct_collect_stride = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidatePolicyEdit(edit)));
+  edit.direct_collect_stride = 2;
+  edit.tensor_glob = "x";
+  EXPECT_NE(ValidatePolicyEdit(edit).message().find("--direct-collect-stride"),
+            absl::string_view::npos);
 }
 
 TEST(PolicyEditTest, HierarchyAndAZeroDriftAreSetOnTheGlobalPolicy) {

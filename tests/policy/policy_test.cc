@@ -72,6 +72,7 @@ TEST(PolicyDefaultsTest, FillsTheDocumentedDefaults) {
   EXPECT_DOUBLE_EQ(p.refresh().drift_threshold(), 0.2);
   EXPECT_EQ(p.refresh().activation_lead_steps(), 4u);
   EXPECT_EQ(p.refresh().measure_period(), 4u);
+  EXPECT_EQ(p.transform().direct_collect_stride(), 1u);
   EXPECT_EQ(p.selection().mode(), gift::v1::SELECTION_MODE_MEASURED);
   EXPECT_DOUBLE_EQ(p.selection().margin(), 0.1);
   EXPECT_EQ(p.selection().min_elements(), 4096u);
@@ -165,6 +166,8 @@ TEST(PolicyValidateTest, NamesTheFieldAndValue) {
        [](gift::v1::Policy* p) { p->mutable_refresh()->set_period_steps(4294967295u); }},
       {"selection.gift_budget = -0.5",
        [](gift::v1::Policy* p) { p->mutable_selection()->set_gift_budget(-0.5); }},
+      {"transform.direct_collect_stride = 2000000",
+       [](gift::v1::Policy* p) { p->mutable_transform()->set_direct_collect_stride(2000000); }},
       {"refresh.measure_period = 2000000",
        [](gift::v1::Policy* p) { p->mutable_refresh()->set_measure_period(2000000); }},
       {"transform.statistics = 7",

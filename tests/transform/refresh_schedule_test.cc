@@ -110,6 +110,24 @@ TEST(RefreshScheduleTest, CollectPeriod) {
   EXPECT_TRUE(s.ShouldCollect(8));
 }
 
+// A refresh that chose direct thins collection out by the stride; one that
+// chose a basis (or none yet) collects on every collect step.
+TEST(RefreshScheduleTest, DirectTensorsCollectEveryStrideTimesThePeriod) {
+  RefreshSchedule s = Make({.collect_period = 2, .direct_collect_stride = 4});
+  EXPECT_TRUE(s.ShouldCollect(2));  // no refresh yet: statistics for the first
+  s.MarkRefreshed(10, std::nullopt, 0, /*direct=*/true);
+  EXPECT_FALSE(s.ShouldCollect(2));
+  EXPECT_FALSE(s.ShouldCollect(12));
+  EXPECT_TRUE(s.ShouldCollect(16));
+  EXPECT_TRUE(s.ShouldCollect(24));
+  s.MarkRefreshed(30, 0.4, 0, /*direct=*/false);  // a basis again
+  EXPECT_TRUE(s.ShouldCollect(32));
+  EXPECT_TRUE(s.ShouldCollect(34));
+  RefreshSchedule every = Make({.collect_period = 1, .direct_collect_stride = 1});
+  every.MarkRefreshed(1, std::nullopt, 0, /*direct=*/true);
+  EXPECT_TRUE(every.ShouldCollect(3));
+}
+
 TEST(RefreshScheduleTest, MeasurePeriodAndNoMeasurementWithoutDrift) {
   RefreshSchedule s = Make({.collect_period = 1, .measure_period = 4});
   EXPECT_TRUE(s.ShouldMeasure(0));
@@ -126,6 +144,7 @@ TEST(RefreshScheduleTest, RejectsBadOptions) {
   EXPECT_FALSE(RefreshSchedule::Create({.drift_threshold = -0.1}).ok());
   EXPECT_FALSE(RefreshSchedule::Create({.collect_period = 0}).ok());
   EXPECT_FALSE(RefreshSchedule::Create({.measure_period = 0}).ok());
+  EXPECT_FALSE(RefreshSchedule::Create({.direct_collect_stride = 0}).ok());
   EXPECT_FALSE(RefreshSchedule::Create({.drift_patience = 0}).ok());
   EXPECT_EQ(RefreshReasonName(RefreshReason::kDrift), "drift");
 }

@@ -59,6 +59,7 @@ struct PolicySetFlags {
   uint32_t period = 0;
   uint32_t rank = 0;
   uint32_t collect_period = 0;
+  uint32_t direct_collect_stride = 0;
   uint32_t measure_period = 0;
   std::vector<double> powers;
   std::string sides, source, residual, selection, hierarchy, on_member_loss, enabled,

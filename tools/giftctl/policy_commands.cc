@@ -41,6 +41,7 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
   g.Add({"residual", ResidualName(t.residual())});
   g.Add({"ema_decay", NumOrDash(t.ema_decay())});
   g.Add({"collect_period", NumOrDash(t.collect_period())});
+  g.Add({"direct_collect_stride", NumOrDash(t.direct_collect_stride())});
   g.Add({"statistics", StatisticsName(t.statistics())});
   g.Add({"damping_eps", NumOrDash(t.damping_eps())});
   g.Add({"push_codec", CodecName(t.push_codec())});
@@ -153,6 +154,10 @@ void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* f) {
   o["collect-period"] =
       cmd->add_option("--collect-period", f->collect_period,
                       "fold the reduced gradient into the statistics every N steps (1 to 1048576)");
+  o["direct-collect-stride"] = cmd->add_option(
+      "--direct-collect-stride", f->direct_collect_stride,
+      "once a refresh left a tensor direct, fold its statistics every N collect steps only "
+      "(1 to 1048576; less worker CPU, noisier statistics for its next basis)");
   o["statistics"] =
       cmd->add_option("--statistics", f->statistics,
                       "sketch|exact: the reduced gradient's moments as a Nystrom sketch "
@@ -209,6 +214,7 @@ absl::StatusOr<PolicyEdit> ToPolicyEdit(const PolicySetFlags& f) {
   }
   if (f.given("ema-decay")) e.ema_decay = f.ema_decay;
   if (f.given("collect-period")) e.collect_period = f.collect_period;
+  if (f.given("direct-collect-stride")) e.direct_collect_stride = f.direct_collect_stride;
   if (f.given("statistics")) {
     GIFT_RETURN_IF_ERROR(SetParsed(ParseStatistics(f.statistics), e.statistics));
   }

@@ -122,9 +122,10 @@ std::string CodecName(const v1::CodecSpec& spec) {
 
 bool PolicyEdit::empty() const {
   return !period_steps && !rank && !powers && !sides && !source && !residual && !enabled &&
-         !error_feedback && !ema_decay && !collect_period && !measure_period && !statistics &&
-         !push_codec && !pull_codec && !drift_threshold && !margin && !gift_budget && !selection && !hierarchy &&
-         !on_member_loss && !include && !exclude;
+         !error_feedback && !ema_decay && !collect_period && !direct_collect_stride &&
+         !measure_period && !statistics && !push_codec && !pull_codec && !drift_threshold &&
+         !margin && !gift_budget && !selection && !hierarchy && !on_member_loss && !include &&
+         !exclude;
 }
 
 namespace {
@@ -167,6 +168,11 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
     return absl::InvalidArgumentError(
         absl::StrCat("--collect-period must be in [1, ", policy::kMaxSteps, "]"));
   }
+  if (edit.direct_collect_stride &&
+      (*edit.direct_collect_stride < 1 || *edit.direct_collect_stride > policy::kMaxSteps)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--direct-collect-stride must be in [1, ", policy::kMaxSteps, "]"));
+  }
   if (edit.measure_period &&
       (*edit.measure_period < 1 || *edit.measure_period > policy::kMaxSteps)) {
     return absl::InvalidArgumentError(
@@ -189,6 +195,7 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
   std::vector<absl::string_view> global_only;
   if (edit.ema_decay) global_only.push_back("--ema-decay");
   if (edit.collect_period) global_only.push_back("--collect-period");
+  if (edit.direct_collect_stride) global_only.push_back("--direct-collect-stride");
   if (edit.measure_period) global_only.push_back("--measure-period");
   if (edit.statistics) global_only.push_back("--statistics");
   if (edit.drift_threshold) global_only.push_back("--drift");
@@ -242,6 +249,7 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
   if (edit.residual) t->set_residual(*edit.residual);
   if (edit.ema_decay) t->set_ema_decay(*edit.ema_decay);
   if (edit.collect_period) t->set_collect_period(*edit.collect_period);
+  if (edit.direct_collect_stride) t->set_direct_collect_stride(*edit.direct_collect_stride);
   if (edit.statistics) t->set_statistics(*edit.statistics);
   if (edit.error_feedback) t->set_error_feedback(*edit.error_feedback);
   if (edit.push_codec) *t->mutable_push_codec() = *edit.push_codec;

@@ -37,6 +37,7 @@ struct PolicyEdit {
   // Global policy only:
   std::optional<double> ema_decay;
   std::optional<uint32_t> collect_period;
+  std::optional<uint32_t> direct_collect_stride;
   std::optional<uint32_t> measure_period;
   std::optional<gift::v1::StatisticsForm> statistics;
   std::optional<double> drift_threshold;
