@@ -123,7 +123,10 @@ absl::Status PushPullEngine::DecodeArrived(const StepPlan& plan, ChunkSlot& slot
   TensorBuffers& buffers = *step_buffers_[slot.tensor];
   const absl::Span<const uint8_t> bytes = slot.result_bytes_view();
   report.bytes_pulled += bytes.size();
-  auto parsed = codec::ParsePayload(bytes);
+  // With data-plane keys, OnMessage let in only results whose MAC verified.
+  auto parsed = codec::ParsePayload(
+      bytes, {},
+      plan.keys != nullptr ? codec::ChecksumCheck::kCoveredByMac : codec::ChecksumCheck::kVerify);
   absl::Status s = parsed.status();
   if (s.ok() && (parsed->view.rows != slot.shape.rows || parsed->view.cols != slot.shape.cols)) {
     s = absl::InvalidArgumentError(absl::StrCat("result is ", parsed->view.rows, "x",

@@ -278,7 +278,7 @@ absl::StatusOr<std::vector<uint8_t>> SerializePayload(const EncodedView& view,
 }
 
 absl::StatusOr<ParsedPayload> ParsePayload(absl::Span<const uint8_t> bytes,
-                                           const PayloadLimits& limits) {
+                                           const PayloadLimits& limits, ChecksumCheck checksum) {
   const uint8_t* p = bytes.data();
   const uint64_t size = bytes.size();
   if (size > limits.max_bytes) {
@@ -352,11 +352,13 @@ absl::StatusOr<ParsedPayload> ParsePayload(absl::Span<const uint8_t> bytes,
     return absl::InvalidArgumentError(absl::StrCat(
         "payload has ", body - scale_area - layout->code_bytes, " trailing bytes after the codes"));
   }
-  const uint32_t stored = Load<uint32_t>(p + kChecksumOffset);
-  const uint32_t actual = PayloadChecksum(p, size);
-  if (stored != actual) {
-    return absl::DataLossError(
-        absl::StrCat("payload checksum mismatch (stored ", stored, ", computed ", actual, ")"));
+  if (checksum == ChecksumCheck::kVerify) {
+    const uint32_t stored = Load<uint32_t>(p + kChecksumOffset);
+    const uint32_t actual = PayloadChecksum(p, size);
+    if (stored != actual) {
+      return absl::DataLossError(
+          absl::StrCat("payload checksum mismatch (stored ", stored, ", computed ", actual, ")"));
+    }
   }
   for (uint64_t i = layout->scale_bytes; i < scale_area; ++i) {
     if (p[header + i] != 0) return absl::InvalidArgumentError("nonzero padding after the scales");

@@ -82,12 +82,19 @@ struct ParsedPayload {
   EncodedView view;  // points into the parsed buffer
 };
 
+// Whether ParsePayload checks the stored CRC-32C: always, except where the
+// caller has verified a MAC over exactly these bytes (data-plane
+// authentication, common/dataplane/chunk_mac.h), which detects every change
+// the CRC would; the pass over the payload is then saved.
+enum class ChecksumCheck : uint8_t { kVerify, kCoveredByMac };
+
 // Validates `bytes` and returns a view of the tensor inside them.
 // InvalidArgument for malformed input (the message names the field),
 // DataLoss for a checksum mismatch, OutOfRange for a payload over the limit,
 // Unimplemented for a newer format version.
 absl::StatusOr<ParsedPayload> ParsePayload(absl::Span<const uint8_t> bytes,
-                                           const PayloadLimits& limits = {});
+                                           const PayloadLimits& limits = {},
+                                           ChecksumCheck checksum = ChecksumCheck::kVerify);
 
 }  // namespace gift::codec
 

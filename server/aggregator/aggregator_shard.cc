@@ -158,11 +158,12 @@ void AggregatorShard::OnMessage(transport::Message message) {
 }
 
 void AggregatorShard::Process(const ChunkHeader& header, transport::Message message) {
-  if (!Authenticate(header, message)) return;
+  const std::optional<codec::ChecksumCheck> checksum = Authenticate(header, message);
+  if (!checksum.has_value()) return;
   const size_t bytes = message.bytes().size();
   auto job = message.placed.data() != nullptr
-                 ? reducer_->AcceptPlaced(header, message.placed)
-                 : reducer_->Accept(header, std::move(message.payload));
+                 ? reducer_->AcceptPlaced(header, message.placed, *checksum)
+                 : reducer_->Accept(header, std::move(message.payload), *checksum);
   if (!job.ok()) return Reject(job.status());
   {
     absl::MutexLock lock(&mu_);

@@ -160,8 +160,11 @@ class AggregatorShard {
   // With authentication: whether the push may be placed before it arrives
   // (its header tag verified under the current keys).
   bool MayPlace(const dataplane::ChunkHeader& header, absl::Span<const uint8_t> header_bytes) const;
-  // OK, or the push was dropped (counted) or held; false then.
-  bool Authenticate(const dataplane::ChunkHeader& header, transport::Message& message);
+  // How the push's payload checksum is to be checked once it may go on
+  // (kCoveredByMac when its chunk tag verified the payload, kVerify when no
+  // MAC was checked), or nullopt: it was dropped (counted) or held.
+  std::optional<codec::ChecksumCheck> Authenticate(const dataplane::ChunkHeader& header,
+                                                   transport::Message& message);
   // SetEpoch's part: refuses an epoch without keys once authentication is
   // on ...
   absl::Status CheckEpochKeys(const ShardEpoch& epoch) const;

@@ -61,12 +61,13 @@ bool AggregatorShard::MayPlace(const ChunkHeader& header,
          !dataplane::CheckChunk(*keys, header, header_bytes, std::nullopt).has_value();
 }
 
-bool AggregatorShard::Authenticate(const ChunkHeader& header, transport::Message& message) {
-  if (options_.auth == ShardAuth::kOff) return true;
+std::optional<codec::ChecksumCheck> AggregatorShard::Authenticate(const ChunkHeader& header,
+                                                                  transport::Message& message) {
+  if (options_.auth == ShardAuth::kOff) return codec::ChecksumCheck::kVerify;
   std::shared_ptr<const dataplane::EpochKeys> keys;
   {
     absl::MutexLock lock(&mu_);
-    if (authenticate_ == false) return true;
+    if (authenticate_ == false) return codec::ChecksumCheck::kVerify;
     keys = keys_;  // null until the first keyed epoch (or while undecided)
   }
   const bool placed = message.placed.data() != nullptr;
@@ -76,7 +77,7 @@ bool AggregatorShard::Authenticate(const ChunkHeader& header, transport::Message
     if (placed) {
       reducer_->DiscardPlaced(header, message.placed);
       CountAuthFailure(AuthFailure::kUnknownKey, header, message.from);
-      return false;
+      return std::nullopt;
     }
     const size_t size = message.payload.size();
     {
@@ -85,25 +86,25 @@ bool AggregatorShard::Authenticate(const ChunkHeader& header, transport::Message
           held_bytes_ + size <= options_.reducer.max_deferred_bytes) {
         held_bytes_ += size;
         held_.push_back(std::move(message));
-        return false;
+        return std::nullopt;
       }
     }
     Reject(absl::ResourceExhaustedError(absl::StrCat(
         dataplane::ToString(header), ": too many pushes wait for their epoch's keys")));
-    return false;
+    return std::nullopt;
   }
   if (header.epoch < keys->epoch) {
     if (placed) reducer_->DiscardPlaced(header, message.placed);
     Reject(absl::FailedPreconditionError(
         absl::StrCat(dataplane::ToString(header), ": of an ended epoch")));
-    return false;
+    return std::nullopt;
   }
   if (auto failure = dataplane::CheckChunk(*keys, header, message.header, message.bytes())) {
     if (placed) reducer_->DiscardPlaced(header, message.placed);
     CountAuthFailure(*failure, header, message.from);
-    return false;
+    return std::nullopt;
   }
-  return true;
+  return codec::ChecksumCheck::kCoveredByMac;  // the chunk tag covered the payload
 }
 
 void AggregatorShard::ReplayHeld() {

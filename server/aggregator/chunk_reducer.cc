@@ -275,10 +275,10 @@ void ChunkReducer::DiscardPlaced(const ChunkHeader& header, absl::Span<const uin
 }
 
 absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::AcceptPlaced(
-    const ChunkHeader& header, absl::Span<const uint8_t> placed) {
+    const ChunkHeader& header, absl::Span<const uint8_t> placed, codec::ChecksumCheck checksum) {
   // The placed bytes stay put while their slot (or orphan) holds them, so
   // they are parsed before taking the lock.
-  auto parsed = codec::ParsePayload(placed, options_.payload_limits);
+  auto parsed = codec::ParsePayload(placed, options_.payload_limits, checksum);
   absl::MutexLock lock(&mu_);
   // The slot stays placed (and reachable for ReleaseMemory).
   if (closed_) return absl::UnavailableError("the reducer is shutting down");
@@ -302,12 +302,13 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::AcceptPlaced(
 }
 
 absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::Accept(const ChunkHeader& header,
-                                                                 std::vector<uint8_t> payload) {
+                                                                 std::vector<uint8_t> payload,
+                                                                 codec::ChecksumCheck checksum) {
   if (header.kind != ChunkKind::kPush && header.kind != ChunkKind::kNodePush) {
     return absl::InvalidArgumentError(absl::StrCat("not a push: ", dataplane::ToString(header)));
   }
   // Parse (checksum, layout, contents) before taking the lock.
-  auto parsed = codec::ParsePayload(payload, options_.payload_limits);
+  auto parsed = codec::ParsePayload(payload, options_.payload_limits, checksum);
   if (!parsed.ok()) return WithHeader(header, parsed.status(), "payload: ");
   absl::MutexLock lock(&mu_);
   if (closed_) return absl::UnavailableError("the reducer is shutting down");

@@ -198,9 +198,11 @@ class ChunkReducer {
   // again): FailedPrecondition (an ended epoch, mixed basis version, a
   // placement the epoch change orphaned), InvalidArgument (kind, world
   // size, rank, shape, malformed payload, a span PlacePush did not give),
-  // DataLoss (payload checksum), NotFound (chunk not owned).
-  absl::StatusOr<std::optional<ReductionJob>> AcceptPlaced(const dataplane::ChunkHeader& header,
-                                                           absl::Span<const uint8_t> placed);
+  // DataLoss (payload checksum), NotFound (chunk not owned). `checksum`:
+  // kCoveredByMac when the caller verified the chunk's MAC over these bytes.
+  absl::StatusOr<std::optional<ReductionJob>> AcceptPlaced(
+      const dataplane::ChunkHeader& header, absl::Span<const uint8_t> placed,
+      codec::ChecksumCheck checksum = codec::ChecksumCheck::kVerify);
 
   // Gives back a slot PlacePush handed out, storing nothing: for a push the
   // caller refuses before AcceptPlaced (its MAC did not verify).
@@ -210,8 +212,9 @@ class ChunkReducer {
   // deferral (see the rules above; nullopt); also AlreadyExists (the rank
   // already pushed this chunk, or its push is being placed) and
   // ResourceExhausted (too many deferred bytes).
-  absl::StatusOr<std::optional<ReductionJob>> Accept(const dataplane::ChunkHeader& header,
-                                                     std::vector<uint8_t> payload);
+  absl::StatusOr<std::optional<ReductionJob>> Accept(
+      const dataplane::ChunkHeader& header, std::vector<uint8_t> payload,
+      codec::ChecksumCheck checksum = codec::ChecksumCheck::kVerify);
 
   // Sums the job's inputs in rank order, scales by 1/P and encodes the
   // average (pull spec, or FP32 when every push was FP32) into a send buffer

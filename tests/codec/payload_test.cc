@@ -121,6 +121,21 @@ TEST(Payload, RejectsEverySingleByteCorruption) {
   }
 }
 
+// Where a MAC verified the bytes the CRC pass is skipped: a stale checksum
+// then parses, and every structural check still runs.
+TEST(Payload, AChecksumCoveredByAMacIsNotRecomputed) {
+  const Encoded e = MakePayload("e4m3/block128", {3, 200});
+  std::vector<uint8_t> p = e.payload;
+  p[40] ^= 0xFF;  // the stored CRC-32C no longer matches
+  EXPECT_EQ(ParsePayload(p).status().code(), absl::StatusCode::kDataLoss);
+  auto parsed = ParsePayload(p, {}, ChecksumCheck::kCoveredByMac);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->shape, e.shape);
+  p[11] = 0;  // no dims
+  EXPECT_THAT(ParsePayload(p, {}, ChecksumCheck::kCoveredByMac).status().message(),
+              HasSubstr("dims"));
+}
+
 TEST(Payload, NamesWhatIsWrong) {
   const Encoded e = MakePayload("e5m2/mx32", {3, 100});
   auto with = [&](size_t offset, std::vector<uint8_t> bytes, bool reseal = true) {
