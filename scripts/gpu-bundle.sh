@@ -20,7 +20,7 @@ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGIFT_ENABLE_CUD
   "${launchers[@]}" >/dev/null
 tests="codec_cuda_test transform_cuda_test forward_encode_cuda_test cuda_ipc_buffers_test refresh_cuda_test"
 # shellcheck disable=SC2086
-cmake --build "$build_dir" -j "$(nproc)" --target $tests gift_bench
+cmake --build "$build_dir" -j "$(nproc)" --target $tests gift-bench
 rm -rf .gpu && mkdir -p .gpu/lib
 for t in $tests; do cp "$build_dir/tests/kernels/$t" .gpu/; done
 # The worker's device stage (engine + aggregator shards on UCX loopback).
@@ -33,7 +33,7 @@ for t in $worker_tests; do cp "$build_dir/tests/worker/$t" .gpu/; done
 # in the build tree under daemons/ of lib.tar.gz; run.sh sets GIFT_BUILD_DIR
 # there).
 cmake --build "$build_dir" -j "$(nproc)" --target cuda_device_buffer_test \
-  device_tensor_cluster_test gift-coordinator gift_server gift_worker_daemon
+  device_tensor_cluster_test gift-coordinator gift-server gift-worker
 cp "$build_dir/tests/client/cuda_device_buffer_test" "$build_dir/tests/worker/device_tensor_cluster_test" .gpu/
 daemons="server/coordinator/gift-coordinator server/aggregator/gift-server worker/gift-worker"
 for d in $daemons; do mkdir -p ".gpu/daemons/${d%/*}" && cp "$build_dir/$d" ".gpu/daemons/$d"; done

@@ -3,7 +3,7 @@
 Binaries come from GIFT_BUILD_DIR (set by CMake; default <repo>/build). The
 cluster is started with the gift-cluster launcher when it is built (its one
 JSON `ready` line on stdout names the coordinator and the worker sockets),
-else from the daemons directly (gift-coordinator, gift_server, gift-worker).
+else from the daemons directly (gift-coordinator, gift-server, gift-worker).
 `skip_reason()` says why the integration tests cannot run, or None.
 
 The fixtures the cluster tests share: `start_cluster` (a cluster with

@@ -27,7 +27,7 @@
 namespace gift::test {
 
 struct ServerProcessOptions {
-  std::string binary;       // path of gift_server
+  std::string binary;       // path of gift-server
   std::string coordinator;  // --coordinator HOST:PORT
   std::string name;         // --name
   int threads = 1;          // --threads
