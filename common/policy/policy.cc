@@ -74,6 +74,14 @@ absl::Status ValidateRank(absl::string_view field, uint32_t rank) {
   return absl::OkStatus();
 }
 
+// A count of steps (a period, a stride, a lead).
+absl::Status ValidateSteps(absl::string_view field, uint32_t steps) {
+  if (steps < 1 || steps > kMaxSteps) {
+    return Invalid(field, steps, absl::StrCat("must be in [1, ", kMaxSteps, "]"));
+  }
+  return absl::OkStatus();
+}
+
 // The largest dimension a basis of `tensor` under `settings` transforms (its
 // rank is clamped to it).
 int64_t RankBound(const TensorSettings& settings, absl::Span<const int64_t> shape) {
@@ -155,14 +163,8 @@ absl::Status Validate(const Policy& policy) {
   if (!Finite(t.ema_decay()) || t.ema_decay() < 0 || t.ema_decay() >= 1) {
     return Invalid("transform.ema_decay", t.ema_decay(), "must be in [0, 1)");
   }
-  if (t.collect_period() < 1 || t.collect_period() > kMaxSteps) {
-    return Invalid("transform.collect_period", t.collect_period(),
-                   absl::StrCat("must be in [1, ", kMaxSteps, "]"));
-  }
-  if (t.direct_collect_stride() < 1 || t.direct_collect_stride() > kMaxSteps) {
-    return Invalid("transform.direct_collect_stride", t.direct_collect_stride(),
-                   absl::StrCat("must be in [1, ", kMaxSteps, "]"));
-  }
+  GIFT_RETURN_IF_ERROR(ValidateSteps("transform.collect_period", t.collect_period()));
+  GIFT_RETURN_IF_ERROR(ValidateSteps("transform.direct_collect_stride", t.direct_collect_stride()));
   if (!Finite(t.damping_eps()) || t.damping_eps() <= 0) {
     return Invalid("transform.damping_eps", t.damping_eps(), "must be finite and > 0");
   }
@@ -174,22 +176,13 @@ absl::Status Validate(const Policy& policy) {
   GIFT_RETURN_IF_ERROR(ValidateCodec("transform.pull_codec", t.pull_codec()));
 
   const gift::v1::RefreshPolicy& r = policy.refresh();
-  if (r.period_steps() < 1 || r.period_steps() > kMaxSteps) {
-    return Invalid("refresh.period_steps", r.period_steps(),
-                   absl::StrCat("must be in [1, ", kMaxSteps, "]"));
-  }
+  GIFT_RETURN_IF_ERROR(ValidateSteps("refresh.period_steps", r.period_steps()));
   if (!Finite(r.drift_threshold()) || r.drift_threshold() < 0) {
     return Invalid("refresh.drift_threshold", r.drift_threshold(), "must be finite and >= 0");
   }
-  if (r.activation_lead_steps() < 1 || r.activation_lead_steps() > kMaxSteps) {
-    return Invalid("refresh.activation_lead_steps", r.activation_lead_steps(),
-                   absl::StrCat("must be in [1, ", kMaxSteps, "]"));
-  }
+  GIFT_RETURN_IF_ERROR(ValidateSteps("refresh.activation_lead_steps", r.activation_lead_steps()));
 
-  if (r.measure_period() < 1 || r.measure_period() > kMaxSteps) {
-    return Invalid("refresh.measure_period", r.measure_period(),
-                   absl::StrCat("must be in [1, ", kMaxSteps, "]"));
-  }
+  GIFT_RETURN_IF_ERROR(ValidateSteps("refresh.measure_period", r.measure_period()));
 
   const gift::v1::SelectionPolicy& s = policy.selection();
   if (s.mode() == gift::v1::SELECTION_MODE_UNSPECIFIED ||
@@ -228,9 +221,8 @@ absl::Status Validate(const Policy& policy) {
                              !gift::v1::ResidualModel_IsValid(o.residual()))) {
       return Invalid(absl::StrCat(prefix, "residual"), o.residual(), "unknown residual model");
     }
-    if (o.has_period_steps() && (o.period_steps() < 1 || o.period_steps() > kMaxSteps)) {
-      return Invalid(absl::StrCat(prefix, "period_steps"), o.period_steps(),
-                     absl::StrCat("must be in [1, ", kMaxSteps, "]"));
+    if (o.has_period_steps()) {
+      GIFT_RETURN_IF_ERROR(ValidateSteps(absl::StrCat(prefix, "period_steps"), o.period_steps()));
     }
     if (o.has_push_codec()) {
       GIFT_RETURN_IF_ERROR(ValidateCodec(absl::StrCat(prefix, "push_codec"), o.push_codec()));

@@ -73,10 +73,10 @@ absl::Status EncoderPipeline::PrepareRange(uint64_t offset, uint64_t n) {
   }
   const int64_t d_out = transform_->d_out(), d_in = transform_->d_in();
   const int64_t needed = d_in == 0 ? 0 : static_cast<int64_t>((offset + n + d_in - 1) / d_in);
-  if (prepared_ != nullptr && needed <= rows_ready_) return absl::OkStatus();
   if (prepared_ == nullptr) {
     return absl::FailedPreconditionError("encoding without an open Prepare (or after SwitchBasis)");
   }
+  if (needed <= rows_ready_) return absl::OkStatus();
   // Whole blocks from rows_ready_ (itself on a block bound) on, so that every
   // row has the whole-tensor bits.
   const int64_t block = std::max<int64_t>(1, transform_->forward_row_block());

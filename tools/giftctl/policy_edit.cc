@@ -1,10 +1,13 @@
 #include "tools/giftctl/policy_edit.h"
 
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "common/base/status_macros.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
 #include "common/policy/policy.h"
@@ -144,17 +147,20 @@ absl::Status CheckAgainstCoordinatorRules(const PolicyEdit& edit) {
   return absl::OkStatus();
 }
 
+// `value`, when the edit gives it, in [1, max]; InvalidArgument naming `flag`.
+absl::Status CheckCount(const std::optional<uint32_t>& value, absl::string_view flag,
+                        uint32_t max) {
+  if (value && (*value < 1 || *value > max)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " must be in [1, ", max, "]"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
-  if (edit.period_steps && (*edit.period_steps < 1 || *edit.period_steps > policy::kMaxSteps)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--period must be in [1, ", policy::kMaxSteps, "]"));
-  }
-  if (edit.rank && (*edit.rank < 1 || *edit.rank > policy::kMaxRank)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--rank must be in [1, ", policy::kMaxRank, "]"));
-  }
+  GIFT_RETURN_IF_ERROR(CheckCount(edit.period_steps, "--period", policy::kMaxSteps));
+  GIFT_RETURN_IF_ERROR(CheckCount(edit.rank, "--rank", policy::kMaxRank));
   if (edit.powers) {
     if (edit.powers->empty()) return absl::InvalidArgumentError("--power needs a value");
     for (double p : *edit.powers) {
@@ -163,21 +169,10 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
       }
     }
   }
-  if (edit.collect_period &&
-      (*edit.collect_period < 1 || *edit.collect_period > policy::kMaxSteps)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--collect-period must be in [1, ", policy::kMaxSteps, "]"));
-  }
-  if (edit.direct_collect_stride &&
-      (*edit.direct_collect_stride < 1 || *edit.direct_collect_stride > policy::kMaxSteps)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--direct-collect-stride must be in [1, ", policy::kMaxSteps, "]"));
-  }
-  if (edit.measure_period &&
-      (*edit.measure_period < 1 || *edit.measure_period > policy::kMaxSteps)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--measure-period must be in [1, ", policy::kMaxSteps, "]"));
-  }
+  GIFT_RETURN_IF_ERROR(CheckCount(edit.collect_period, "--collect-period", policy::kMaxSteps));
+  GIFT_RETURN_IF_ERROR(
+      CheckCount(edit.direct_collect_stride, "--direct-collect-stride", policy::kMaxSteps));
+  GIFT_RETURN_IF_ERROR(CheckCount(edit.measure_period, "--measure-period", policy::kMaxSteps));
   if (edit.ema_decay && !InUnitInterval(*edit.ema_decay)) {
     return absl::InvalidArgumentError("--ema-decay must be in [0, 1)");
   }
