@@ -396,10 +396,10 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
                 {"pull_codec", codec::ToString(run.pull_spec)},
                 {"refresh_period", o.mode == "gift" ? json(o.period) : json(nullptr)},
                 {"selection", o.mode == "gift" ? json(o.selection) : json(nullptr)},
-                {"gift_budget", o.mode == "gift" && o.selection == "measured"
-                                    ? json(o.gift_budget)
-                                    : json(nullptr)},
+                {"gift_budget", o.mode == "gift" && o.selection == "measured" ? json(o.gift_budget)
+                                                                              : json(nullptr)},
                 {"statistics", o.mode == "gift" ? json(o.statistics) : json(nullptr)},
+                {"rotation_block", o.rotation_block},
                 {"gradients", o.gradients},
                 {"ucx_tls", o.ucx_tls},
                 {"chunk_bytes", o.chunk_bytes},
@@ -485,6 +485,10 @@ Command AddClusterCommand(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--gift-budget", o->gift_budget,
                   "gift mode, measured selection: auto, off or a fraction of the step")
+      ->capture_default_str();
+  app->add_option("--rotation-block", o->rotation_block,
+                  "rotate each row in blocks of this many elements after the transform "
+                  "(the policy's transform.rotation_block; 0: off)")
       ->capture_default_str();
   app->add_option("--period", o->period, "gift mode: basis refresh period in steps")
       ->check(CLI::Range(1u, 1000000000u))

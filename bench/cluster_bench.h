@@ -84,6 +84,7 @@ struct ClusterBenchOptions {
   // "measured" (the owners choose by measurement under --gift-budget).
   std::string selection = "list";
   std::string gift_budget = "auto";  // measured selection: auto | off | a fraction
+  uint32_t rotation_block = 0;       // the policy's transform.rotation_block (0: off)
   std::string gradients = "field";   // synthetic gradients: field | low-rank (GradientShape)
   std::string ucx_tls;  // "": UCX's choice, for the cluster and ucx_perftest
   int server_threads = 1;

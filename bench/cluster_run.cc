@@ -48,6 +48,7 @@ absl::Status SetClusterPolicy(const std::string& address, const ClusterBenchOpti
   gift::v1::Policy policy;
   *policy.mutable_transform()->mutable_push_codec() = codec::ToProto(push);
   *policy.mutable_transform()->mutable_pull_codec() = codec::ToProto(pull);
+  policy.mutable_transform()->set_rotation_block(o.rotation_block);
   policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);
   if (o.mode == "gift" && o.selection == "measured") {
     policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_MEASURED);

@@ -28,6 +28,7 @@
 #include "common/transform/hadamard_transform.h"
 #include "common/transform/identity_transform.h"
 #include "common/transform/moment_sketch.h"
+#include "common/transform/rotated_transform.h"
 #include "common/transform/side_basis.h"
 #include "common/transform/tensor_basis.h"
 #include "common/transform/tensor_basis_transform.h"
@@ -62,31 +63,6 @@ struct MethodDef {
   SideStat in, out;  // the statistics each enabled side is built from
   ResidualModel residual = ResidualModel::kIsotropic;
   int64_t rank_in = 0, rank_out = 0;  // clipped to the dimension
-};
-
-// A method's transform followed by a randomized Hadamard rotation of each
-// row in blocks (--rotate-block): the rotation every worker applies alike
-// after the basis, so the servers sum in the rotated coordinates and one
-// inverse undoes both. Orthogonal, so the sum's error is the rotated one's.
-class RotatedTransform final : public GradientTransform {
- public:
-  RotatedTransform(std::unique_ptr<GradientTransform> inner, transform::HadamardTransform rotation)
-      : inner_(std::move(inner)), rotation_(std::move(rotation)) {}
-  absl::Status Forward(const float* in, int64_t d_out, int64_t d_in, float* out) const override {
-    GIFT_RETURN_IF_ERROR(inner_->Forward(in, d_out, d_in, out));
-    return rotation_.Forward(out, d_out, d_in, out);
-  }
-  absl::Status Inverse(const float* in, int64_t d_out, int64_t d_in, float* out) const override {
-    GIFT_RETURN_IF_ERROR(rotation_.Inverse(in, d_out, d_in, out));
-    return inner_->Inverse(out, d_out, d_in, out);
-  }
-  int64_t d_out() const override { return inner_->d_out(); }
-  int64_t d_in() const override { return inner_->d_in(); }
-  std::string name() const override { return inner_->name() + "+" + rotation_.name(); }
-
- private:
-  std::unique_ptr<GradientTransform> inner_;
-  transform::HadamardTransform rotation_;
 };
 
 // Key of a cached SideBasis: the statistic, its rank, its residual model.
@@ -488,14 +464,15 @@ absl::StatusOr<std::vector<MethodResult>> MeasureMethodGrid(const WorkerGradient
       }
       return absl::InternalError("unknown method kind");
     };
-    absl::StatusOr<std::unique_ptr<GradientTransform>> t = build();
+    // --rotate-block: the product's rotation after the method (the policy's
+    // transform.rotation_block), seeded by the tensor id.
+    absl::StatusOr<std::shared_ptr<const GradientTransform>> t = build();
     if (t.ok() && options.rotate_block > 0) {
-      auto rotation =
-          transform::HadamardTransform::Create(m, n, {.seed = options.tensor_id,
-                                                      .block = options.rotate_block});
-      t = rotation.ok() ? absl::StatusOr<std::unique_ptr<GradientTransform>>(
-                              std::make_unique<RotatedTransform>(*std::move(t), *std::move(rotation)))
-                        : rotation.status();
+      auto rotated = transform::RotatedTransform::Create(*std::move(t), options.rotate_block,
+                                                         options.tensor_id);
+      t = rotated.ok()
+              ? absl::StatusOr<std::shared_ptr<const GradientTransform>>(*std::move(rotated))
+              : rotated.status();
     }
     status[i] =
         t.ok() ? MeasureTransform(**t, grads, exact_avg, options, d, &results[i]) : t.status();

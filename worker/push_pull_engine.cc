@@ -213,7 +213,7 @@ absl::StatusOr<TensorBuffers*> PushPullEngine::BuffersFor(
     }
     entry = *std::move(created);
   }
-  if (auto s = entry->UseTransform(t.transform); !s.ok()) return Annotate(s, t.tensor_id);
+  if (auto s = entry->UseTransform(t); !s.ok()) return Annotate(s, t.tensor_id);
   entry->last_run = runs_;
   return entry.get();
 }

@@ -111,6 +111,10 @@ struct TensorStep {
   bool device = false;
   // Null: direct quantization. Otherwise its shape must be rows x cols.
   std::shared_ptr<const transform::GradientTransform> transform;
+  // > 0: each row rotated in blocks of this many elements after the
+  // transform (transform::RotatedTransform; every worker alike, from the
+  // policy's transform.rotation_block); a power of two dividing cols.
+  uint32_t rotation_block = 0;
   uint64_t basis_version = 0;
   std::vector<ChunkRoute> chunks;  // must cover the tensor exactly once
   // How this tensor's chunks are encoded (the policy's per-tensor push

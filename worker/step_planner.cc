@@ -123,6 +123,7 @@ absl::StatusOr<StepPlan> PlanStep(const gift::v1::ClusterState& state, absl::str
                  .chunks = chunks->second,
                  .push_spec = *push_spec,
                  .error_feedback = settings.transform.error_feedback()};
+    t.rotation_block = settings.transform.rotation_block();
     auto basis = bases.find(local.tensor_id);
     const gift::v1::BasisVersion* active =
         basis == bases.end() ? nullptr : ActiveVersion(*basis->second, step);

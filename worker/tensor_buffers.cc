@@ -5,6 +5,7 @@
 #include "common/base/status_macros.h"
 #include "common/codec/payload.h"
 #include "common/transform/identity_transform.h"
+#include "common/transform/rotated_transform.h"
 
 namespace gift::worker {
 namespace {
@@ -36,29 +37,31 @@ absl::StatusOr<std::unique_ptr<TensorBuffers>> TensorBuffers::Create(
   GIFT_ASSIGN_OR_RETURN(transform::IdentityTransform identity,
                         transform::IdentityTransform::Create(static_cast<int64_t>(t.rows),
                                                              static_cast<int64_t>(t.cols)));
-  auto identity_ptr = std::make_shared<transform::IdentityTransform>(std::move(identity));
+  std::unique_ptr<TensorBuffers> buffers(new TensorBuffers(
+      std::make_shared<transform::IdentityTransform>(std::move(identity)), transport));
   transform::EncoderPipelineOptions options = pipeline_options;
   options.spec = spec;
   const bool keep_residual = previous != nullptr && previous->stage_ != nullptr &&
                              t.error_feedback && previous->error_feedback_ &&
                              previous->device_ == t.device && previous->rows_ == t.rows &&
                              previous->cols_ == t.cols;
-  std::shared_ptr<const transform::GradientTransform> transform =
-      t.transform != nullptr ? t.transform
-                             : std::shared_ptr<const transform::GradientTransform>(identity_ptr);
   std::unique_ptr<TensorCodecStage> stage;
   if (keep_residual) {
     stage = std::move(previous->stage_);
-  } else if (t.device) {
-    if (device_stages == nullptr) {
-      return absl::UnimplementedError(
-          "a device tensor, and this worker was built without CUDA (no device stage)");
-    }
-    GIFT_ASSIGN_OR_RETURN(stage, device_stages(std::move(transform), options));
+    buffers->rotated_ = std::move(previous->rotated_);  // the stage's current transform
   } else {
-    GIFT_ASSIGN_OR_RETURN(stage, HostCodecStage::Create(std::move(transform), options));
+    GIFT_ASSIGN_OR_RETURN(std::shared_ptr<const transform::GradientTransform> transform,
+                          buffers->StageTransform(t.transform, t.rotation_block));
+    if (t.device) {
+      if (device_stages == nullptr) {
+        return absl::UnimplementedError(
+            "a device tensor, and this worker was built without CUDA (no device stage)");
+      }
+      GIFT_ASSIGN_OR_RETURN(stage, device_stages(std::move(transform), options));
+    } else {
+      GIFT_ASSIGN_OR_RETURN(stage, HostCodecStage::Create(std::move(transform), options));
+    }
   }
-  std::unique_ptr<TensorBuffers> buffers(new TensorBuffers(std::move(identity_ptr), transport));
   buffers->rows_ = t.rows;
   buffers->cols_ = t.cols;
   buffers->device_ = t.device;
@@ -107,10 +110,21 @@ bool TensorBuffers::Fits(const TensorStep& t) const {
   return true;
 }
 
-absl::Status TensorBuffers::UseTransform(
-    const std::shared_ptr<const transform::GradientTransform>& t) {
-  const std::shared_ptr<const transform::GradientTransform>& next = t != nullptr ? t : identity_;
-  return stage_->UseTransform(next);
+absl::StatusOr<std::shared_ptr<const transform::GradientTransform>> TensorBuffers::StageTransform(
+    const std::shared_ptr<const transform::GradientTransform>& t, uint32_t rotation_block) {
+  const std::shared_ptr<const transform::GradientTransform>& inner = t != nullptr ? t : identity_;
+  if (rotation_block == 0) return inner;
+  if (rotated_ == nullptr || rotated_->shared_inner() != inner ||
+      rotated_->rotation().block() != static_cast<int64_t>(rotation_block)) {
+    GIFT_ASSIGN_OR_RETURN(rotated_, transform::RotatedTransform::Create(inner, rotation_block));
+  }
+  return rotated_;
+}
+
+absl::Status TensorBuffers::UseTransform(const TensorStep& t) {
+  GIFT_ASSIGN_OR_RETURN(std::shared_ptr<const transform::GradientTransform> next,
+                        StageTransform(t.transform, t.rotation_block));
+  return stage_->UseTransform(std::move(next));
 }
 
 void TensorBuffers::GrowResult(ChunkSlot& slot, size_t bytes) {

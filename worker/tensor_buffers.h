@@ -33,9 +33,10 @@
 #include "common/codec/codec_spec.h"
 #include "common/dataplane/chunk_shape.h"
 #include "common/transform/encoder_pipeline.h"
-#include "worker/tensor_codec_stage.h"
+#include "common/transform/rotated_transform.h"
 #include "common/transport/transport.h"
 #include "worker/push_pull_engine.h"
+#include "worker/tensor_codec_stage.h"
 
 namespace gift::worker {
 
@@ -94,8 +95,9 @@ class TensorBuffers {
   bool Fits(const TensorStep& t) const;
 
   // Makes the pipeline use `t`'s transform (the identity when it is null),
-  // remapping the error feedback residual (SwitchBasis) when it changes.
-  absl::Status UseTransform(const std::shared_ptr<const transform::GradientTransform>& t);
+  // followed by its rotation (t.rotation_block), remapping the error
+  // feedback residual (SwitchBasis) when that changes.
+  absl::Status UseTransform(const TensorStep& t);
 
   // Grows `slot`'s result capacity to `bytes` (a result that size could not
   // be placed) and registers it again. Only while the slot is not Busy.
@@ -119,8 +121,16 @@ class TensorBuffers {
                 transport::Transport* transport)
       : identity_(std::move(identity)), transport_(transport) {}
 
+  // The transform the stage runs: `t` (identity_ when null), followed by
+  // the rotation when rotation_block > 0. The rotated transform is kept
+  // while `t` and the block stay, so the stage sees the same object (no
+  // switch) step after step. Errors: RotatedTransform::Create's.
+  absl::StatusOr<std::shared_ptr<const transform::GradientTransform>> StageTransform(
+      const std::shared_ptr<const transform::GradientTransform>& t, uint32_t rotation_block);
+
   // The direct path's transform (kept to switch back to it).
   std::shared_ptr<const transform::GradientTransform> identity_;
+  std::shared_ptr<const transform::RotatedTransform> rotated_;  // see StageTransform
   transport::Transport* transport_;
   uint64_t rows_ = 0, cols_ = 0;
   bool device_ = false;

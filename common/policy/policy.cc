@@ -82,6 +82,17 @@ absl::Status ValidateSteps(absl::string_view field, uint32_t steps) {
   return absl::OkStatus();
 }
 
+// transform.rotation_block: 0 (off) or a power of two in [2,
+// kMaxRotationBlock].
+absl::Status ValidateRotationBlock(absl::string_view field, uint32_t block) {
+  if (block != 0 && (block < 2 || block > kMaxRotationBlock || (block & (block - 1)) != 0)) {
+    return Invalid(
+        field, block,
+        absl::StrCat("must be 0 (off) or a power of two in [2, ", kMaxRotationBlock, "]"));
+  }
+  return absl::OkStatus();
+}
+
 // The largest dimension a basis of `tensor` under `settings` transforms (its
 // rank is clamped to it).
 int64_t RankBound(const TensorSettings& settings, absl::Span<const int64_t> shape) {
@@ -174,6 +185,7 @@ absl::Status Validate(const Policy& policy) {
   }
   GIFT_RETURN_IF_ERROR(ValidateCodec("transform.push_codec", t.push_codec()));
   GIFT_RETURN_IF_ERROR(ValidateCodec("transform.pull_codec", t.pull_codec()));
+  GIFT_RETURN_IF_ERROR(ValidateRotationBlock("transform.rotation_block", t.rotation_block()));
 
   const gift::v1::RefreshPolicy& r = policy.refresh();
   GIFT_RETURN_IF_ERROR(ValidateSteps("refresh.period_steps", r.period_steps()));
@@ -229,6 +241,10 @@ absl::Status Validate(const Policy& policy) {
     }
     if (o.has_pull_codec()) {
       GIFT_RETURN_IF_ERROR(ValidateCodec(absl::StrCat(prefix, "pull_codec"), o.pull_codec()));
+    }
+    if (o.has_rotation_block()) {
+      GIFT_RETURN_IF_ERROR(
+          ValidateRotationBlock(absl::StrCat(prefix, "rotation_block"), o.rotation_block()));
     }
   }
   if (!gift::v1::Hierarchy_IsValid(policy.hierarchy())) {
@@ -353,6 +369,12 @@ TensorSettings ResolveTensorSettings(const Policy& policy, absl::string_view nam
     if (o.has_error_feedback()) out.transform.set_error_feedback(o.error_feedback());
     if (o.has_push_codec()) *out.transform.mutable_push_codec() = o.push_codec();
     if (o.has_pull_codec()) *out.transform.mutable_pull_codec() = o.pull_codec();
+    if (o.has_rotation_block()) out.transform.set_rotation_block(o.rotation_block());
+  }
+  // The rotation works within rows (the last dimension) in whole blocks.
+  const uint32_t block = out.transform.rotation_block();
+  if (block != 0 && (shape.empty() || shape.back() % block != 0)) {
+    out.transform.set_rotation_block(0);
   }
 
   const gift::v1::SelectionPolicy& s = policy.selection();

@@ -28,6 +28,7 @@ gift::v1::Policy WithDefaults(const gift::v1::Policy& policy);
 inline constexpr uint32_t kMaxRank = 65536;
 inline constexpr uint32_t kMaxSteps = uint32_t{1} << 20;  // periods and leads
 inline constexpr double kMaxGiftBudget = 100.0;           // selection.gift_budget
+inline constexpr uint32_t kMaxRotationBlock = 256;        // transform.rotation_block
 
 // A step budget as an operator writes it (giftctl policy set --gift-budget,
 // gift-bench cluster --gift-budget): "auto" (nullopt: leave
@@ -114,7 +115,9 @@ bool IsTransformable(absl::Span<const int64_t> shape);
 // fewer than selection.min_elements elements, make it direct; else measured.
 // Codecs: the global ones for a transformable tensor, bf16 (or fp32 where the
 // global codec is fp32) for one that is not; then a matching override's
-// push_codec / pull_codec, the last match winning.
+// push_codec / pull_codec, the last match winning. The rotation block: the
+// global one, then a matching override's; 0 when the shape's last dimension
+// is not a multiple of it (that tensor is sent unrotated).
 TensorSettings ResolveTensorSettings(const gift::v1::Policy& policy, absl::string_view name,
                                      absl::Span<const int64_t> shape);
 

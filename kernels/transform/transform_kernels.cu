@@ -55,7 +55,46 @@ __global__ void __launch_bounds__(kThreads) ScaleOuterKernel(ScaleOuterArgs a) {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// One thread per block of a row (grid-stride over all of them); the block
+// is rotated in a local array, as the reference rotates it.
+__global__ void __launch_bounds__(kThreads) RotateRowsKernel(RotateRowsArgs a) {
+  const uint64_t per_row = a.cols / a.block;
+  const uint64_t segments = a.rows * per_row;
+  for (uint64_t seg = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; seg < segments;
+       seg += uint64_t{gridDim.x} * blockDim.x) {
+    const uint64_t start = (seg / per_row) * a.cols + (seg % per_row) * a.block;
+    const float* sign = a.signs + (seg % per_row) * a.block;
+    float* p = a.x + start;
+    double x[kMaxRotateBlock];
+    for (uint64_t j = 0; j < a.block; ++j) {
+      x[j] = a.inverse ? __dmul_rn(double(p[j]), double(sign[j])) : double(p[j]);
+    }
+    for (uint64_t h = 1; h < a.block; h *= 2) {
+      for (uint64_t i = 0; i < a.block; i += 2 * h) {
+        for (uint64_t j = i; j < i + h; ++j) {
+          const double u = x[j], v = x[j + h];
+          x[j] = __dadd_rn(u, v);
+          x[j + h] = __dsub_rn(u, v);
+        }
+      }
+    }
+    for (uint64_t j = 0; j < a.block; ++j) {
+      const double scaled = __dmul_rn(x[j], a.norm);
+      p[j] = float(a.inverse ? scaled : __dmul_rn(scaled, double(sign[j])));
+    }
+  }
+}
+
 }  // namespace
+
+cudaError_t EnqueueRotateRows(const RotateRowsArgs& args, cudaStream_t stream) {
+  if (args.rows == 0 || args.cols == 0) return cudaSuccess;
+  int max_ctas = 0;
+  GIFT_CUDA_TRY(launch::MaxCtas(kCtasPerSm, &max_ctas));
+  const unsigned grid = launch::GridFor(args.rows * (args.cols / args.block), kThreads, max_ctas);
+  launch::Launch(RotateRowsKernel, grid, stream, args);
+  return cudaGetLastError();
+}
 
 cudaError_t EnqueueScaleOuter(const ScaleOuterArgs& args, cudaStream_t stream) {
   if (args.rows == 0 || args.cols == 0) return cudaSuccess;

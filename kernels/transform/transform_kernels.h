@@ -1,7 +1,7 @@
 // Internal interface between the CUDA transform's host code
-// (transform_cuda.cc: validation, cuBLAS, absl::Status) and its one custom
-// kernel (transform_kernels.cu, compiled by nvcc, which includes nothing but
-// the CUDA runtime).
+// (transform_cuda.cc and rotation_cuda.cc: validation, cuBLAS, absl::Status)
+// and its custom kernels (transform_kernels.cu, compiled by nvcc, which
+// includes nothing but the CUDA runtime).
 //
 // Callers have validated every argument; these functions trust them. All
 // pointers are device memory.
@@ -33,6 +33,29 @@ struct ScaleOuterArgs {
 // Enqueues the scaling on `stream` and returns without waiting; the first
 // CUDA error of the launch, if any.
 cudaError_t EnqueueScaleOuter(const ScaleOuterArgs& args, cudaStream_t stream);
+
+// The randomized Hadamard rotation of each row in blocks, in place, with
+// the bits of transform::HadamardTransform::RotateRows: per block of
+// `block` elements (a power of two, at most kMaxRotateBlock), in double,
+//   forward: x = in; x = H x (the fast Walsh-Hadamard butterflies, in the
+//            reference's order); out = float((x * norm) * sign)
+//   inverse: x = in * sign; x = H x; out = float(x * norm)
+// with norm = 1 / sqrt(block) as the host computed it. One thread per
+// block of a row.
+inline constexpr uint64_t kMaxRotateBlock = 256;
+struct RotateRowsArgs {
+  float* x = nullptr;
+  uint64_t rows = 0;
+  uint64_t cols = 0;  // a multiple of block
+  uint64_t block = 0;
+  const float* signs = nullptr;  // cols values, each +1 or -1
+  double norm = 0;
+  bool inverse = false;
+};
+
+// Enqueues the rotation on `stream` and returns without waiting; the first
+// CUDA error of the launch, if any.
+cudaError_t EnqueueRotateRows(const RotateRowsArgs& args, cudaStream_t stream);
 
 }  // namespace gift::kernels::internal
 

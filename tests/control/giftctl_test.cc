@@ -185,6 +185,36 @@ TEST(PolicyEditTest, StatisticsAndPeriodsAreSetOnTheGlobalPolicy) {
             absl::string_view::npos);
 }
 
+TEST(PolicyEditTest, RotationBlockGlobalOrPerTensorAndItsText) {
+  EXPECT_EQ(ParseRotationBlock("off").value(), 0u);
+  EXPECT_EQ(ParseRotationBlock("16").value(), 16u);
+  EXPECT_EQ(ParseRotationBlock("256").value(), 256u);
+  for (const char* bad : {"24", "1", "512", "-16", "x", ""}) {
+    const absl::Status s = ParseRotationBlock(bad).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << bad;
+    EXPECT_NE(s.message().find("--rotation-block"), absl::string_view::npos) << bad;
+  }
+  EXPECT_EQ(RotationBlockName(0), "off");
+  EXPECT_EQ(RotationBlockName(32), "32");
+
+  PolicyEdit edit;
+  edit.rotation_block = 32;
+  ASSERT_TRUE(ValidatePolicyEdit(edit).ok());
+  gift::v1::Policy policy;
+  ApplyPolicyEdit(edit, &policy);
+  EXPECT_EQ(policy.transform().rotation_block(), 32u);
+  edit.tensor_glob = "*.down";
+  edit.rotation_block = 0;
+  ASSERT_TRUE(ValidatePolicyEdit(edit).ok());
+  ApplyPolicyEdit(edit, &policy);
+  ASSERT_EQ(policy.overrides_size(), 1);
+  EXPECT_TRUE(policy.overrides(0).has_rotation_block());
+  EXPECT_EQ(policy.overrides(0).rotation_block(), 0u);
+  EXPECT_EQ(policy.transform().rotation_block(), 32u);
+  edit.rotation_block = 24;  // not a power of two: the coordinator's rule, checked here
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidatePolicyEdit(edit)));
+}
+
 TEST(PolicyEditTest, HierarchyAndAZeroDriftAreSetOnTheGlobalPolicy) {
   PolicyEdit edit;
   edit.hierarchy = gift::v1::HIERARCHY_NODE;

@@ -234,6 +234,9 @@ inline unsigned __shfl_down_sync(unsigned /*mask*/, unsigned value, unsigned del
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
 // One rounding of a * b + c, as the device's fused multiply-add.
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 

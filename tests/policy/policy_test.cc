@@ -168,6 +168,16 @@ TEST(PolicyValidateTest, NamesTheFieldAndValue) {
        [](gift::v1::Policy* p) { p->mutable_selection()->set_gift_budget(-0.5); }},
       {"transform.direct_collect_stride = 2000000",
        [](gift::v1::Policy* p) { p->mutable_transform()->set_direct_collect_stride(2000000); }},
+      {"transform.rotation_block = 24",
+       [](gift::v1::Policy* p) { p->mutable_transform()->set_rotation_block(24); }},
+      {"transform.rotation_block = 512",
+       [](gift::v1::Policy* p) { p->mutable_transform()->set_rotation_block(512); }},
+      {"overrides[0].rotation_block = 1",
+       [](gift::v1::Policy* p) {
+         auto* o = p->add_overrides();
+         o->set_glob("*");
+         o->set_rotation_block(1);
+       }},
       {"refresh.measure_period = 2000000",
        [](gift::v1::Policy* p) { p->mutable_refresh()->set_measure_period(2000000); }},
       {"transform.statistics = 7",
@@ -311,6 +321,33 @@ TEST(ResolveTest, ErrorFeedbackGlobalAndPerTensor) {
   on->set_error_feedback(true);
   EXPECT_TRUE(ResolveTensorSettings(p, "head", shape).transform.error_feedback());
   EXPECT_FALSE(ResolveTensorSettings(p, "layers.0.mlp.up", shape).transform.error_feedback());
+}
+
+TEST(ResolveTest, RotationGlobalPerTensorAndOnlyWhereTheLastDimensionIsAMultiple) {
+  gift::v1::Policy p = Defaults();
+  EXPECT_EQ(p.transform().rotation_block(), 0u);  // off by default
+  p.mutable_transform()->set_rotation_block(32);
+  auto* off = p.add_overrides();
+  off->set_glob("head");
+  off->set_rotation_block(0);
+  auto* sixteen = p.add_overrides();
+  sixteen->set_glob("*.down");
+  sixteen->set_rotation_block(16);
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p);
+  auto block = [&](const char* name, std::vector<int64_t> shape) {
+    return ResolveTensorSettings(p, name, shape).transform.rotation_block();
+  };
+  EXPECT_EQ(block("mlp.up", {1376, 512}), 32u);
+  EXPECT_EQ(block("mlp.down", {512, 1376}), 16u);  // 1376 = 16 x 86
+  EXPECT_EQ(block("head", {512, 512}), 0u);
+  EXPECT_EQ(block("q", {512, 1400}), 0u);  // 1400 is not a multiple of 32
+  EXPECT_EQ(block("norm.weight", {512}), 32u);
+  EXPECT_EQ(block("scalar", {}), 0u);
+  // Boundaries.
+  p.mutable_transform()->set_rotation_block(kMaxRotationBlock);
+  EXPECT_TRUE(Validate(p).ok());
+  p.mutable_transform()->set_rotation_block(2);
+  EXPECT_TRUE(Validate(p).ok());
 }
 
 TEST(ResolveTest, Selection) {

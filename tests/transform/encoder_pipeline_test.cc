@@ -39,23 +39,6 @@ std::shared_ptr<const GradientTransform> Identity(int64_t d_out, int64_t d_in) {
   return std::make_shared<IdentityTransform>(IdentityTransform::Create(d_out, d_in).value());
 }
 
-// A two-sided isotropic TensorBasis of power p from the second moments of a
-// few anisotropic samples (seeded).
-std::shared_ptr<const TensorBasisTransform> Basis(int64_t d_out, int64_t d_in, double p,
-                                                  int64_t rank, uint32_t seed,
-                                                  uint64_t version = 1) {
-  const testing::Factors f = testing::SampleFactors(d_out, d_in, seed, 3);
-  auto basis = TensorBasis::Create({.tensor_id = 1,
-                                    .version = version,
-                                    .d_out = d_out,
-                                    .d_in = d_in,
-                                    .config = {Sides::kBoth, p}},
-                                   SideBasis::FromFactor(f.out, rank).value(),
-                                   SideBasis::FromFactor(f.in, rank).value());
-  EXPECT_TRUE(basis.ok()) << basis.status();
-  return std::make_shared<TensorBasisTransform>(*std::move(basis));
-}
-
 // ||F^p||_2 of an isotropic side: its largest model eigenvalue to the p.
 double InverseSideNorm(const SideBasis& side, double p) {
   const SideBasis::Parts& parts = side.parts();
@@ -96,7 +79,7 @@ TEST(EncoderPipeline, IdentityWithoutErrorFeedbackIsTheCodecBitForBit) {
 // the transforms (allowed as 1e-5 ||G||).
 TEST(EncoderPipeline, ThroughABasisTheErrorIsTheCodecBoundMappedBack) {
   constexpr int64_t d_out = 64, d_in = 128;
-  const auto basis = Basis(d_out, d_in, 0.25, 16, 13);
+  const auto basis = testing::TwoSidedBasis(d_out, d_in, 0.25, 16, 13);
   const std::vector<float> g = testing::AnisotropicMatrix(d_out, d_in, 14);
   for (const std::string name : {"e4m3/block128", "e5m2/tensor", "nvfp4"}) {
     auto pipeline = EncoderPipeline::Create(basis, {.spec = Spec(name)});
@@ -142,7 +125,7 @@ TEST(EncoderPipeline, ThroughABasisTheErrorIsTheCodecBoundMappedBack) {
 // two steps and chunks encoded out of order.
 TEST(EncoderPipeline, RowStreamedEncodeIsBitIdenticalToTheWholeTensorPath) {
   constexpr int64_t d_out = 700, d_in = 96;  // 2 full blocks of 256 rows and a short one
-  const auto basis = Basis(d_out, d_in, 0.25, 16, 41);
+  const auto basis = testing::TwoSidedBasis(d_out, d_in, 0.25, 16, 41);
   ASSERT_EQ(basis->forward_row_block(), 256);
   const std::vector<int64_t> cuts = {0, 100, 130, 400, 512, 700};  // chunk bounds in rows
   const std::vector<size_t> order = {0, 1, 3, 2, 4};               // chunk 3 before 2
@@ -192,14 +175,14 @@ TEST(EncoderPipeline, RowStreamedEncodeIsBitIdenticalToTheWholeTensorPath) {
 
 TEST(EncoderPipeline, EncodingAfterSwitchBasisWithoutPrepareIsRefused) {
   constexpr int64_t d_out = 64, d_in = 128;
-  auto pipeline =
-      EncoderPipeline::Create(Basis(d_out, d_in, 0.25, 16, 51), {.spec = Spec("nvfp4")});
+  auto pipeline = EncoderPipeline::Create(testing::TwoSidedBasis(d_out, d_in, 0.25, 16, 51),
+                                          {.spec = Spec("nvfp4")});
   ASSERT_TRUE(pipeline.ok());
   const std::vector<float> g = testing::AnisotropicMatrix(d_out, d_in, 52);
   std::vector<float> work(g.size());
   auto x = pipeline->Prepare(g.data(), work.data());
   ASSERT_TRUE(x.ok());
-  ASSERT_TRUE(pipeline->SwitchBasis(Basis(d_out, d_in, 0.5, 8, 53, 2)).ok());
+  ASSERT_TRUE(pipeline->SwitchBasis(testing::TwoSidedBasis(d_out, d_in, 0.5, 8, 53, 2)).ok());
   auto payload = codec::EncodedTensor::Create(Spec("nvfp4"), d_out, d_in).value();
   EXPECT_EQ(pipeline->EncodeChunk(*x, 0, payload.mutable_view()).code(),
             absl::StatusCode::kFailedPrecondition);
@@ -230,7 +213,7 @@ TEST(EncoderPipeline, ErrorFeedbackMakesTheTimeAverageConverge) {
   constexpr int kSteps = 100;
   const std::vector<float> g = testing::AnisotropicMatrix(d_out, d_in, 21);
   const std::vector<std::shared_ptr<const GradientTransform>> transforms = {
-      Identity(d_out, d_in), Basis(d_out, d_in, 0.25, 16, 22)};
+      Identity(d_out, d_in), testing::TwoSidedBasis(d_out, d_in, 0.25, 16, 22)};
   for (const auto& t : transforms) {
     for (const std::string name : {"e4m3/tensor", "nvfp4"}) {
       auto plain = EncoderPipeline::Create(t, {.spec = Spec(name)});
@@ -250,8 +233,8 @@ TEST(EncoderPipeline, SwitchBasisRemapsTheResidualExactly) {
   constexpr int64_t d_out = 64, d_in = 128;
   const std::vector<float> g = testing::AnisotropicMatrix(d_out, d_in, 31);
   const std::vector<std::shared_ptr<const GradientTransform>> chain = {
-      Basis(d_out, d_in, 0.25, 16, 32, /*version=*/1),
-      Basis(d_out, d_in, 0.125, 32, 33, /*version=*/2),
+      testing::TwoSidedBasis(d_out, d_in, 0.25, 16, 32, /*version=*/1),
+      testing::TwoSidedBasis(d_out, d_in, 0.125, 32, 33, /*version=*/2),
       std::make_shared<HadamardTransform>(HadamardTransform::Create(d_out, d_in).value()),
       Identity(d_out, d_in),
   };
@@ -299,7 +282,7 @@ TEST(EncoderPipeline, SwitchBasisRemapsTheResidualExactly) {
 TEST(EncoderPipeline, FailuresLeaveThePipelineUnchanged) {
   constexpr int64_t d_out = 16, d_in = 32;
   const std::vector<float> g = testing::AnisotropicMatrix(d_out, d_in, 41);
-  auto pipeline = EncoderPipeline::Create(Basis(d_out, d_in, 0.25, 4, 42),
+  auto pipeline = EncoderPipeline::Create(testing::TwoSidedBasis(d_out, d_in, 0.25, 4, 42),
                                           {.spec = Spec("e4m3/tensor"), .error_feedback = true});
   ASSERT_TRUE(pipeline.ok());
   ASSERT_TRUE(pipeline->Encode(g.data()).ok());

@@ -33,17 +33,6 @@ Eigen::MatrixXd DecayingFactor(int64_t n, uint32_t seed) {
   return testing::FactorWithSpectrum(spectrum, seed);
 }
 
-std::shared_ptr<const GradientTransform> TwoSidedBasis(int64_t d_out, int64_t d_in, double p,
-                                                       int64_t rank, uint32_t seed) {
-  const testing::Factors f = testing::SampleFactors(d_out, d_in, seed, 3);
-  auto basis = TensorBasis::Create(
-      {.tensor_id = 1, .version = 1, .d_out = d_out, .d_in = d_in, .config = {Sides::kBoth, p}},
-      SideBasis::FromFactor(f.out, std::min(rank, d_out)).value(),
-      SideBasis::FromFactor(f.in, std::min(rank, d_in)).value());
-  EXPECT_TRUE(basis.ok()) << basis.status();
-  return std::make_shared<TensorBasisTransform>(*std::move(basis));
-}
-
 template <typename T>
 std::shared_ptr<const GradientTransform> Shared(absl::StatusOr<T> t) {
   EXPECT_TRUE(t.ok()) << t.status();
@@ -61,7 +50,7 @@ TEST(ReferenceTransforms, ForwardThenInverseReturnsTheGradient) {
       {48, 128, Shared(DenseWhiteningTransform::Create(DecayingFactor(128, 6), 128, 48))},
       {48, 256, Shared(HadamardTransform::Create(48, 256))},
       {48, 192, Shared(HadamardTransform::Create(48, 192, {.block = 64}))},
-      {48, 128, TwoSidedBasis(48, 128, 0.25, 16, 7)},
+      {48, 128, testing::TwoSidedBasis(48, 128, 0.25, 16, 7)},
   };
   for (const Case& c : cases) {
     const std::vector<float> g = testing::AnisotropicMatrix(c.d_out, c.d_in, 11);
@@ -261,7 +250,7 @@ TEST(ReferenceTransforms, RefuseWrongShapesAndNonFiniteInputLeavingOutputUntouch
       Shared(IdentityTransform::Create(4, 16)),
       Shared(DenseWhiteningTransform::Create(DecayingFactor(16, 3), 4, 4)),
       Shared(HadamardTransform::Create(4, 16)),
-      TwoSidedBasis(4, 16, 0.25, 2, 9),
+      testing::TwoSidedBasis(4, 16, 0.25, 2, 9),
   };
   std::vector<float> g = testing::AnisotropicMatrix(4, 16, 71);
   for (const auto& t : transforms) {

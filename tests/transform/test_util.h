@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -17,6 +18,7 @@
 #include "common/transform/second_moment_ema.h"
 #include "common/transform/side_basis.h"
 #include "common/transform/tensor_basis.h"
+#include "common/transform/tensor_basis_transform.h"
 #include "gtest/gtest.h"
 
 namespace gift::transform::testing {
@@ -141,6 +143,25 @@ inline TensorBasis MakeBasis(const Factors& f, int64_t rank, ResidualModel resid
                               .config = {.sides = sides, .power = p}},
                              std::move(out_side), std::move(in_side))
       .value();
+}
+
+// A two-sided isotropic TensorBasisTransform of power p from the second
+// moments of three anisotropic samples (SampleFactors(d_out, d_in, seed, 3)),
+// each side's rank capped at its dimension.
+inline std::shared_ptr<const TensorBasisTransform> TwoSidedBasis(int64_t d_out, int64_t d_in,
+                                                                 double p, int64_t rank,
+                                                                 uint32_t seed,
+                                                                 uint64_t version = 1) {
+  const Factors f = SampleFactors(d_out, d_in, seed, 3);
+  auto basis = TensorBasis::Create({.tensor_id = 1,
+                                    .version = version,
+                                    .d_out = d_out,
+                                    .d_in = d_in,
+                                    .config = {Sides::kBoth, p}},
+                                   SideBasis::FromFactor(f.out, std::min(rank, d_out)).value(),
+                                   SideBasis::FromFactor(f.in, std::min(rank, d_in)).value());
+  EXPECT_TRUE(basis.ok()) << basis.status();
+  return std::make_shared<TensorBasisTransform>(*std::move(basis));
 }
 
 }  // namespace gift::transform::testing

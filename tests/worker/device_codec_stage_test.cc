@@ -47,6 +47,7 @@
 #include "common/dataplane/chunk_rng_key.h"
 #include "common/dataplane/chunk_shape.h"
 #include "common/transform/identity_transform.h"
+#include "common/transform/rotated_transform.h"
 #include "common/transform/tensor_basis_transform.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "gmock/gmock.h"
@@ -80,6 +81,13 @@ std::shared_ptr<const transform::GradientTransform> Basis() {
 std::shared_ptr<const transform::GradientTransform> Identity() {
   return std::make_shared<transform::IdentityTransform>(
       transform::IdentityTransform::Create(kRows, kCols).value());
+}
+
+// `t` followed by the rows' rotation in blocks of `block` (none for 0).
+std::shared_ptr<const transform::GradientTransform> Rotated(
+    std::shared_ptr<const transform::GradientTransform> t, int64_t block) {
+  if (block == 0) return t;
+  return transform::RotatedTransform::Create(std::move(t), block).value();
 }
 
 double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
@@ -227,11 +235,13 @@ struct StageCase {
   std::string pull;  // the results' codec
   bool gift;
   uint64_t rows_per_chunk;
+  int64_t rotation_block = 0;  // > 0: the transform rotated (RotatedTransform)
 };
 
 void PrintTo(const StageCase& c, std::ostream* os) {
   *os << c.push << " -> " << c.pull << (c.gift ? ", GIFT" : ", direct") << ", chunks of "
       << c.rows_per_chunk << " rows";
+  if (c.rotation_block > 0) *os << ", rotated in blocks of " << c.rotation_block;
 }
 
 // What a case's tests share: its codecs, chunks, gradient and transform,
@@ -243,7 +253,7 @@ struct StageSetup {
         tensor{1, kRows, kCols, p.rows_per_chunk, p.gift},
         chunks(testing::Routes(tensor, {"s"})),
         g(testing::Gradient(tensor, 0, 7)),
-        transform(p.gift ? Basis() : Identity()),
+        transform(Rotated(p.gift ? Basis() : Identity(), p.rotation_block)),
         results(ResultPayloads(pull, chunks, testing::Gradient(tensor, 1, 8))) {}
 
   codec::CodecSpec push, pull;
@@ -308,7 +318,11 @@ INSTANTIATE_TEST_SUITE_P(Codecs, DeviceStageTest,
                                            StageCase{"bf16", "fp32", false, 10},
                                            StageCase{"e4m3/block32/sr", "e4m3/block128", false, 16},
                                            StageCase{"e4m3/block32", "bf16", true, 16},
-                                           StageCase{"nvfp4", "fp32", true, 10}));
+                                           StageCase{"nvfp4", "fp32", true, 10},
+                                           // The rotation (bit for bit when direct).
+                                           StageCase{"nvfp4", "e4m3/block32", false, 8, 32},
+                                           StageCase{"e4m3/block32", "bf16", false, 16, 16},
+                                           StageCase{"nvfp4", "fp32", true, 10, 16}));
 
 // The engine's way: one arena for every step, so that from the second step
 // on chunks are encoded ahead of their calls (EncodeSchedule), and results

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <random>
 #include <thread>
@@ -12,8 +13,10 @@
 
 #include "common/codec/codec.h"
 #include "common/codec/payload.h"
-#include "common/dataplane/chunk_header.h"
 #include "common/codec/reduce.h"
+#include "common/dataplane/chunk_header.h"
+#include "common/transform/identity_transform.h"
+#include "common/transform/rotated_transform.h"
 #include "common/transform/tensor_basis_transform.h"
 #include "common/transport/inproc/inproc_transport.h"
 #include "common/transport/ucx/ucx_transport.h"
@@ -166,6 +169,51 @@ TEST_P(PushPullEngineTest, EveryWorkerGetsTheServersAverage) {
       for (size_t k = 0; k < g.size(); ++k) exact[k] += g[k] / kWorld;
     }
     EXPECT_LT(RelativeL2(buffers[0][0], exact), 0.05);
+  }
+}
+
+// With the policy's rotation (TensorStep::rotation_block) every worker
+// rotates its rows after the transform, the servers sum in the rotated
+// coordinates, and each worker undoes the rotation once: the bits of the
+// local computation with the rotated transform, on every rank, step after
+// step (the engine keeps one rotated transform per tensor), and not those
+// without the rotation.
+TEST_P(PushPullEngineTest, RotatedTensorsGetTheServersAverageInRotatedCoordinates) {
+  SetEpoch(1, kWorld);
+  const std::map<size_t, uint32_t> blocks = {{0, 32}, {2, 8}};  // tensor index -> block
+  for (uint64_t step = 0; step < 2; ++step) {
+    std::vector<std::vector<std::vector<float>>> buffers(kWorld);
+    std::vector<absl::StatusOr<StepReport>> reports(kWorld, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      for (const Tensor& t : kTensors) buffers[r].push_back(Gradient(t, r, step));
+    }
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      threads.emplace_back([&, r] {
+        StepPlan plan = Plan(1, step, r, kWorld, buffers[r]);
+        for (const auto& [i, block] : blocks) plan.tensors[i].rotation_block = block;
+        reports[r] = engines_[r]->Run(plan);
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (const auto& [i, block] : blocks) {
+      const Tensor& t = kTensors[i];
+      std::shared_ptr<const transform::GradientTransform> inner =
+          t.transformed ? basis_
+                        : std::make_shared<transform::IdentityTransform>(
+                              transform::IdentityTransform::Create(t.rows, t.cols).value());
+      const auto rotated = transform::RotatedTransform::Create(inner, block).value();
+      const std::vector<float> want = LocalAverage(t, step, server_addresses_, rotated.get());
+      const std::vector<float> unrotated =
+          LocalAverage(t, step, server_addresses_, t.transformed ? basis_.get() : nullptr);
+      for (uint32_t r = 0; r < kWorld; ++r) {
+        ASSERT_TRUE(reports[r].ok()) << "rank " << r << ": " << reports[r].status();
+        EXPECT_EQ(buffers[r][i], want) << "rank " << r << " tensor " << t.id << " step " << step;
+      }
+      EXPECT_NE(want, unrotated) << "tensor " << t.id;
+    }
+    // The tensor without a rotation is as before.
+    EXPECT_EQ(buffers[0][1], LocalAverage(kTensors[1], step, server_addresses_, nullptr));
   }
 }
 

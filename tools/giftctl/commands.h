@@ -63,7 +63,7 @@ struct PolicySetFlags {
   uint32_t measure_period = 0;
   std::vector<double> powers;
   std::string sides, source, residual, selection, hierarchy, on_member_loss, enabled,
-      error_feedback, statistics, gift_budget;
+      error_feedback, statistics, gift_budget, rotation_block;
   double ema_decay = 0, drift = 0, margin = 0;
   std::string push_codec, pull_codec;
   std::vector<std::string> include, exclude;

@@ -47,6 +47,7 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
   g.Add({"push_codec", CodecName(t.push_codec())});
   g.Add({"pull_codec", CodecName(t.pull_codec())});
   g.Add({"error_feedback", t.error_feedback() ? "true" : "false"});
+  g.Add({"rotation_block", RotationBlockName(t.rotation_block())});
   g.Add({"period_steps", NumOrDash(r.period_steps())});
   g.Add({"drift_threshold", NumOrDash(r.drift_threshold())});
   g.Add({"activation_lead_steps", NumOrDash(r.activation_lead_steps())});
@@ -63,7 +64,7 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
   if (p.overrides().empty()) return;
   out << "\noverrides (the last matching glob wins, field by field):\n";
   Table o({"GLOB", "SIDES", "POWERS", "SOURCE", "RANK", "RESIDUAL", "PERIOD", "ENABLED", "PUSH",
-           "PULL", "ERROR_FEEDBACK"});
+           "PULL", "ERROR_FEEDBACK", "ROTATION"});
   for (const v1::TensorOverride& x : p.overrides()) {
     o.Add({x.glob(), x.has_sides() ? SidesName(x.sides()) : "-", Powers(x.powers()),
            x.has_source() ? SourceName(x.source()) : "-",
@@ -73,7 +74,8 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
            x.has_enabled() ? (x.enabled() ? "true" : "false") : "-",
            x.has_push_codec() ? CodecName(x.push_codec()) : "-",
            x.has_pull_codec() ? CodecName(x.pull_codec()) : "-",
-           x.has_error_feedback() ? (x.error_feedback() ? "on" : "off") : "-"});
+           x.has_error_feedback() ? (x.error_feedback() ? "on" : "off") : "-",
+           x.has_rotation_block() ? RotationBlockName(x.rotation_block()) : "-"});
   }
   o.Print(out);
 }
@@ -150,6 +152,11 @@ void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* f) {
   o["error-feedback"] = cmd->add_option("--error-feedback", f->error_feedback,
                                         "on|off: feed each push's quantization error into the "
                                         "next (global, or with --tensor for its override)");
+  o["rotation-block"] = cmd->add_option(
+      "--rotation-block", f->rotation_block,
+      "off|B: rotate each row in blocks of B (a power of two, 2 to 256) after the transform, "
+      "before the push codec; lowers what NVFP4 flushes to zero (global, or with --tensor "
+      "for its override)");
   o["ema-decay"] = cmd->add_option("--ema-decay", f->ema_decay, "EMA decay in [0, 1)");
   o["collect-period"] =
       cmd->add_option("--collect-period", f->collect_period,
@@ -211,6 +218,9 @@ absl::StatusOr<PolicyEdit> ToPolicyEdit(const PolicySetFlags& f) {
   if (f.given("error-feedback")) {
     GIFT_RETURN_IF_ERROR(SetParsed(ParseSwitch("--error-feedback", f.error_feedback, "on", "off"),
                                    e.error_feedback));
+  }
+  if (f.given("rotation-block")) {
+    GIFT_RETURN_IF_ERROR(SetParsed(ParseRotationBlock(f.rotation_block), e.rotation_block));
   }
   if (f.given("ema-decay")) e.ema_decay = f.ema_decay;
   if (f.given("collect-period")) e.collect_period = f.collect_period;

@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -123,12 +124,26 @@ std::string CodecName(const v1::CodecSpec& spec) {
   return parsed.ok() ? codec::ToString(*parsed) : "-";
 }
 
+absl::StatusOr<uint32_t> ParseRotationBlock(absl::string_view text) {
+  uint32_t block = 0;
+  if (text == "off") return 0u;
+  if (!absl::SimpleAtoi(text, &block) || block < 2 || block > policy::kMaxRotationBlock ||
+      (block & (block - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--rotation-block '", text,
+                                                   "': give off or a power of two in [2, ",
+                                                   policy::kMaxRotationBlock, "]"));
+  }
+  return block;
+}
+
+std::string RotationBlockName(uint32_t block) { return block == 0 ? "off" : absl::StrCat(block); }
+
 bool PolicyEdit::empty() const {
   return !period_steps && !rank && !powers && !sides && !source && !residual && !enabled &&
-         !error_feedback && !ema_decay && !collect_period && !direct_collect_stride &&
-         !measure_period && !statistics && !push_codec && !pull_codec && !drift_threshold &&
-         !margin && !gift_budget && !selection && !hierarchy && !on_member_loss && !include &&
-         !exclude;
+         !error_feedback && !rotation_block && !ema_decay && !collect_period &&
+         !direct_collect_stride && !measure_period && !statistics && !push_codec && !pull_codec &&
+         !drift_threshold && !margin && !gift_budget && !selection && !hierarchy &&
+         !on_member_loss && !include && !exclude;
 }
 
 namespace {
@@ -206,7 +221,7 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
         absl::StrCat(absl::StrJoin(global_only, ", "),
                      " apply to the global policy only; a --tensor override can set --period, "
                      "--rank, --power, --sides, --source, --residual, --enabled, --push-codec, "
-                     "--pull-codec and --error-feedback"));
+                     "--pull-codec, --error-feedback and --rotation-block"));
   }
   return CheckAgainstCoordinatorRules(edit);
 }
@@ -229,6 +244,7 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
     if (edit.residual) o->set_residual(*edit.residual);
     if (edit.enabled) o->set_enabled(*edit.enabled);
     if (edit.error_feedback) o->set_error_feedback(*edit.error_feedback);
+    if (edit.rotation_block) o->set_rotation_block(*edit.rotation_block);
     if (edit.push_codec) *o->mutable_push_codec() = *edit.push_codec;
     if (edit.pull_codec) *o->mutable_pull_codec() = *edit.pull_codec;
     return;
@@ -247,6 +263,7 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
   if (edit.direct_collect_stride) t->set_direct_collect_stride(*edit.direct_collect_stride);
   if (edit.statistics) t->set_statistics(*edit.statistics);
   if (edit.error_feedback) t->set_error_feedback(*edit.error_feedback);
+  if (edit.rotation_block) t->set_rotation_block(*edit.rotation_block);
   if (edit.push_codec) *t->mutable_push_codec() = *edit.push_codec;
   if (edit.pull_codec) *t->mutable_pull_codec() = *edit.pull_codec;
   if (edit.drift_threshold) r->set_drift_threshold(*edit.drift_threshold);

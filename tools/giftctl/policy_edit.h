@@ -31,6 +31,8 @@ struct PolicyEdit {
   std::optional<gift::v1::ResidualModel> residual;
   std::optional<bool> enabled;  // overrides only
   std::optional<bool> error_feedback;
+  // 0 (off) or a power of two in [2, policy::kMaxRotationBlock].
+  std::optional<uint32_t> rotation_block;
   // Global, or the override's codecs for the tensors it matches:
   std::optional<gift::v1::CodecSpec> push_codec;
   std::optional<gift::v1::CodecSpec> pull_codec;
@@ -72,6 +74,11 @@ inline constexpr double kAutoGiftBudget = -1.0;
 absl::StatusOr<double> ParseGiftBudget(absl::string_view text);
 // "off" for 0, else the fraction.
 std::string GiftBudgetName(double budget);
+// "--rotation-block" text: "off" (0) or a power of two in [2,
+// policy::kMaxRotationBlock]. InvalidArgument naming the flag otherwise.
+absl::StatusOr<uint32_t> ParseRotationBlock(absl::string_view text);
+// "off" for 0, else the block.
+std::string RotationBlockName(uint32_t block);
 
 // The command-line names of the enums ("both", "in", "out"; "gradients",
 // "per-worker", "activations"; "isotropic", "diagonal"; "measured", "list";

@@ -9,6 +9,7 @@
 #include "common/base/status_macros.h"
 #include "common/codec/codec_spec.h"
 #include "common/transform/identity_transform.h"
+#include "common/transform/rotated_transform.h"
 #include "common/transform/tensor_basis_transform.h"
 #include "kernels/codec/codec_cuda.h"
 #include "kernels/cuda_status.h"
@@ -138,9 +139,20 @@ absl::Status DeviceCodecStage::UseTransform(std::shared_ptr<const transform::Gra
   // The old basis may still be in use by queued work (a failed step's
   // inverse, encodes ahead of the prepared tensor).
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  if (dynamic_cast<const transform::IdentityTransform*>(t.get()) != nullptr) {
+  // A rotation after the transform (the policy's rotation_block) runs as
+  // its own kernel after the inner transform's forward and before its
+  // inverse.
+  const transform::GradientTransform* inner = t.get();
+  std::optional<kernels::RowRotationCuda> rotation;
+  if (const auto* r = dynamic_cast<const transform::RotatedTransform*>(t.get())) {
+    GIFT_ASSIGN_OR_RETURN(kernels::RowRotationCuda device_rotation,
+                          kernels::RowRotationCuda::Create(r->rotation(), stream_));
+    rotation.emplace(std::move(device_rotation));
+    inner = &r->inner();
+  }
+  if (dynamic_cast<const transform::IdentityTransform*>(inner) != nullptr) {
     basis_.reset();
-  } else if (const auto* b = dynamic_cast<const transform::TensorBasisTransform*>(t.get())) {
+  } else if (const auto* b = dynamic_cast<const transform::TensorBasisTransform*>(inner)) {
     GIFT_ASSIGN_OR_RETURN(kernels::TensorBasisCuda basis,
                           kernels::TensorBasisCuda::Create(b->basis(), stream_, device_.math));
     basis_.emplace(std::move(basis));
@@ -148,6 +160,7 @@ absl::Status DeviceCodecStage::UseTransform(std::shared_ptr<const transform::Gra
     return absl::UnimplementedError(
         absl::StrCat("transform ", t->name(), " has no device implementation"));
   }
+  rotation_ = std::move(rotation);
   transform_ = std::move(t);
   return absl::OkStatus();
 }
@@ -159,9 +172,15 @@ absl::StatusOr<const float*> DeviceCodecStage::Prepare(const float* gradient) {
   if (basis_.has_value()) {
     GIFT_RETURN_IF_ERROR(basis_->Forward(gradient, rows_, cols_, work_));
     prepared_ = work_;
+  } else if (rotation_.has_value()) {
+    GIFT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(work_, gradient, sizeof(float) * rows_ * cols_,
+                                                    cudaMemcpyDeviceToDevice, stream_),
+                                    "copy of the gradient to rotate"));
+    prepared_ = work_;
   } else {
     prepared_ = gradient;
   }
+  if (rotation_.has_value()) GIFT_RETURN_IF_ERROR(rotation_->Forward(work_, rows_));
   return nullptr;  // no host copy of the prepared tensor
 }
 
@@ -352,6 +371,7 @@ absl::Status DeviceCodecStage::DecodeChunk(const codec::EncodedView& chunk, uint
 }
 
 absl::Status DeviceCodecStage::FinishDecode() {
+  if (rotation_.has_value()) GIFT_RETURN_IF_ERROR(rotation_->Inverse(work_, rows_));
   if (!basis_.has_value()) return absl::OkStatus();
   return basis_->Inverse(work_, rows_, cols_, work_);
 }

@@ -13,8 +13,11 @@
 // below:
 //
 //   Prepare:      T(G) on the stream into the stage's FP32 device buffer
-//                 (TensorBasisCuda::Forward, cuBLAS); direct codecs encode
-//                 from the training process's tensor itself (no copy).
+//                 (TensorBasisCuda::Forward, cuBLAS), then the rows'
+//                 rotation when T is a RotatedTransform (RowRotationCuda,
+//                 in place, after a device copy of G for a rotated direct
+//                 tensor); direct codecs without rotation encode from the
+//                 training process's tensor itself (no copy).
 //   EncodeChunk k: EncodeCudaAsync of the chunk into the stage's device
 //                 mirror of the engine's send arena (same offsets), unless
 //                 it was enqueued ahead (below); then one device-to-host copy
@@ -39,7 +42,8 @@
 //                 Without page-locked memory (a failed cudaHostAlloc: logged
 //                 once) the copy is from the slot itself, which CUDA makes
 //                 synchronous for pageable memory.
-//   FinishDecode: the inverse transform on the device, in place.
+//   FinishDecode: the inverse rotation, then the inverse transform, on the
+//                 device, in place.
 //   WriteResult:  a device-to-device copy into the training process's
 //                 tensor, and the stream synchronized before it returns
 //                 (so the step's reply follows the data). CUDA errors of
@@ -79,7 +83,8 @@
 // tensor-wide block layout, while the engine sends each chunk as a payload
 // of its own shape (its own blocks and scales); a per-chunk fused encode is
 // not built. Transforms other than the identity and a TensorBasis
-// (tensor_basis_transform.h) are refused (Unimplemented).
+// (tensor_basis_transform.h), each optionally rotated (rotated_transform.h),
+// are refused (Unimplemented).
 //
 // Error feedback is NOT kept for device tensors: a stage created with
 // options.error_feedback runs without it, logs "device_error_feedback_refused"
@@ -110,6 +115,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/codec/codec_cuda.h"
+#include "kernels/transform/rotation_cuda.h"
 #include "kernels/transform/transform_cuda.h"
 #include "worker/cuda/encode_schedule.h"
 #include "worker/tensor_codec_stage.h"
@@ -132,7 +138,8 @@ struct DeviceCodecStageOptions {
 class DeviceCodecStage final : public TensorCodecStage {
  public:
   // FailedPrecondition without a CUDA device; Unimplemented for a transform
-  // other than the identity or a TensorBasis; InvalidArgument for a bad
+  // other than the identity or a TensorBasis (either optionally rotated);
+  // InvalidArgument for a bad
   // spec, a stream priority out of range or no result staging; Internal for
   // a CUDA failure.
   static absl::StatusOr<std::unique_ptr<DeviceCodecStage>> Create(
@@ -193,6 +200,7 @@ class DeviceCodecStage final : public TensorCodecStage {
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<const transform::GradientTransform> transform_;
   std::optional<kernels::TensorBasisCuda> basis_;  // none: the identity
+  std::optional<kernels::RowRotationCuda> rotation_;  // after basis_, when the transform rotates
   float* work_ = nullptr;                          // device: T(G), then the sum, then the average
   const float* prepared_ = nullptr;                // device: what the step's chunks encode from
   uint8_t* arena_ = nullptr;                       // host: the attached send arena

@@ -36,7 +36,13 @@ CONFIGS = {
     "gift-fp8-both": ("e4m3/block128", "e4m3/block128", True, "GIFT FP8 both ways: E4M3/block128 push and pull in the GIFT basis"),
     "nvfp4": ("nvfp4", "e4m3/block128", False, "direct NVFP4 push (E2M1, an E4M3 scale per 16 values), E4M3/block128 pull"),
     "gift-nvfp4": ("nvfp4", "e4m3/block128", True, "GIFT NVFP4 push, E4M3/block128 pull, both in the GIFT basis"),
+    "nvfp4-rot": ("nvfp4", "e4m3/block128", False, "nvfp4, each row rotated in blocks of 8 before the push (giftctl policy set --rotation-block 8)"),
+    "gift-nvfp4-rot": ("nvfp4", "e4m3/block128", True, "gift-nvfp4, each row rotated in blocks of 8 after the GIFT basis (--rotation-block 8)"),
 }
+# Configurations that rotate each row in blocks (policy transform.rotation_block)
+# -> the block: 8, the largest power of two dividing every last dimension of the
+# demo's models (mlp.down's 344 and 172).
+ROTATION = {"nvfp4-rot": 8, "gift-nvfp4-rot": 8}
 # Configurations that run without the service: DDP over gloo, with this comm hook.
 DDP_HOOKS = {"ddp-fp32": None, "ddp-fp16": "fp16"}
 # Configurations whose gradients are pushed during backward -> the same
@@ -68,4 +74,5 @@ def policy_args(name):
             a += ["--gift-budget", "off"]
     else:
         a += ["--selection", "list", "--exclude", "*"]  # every tensor direct
+    a += ["--rotation-block", str(ROTATION.get(name, "off"))]
     return a
