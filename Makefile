@@ -2,6 +2,7 @@
 #
 #   make demo    install what is missing, build, run the main job
 #   make test    install what is missing, build, run every test (ctest)
+#   make study   the training study of every codec over 3 seeds (~75 min)
 #
 #   make fuzz    build the libFuzzer fuzzers with clang (build-fuzz) and run
 #                each for FUZZ_SECONDS over its seed corpus (docs/fuzzing.md)
@@ -19,12 +20,12 @@ FUZZ_BUILD_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZERS ?=
 
-.PHONY: all deps configure build test demo asan fuzz fuzz-build format clean help install
+.PHONY: all deps configure build test demo study asan fuzz fuzz-build format clean help install
 
 all: build
 
 help:
-	@sed -n '1,11p' Makefile
+	@sed -n '1,12p' Makefile
 
 deps:
 	@scripts/install-deps.sh
@@ -53,6 +54,12 @@ test: build
 
 demo: build
 	scripts/demo.sh $(BUILD_DIR) $(ARGS)
+
+# The training study (issue 29; not part of `make test`): every codec over 3
+# seeds, about 75 minutes on 2 cores; docs/fidelity.md "The training study".
+#   make study ARGS="--netlab-rate 200mbit"   # + time to FP32's loss (root)
+study: build
+	PYTHONPATH=python /usr/bin/python3 -m gift_ps.demo.study --build-dir $(BUILD_DIR) $(ARGS)
 
 # Binaries, systemd units and default configs (deploy/CMakeLists.txt):
 #   sudo make install [PREFIX=/usr] [DESTDIR=/tmp/stage]

@@ -398,6 +398,13 @@ absl::StatusOr<std::vector<MethodResult>> MeasureMethodGrid(const WorkerGradient
                        fallback_out,
                        /*allow_output_only=*/false});
     dense_stat = {&*stats.factor, "activations"};
+    // The product's GEOMETRY_SOURCE_ACTIVATIONS: the output side from the
+    // reduced gradient's EMA (when the fallback above is another statistic).
+    if (stats.gram_out && fallback_out.matrix != &*stats.gram_out) {
+      sources.push_back({{&*stats.factor, "activations"},
+                         {&*stats.gram_out, "ema-mean"},
+                         /*allow_output_only=*/false});
+    }
   }
   const std::vector<MethodDef> defs = EnumerateMethods(grads, sources, dense_stat, options);
 
