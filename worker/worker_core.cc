@@ -95,12 +95,9 @@ bool WorkerCore::AttachChunkKeys(StepPlan* plan) const {
   return plan->keys != nullptr || !session_->dataplane_auth();
 }
 
-absl::StatusOr<StepReport> WorkerCore::Exchange(uint64_t step,
-                                                const std::vector<LocalTensor>& tensors,
-                                                ExchangeKind exchange, absl::Time deadline,
-                                                uint64_t* epoch, uint32_t* world_size,
-                                                std::vector<std::pair<uint64_t, bool>>* versions,
-                                                std::optional<absl::Duration> result_timeout) {
+absl::StatusOr<WorkerCore::Exchanged> WorkerCore::Exchange(
+    uint64_t step, const std::vector<LocalTensor>& tensors, ExchangeKind exchange,
+    absl::Time deadline, std::optional<absl::Duration> result_timeout) {
   const BasisLookup lookup = [this](uint64_t tensor, uint64_t version) {
     return store_.Get(tensor, version);
   };
@@ -160,15 +157,11 @@ absl::StatusOr<StepReport> WorkerCore::Exchange(uint64_t step,
     plan->result_timeout = result_timeout;
     auto report = engine_->Run(*plan);
     if (report.ok()) {
-      *epoch = plan->epoch;
-      *world_size = plan->world_size;
-      if (versions != nullptr) {
-        versions->clear();
-        for (const TensorStep& t : plan->tensors) {
-          versions->emplace_back(t.basis_version, t.transform != nullptr);
-        }
+      Exchanged done{.report = *report, .epoch = plan->epoch, .world_size = plan->world_size};
+      for (const TensorStep& t : plan->tensors) {
+        done.versions.emplace_back(t.basis_version, t.transform != nullptr);
       }
-      return report;
+      return done;
     }
     if (!Retryable(report.status())) return report.status();
     {
@@ -351,8 +344,6 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::RunStep(
   // A measured step first averages copies of the gradients exactly (FP32,
   // direct), then runs the step itself on the buffers.
   std::vector<std::vector<float>> exact;
-  uint64_t epoch = 0;
-  uint32_t world_size = 0;
   StepReport measure_report;
   if (request.measure_error()) {
     std::vector<LocalTensor> copies = tensors;
@@ -364,35 +355,30 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::RunStep(
       copies[i].data = exact[i].data();
       copies[i].device = false;
     }
-    auto r = Exchange(request.step(), copies, ExchangeKind::kExactMeasure, deadline, &epoch,
-                      &world_size, nullptr);
+    auto r = Exchange(request.step(), copies, ExchangeKind::kExactMeasure, deadline);
     if (!r.ok()) return r.status();
-    measure_report = *r;
+    measure_report = r->report;
   }
   uint64_t retries_before;
   {
     absl::MutexLock lock(&mu_);
     retries_before = counters_.step_retries;
   }
-  std::vector<std::pair<uint64_t, bool>> versions;
-  auto report = Exchange(request.step(), tensors, ExchangeKind::kGradients, deadline, &epoch,
-                         &world_size, &versions);
-  if (!report.ok()) return report.status();
-  const StepReport sketch_report = ExchangeSketches(request.step(), sketches, deadline);
-  return CompleteStep({.step = request.step(),
-                       .start = start,
-                       .retries_before = retries_before,
-                       .selected = std::move(*selected),
-                       .tensors = std::move(tensors),
-                       .versions = std::move(versions),
-                       .owned = std::move(owned),
-                       .exact = std::move(exact),
-                       .report = *report,
-                       .measure_report = measure_report,
-                       .sketch_report = sketch_report,
-                       .sketch_compute_seconds = sketch_compute_seconds,
-                       .epoch = epoch,
-                       .world_size = world_size});
+  auto exchanged = Exchange(request.step(), tensors, ExchangeKind::kGradients, deadline);
+  if (!exchanged.ok()) return exchanged.status();
+  Completed c;
+  c.step = request.step();
+  c.start = start;
+  c.retries_before = retries_before;
+  c.selected = std::move(*selected);
+  c.tensors = std::move(tensors);
+  c.owned = std::move(owned);
+  c.exchanged = *std::move(exchanged);
+  c.exact = std::move(exact);
+  c.measure_report = measure_report;
+  c.sketch_report = ExchangeSketches(request.step(), sketches, deadline);
+  c.sketch_compute_seconds = sketch_compute_seconds;
+  return CompleteStep(std::move(c));
 }
 
 absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c) {
@@ -421,13 +407,13 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
 
   gift::v1::PushPullResponse response;
   response.set_step(c.step);
-  response.set_epoch(c.epoch);
-  response.set_world_size(c.world_size);
+  response.set_epoch(c.exchanged.epoch);
+  response.set_world_size(c.exchanged.world_size);
   for (size_t i = 0; i < tensors.size(); ++i) {
     gift::v1::TensorResult* r = response.add_tensors();
     r->set_tensor_id(tensors[i].tensor_id);
-    r->set_basis_version(c.versions[i].first);
-    r->set_transformed(c.versions[i].second);
+    r->set_basis_version(c.exchanged.versions[i].first);
+    r->set_transformed(c.exchanged.versions[i].second);
     if (measured) {
       const float* average = tensors[i].device ? device_averages[i].data() : tensors[i].data;
       r->set_rel_l2_error(
@@ -440,9 +426,11 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
   for (size_t i = 0; i < tensors.size(); ++i) {
     const double share = static_cast<double>(tensors[i].rows * tensors[i].cols) / elements;
     response.mutable_tensors(static_cast<int>(i))
-        ->set_bytes_sent(static_cast<uint64_t>(std::llround(share * c.report.bytes_pushed)));
+        ->set_bytes_sent(
+            static_cast<uint64_t>(std::llround(share * c.exchanged.report.bytes_pushed)));
     response.mutable_tensors(static_cast<int>(i))
-        ->set_bytes_received(static_cast<uint64_t>(std::llround(share * c.report.bytes_pulled)));
+        ->set_bytes_received(
+            static_cast<uint64_t>(std::llround(share * c.exchanged.report.bytes_pulled)));
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count();
@@ -450,11 +438,11 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
 
   if (options_.on_step) {
     StepStats stats{.seconds = seconds,
-                    .encode_seconds = c.report.encode_seconds,
-                    .wait_seconds = c.report.wait_seconds,
-                    .decode_seconds = c.report.decode_seconds,
-                    .bytes_pushed = c.report.bytes_pushed + c.measure_report.bytes_pushed,
-                    .bytes_pulled = c.report.bytes_pulled + c.measure_report.bytes_pulled,
+                    .encode_seconds = c.exchanged.report.encode_seconds,
+                    .wait_seconds = c.exchanged.report.wait_seconds,
+                    .decode_seconds = c.exchanged.report.decode_seconds,
+                    .bytes_pushed = c.exchanged.report.bytes_pushed + c.measure_report.bytes_pushed,
+                    .bytes_pulled = c.exchanged.report.bytes_pulled + c.measure_report.bytes_pulled,
                     .attempts = attempts,
                     .sketch_bytes_pushed = sketch_report.bytes_pushed,
                     .sketch_bytes_pulled = sketch_report.bytes_pulled,
@@ -474,14 +462,14 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
     }
     options_.on_step(stats);
   }
-  membership_.Completed(c.epoch, session_->member_id(), &response);
+  membership_.Completed(c.exchanged.epoch, session_->member_id(), &response);
   session_->SetLastStep(c.step);
   {
     absl::MutexLock lock(&mu_);
     last_step_ = c.step;
     ++counters_.steps_completed;
-    counters_.bytes_pushed += c.report.bytes_pushed + c.measure_report.bytes_pushed;
-    counters_.bytes_pulled += c.report.bytes_pulled + c.measure_report.bytes_pulled;
+    counters_.bytes_pushed += c.exchanged.report.bytes_pushed + c.measure_report.bytes_pushed;
+    counters_.bytes_pulled += c.exchanged.report.bytes_pulled + c.measure_report.bytes_pulled;
     counters_.last_step_seconds = seconds;
     counters_.sketch_bytes_pushed += sketch_report.bytes_pushed;
     counters_.sketch_bytes_pulled += sketch_report.bytes_pulled;
@@ -519,18 +507,16 @@ StepReport WorkerCore::ExchangeSketches(uint64_t step, const std::vector<LocalTe
                                         absl::Time step_deadline) {
   if (sketches.empty()) return {};
   const absl::Time deadline = std::min(step_deadline, absl::Now() + options_.sketch_timeout);
-  uint64_t epoch = 0;
-  uint32_t world_size = 0;
-  auto report = Exchange(step, sketches, ExchangeKind::kSketches, deadline, &epoch, &world_size,
-                         nullptr, options_.sketch_timeout);
-  if (!report.ok()) {
+  auto exchanged =
+      Exchange(step, sketches, ExchangeKind::kSketches, deadline, options_.sketch_timeout);
+  if (!exchanged.ok()) {
     sketches_.Forget();  // the owner gets no statistics of this step
-    CountSketchFailure(step, report.status());
+    CountSketchFailure(step, exchanged.status());
     return {};
   }
   absl::MutexLock lock(&mu_);
   ++counters_.sketch_exchanges;
-  return *report;
+  return exchanged->report;
 }
 
 void WorkerCore::CountSketchFailure(uint64_t step, const absl::Status& why) {

@@ -230,14 +230,20 @@ class WorkerCore {
     uint64_t num_samples = 0;
   };
 
+  // What an exchange ran under, once it succeeded.
+  struct Exchanged {
+    StepReport report;
+    uint64_t epoch = 0;
+    uint32_t world_size = 0;
+    // Per tensor, in the exchange's order: (basis version, transformed).
+    std::vector<std::pair<uint64_t, bool>> versions;
+  };
   // Runs one exchange of `tensors` (plans it, retries under new epochs)
   // until `deadline`. ExchangeKind::kGradients: the step itself; the others: an
   // FP32 direct exchange under that step key (step_key.h).
-  absl::StatusOr<StepReport> Exchange(uint64_t step, const std::vector<LocalTensor>& tensors,
-                                      ExchangeKind exchange, absl::Time deadline, uint64_t* epoch,
-                                      uint32_t* world_size,
-                                      std::vector<std::pair<uint64_t, bool>>* versions,
-                                      std::optional<absl::Duration> result_timeout = std::nullopt);
+  absl::StatusOr<Exchanged> Exchange(uint64_t step, const std::vector<LocalTensor>& tensors,
+                                     ExchangeKind exchange, absl::Time deadline,
+                                     std::optional<absl::Duration> result_timeout = std::nullopt);
   // The step's sketch exchange (after its gradients): what it cost, or an
   // empty report when there was none or it failed (counted and logged; the
   // owner then gets no sketches for the step).
@@ -248,40 +254,34 @@ class WorkerCore {
   StepReport ExchangeSketches(uint64_t step, const std::vector<LocalTensor>& sketches,
                               absl::Time step_deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   void CountSketchFailure(uint64_t step, const absl::Status& why);
-  // A step opened by StartTensors (worker_core_overlap.cc).
-  struct OpenStep {
+  // One step's tensors and its gradients' exchange: what a PushPull step
+  // and a step opened by StartTensors both carry to CompleteStep.
+  struct StepState {
     uint64_t step = 0;
     std::chrono::steady_clock::time_point start;
-    absl::Time deadline;
     uint64_t retries_before = 0;
-    std::shared_ptr<const gift::v1::ClusterState> before;  // the owner's view
-    std::vector<const RegisteredTensor*> selected;         // in start order
-    std::vector<LocalTensor> tensors;                      // the same
-    std::vector<std::pair<uint64_t, bool>> versions;       // of the tensors pushed
+    std::vector<const RegisteredTensor*> selected;  // in start order
+    std::vector<LocalTensor> tensors;               // the same
     std::vector<OwnedTensorStep> owned;
-    bool begun = false;  // the engine's step was begun (pushes under `epoch`)
-    uint64_t epoch = 0;
-    uint32_t world_size = 0;
+    // The gradients' exchange (an open step: its epoch and the versions of
+    // the tensors pushed so far; the report once it finished).
+    Exchanged exchanged;
+  };
+  // A step opened by StartTensors (worker_core_overlap.cc).
+  struct OpenStep : StepState {
+    absl::Time deadline;
+    std::shared_ptr<const gift::v1::ClusterState> before;  // the owner's view
+    bool begun = false;  // the engine's step was begun (pushes under exchanged.epoch)
     // Non-OK once early pushes stopped (the engine's step ended or never
     // began): PushPull runs the whole step again.
     absl::Status failed;
   };
   // What CompleteStep needs of a step that succeeded.
-  struct Completed {
-    uint64_t step = 0;
-    std::chrono::steady_clock::time_point start;
-    uint64_t retries_before = 0;
-    std::vector<const RegisteredTensor*> selected;
-    std::vector<LocalTensor> tensors;
-    std::vector<std::pair<uint64_t, bool>> versions;
-    std::vector<OwnedTensorStep> owned;
+  struct Completed : StepState {
     std::vector<std::vector<float>> exact;  // measured steps: the exact averages
-    StepReport report;
     StepReport measure_report;
     StepReport sketch_report;  // the step's sketch exchange (ExchangeSketches)
     double sketch_compute_seconds = 0;
-    uint64_t epoch = 0;
-    uint32_t world_size = 0;
   };
 
   // Aborted / Unavailable: the step may succeed under a new epoch.

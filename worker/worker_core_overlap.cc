@@ -92,16 +92,17 @@ absl::Status WorkerCore::AddToOpenStep(const std::vector<const RegisteredTensor*
   if (s.ok() && !o.begun) {
     s = engine_->Begin(StepHeader(*plan));
     o.begun = s.ok();
-    o.epoch = plan->epoch;
-    o.world_size = plan->world_size;
-  } else if (s.ok() && plan->epoch != o.epoch) {
-    s = absl::AbortedError(absl::StrCat("step ", o.step, ": the cluster moved from epoch ", o.epoch,
-                                        " to ", plan->epoch, " during the step"));
+    o.exchanged.epoch = plan->epoch;
+    o.exchanged.world_size = plan->world_size;
+  } else if (s.ok() && plan->epoch != o.exchanged.epoch) {
+    s = absl::AbortedError(absl::StrCat("step ", o.step, ": the cluster moved from epoch ",
+                                        o.exchanged.epoch, " to ", plan->epoch,
+                                        " during the step"));
   }
   if (s.ok()) s = engine_->Add(plan->tensors);
   if (s.ok()) {
     for (const TensorStep& t : plan->tensors) {
-      o.versions.emplace_back(t.basis_version, t.transform != nullptr);
+      o.exchanged.versions.emplace_back(t.basis_version, t.transform != nullptr);
     }
     return absl::OkStatus();
   }
@@ -144,11 +145,10 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::FinishOpenStep(
   }
   const double sketch_compute_seconds = sketches_.last_prepare_seconds();
   absl::Status s = open_->failed;
-  StepReport report;
   if (s.ok()) {
     auto finished = engine_->Finish();
     if (finished.ok()) {
-      report = *finished;
+      open_->exchanged.report = *finished;
     } else {
       s = finished.status();
     }
@@ -166,36 +166,27 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::FinishOpenStep(
     Log(Level::kWarning, "early_push_fallback",
         {{"step", static_cast<int64_t>(o.step)}, {"reason", s.ToString()}});
     if (o.begun && !RetryUnderSameEpoch(s, *session_->state())) {
-      // Some chunks went out under o.epoch: servers count a rank once per
-      // epoch, so the step runs again once the cluster left that epoch.
+      // Some chunks went out under the open step's epoch: servers count a
+      // rank once per epoch, so the step runs again once the cluster left
+      // that epoch.
       {
         absl::MutexLock lock(&mu_);
         ++counters_.step_retries;
       }
-      const uint64_t ended = o.epoch;
+      const uint64_t ended = o.exchanged.epoch;
       (void)session_->WaitFor(
           [ended](const gift::v1::ClusterState& st) { return st.epoch() > ended; },
           std::max(absl::ZeroDuration(), o.deadline - absl::Now()));
     }
-    o.versions.clear();
-    auto again = Exchange(o.step, o.tensors, ExchangeKind::kGradients, o.deadline, &o.epoch,
-                          &o.world_size, &o.versions);
+    auto again = Exchange(o.step, o.tensors, ExchangeKind::kGradients, o.deadline);
     if (!again.ok()) return again.status();
-    report = *again;
+    o.exchanged = *std::move(again);
   }
-  const StepReport sketch_report = ExchangeSketches(o.step, sketches, o.deadline);
-  return CompleteStep({.step = o.step,
-                       .start = o.start,
-                       .retries_before = o.retries_before,
-                       .selected = std::move(o.selected),
-                       .tensors = std::move(o.tensors),
-                       .versions = std::move(o.versions),
-                       .owned = std::move(o.owned),
-                       .report = report,
-                       .sketch_report = sketch_report,
-                       .sketch_compute_seconds = sketch_compute_seconds,
-                       .epoch = o.epoch,
-                       .world_size = o.world_size});
+  Completed c;
+  static_cast<StepState&>(c) = std::move(o);
+  c.sketch_report = ExchangeSketches(c.step, sketches, o.deadline);
+  c.sketch_compute_seconds = sketch_compute_seconds;
+  return CompleteStep(std::move(c));
 }
 
 void WorkerCore::AbandonOpenStep(absl::string_view why) {
