@@ -53,6 +53,7 @@ struct Source {
   SideStat in;
   SideStat out;
   bool allow_output_only = true;
+  bool both_sides_only = false;  // its one-sided methods are another source's
 };
 
 // What a method is before it is built.
@@ -206,7 +207,8 @@ std::vector<MethodDef> EnumerateMethods(const WorkerGradients& g,
     for (double power : options.powers) {
       for (const Source& src : sources) {
         if ((need_in && src.in.matrix == nullptr) || (need_out && src.out.matrix == nullptr) ||
-            (sides == Sides::kOutput && !src.allow_output_only)) {
+            (sides == Sides::kOutput && !src.allow_output_only) ||
+            (sides != Sides::kBoth && src.both_sides_only)) {
           continue;
         }
         const std::string source_name = sides == Sides::kBoth && src.in.name != src.out.name
@@ -403,7 +405,8 @@ absl::StatusOr<std::vector<MethodResult>> MeasureMethodGrid(const WorkerGradient
     if (stats.gram_out && fallback_out.matrix != &*stats.gram_out) {
       sources.push_back({{&*stats.factor, "activations"},
                          {&*stats.gram_out, "ema-mean"},
-                         /*allow_output_only=*/false});
+                         /*allow_output_only=*/false,
+                         /*both_sides_only=*/true});
     }
   }
   const std::vector<MethodDef> defs = EnumerateMethods(grads, sources, dense_stat, options);

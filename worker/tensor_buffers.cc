@@ -48,7 +48,10 @@ absl::StatusOr<std::unique_ptr<TensorBuffers>> TensorBuffers::Create(
   std::unique_ptr<TensorCodecStage> stage;
   if (keep_residual) {
     stage = std::move(previous->stage_);
-    buffers->rotated_ = std::move(previous->rotated_);  // the stage's current transform
+    // The stage's current transforms, so that the same plan finds the same
+    // objects (no residual remap through a new but equal transform).
+    buffers->identity_ = previous->identity_;
+    buffers->rotated_ = std::move(previous->rotated_);
   } else {
     GIFT_ASSIGN_OR_RETURN(std::shared_ptr<const transform::GradientTransform> transform,
                           buffers->StageTransform(t.transform, t.rotation_block));

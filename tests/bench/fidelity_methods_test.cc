@@ -141,10 +141,10 @@ TEST(FidelityMethodsTest, FullGridHasEveryFieldSourceAndMethod) {
   ASSERT_TRUE(status.ok()) << status;
   ASSERT_TRUE(list.is_array());
 
-  // 1 direct + 1 hadamard + 1 dense, then the family: (both: 5 sources,
-  // input: 5, output: 4 without activations) x 3 powers x 2 ranks x 2
-  // residuals; each with 2 specs.
-  EXPECT_EQ(list.size(), 2u * (3 + 14 * 3 * 2 * 2));
+  // 1 direct + 1 hadamard + 1 dense, then the family: (both: 6 sources,
+  // the activations with either output side; input: 5; output: 4 without
+  // activations) x 3 powers x 2 ranks x 2 residuals; each with 2 specs.
+  EXPECT_EQ(list.size(), 2u * (3 + 15 * 3 * 2 * 2));
   std::set<std::string> sources;
   for (const nlohmann::json& r : list) {
     for (const char* field :
@@ -159,9 +159,9 @@ TEST(FidelityMethodsTest, FullGridHasEveryFieldSourceAndMethod) {
     EXPECT_LE(r["underflow_frac"].get<double>(), 1);
     sources.insert(r["source"].get<std::string>());
   }
-  EXPECT_EQ(sources,
-            (std::set<std::string>{"none", "activations", "activations+ema-per-worker", "step-mean",
-                                   "step-per-worker", "ema-mean", "ema-per-worker"}));
+  EXPECT_EQ(sources, (std::set<std::string>{"none", "activations", "activations+ema-per-worker",
+                                            "activations+ema-mean", "step-mean", "step-per-worker",
+                                            "ema-mean", "ema-per-worker"}));
   const nlohmann::json* dense = Find(list, "dense/activations/rfull", "e5m2/tensor");
   ASSERT_NE(dense, nullptr);
   EXPECT_EQ((*dense)["power"], 0.5);
