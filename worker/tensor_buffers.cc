@@ -4,11 +4,15 @@
 
 #include "common/base/status_macros.h"
 #include "common/codec/payload.h"
+#include "common/policy/policy.h"
 #include "common/transform/identity_transform.h"
 #include "common/transform/rotated_transform.h"
 
 namespace gift::worker {
 namespace {
+
+static_assert(policy::kMaxRotationBlock <= transform::RotatedTransform::kMaxBlock,
+              "every rotation block the policy accepts must build a RotatedTransform");
 
 constexpr size_t kPayloadAlignment = 64;  // each chunk's payload starts on a cache line
 

@@ -85,7 +85,7 @@ absl::Status ValidateSteps(absl::string_view field, uint32_t steps) {
 // transform.rotation_block: 0 (off) or a power of two in [2,
 // kMaxRotationBlock].
 absl::Status ValidateRotationBlock(absl::string_view field, uint32_t block) {
-  if (block != 0 && (block < 2 || block > kMaxRotationBlock || (block & (block - 1)) != 0)) {
+  if (block != 0 && !IsRotationBlock(block)) {
     return Invalid(
         field, block,
         absl::StrCat("must be 0 (off) or a power of two in [2, ", kMaxRotationBlock, "]"));

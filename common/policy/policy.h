@@ -30,6 +30,12 @@ inline constexpr uint32_t kMaxSteps = uint32_t{1} << 20;  // periods and leads
 inline constexpr double kMaxGiftBudget = 100.0;           // selection.gift_budget
 inline constexpr uint32_t kMaxRotationBlock = 256;        // transform.rotation_block
 
+// Whether `block` may be a transform.rotation_block other than 0 (off): a
+// power of two in [2, kMaxRotationBlock].
+inline bool IsRotationBlock(uint32_t block) {
+  return block >= 2 && block <= kMaxRotationBlock && (block & (block - 1)) == 0;
+}
+
 // A step budget as an operator writes it (giftctl policy set --gift-budget,
 // gift-bench cluster --gift-budget): "auto" (nullopt: leave
 // selection.gift_budget unset, its default), "off" (0) or a fraction in [0,

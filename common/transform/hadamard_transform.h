@@ -57,11 +57,8 @@ class HadamardTransform final : public GradientTransform {
   // the inverse with `inverse`): exactly the bits Forward / Inverse write
   // for those rows. `out` may equal `in`. No shape or finiteness check (the
   // caller has made them: RotatedTransform); allocates nothing for blocks
-  // of at most kStackBlock elements (it rotates spans of up to 1,024
-  // elements of a row on the stack).
+  // of at most 1,024 elements (it rotates spans of a row on the stack).
   void RotateRows(const float* in, int64_t rows, bool inverse, float* out) const;
-
-  static constexpr int64_t kStackBlock = 256;
 
   int64_t block() const { return block_; }
   // The diagonal of D (d_in values, each +1 or -1).

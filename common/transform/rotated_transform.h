@@ -15,9 +15,10 @@
 // the sum: they sum in R's coordinates and each worker applies R^{-1} once,
 // after the pull.
 //
-// R depends only on (d_in, block, seed; the workers use kSeed): every worker that builds it for the
-// same shape and block has the same R, bit for bit (and the CUDA rotation,
-// kernels/transform/rotation_cuda.h, computes the same bits).
+// R depends only on (d_in, block, seed; the workers use kSeed): every
+// worker that builds it for the same shape and block has the same R, bit
+// for bit (and the CUDA rotation, kernels/transform/rotation_cuda.h,
+// computes the same bits).
 //
 // The forward streams by rows as T does (forward_row_block() is T's): R works
 // within rows, so each row block T writes is rotated as it is written.
@@ -39,9 +40,11 @@ namespace gift::transform {
 
 class RotatedTransform final : public GradientTransform {
  public:
-  // The largest block a rotation may use (the CUDA kernel keeps one block
-  // per thread in registers and local memory).
-  static constexpr int64_t kMaxBlock = HadamardTransform::kStackBlock;
+  // The largest block a rotation may use: the CUDA kernel keeps one block
+  // per thread in local memory (kernels/transform/rotation_cuda.cc checks
+  // that its bound covers this one; the policy's bound is checked against
+  // it where both are seen, worker/tensor_buffers.cc).
+  static constexpr int64_t kMaxBlock = 256;
 
   // The signs' seed every worker uses (the policy's rotation).
   static constexpr uint64_t kSeed = HadamardOptions{}.seed;

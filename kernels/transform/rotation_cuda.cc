@@ -5,10 +5,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/transform/rotated_transform.h"
 #include "kernels/cuda_status.h"
 #include "kernels/transform/transform_kernels.h"
 
 namespace gift::kernels {
+
+static_assert(internal::kMaxRotateBlock >= transform::RotatedTransform::kMaxBlock,
+              "the kernel must rotate every block a RotatedTransform may have");
 
 absl::StatusOr<RowRotationCuda> RowRotationCuda::Create(
     const transform::HadamardTransform& rotation, cudaStream_t stream) {

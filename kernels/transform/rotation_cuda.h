@@ -33,8 +33,8 @@ class RowRotationCuda {
   // Uploads `rotation`'s signs (not referenced afterwards) for use on
   // `stream` (not owned; may be null, the legacy default stream).
   // FailedPrecondition without a CUDA device; InvalidArgument for a block
-  // above transform::HadamardTransform::kStackBlock; Internal on a CUDA
-  // failure.
+  // above the kernel's bound (at least transform::RotatedTransform::kMaxBlock);
+  // Internal on a CUDA failure.
   static absl::StatusOr<RowRotationCuda> Create(const transform::HadamardTransform& rotation,
                                                 cudaStream_t stream);
 

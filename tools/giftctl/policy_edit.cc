@@ -127,8 +127,7 @@ std::string CodecName(const v1::CodecSpec& spec) {
 absl::StatusOr<uint32_t> ParseRotationBlock(absl::string_view text) {
   uint32_t block = 0;
   if (text == "off") return 0u;
-  if (!absl::SimpleAtoi(text, &block) || block < 2 || block > policy::kMaxRotationBlock ||
-      (block & (block - 1)) != 0) {
+  if (!absl::SimpleAtoi(text, &block) || !policy::IsRotationBlock(block)) {
     return absl::InvalidArgumentError(absl::StrCat("--rotation-block '", text,
                                                    "': give off or a power of two in [2, ",
                                                    policy::kMaxRotationBlock, "]"));
