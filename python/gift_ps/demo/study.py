@@ -21,7 +21,8 @@ import sys
 from gift_ps.demo.configs import CONFIGS
 
 DEFAULT_CONFIGS = "fp32,bf16,fp8,fp8-block,gift,nvfp4,gift-nvfp4,gift-nvfp4-rot"
-FOUR_BIT = ("nvfp4", "nvfp4-rot", "gift-nvfp4", "gift-nvfp4-rot")
+# The configurations that push four bits (their push codec is NVFP4).
+FOUR_BIT = tuple(name for name, (push, _, _, _) in CONFIGS.items() if push == "nvfp4")
 # Two-sided 95 % Student-t quantiles by degrees of freedom (n - 1 seeds).
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
@@ -175,7 +176,6 @@ def plot(rows, path):
             ax.plot(xs, ys, label=f"{r['name']} ({len(r['seeds'])} seeds)")
     ax.set_xlabel("step")
     ax.set_ylabel("validation loss (nats/byte), mean over seeds")
-    ax.set_ylim(bottom=None)
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
