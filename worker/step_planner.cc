@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/codec/codec_spec_proto.h"
 #include "common/policy/policy.h"
-#include "worker/node_group.h"
+#include "worker/engine/node_group.h"
 
 namespace gift::worker {
 

@@ -23,7 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "common/transform/gradient_transform.h"
 #include "gift/v1/cluster.pb.h"
-#include "worker/push_pull_engine.h"
+#include "worker/engine/push_pull_engine.h"
 
 namespace gift::worker {
 

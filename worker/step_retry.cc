@@ -1,6 +1,6 @@
 #include "worker/step_retry.h"
 
-#include "worker/step_failure.h"
+#include "worker/engine/step_failure.h"
 
 namespace gift::worker {
 

@@ -33,7 +33,7 @@
 #include "tests/testing/state_plans.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/ucx_member.h"
-#include "worker/push_pull_engine.h"
+#include "worker/engine/push_pull_engine.h"
 
 namespace gift::server {
 namespace {
@@ -183,7 +183,8 @@ TEST(DataPlaneAuthTest, ForgedRankFromANonMemberIsRefusedAndTheAverageIsExact) {
     ASSERT_TRUE(reports[w].ok()) << "worker " << w << ": " << reports[w].status() << "\n"
                                  << (*server)->stderr_text();
     EXPECT_EQ(grads[w], exact) << "worker " << w;
-    for (const auto& [reason, count] : engines[w]->auth_failures()) EXPECT_EQ(count, 0) << reason;
+    for (const auto& [reason, count] : engines[w]->inbox().auth_failures())
+      EXPECT_EQ(count, 0) << reason;
   }
   page = daemon::testing::HttpGet(metrics, "/metrics");
   EXPECT_EQ(Series(page, "gift_server_pushes_total"), kWorkers * cs.shard_map().chunks_size())

@@ -31,7 +31,7 @@
 #include "tests/fuzz/fuzz_inputs.pb.h"
 #include "tests/fuzz/inproc_coordinator.h"
 #include "worker/client/buffer_handoff.h"
-#include "worker/push_pull_engine.h"
+#include "worker/engine/push_pull_engine.h"
 #include "worker/worker_core.h"
 #include "worker/worker_grpc_service.h"
 

@@ -22,11 +22,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-
 #include "common/codec/codec_spec.h"
 #include "gift/v1/cluster.pb.h"
 #include "gift/v1/coordinator.pb.h"
-#include "worker/push_pull_engine.h"
+#include "worker/engine/push_pull_engine.h"
 
 namespace gift::test {
 

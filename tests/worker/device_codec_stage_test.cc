@@ -1,5 +1,5 @@
 // The push-pull engine's device stage (worker/cuda/device_codec_stage.h)
-// against the host stage (worker/tensor_codec_stage.h):
+// against the host stage (worker/engine/tensor_codec_stage.h):
 //
 //   - stage by stage: the same gradient encoded by both, chunk by chunk into
 //     send arenas (bit-identical payloads for direct codecs; for a GIFT
@@ -56,8 +56,8 @@
 #include "server/aggregator/aggregator_shard.h"
 #include "tests/transform/test_util.h"
 #include "tests/worker/engine_test_util.h"
-#include "worker/push_pull_engine.h"
-#include "worker/tensor_codec_stage.h"
+#include "worker/engine/push_pull_engine.h"
+#include "worker/engine/tensor_codec_stage.h"
 
 namespace gift::worker {
 namespace {

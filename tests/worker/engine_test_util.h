@@ -20,7 +20,7 @@
 #include "common/transform/gradient_transform.h"
 #include "common/transport/inproc/inproc_transport.h"
 #include "gtest/gtest.h"
-#include "worker/push_pull_engine.h"
+#include "worker/engine/push_pull_engine.h"
 
 namespace gift::worker::testing {
 

@@ -1,6 +1,6 @@
 // Node groups of the worker (node_group.h): who is in a worker's group,
 // which member leads each chunk, and the leader's FP32 sums.
-#include "worker/node_group.h"
+#include "worker/engine/node_group.h"
 
 #include <cmath>
 #include <set>

@@ -14,7 +14,7 @@
 #include "common/transport/inproc/inproc_transport.h"
 #include "gtest/gtest.h"
 #include "tests/worker/engine_test_util.h"
-#include "worker/push_pull_engine.h"
+#include "worker/engine/push_pull_engine.h"
 
 namespace gift::worker {
 namespace {
@@ -119,7 +119,7 @@ TEST(PushPullEngineAuth, OnlyResultsSealedByTheServerCount) {
   run.join();
   ASSERT_TRUE(report.ok()) << report.status();
   for (float x : grad) ASSERT_EQ(x, 2.5f);
-  auto failures = (*engine)->auth_failures();
+  auto failures = (*engine)->inbox().auth_failures();
   EXPECT_EQ(failures["missing"], 2u);
   EXPECT_EQ(failures["bad_mac"], 1u);
   EXPECT_EQ(failures["unknown_key"], 1u);

@@ -28,7 +28,7 @@
 #include "server/aggregator/aggregator_shard.h"
 #include "tests/transform/test_util.h"
 #include "tests/worker/engine_test_util.h"
-#include "worker/push_pull_engine.h"
+#include "worker/engine/push_pull_engine.h"
 
 namespace gift::worker {
 namespace {

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "server/aggregator/aggregator_shard.h"
 #include "tests/worker/engine_test_util.h"
-#include "worker/push_pull_engine.h"
+#include "worker/engine/push_pull_engine.h"
 #include "worker/step_retry.h"
 
 namespace gift::worker {
@@ -114,10 +114,10 @@ class EnginePeerFailureTest : public ::testing::Test {
   // Waits until `engine` has seen `n` aggregator failures (they arrive on
   // its progress thread).
   static void AwaitPeerFailures(const PushPullEngine& engine, uint64_t n) {
-    for (int i = 0; i < 20000 && engine.peer_failures() < n; ++i) {
+    for (int i = 0; i < 20000 && engine.inbox().peer_failures() < n; ++i) {
       absl::SleepFor(absl::Milliseconds(1));
     }
-    ASSERT_EQ(engine.peer_failures(), n);
+    ASSERT_EQ(engine.inbox().peer_failures(), n);
   }
 
   transport::InprocHub hub_;
@@ -155,7 +155,7 @@ TEST_F(EnginePeerFailureTest, AReportAboutAServerTheStepDoesNotUseLeavesItRunnin
   auto report0 = engines_[0]->Finish();
   ASSERT_TRUE(report0.ok()) << report0.status();
   ASSERT_TRUE(report1.ok()) << report1.status();
-  EXPECT_EQ(engines_[0]->peer_failures_that_aborted(), 0u);
+  EXPECT_EQ(engines_[0]->inbox().peer_failures_that_aborted(), 0u);
   EXPECT_EQ(data0, Average(1));
   EXPECT_EQ(data1, data0);
   EXPECT_EQ(later0, testing::LocalAverage(kLater, 1, kWorld, live, Fp32(), Fp32(), nullptr));
@@ -175,7 +175,7 @@ TEST_F(EnginePeerFailureTest, AFailedServerOfTheStepEndsItAndIsNamed) {
   shards_[1].reset();
   auto report = engines_[0]->Finish();
   ASSERT_EQ(report.status().code(), absl::StatusCode::kUnavailable) << report.status();
-  EXPECT_EQ(engines_[0]->peer_failures_that_aborted(), 1u);
+  EXPECT_EQ(engines_[0]->inbox().peer_failures_that_aborted(), 1u);
   const StepFailureInfo info = DescribeStepFailure(report.status());
   EXPECT_EQ(info.aggregator, dead);
   EXPECT_TRUE(info.pushed);

@@ -32,7 +32,7 @@
 #include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
 #include "tests/worker/engine_test_util.h"
-#include "worker/push_pull_engine.h"
+#include "worker/engine/push_pull_engine.h"
 
 extern char** environ;
 

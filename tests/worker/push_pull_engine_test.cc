@@ -1,7 +1,7 @@
 // Workers' push-pull engines against aggregator shards on real transports
 // (in-process and UCX loopback): every worker ends with the same bits, equal
 // to a local re-computation of what the servers do.
-#include "worker/push_pull_engine.h"
+#include "worker/engine/push_pull_engine.h"
 
 #include <algorithm>
 #include <iostream>
@@ -438,7 +438,7 @@ TEST(PushPullEngineResults, StaleAndDuplicateResultsNeverLandOverLiveOnes) {
       auto both = [&] { return pushes.size() == 2 * step; };
       ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&both), absl::Seconds(10)));
     }
-    const uint64_t strays = (*engine)->stray_messages();
+    const uint64_t strays = (*engine)->inbox().stray_messages();
     send_result(step - 1, 1, 99.0f);       // an earlier step's: a stray
     send_result(step, 0, float(step));     // the result of chunk 0
     send_result(step, 0, 77.0f);           // a duplicate: a stray
@@ -449,7 +449,7 @@ TEST(PushPullEngineResults, StaleAndDuplicateResultsNeverLandOverLiveOnes) {
       ASSERT_EQ(grad[k], float(step)) << "step " << step;
       ASSERT_EQ(grad[kCols + k], float(step) + 0.5f) << "step " << step;
     }
-    EXPECT_EQ((*engine)->stray_messages(), strays + 2);
+    EXPECT_EQ((*engine)->inbox().stray_messages(), strays + 2);
   }
   engine->reset();
 }

@@ -20,7 +20,7 @@
 #include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
 #include "server/aggregator/aggregator_shard.h"
-#include "worker/push_pull_engine.h"
+#include "worker/engine/push_pull_engine.h"
 
 namespace gift::worker {
 namespace {

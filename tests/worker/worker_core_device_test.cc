@@ -44,7 +44,7 @@
 #include "worker/client/buffer_handoff.h"
 #include "worker/cuda/device_codec_stage.h"
 #include "worker/dtype_conversion.h"
-#include "worker/push_pull_engine.h"
+#include "worker/engine/push_pull_engine.h"
 #include "worker/step_key.h"
 #include "worker/worker_core.h"
 

@@ -1,4 +1,4 @@
-// The push-pull engine's stage (worker/tensor_codec_stage.h) for a tensor
+// The push-pull engine's stage (worker/engine/tensor_codec_stage.h) for a tensor
 // whose gradient lives in CUDA device memory (TensorStep::device): the
 // transform and the codec run on the GPU, on a CUDA stream the stage owns,
 // and only the encoded bytes cross to the host.
@@ -118,7 +118,7 @@
 #include "kernels/transform/rotation_cuda.h"
 #include "kernels/transform/transform_cuda.h"
 #include "worker/cuda/encode_schedule.h"
-#include "worker/tensor_codec_stage.h"
+#include "worker/engine/tensor_codec_stage.h"
 
 namespace gift::worker {
 

@@ -9,9 +9,10 @@
 //   StepFailureInfo info = DescribeStepFailure(s);                   // caller
 //
 // Thread safety: pure functions.
-#ifndef GIFT_WORKER_STEP_FAILURE_H_
-#define GIFT_WORKER_STEP_FAILURE_H_
+#ifndef GIFT_WORKER_ENGINE_STEP_FAILURE_H_
+#define GIFT_WORKER_ENGINE_STEP_FAILURE_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -39,6 +40,10 @@ absl::Status AggregatorFailure(absl::string_view what, absl::string_view address
 // `failure` with whether the step had pushed.
 absl::Status WithPushed(absl::Status failure, bool pushed);
 
+// `s` (unchanged when OK) with its message prefixed "tensor <id>: ", or
+// "tensor <id> chunk <chunk>: " when chunk >= 0.
+absl::Status InTensor(const absl::Status& s, uint64_t tensor_id, int64_t chunk = -1);
+
 }  // namespace gift::worker
 
-#endif  // GIFT_WORKER_STEP_FAILURE_H_
+#endif  // GIFT_WORKER_ENGINE_STEP_FAILURE_H_

@@ -16,8 +16,8 @@
 //
 // Thread safety: NodeGroup is an immutable value; NodeSums is used from one
 // thread (the engine's Run thread).
-#ifndef GIFT_WORKER_NODE_GROUP_H_
-#define GIFT_WORKER_NODE_GROUP_H_
+#ifndef GIFT_WORKER_ENGINE_NODE_GROUP_H_
+#define GIFT_WORKER_ENGINE_NODE_GROUP_H_
 
 #include <cstdint>
 #include <memory>
@@ -101,4 +101,4 @@ class NodeSums {
 
 }  // namespace gift::worker
 
-#endif  // GIFT_WORKER_NODE_GROUP_H_
+#endif  // GIFT_WORKER_ENGINE_NODE_GROUP_H_

@@ -1,4 +1,4 @@
-#include "worker/tensor_codec_stage.h"
+#include "worker/engine/tensor_codec_stage.h"
 
 #include <cstring>
 #include <utility>

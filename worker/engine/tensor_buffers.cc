@@ -1,4 +1,4 @@
-#include "worker/tensor_buffers.h"
+#include "worker/engine/tensor_buffers.h"
 
 #include <utility>
 

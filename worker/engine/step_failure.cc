@@ -1,4 +1,4 @@
-#include "worker/step_failure.h"
+#include "worker/engine/step_failure.h"
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +21,13 @@ absl::Status AggregatorFailure(absl::string_view what, absl::string_view address
 absl::Status WithPushed(absl::Status failure, bool pushed) {
   failure.SetPayload(kPushedUrl, absl::Cord(pushed ? "1" : "0"));
   return failure;
+}
+
+absl::Status InTensor(const absl::Status& s, uint64_t tensor_id, int64_t chunk) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), chunk < 0 ? absl::StrCat("tensor ", tensor_id, ": ", s.message())
+                                          : absl::StrCat("tensor ", tensor_id, " chunk ", chunk,
+                                                         ": ", s.message()));
 }
 
 StepFailureInfo DescribeStepFailure(const absl::Status& failure) {

@@ -15,12 +15,12 @@
 // RDMA) when it can; registration failing is not an error.
 //
 // Ownership and thread safety: owned by the push-pull engine and used by its
-// Run thread; the fields of ChunkSlot marked "engine mutex" are read and
-// written by the transport's threads under the engine's mutex. A
+// Run thread; the fields of ChunkSlot marked "inbox mutex" are read and
+// written by the transport's threads under the ResultInbox's mutex. A
 // TensorBuffers must not be destroyed (nor ReleaseRegions called) while a
 // send from it or a placed receive into it is in flight (ChunkSlot::Busy).
-#ifndef GIFT_WORKER_TENSOR_BUFFERS_H_
-#define GIFT_WORKER_TENSOR_BUFFERS_H_
+#ifndef GIFT_WORKER_ENGINE_TENSOR_BUFFERS_H_
+#define GIFT_WORKER_ENGINE_TENSOR_BUFFERS_H_
 
 #include <cstdint>
 #include <memory>
@@ -35,8 +35,8 @@
 #include "common/transform/encoder_pipeline.h"
 #include "common/transform/rotated_transform.h"
 #include "common/transport/transport.h"
-#include "worker/push_pull_engine.h"
-#include "worker/tensor_codec_stage.h"
+#include "worker/engine/step_plan.h"
+#include "worker/engine/tensor_codec_stage.h"
 
 namespace gift::worker {
 
@@ -45,7 +45,8 @@ struct ChunkSlot {
   uint32_t index = 0;
   uint64_t offset = 0;  // first element in the tensor
   dataplane::ChunkShape shape;
-  size_t tensor = 0;  // the tensor's position in the step being run
+  size_t tensor = 0;       // the tensor's position in the step being run
+  uint64_t tensor_id = 0;  // the tensor's id (ResultInbox files the slot by it)
 
   absl::Span<uint8_t> send;  // the chunk's payload, in the send arena
 
@@ -54,7 +55,7 @@ struct ChunkSlot {
   std::vector<uint8_t> result;
   std::unique_ptr<transport::MemoryRegion> result_region;
 
-  // Engine mutex:
+  // Inbox mutex (result_inbox.h):
   bool send_in_flight = false;         // its payload is being sent
   bool placed = false;                 // this step's result was placed in `result`
   bool placement_outstanding = false;  // placed, but not delivered yet
@@ -63,7 +64,7 @@ struct ChunkSlot {
   std::vector<uint8_t> unplaced;       // the arrived result, when not placed
 
   bool Busy() const { return send_in_flight || placement_outstanding; }
-  // The arrived result, wherever it landed (engine mutex, or after arrival).
+  // The arrived result, wherever it landed (inbox mutex, or after arrival).
   absl::Span<const uint8_t> result_bytes_view() const {
     return placed ? absl::Span<const uint8_t>(result.data(), result_bytes)
                   : absl::Span<const uint8_t>(unplaced);
@@ -144,4 +145,4 @@ class TensorBuffers {
 
 }  // namespace gift::worker
 
-#endif  // GIFT_WORKER_TENSOR_BUFFERS_H_
+#endif  // GIFT_WORKER_ENGINE_TENSOR_BUFFERS_H_

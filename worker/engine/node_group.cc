@@ -1,4 +1,4 @@
-#include "worker/node_group.h"
+#include "worker/engine/node_group.h"
 
 #include <algorithm>
 #include <cstring>
@@ -30,8 +30,9 @@ std::shared_ptr<const NodeGroup> NodeGroupOf(const gift::v1::ClusterState& state
     if (w.node() == self->node()) mates.push_back(&w);
   }
   if (mates.size() < 2) return nullptr;
-  std::sort(mates.begin(), mates.end(),
-            [](const gift::v1::Member* a, const gift::v1::Member* b) { return a->rank() < b->rank(); });
+  std::sort(mates.begin(), mates.end(), [](const gift::v1::Member* a, const gift::v1::Member* b) {
+    return a->rank() < b->rank();
+  });
   auto group = std::make_shared<NodeGroup>();
   group->self = rank;
   for (const gift::v1::Member* m : mates) {
@@ -112,9 +113,9 @@ absl::StatusOr<size_t> NodeSums::TakeSum(const Key& key, std::vector<float>& out
                                                                parsed.status().message()));
     }
     if (parsed->view.rows * parsed->view.cols != out.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          dataplane::ToString(c.header), ": ", parsed->view.rows * parsed->view.cols,
-          " elements, the chunk has ", out.size()));
+      return absl::InvalidArgumentError(absl::StrCat(dataplane::ToString(c.header), ": ",
+                                                     parsed->view.rows * parsed->view.cols,
+                                                     " elements, the chunk has ", out.size()));
     }
     if (auto s = codec::DecodeAccumulate(parsed->view, out.data(), options); !s.ok()) return s;
   }

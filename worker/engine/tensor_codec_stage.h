@@ -26,8 +26,8 @@
 // Ownership and thread safety: owned by the tensor's TensorBuffers and used
 // only by the engine's Run thread. A stage keeps no pointer to the gradient
 // after a call returns.
-#ifndef GIFT_WORKER_TENSOR_CODEC_STAGE_H_
-#define GIFT_WORKER_TENSOR_CODEC_STAGE_H_
+#ifndef GIFT_WORKER_ENGINE_TENSOR_CODEC_STAGE_H_
+#define GIFT_WORKER_ENGINE_TENSOR_CODEC_STAGE_H_
 
 #include <cstdint>
 #include <functional>
@@ -140,4 +140,4 @@ class HostCodecStage final : public TensorCodecStage {
 
 }  // namespace gift::worker
 
-#endif  // GIFT_WORKER_TENSOR_CODEC_STAGE_H_
+#endif  // GIFT_WORKER_ENGINE_TENSOR_CODEC_STAGE_H_

@@ -1,0 +1,368 @@
+#include "worker/engine/result_inbox.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/dataplane/chunk_header.h"
+#include "worker/engine/step_failure.h"
+#include "worker/engine/tensor_buffers.h"
+
+namespace gift::worker {
+namespace {
+
+using dataplane::ChunkHeader;
+using dataplane::ChunkKind;
+
+// Contributions held for later steps, at most (a member runs at most a step
+// or two ahead of its leader; beyond this they are dropped as strays).
+constexpr uint64_t kMaxNodeInboxBytes = uint64_t{256} << 20;
+
+}  // namespace
+
+void ResultInbox::Open(uint64_t epoch, uint64_t step, uint64_t run,
+                       std::shared_ptr<const dataplane::EpochKeys> keys, bool node_step) {
+  absl::MutexLock lock(&mu_);
+  epoch_ = epoch;
+  step_ = step;
+  run_ = run;
+  node_step_ = node_step;
+  keys_ = std::move(keys);
+  servers_.clear();
+  pushed_ = false;
+  slots_.clear();
+  ready_.clear();
+  remaining_ = 0;
+  aborted_ = absl::OkStatus();
+  active_ = true;
+  // Contributions of ended epochs will never be summed.
+  std::erase_if(node_inbox_, [&](const NodeContribution& c) {
+    if (c.header.epoch >= epoch) return false;
+    node_inbox_bytes_ -= c.payload.size();
+    return true;
+  });
+  if (node_step) ++node_arrivals_;  // the next Take files what is held for this step
+}
+
+absl::Status ResultInbox::UseServer(transport::PeerId peer, const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  servers_.try_emplace(peer, address);
+  // Reported failed between the cache lookup and now: the step cannot use it.
+  if (failed_peers_.contains(peer)) {
+    return AggregatorFailure("an aggregator failed", address, "its connection was reported failed");
+  }
+  return absl::OkStatus();
+}
+
+void ResultInbox::UseNodeMate(transport::PeerId peer) {
+  absl::MutexLock lock(&mu_);
+  node_mate_peers_.insert(peer);
+}
+
+bool ResultInbox::Expect(absl::Span<ChunkSlot* const> slots, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  // A send buffer is rewritten only once its previous send completed.
+  auto sent = [slots]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const ChunkSlot* slot : slots) {
+      if (slot->send_in_flight) return false;
+    }
+    return true;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&sent), timeout)) return false;
+  // Results of these chunks can only come once this worker pushed them, so
+  // filing the slots now, before the pushes, loses nothing.
+  for (ChunkSlot* slot : slots) {
+    slot->placed = false;
+    slot->arrived = false;
+    slot->result_bytes = 0;
+    slots_[{slot->tensor_id, slot->index}] = slot;
+  }
+  remaining_ += slots.size();
+  return true;
+}
+
+absl::StatusOr<bool> ResultInbox::Take(bool wait, absl::Time deadline,
+                                       std::vector<ChunkSlot*>& ready) {
+  ready.clear();
+  absl::MutexLock lock(&mu_);
+  if (wait) {
+    auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !ready_.empty() || remaining_ == 0 || !aborted_.ok() || node_arrivals_ != node_seen_;
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&woken), deadline)) return false;
+  }
+  if (!node_step_) node_seen_ = node_arrivals_;  // nothing to sum this step
+  // Once every result is in, the step completed at every server (a server
+  // sends a chunk's result only when all ranks pushed it), so a late abort
+  // (e.g. this worker saw the next epoch first) no longer fails it.
+  if (!aborted_.ok() && remaining_ > 0) return aborted_;
+  ready.swap(ready_);
+  return true;
+}
+
+bool ResultInbox::complete() const {
+  absl::MutexLock lock(&mu_);
+  return remaining_ == 0 && ready_.empty();
+}
+
+size_t ResultInbox::missing() const {
+  absl::MutexLock lock(&mu_);
+  return remaining_;
+}
+
+absl::Status ResultInbox::IncompleteAbort() const {
+  absl::MutexLock lock(&mu_);
+  return remaining_ > 0 ? aborted_ : absl::OkStatus();
+}
+
+bool ResultInbox::pushed() const {
+  absl::MutexLock lock(&mu_);
+  return pushed_;
+}
+
+std::vector<ChunkSlot*> ResultInbox::Close(absl::Span<ChunkSlot* const> slots) {
+  std::vector<ChunkSlot*> grow;
+  absl::MutexLock lock(&mu_);
+  active_ = false;
+  for (ChunkSlot* slot : slots) {
+    // A result too big for its slot was handed over by the transport: size
+    // the slot for the next step.
+    if (!slot->unplaced.empty() && !slot->Busy() && slot->unplaced.size() > slot->result.size()) {
+      grow.push_back(slot);
+    }
+  }
+  return grow;
+}
+
+void ResultInbox::SendStarted(ChunkSlot* slot, bool to_server) {
+  absl::MutexLock lock(&mu_);
+  if (slot != nullptr) slot->send_in_flight = true;
+  ++sends_in_flight_;
+  if (to_server) pushed_ = true;
+}
+
+void ResultInbox::SendEnded(ChunkSlot* slot, uint64_t run, transport::PeerId peer,
+                            const absl::Status& done, absl::string_view what) {
+  absl::MutexLock lock(&mu_);
+  if (slot != nullptr) slot->send_in_flight = false;
+  --sends_in_flight_;
+  if (!done.ok() && active_ && run_ == run && aborted_.ok()) {
+    aborted_ = SendFailureLocked(peer, what, done.message());
+  }
+}
+
+absl::Status ResultInbox::SendFailure(transport::PeerId peer, absl::string_view what,
+                                      absl::string_view why) const {
+  absl::MutexLock lock(&mu_);
+  return SendFailureLocked(peer, what, why);
+}
+
+absl::Status ResultInbox::SendFailureLocked(transport::PeerId peer, absl::string_view what,
+                                            absl::string_view why) const {
+  auto it = servers_.find(peer);
+  if (it != servers_.end()) return AggregatorFailure(what, it->second, why);
+  return absl::UnavailableError(absl::StrCat(what, ": ", why));
+}
+
+void ResultInbox::AwaitSends(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sends_in_flight_ == 0; };
+  (void)mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+bool ResultInbox::Idle(const TensorBuffers& buffers) const {
+  absl::MutexLock lock(&mu_);
+  for (const ChunkSlot& c : buffers.chunks()) {
+    if (c.Busy()) return false;
+  }
+  return true;
+}
+
+std::vector<NodeContribution> ResultInbox::TakeNodeContributions(uint64_t epoch, uint64_t step) {
+  std::vector<NodeContribution> arrived;
+  absl::MutexLock lock(&mu_);
+  node_seen_ = node_arrivals_;
+  std::erase_if(node_inbox_, [&](NodeContribution& c) {
+    if (c.header.epoch != epoch || c.header.step != step) return false;
+    node_inbox_bytes_ -= c.payload.size();
+    arrived.push_back(std::move(c));
+    return true;
+  });
+  return arrived;
+}
+
+void ResultInbox::CountStray() {
+  absl::MutexLock lock(&mu_);
+  ++stray_;
+}
+
+void ResultInbox::CountAuthFailureLocked(dataplane::AuthFailure failure) {
+  ++auth_failures_[std::string(dataplane::AuthFailureName(failure))];
+}
+
+absl::Span<uint8_t> ResultInbox::PlacePayload(absl::Span<const uint8_t> header, size_t bytes) {
+  auto h = dataplane::ParseChunkHeader(header);
+  absl::MutexLock lock(&mu_);
+  if (!h.ok() || h->kind != ChunkKind::kResult || !active_ || h->epoch != epoch_ ||
+      h->step != step_) {
+    return {};
+  }
+  // Only a header sealed by a server of the epoch may land in a slot.
+  if (keys_ != nullptr && dataplane::CheckChunk(*keys_, *h, header, std::nullopt).has_value()) {
+    return {};
+  }
+  auto it = slots_.find({h->tensor_id, h->chunk_index});
+  if (it == slots_.end()) return {};
+  ChunkSlot& slot = *it->second;
+  // Never over live data: not twice in a step, not while an earlier
+  // placement into the slot may still be landing.
+  if (slot.placed || slot.arrived || slot.placement_outstanding || slot.result.size() < bytes) {
+    return {};
+  }
+  slot.placed = true;
+  slot.placement_outstanding = true;
+  outstanding_[slot.result.data()] = &slot;
+  return absl::MakeSpan(slot.result.data(), bytes);
+}
+
+void ResultInbox::OnMessage(transport::Message message) {
+  auto header = dataplane::ParseChunkHeader(message.header);
+  // The chunk tag is checked outside the lock (it reads the whole payload).
+  std::optional<dataplane::AuthFailure> auth_failure;
+  std::shared_ptr<const dataplane::EpochKeys> keys;
+  if (header.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (active_) keys = keys_;
+    }
+    if (keys != nullptr) {
+      auth_failure = dataplane::CheckChunk(*keys, *header, message.header, message.bytes());
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  ChunkSlot* placed_into = nullptr;
+  if (message.placed.data() != nullptr) {
+    if (auto it = outstanding_.find(message.placed.data()); it != outstanding_.end()) {
+      placed_into = it->second;
+      placed_into->placement_outstanding = false;
+      outstanding_.erase(it);
+    }
+  }
+  if (header.ok() && header->kind == ChunkKind::kNodeMember) {
+    return FileNodeContributionLocked(*header, message);  // of this step or a later one
+  }
+  if (!header.ok() || !active_ || header->epoch != epoch_ || header->step != step_) {
+    ++stray_;
+    return;
+  }
+  if (keys_ != keys) {  // a step began meanwhile (rare): check under its keys
+    auth_failure = keys_ == nullptr
+                       ? std::nullopt
+                       : dataplane::CheckChunk(*keys_, *header, message.header, message.bytes());
+  }
+  if (auth_failure.has_value()) {
+    CountAuthFailureLocked(*auth_failure);
+    if (placed_into != nullptr) placed_into->placed = false;  // free for the real result
+    return;
+  }
+  if (header->kind == ChunkKind::kAbort) {
+    if (aborted_.ok()) {
+      const absl::Span<const uint8_t> why = message.bytes();
+      aborted_ = absl::AbortedError(absl::StrCat("an aggregator aborted step ", header->step,
+                                                 " of epoch ", header->epoch, ": ",
+                                                 std::string(why.begin(), why.end())));
+    }
+    return;
+  }
+  auto it = slots_.find({header->tensor_id, header->chunk_index});
+  if (header->kind != ChunkKind::kResult || it == slots_.end() || it->second->arrived) {
+    ++stray_;
+    return;
+  }
+  ChunkSlot& slot = *it->second;
+  if (placed_into != nullptr && placed_into != &slot) {  // cannot happen: placed by this header
+    ++stray_;
+    return;
+  }
+  slot.placed = placed_into != nullptr;
+  slot.result_bytes = message.bytes().size();
+  if (!slot.placed) slot.unplaced = std::move(message.payload);
+  slot.arrived = true;
+  ready_.push_back(&slot);
+  --remaining_;
+}
+
+void ResultInbox::FileNodeContributionLocked(const ChunkHeader& header,
+                                             transport::Message& message) {
+  if (active_ && keys_ != nullptr) {  // never summed unauthenticated
+    CountAuthFailureLocked(dataplane::AuthFailure::kUnknownKey);
+    return;
+  }
+  if ((active_ && header.epoch < epoch_) ||
+      node_inbox_bytes_ + message.bytes().size() > kMaxNodeInboxBytes) {
+    ++stray_;
+    return;
+  }
+  node_inbox_bytes_ += message.bytes().size();
+  std::vector<uint8_t> payload =
+      message.placed.data() == nullptr
+          ? std::move(message.payload)
+          : std::vector<uint8_t>(message.placed.begin(), message.placed.end());
+  node_inbox_.push_back({.header = header, .payload = std::move(payload)});
+  ++node_arrivals_;
+}
+
+void ResultInbox::OnPeerFailure(transport::PeerId peer, const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  // Another worker of the node group: its death ends its epoch, not this
+  // step by itself (see StepPlan::node).
+  if (node_mate_peers_.erase(peer) > 0) return;
+  failed_peers_.insert(peer);
+  // Only a connection the step pushes to ends it: a report about another
+  // one (a server of an earlier epoch, a connection attempt made for an
+  // earlier step) says nothing about this step's servers.
+  if (!active_ || !aborted_.ok()) return;
+  auto it = servers_.find(peer);
+  if (it == servers_.end()) return;
+  ++peer_failures_that_aborted_;
+  aborted_ = AggregatorFailure("an aggregator failed", it->second, why.message());
+}
+
+void ResultInbox::AbortEpochsBefore(uint64_t epoch, absl::string_view why) {
+  absl::MutexLock lock(&mu_);
+  if (active_ && epoch_ < epoch && aborted_.ok()) {
+    aborted_ = absl::AbortedError(absl::StrCat("step ", step_, " of epoch ", epoch_, ": ", why));
+  }
+}
+
+void ResultInbox::AbortStep(absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  if (active_ && aborted_.ok() && !why.ok()) aborted_ = std::move(why);
+}
+
+uint64_t ResultInbox::stray_messages() const {
+  absl::MutexLock lock(&mu_);
+  return stray_;
+}
+
+uint64_t ResultInbox::peer_failures() const {
+  absl::MutexLock lock(&mu_);
+  return failed_peers_.size();
+}
+
+uint64_t ResultInbox::peer_failures_that_aborted() const {
+  absl::MutexLock lock(&mu_);
+  return peer_failures_that_aborted_;
+}
+
+std::map<std::string, uint64_t> ResultInbox::auth_failures() const {
+  std::map<std::string, uint64_t> out;
+  for (dataplane::AuthFailure f : dataplane::kAllAuthFailures) {
+    out[std::string(dataplane::AuthFailureName(f))];
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& [reason, count] : auth_failures_) out[reason] = count;
+  return out;
+}
+
+}  // namespace gift::worker

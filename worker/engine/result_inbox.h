@@ -1,0 +1,189 @@
+// The push-pull engine's record of the step in flight, and the one place
+// that state shared with the transport's threads lives: which step is in
+// flight and whether it was aborted, the servers it pushes to, the chunks
+// it waits for and those arrived, the sends in flight, and the node group's
+// contributions received. It places results straight into their chunks'
+// slots (PlacePayload), files them as they arrive (OnMessage), and hands
+// them to the Run thread to decode (Take).
+//
+//   inbox.Open(epoch, step, run, keys);
+//   inbox.UseServer(peer, address);           // each connection the step uses
+//   inbox.Expect(slots, timeout);              // the step's chunks, before pushing
+//   ... inbox.SendStarted / SendEnded around each send (ChunkSender) ...
+//   while (!inbox.complete()) inbox.Take(/*wait=*/true, deadline, ready);
+//   inbox.Close(slots);
+//
+// A result counts only when it is a kResult of the step in flight, for a
+// chunk it waits for, not yet arrived, and (with keys) sealed by a server of
+// the epoch; anything else is counted as a stray or an authentication
+// failure and dropped. An abort from a server, a failed connection the step
+// uses, a failed send of the step, AbortEpochsBefore and AbortStep end the
+// step (Take returns the reason) unless every result is already in.
+//
+// Ownership: the slots are the engine's (TensorBuffers); the inbox keeps
+// pointers to the step's slots between Expect and Close, and to slots with a
+// placement outstanding until it is delivered, so a slot must outlive both
+// (ChunkSlot::Busy). Thread safety: every method may be called from any
+// thread; Open, Expect, Take, Close and the node-contribution methods are
+// the Run thread's (one step at a time).
+#ifndef GIFT_WORKER_ENGINE_RESULT_INBOX_H_
+#define GIFT_WORKER_ENGINE_RESULT_INBOX_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/dataplane/chunk_mac.h"
+#include "common/transport/transport.h"
+#include "worker/engine/node_group.h"
+
+namespace gift::worker {
+
+struct ChunkSlot;
+class TensorBuffers;
+
+class ResultInbox {
+ public:
+  ResultInbox() = default;
+  ResultInbox(const ResultInbox&) = delete;
+  ResultInbox& operator=(const ResultInbox&) = delete;
+
+  // The step's lifecycle (Run thread).
+  // Opens step `step` of `epoch`; `run` tells a retry of (epoch, step)
+  // apart. Results and aborts are checked with `keys` (null: off).
+  // `node_step`: the step aggregates in a node group (Take then wakes for
+  // the members' contributions).
+  void Open(uint64_t epoch, uint64_t step, uint64_t run,
+            std::shared_ptr<const dataplane::EpochKeys> keys, bool node_step);
+  // Records that the step sends to the server at `address` through `peer`
+  // (its failure then ends the step). Unavailable when `peer` was already
+  // reported failed.
+  absl::Status UseServer(transport::PeerId peer, const std::string& address);
+  // Records that `peer` is another worker of the node group: its failure
+  // ends its epoch, not the step (StepPlan::node).
+  void UseNodeMate(transport::PeerId peer);
+  // Adds `slots` (of the step's tensors, tensor_id and index set) to the
+  // chunks the step waits for, once none of them is being sent any more
+  // (their payloads are rewritten next). False when an earlier send is still
+  // in flight after `timeout`.
+  bool Expect(absl::Span<ChunkSlot* const> slots, absl::Duration timeout);
+  // Moves the arrived results into `ready` (cleared first). With `wait`,
+  // first waits until `deadline` for an arrival, the step's end, an abort or
+  // a node contribution. False on timeout; the abort's status when the step
+  // was aborted before its last result arrived.
+  absl::StatusOr<bool> Take(bool wait, absl::Time deadline, std::vector<ChunkSlot*>& ready);
+  // Every expected result arrived and was taken.
+  bool complete() const;
+  size_t missing() const;  // results not arrived
+  // The abort, when the step was aborted before its last result arrived.
+  absl::Status IncompleteAbort() const;
+  // Whether a push left for a server this step.
+  bool pushed() const;
+  // Ends the step (later results are strays) and returns those of `slots`
+  // whose result was too big to be placed and that are no longer busy.
+  std::vector<ChunkSlot*> Close(absl::Span<ChunkSlot* const> slots);
+
+  // Sends (ChunkSender). `slot` (may be null: an owned payload) is being
+  // sent; `to_server`: a push of the step left for a server.
+  void SendStarted(ChunkSlot* slot, bool to_server);
+  // A send to `peer` ended with `done`; when it failed while the step of
+  // `run` is in flight and not yet aborted, SendFailure(peer, what, ...)
+  // aborts it.
+  void SendEnded(ChunkSlot* slot, uint64_t run, transport::PeerId peer, const absl::Status& done,
+                 absl::string_view what);
+  // Unavailable "<what>: <why>", naming the server when `peer` is one the
+  // step uses (AggregatorFailure).
+  absl::Status SendFailure(transport::PeerId peer, absl::string_view what,
+                           absl::string_view why) const;
+  // Waits up to `timeout` for every send to end.
+  void AwaitSends(absl::Duration timeout);
+  // No send from `buffers` and no placement into them is in flight.
+  bool Idle(const TensorBuffers& buffers) const;
+
+  // The node group's contributions (Run thread; Open drops those of
+  // earlier epochs, and with `node_step` the next Take wakes to file those
+  // held for the step). Takes the contributions of (epoch, step) received so far.
+  std::vector<NodeContribution> TakeNodeContributions(uint64_t epoch, uint64_t step);
+  void CountStray();
+
+  // The transport's callbacks (its progress thread).
+  absl::Span<uint8_t> PlacePayload(absl::Span<const uint8_t> header, size_t bytes);
+  void OnMessage(transport::Message message);
+  void OnPeerFailure(transport::PeerId peer, const absl::Status& why);
+
+  // Any thread. Aborts the step in flight if its epoch is below `epoch`
+  // (Aborted with `why`), or whatever its epoch (`why`, not OK); nothing
+  // when no step is in flight or it is already aborted.
+  void AbortEpochsBefore(uint64_t epoch, absl::string_view why);
+  void AbortStep(absl::Status why);
+  // Messages received that belonged to no step in flight (late, duplicate
+  // or foreign).
+  uint64_t stray_messages() const;
+  // Server connections the transport reported failed, and how many of
+  // those ended a step (the others were not used by the step in flight).
+  uint64_t peer_failures() const;
+  uint64_t peer_failures_that_aborted() const;
+  // Results and aborts of the step in flight dropped by authentication, by
+  // dataplane::AuthFailureName (every reason present).
+  std::map<std::string, uint64_t> auth_failures() const;
+
+ private:
+  // OnMessage's part for a kNodeMember.
+  void FileNodeContributionLocked(const dataplane::ChunkHeader& header, transport::Message& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountAuthFailureLocked(dataplane::AuthFailure failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SendFailureLocked(transport::PeerId peer, absl::string_view what,
+                                 absl::string_view why) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  bool active_ ABSL_GUARDED_BY(mu_) = false;  // a step is in flight
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t step_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t run_ ABSL_GUARDED_BY(mu_) = 0;
+  bool node_step_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<const dataplane::EpochKeys> keys_ ABSL_GUARDED_BY(mu_);
+  // The servers' connections the step uses, with their addresses.
+  absl::flat_hash_map<transport::PeerId, std::string> servers_ ABSL_GUARDED_BY(mu_);
+  bool pushed_ ABSL_GUARDED_BY(mu_) = false;
+  // (tensor id, chunk index) -> the slot, for the chunks the step waits for.
+  absl::flat_hash_map<std::pair<uint64_t, uint32_t>, ChunkSlot*> slots_ ABSL_GUARDED_BY(mu_);
+  std::vector<ChunkSlot*> ready_ ABSL_GUARDED_BY(mu_);  // arrived, not yet taken
+  size_t remaining_ ABSL_GUARDED_BY(mu_) = 0;           // expected, not arrived
+  absl::Status aborted_ ABSL_GUARDED_BY(mu_);           // non-OK once aborted
+  uint64_t sends_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Placed buffers not yet delivered -> their slots (possibly of an ended
+  // step).
+  absl::flat_hash_map<const uint8_t*, ChunkSlot*> outstanding_ ABSL_GUARDED_BY(mu_);
+
+  uint64_t stray_ ABSL_GUARDED_BY(mu_) = 0;
+  // Connections reported failed (ids are never reused, and a worker sees few
+  // failures, so they are kept): a step that picks one up from the cache
+  // just before its report is still ended by it.
+  absl::flat_hash_set<transport::PeerId> failed_peers_ ABSL_GUARDED_BY(mu_);
+  uint64_t peer_failures_that_aborted_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, uint64_t> auth_failures_ ABSL_GUARDED_BY(mu_);
+
+  // Node-local aggregation: the members' contributions received and not
+  // yet taken (of this step or a later one), and the other workers'
+  // connections.
+  std::vector<NodeContribution> node_inbox_ ABSL_GUARDED_BY(mu_);
+  uint64_t node_inbox_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t node_arrivals_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t node_seen_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_set<transport::PeerId> node_mate_peers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gift::worker
+
+#endif  // GIFT_WORKER_ENGINE_RESULT_INBOX_H_
