@@ -8,8 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
-#include "common/codec/codec_spec_proto.h"
-#include "common/policy/policy.h"
+#include "common/dataplane/state_view.h"
 #include "worker/engine/node_group.h"
 
 namespace gift::worker {
@@ -53,37 +52,19 @@ absl::StatusOr<StepPlan> PlanStep(const gift::v1::ClusterState& state, absl::str
     return absl::FailedPreconditionError(
         absl::StrCat("member ", member_id, " is not a worker of epoch ", state.epoch()));
   }
-  if (state.shard_map().epoch() != state.epoch()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shard map of epoch ", state.shard_map().epoch(), " in a state of epoch ", state.epoch()));
-  }
+  auto view = dataplane::StateViewOf(state);
+  if (!view.ok()) return view.status();
   if (step > state.frozen_through_step()) {
     return absl::FailedPreconditionError(
         absl::StrCat("step ", step, " is above the frozen schedule (through step ",
                      state.frozen_through_step(), ")"));
   }
-  const gift::v1::Policy policy = policy::WithDefaults(state.policy());
   absl::flat_hash_map<uint32_t, const std::string*> servers;
   for (const gift::v1::Member& s : state.servers()) {
     if (!s.data_address().empty()) servers[s.rank()] = &s.data_address();
   }
-  absl::flat_hash_map<uint64_t, const gift::v1::TensorInfo*> infos;
-  for (const gift::v1::TensorInfo& t : state.tensors()) infos[t.tensor_id()] = &t;
   absl::flat_hash_map<uint64_t, const gift::v1::TensorBasisState*> bases;
   for (const gift::v1::TensorBasisState& b : state.bases()) bases[b.tensor_id()] = &b;
-  absl::flat_hash_map<uint64_t, std::vector<ChunkRoute>> routes;
-  for (const gift::v1::Chunk& c : state.shard_map().chunks()) {
-    auto server = servers.find(c.server_rank());
-    if (server == servers.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("chunk ", c.index(), " of tensor ", c.tensor_id(), " is mapped to shard ",
-                       c.server_rank(), ", which has no live server"));
-    }
-    routes[c.tensor_id()].push_back({.index = c.index(),
-                                     .offset = c.offset(),
-                                     .num_elements = c.num_elements(),
-                                     .server = *server->second});
-  }
 
   StepPlan plan{.epoch = state.epoch(),
                 .step = step,
@@ -92,38 +73,42 @@ absl::StatusOr<StepPlan> PlanStep(const gift::v1::ClusterState& state, absl::str
                 .worker_set = WorkerSetOf(state)};
   plan.node = NodeGroupOf(state, self->rank());  // hierarchy NODE (node_group.h)
   for (const LocalTensor& local : tensors) {
-    auto info = infos.find(local.tensor_id);
-    if (info == infos.end()) {
+    auto found = view->tensors.find(local.tensor_id);
+    if (found == view->tensors.end()) {
       return absl::FailedPreconditionError(
           absl::StrCat("tensor ", local.tensor_id, " ('", local.name, "') is not registered yet"));
     }
-    if (info->second->num_elements() != local.rows * local.cols) {
+    const dataplane::TensorView& info = found->second;
+    if (info.info->num_elements() != local.rows * local.cols) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", local.name, "' has ", info->second->num_elements(),
+          absl::StrCat("tensor '", local.name, "' has ", info.info->num_elements(),
                        " elements in the cluster, ", local.rows * local.cols, " locally"));
     }
-    auto chunks = routes.find(local.tensor_id);
-    if (chunks == routes.end()) {
+    if (info.chunks.empty()) {
       return absl::FailedPreconditionError(
           absl::StrCat("tensor '", local.name, "' has no chunks in the shard map yet"));
-    }
-    // The tensor's codec, resolved as the servers resolve its pull codec.
-    const policy::TensorSettings settings =
-        policy::ResolveTensorSettings(policy, info->second->name(), info->second->shape());
-    auto push_spec = codec::FromProto(settings.transform.push_codec());
-    if (!push_spec.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("policy push codec of tensor '", local.name,
-                                                     "': ", push_spec.status().message()));
     }
     TensorStep t{.tensor_id = local.tensor_id,
                  .rows = local.rows,
                  .cols = local.cols,
                  .data = local.data,
                  .device = local.device,
-                 .chunks = chunks->second,
-                 .push_spec = *push_spec,
-                 .error_feedback = settings.transform.error_feedback()};
-    t.rotation_block = settings.transform.rotation_block();
+                 .push_spec = info.push_spec,
+                 .error_feedback = info.settings.transform.error_feedback()};
+    t.rotation_block = info.settings.transform.rotation_block();
+    t.chunks.reserve(info.chunks.size());
+    for (const dataplane::ChunkView& c : info.chunks) {
+      auto server = servers.find(c.chunk->server_rank());
+      if (server == servers.end()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "chunk ", c.chunk->index(), " of tensor ", local.tensor_id, " is mapped to shard ",
+            c.chunk->server_rank(), ", which has no live server"));
+      }
+      t.chunks.push_back({.index = c.chunk->index(),
+                          .offset = c.chunk->offset(),
+                          .num_elements = c.chunk->num_elements(),
+                          .server = *server->second});
+    }
     auto basis = bases.find(local.tensor_id);
     const gift::v1::BasisVersion* active =
         basis == bases.end() ? nullptr : ActiveVersion(*basis->second, step);

@@ -1,8 +1,9 @@
 // Turns the coordinator's cluster state into the data-plane plan of one step
-// for this worker (push_pull_engine.h StepPlan): the epoch, this member's
-// rank and the world (and a fingerprint of its workers), and for every local
-// tensor its push codec (resolved by policy::ResolveTensorSettings, as the
-// servers resolve its pull codec), the basis version active at the step
+// for this worker (worker/engine/step_plan.h StepPlan): the epoch, this
+// member's rank and the world (and a fingerprint of its workers), and for
+// every local tensor its push codec (resolved by policy::
+// ResolveTensorSettings in dataplane::StateViewOf, the view the servers
+// build their shard epoch from), the basis version active at the step
 // (cluster.proto: the committed version with the largest activation step <=
 // step), its transform, its chunks with the aggregator address of each, and
 // whether its push uses error feedback (the policy's error_feedback after the
@@ -23,7 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "common/transform/gradient_transform.h"
 #include "gift/v1/cluster.pb.h"
-#include "worker/engine/push_pull_engine.h"
+#include "worker/engine/step_plan.h"
 
 namespace gift::worker {
 

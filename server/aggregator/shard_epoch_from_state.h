@@ -1,7 +1,9 @@
 // What one aggregator shard needs from the coordinator's cluster state: the
 // epoch, the workers' data-plane addresses by rank, the chunks the shard
 // map assigns to this shard with their encoded shapes, and the policy's pull
-// codec, globally and per tensor (policy::ResolveTensorSettings).
+// codec, globally and per tensor (policy::ResolveTensorSettings), read
+// through dataplane::StateViewOf, the view the workers plan their steps
+// from.
 //
 // Thread safety: a pure function.
 #ifndef GIFT_SERVER_AGGREGATOR_SHARD_EPOCH_FROM_STATE_H_

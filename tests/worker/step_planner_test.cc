@@ -1,5 +1,6 @@
 #include "worker/step_planner.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -128,7 +129,14 @@ TEST(StepPlannerTest, WaitsForAStateThatCanCarryTheStep) {
   s.mutable_servers()->Clear();
   EXPECT_EQ(code(s, "m-a", 1), absl::StatusCode::kFailedPrecondition);
   s = State();
-  s.mutable_tensors()->RemoveLast();
+  s.mutable_tensors()->RemoveLast();  // tensor 8
+  // Mapped but not registered: inconsistent (the servers refuse it alike,
+  // dataplane::StateViewOf).
+  EXPECT_EQ(code(s, "m-a", 1), absl::StatusCode::kInvalidArgument);
+  auto* chunks = s.mutable_shard_map()->mutable_chunks();
+  chunks->erase(std::remove_if(chunks->begin(), chunks->end(),
+                               [](const gift::v1::Chunk& c) { return c.tensor_id() == 8; }),
+                chunks->end());
   EXPECT_EQ(code(s, "m-a", 1), absl::StatusCode::kFailedPrecondition);  // not registered yet
   s = State();
   s.mutable_tensors(1)->set_num_elements(9);
