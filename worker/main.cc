@@ -55,9 +55,9 @@
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
-#include "worker/device_memory.h"
-#include "worker/worker_core.h"
-#include "worker/worker_grpc_service.h"
+#include "worker/daemon/worker_core.h"
+#include "worker/daemon/worker_grpc_service.h"
+#include "worker/intake/device_memory.h"
 #ifdef GIFT_HAVE_CUDA
 #include "worker/cuda/cuda_device_memory.h"
 #include "worker/cuda/device_codec_stage.h"

@@ -1,6 +1,6 @@
 // The coordinator's cluster state as the data plane reads it, built by one
 // function for both of its sides, so that they agree: the worker's step
-// planner (worker/step_planner.h: where each chunk goes, the push codec)
+// planner (worker/plan/step_planner.h: where each chunk goes, the push codec)
 // and the aggregator's shard epoch (server/aggregator/shard_epoch_from_
 // state.h: the chunks a shard reduces, the pull codec).
 //

@@ -1,7 +1,7 @@
 // Facts of the Worker API's buffer contract (proto/gift/v1/worker.proto,
 // SharedBuffer and BufferSpec) that the worker checks and the clients
-// respect: the one definition of each for worker/registered_tensor.cc,
-// worker/device_memory.h and worker/client/. Header only, no CUDA.
+// respect: the one definition of each for worker/intake/registered_tensor.cc,
+// worker/intake/device_memory.h and worker/client/. Header only, no CUDA.
 #ifndef GIFT_COMMON_RPC_BUFFER_CONTRACT_H_
 #define GIFT_COMMON_RPC_BUFFER_CONTRACT_H_
 

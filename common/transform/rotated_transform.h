@@ -43,7 +43,7 @@ class RotatedTransform final : public GradientTransform {
   // The largest block a rotation may use: the CUDA kernel keeps one block
   // per thread in local memory (kernels/transform/rotation_cuda.cc checks
   // that its bound covers this one; the policy's bound is checked against
-  // it where both are seen, worker/tensor_buffers.cc).
+  // it where both are seen, worker/engine/tensor_buffers.cc).
   static constexpr int64_t kMaxBlock = 256;
 
   // The signs' seed every worker uses (the policy's rotation).

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 # The worker's refusal of a step below its admit step
-# (worker/worker_core.h CheckAdmitted).
+# (worker/daemon/worker_core.h CheckAdmitted).
 _ADMITTED = re.compile(r"admitted at step ([0-9]+)")
 # The worker's refusal of a step after a worker of the job left under
-# on_member_loss fail (worker/membership_guard.h).
+# on_member_loss fail (worker/daemon/membership_guard.h).
 _MEMBER_LOST = "on_member_loss=fail:"
 
 

@@ -9,7 +9,7 @@ descriptor over (SCM_RIGHTS); the worker maps it and answers a handle that
 RegisterBuffers and SubmitActivationStats name. Why sealed memfds rather
 than named /dev/shm objects: whoever can write a named object can shrink it
 later and make the worker fault on its pages; a seal cannot be undone, and a
-handed descriptor never names another user's object (worker/shared_buffer.h).
+handed descriptor never names another user's object (worker/intake/shared_buffer.h).
 
 Lifetime: nothing has a name, so nothing needs unlinking. The memory lives
 while this process holds a view or the buffer, or the worker maps it. The
@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 
 import torch
 
-HANDOFF_MAGIC = b"GIFT-BUFFER-1"  # worker/buffer_socket.h
+HANDOFF_MAGIC = b"GIFT-BUFFER-1"  # worker/intake/buffer_socket.h
 RELEASE_PREFIX = b"GIFT-RELEASE-1 "
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 

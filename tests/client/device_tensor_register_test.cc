@@ -1,7 +1,7 @@
 // WorkerClient::Register with device tensors (worker/client/device_tensor.h)
 // against an in-process fake of the Worker service on a Unix socket (unit
 // logic: no real worker opens CUDA IPC handles without a device) with the
-// worker's real buffer socket (worker/buffer_socket.h): host and device
+// worker's real buffer socket (worker/intake/buffer_socket.h): host and device
 // tensors go to the worker in ONE RegisterBuffers call; the worker's
 // WorkerInfo.cuda_device_count gates device tensors (FAILED_PRECONDITION,
 // nothing registered); local argument checks come before any call.
@@ -17,8 +17,8 @@
 #include "gift/v1/worker.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/buffer_socket.h"
 #include "worker/client/worker_client.h"
+#include "worker/intake/buffer_socket.h"
 
 namespace gift::client {
 namespace {

@@ -1,4 +1,4 @@
-// Fuzzes the gift.v1.Worker service (worker/worker_grpc_service.h over
+// Fuzzes the gift.v1.Worker service (worker/daemon/worker_grpc_service.h over
 // worker::WorkerCore) in-process: RegisterBuffers, PushPull,
 // SubmitActivationStats and GetWorkerInfo called directly on the service
 // with fuzzed requests, in the order a gift.fuzz.WorkerInput
@@ -31,9 +31,9 @@
 #include "tests/fuzz/fuzz_inputs.pb.h"
 #include "tests/fuzz/inproc_coordinator.h"
 #include "worker/client/buffer_handoff.h"
+#include "worker/daemon/worker_core.h"
+#include "worker/daemon/worker_grpc_service.h"
 #include "worker/engine/push_pull_engine.h"
-#include "worker/worker_core.h"
-#include "worker/worker_grpc_service.h"
 
 namespace {
 

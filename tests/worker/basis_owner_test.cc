@@ -3,7 +3,7 @@
 // flag is up (SIGTERM / shutdown) gives up between its pieces of work
 // without publishing, and drift refreshes fire when the gradient's geometry
 // changes mid-run and never while it stays the same.
-#include "worker/basis_owner.h"
+#include "worker/owner/basis_owner.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -24,8 +24,8 @@
 #include "common/transform/refresh_schedule.h"
 #include "server/coordinator/cluster_state.h"
 #include "tests/testing/coordinator_server.h"
-#include "worker/basis_store.h"
-#include "worker/step_planner.h"
+#include "worker/owner/basis_store.h"
+#include "worker/plan/step_planner.h"
 
 namespace gift::worker {
 namespace {

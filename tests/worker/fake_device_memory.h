@@ -1,4 +1,4 @@
-// A DeviceMemory (worker/device_memory.h) over host memory, for tests: the
+// A DeviceMemory (worker/intake/device_memory.h) over host memory, for tests: the
 // test "exports" a host range (which stands in for a device allocation; in
 // the emulated tests it is the emulated runtime's cudaMalloc memory) and
 // gets a 64-byte handle for it; Open maps a handle once (counted), checks
@@ -29,7 +29,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "worker/device_memory.h"
+#include "worker/intake/device_memory.h"
 
 namespace gift::worker::testing {
 

@@ -1,6 +1,6 @@
-// MembershipGuard (worker/membership_guard.h) on hand-made cluster states,
+// MembershipGuard (worker/daemon/membership_guard.h) on hand-made cluster states,
 // and the texts that name waiting or lost workers (step_wait_reporter.h).
-#include "worker/membership_guard.h"
+#include "worker/daemon/membership_guard.h"
 
 #include <memory>
 #include <string>
@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "worker/step_wait_reporter.h"
+#include "worker/daemon/step_wait_reporter.h"
 
 namespace gift::worker {
 namespace {

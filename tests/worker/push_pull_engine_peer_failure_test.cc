@@ -16,8 +16,8 @@
 #include "gtest/gtest.h"
 #include "server/aggregator/aggregator_shard.h"
 #include "tests/worker/engine_test_util.h"
+#include "worker/daemon/step_retry.h"
 #include "worker/engine/push_pull_engine.h"
-#include "worker/step_retry.h"
 
 namespace gift::worker {
 namespace {

@@ -1,9 +1,9 @@
-// RegisteredTensor::View of CUDA IPC buffers (worker/registered_tensor.h)
+// RegisteredTensor::View of CUDA IPC buffers (worker/intake/registered_tensor.h)
 // over a fake DeviceMemory (host memory standing in for device memory): the
 // specs it accepts (FP32 zero copy as a device tensor, one mapping per
 // allocation), every refusal, 16-bit device tensors staged through the host
 // exactly as the host conversions do, and the copies' errors.
-#include "worker/registered_tensor.h"
+#include "worker/intake/registered_tensor.h"
 
 #include <cstdint>
 #include <cstring>
@@ -13,7 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/worker/fake_device_memory.h"
-#include "worker/dtype_conversion.h"
+#include "worker/intake/dtype_conversion.h"
 
 namespace gift::worker {
 namespace {

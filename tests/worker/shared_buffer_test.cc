@@ -1,6 +1,6 @@
 // SharedBuffer (sealed memfds only), the BufferSocket handoff protocol with
 // the client's BufferChannel, and the 16-bit conversions of the daemon.
-#include "worker/shared_buffer.h"
+#include "worker/intake/shared_buffer.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -18,9 +18,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "worker/buffer_socket.h"
 #include "worker/client/buffer_handoff.h"
-#include "worker/dtype_conversion.h"
+#include "worker/intake/buffer_socket.h"
+#include "worker/intake/dtype_conversion.h"
 
 namespace gift::worker {
 namespace {

@@ -3,7 +3,7 @@
 // engines push the statistics tensor in FP32 to the shards, and the average
 // every worker receives is the mean of the workers' own contributions within
 // FP32 rounding (not the pull codec's BF16), the same bits on every worker.
-#include "worker/sketch_exchange.h"
+#include "worker/owner/sketch_exchange.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "worker/step_planner.h"
+#include "worker/plan/step_planner.h"
 
 #include <algorithm>
 #include <memory>

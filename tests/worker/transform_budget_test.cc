@@ -1,7 +1,7 @@
-// The owner's side of the step budget (worker/transform_budget.h): the cost
+// The owner's side of the step budget (worker/owner/transform_budget.h): the cost
 // model, the measured rate, the owner's budget, and the choice over the
 // owner's tensors, on hand-built cluster states.
-#include "worker/transform_budget.h"
+#include "worker/owner/transform_budget.h"
 
 #include <gtest/gtest.h>
 

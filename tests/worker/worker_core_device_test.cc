@@ -1,4 +1,4 @@
-// WorkerCore (worker/worker_core.h) with tensors registered as CUDA IPC
+// WorkerCore (worker/daemon/worker_core.h) with tensors registered as CUDA IPC
 // buffers, in process: a real coordinator (tests/testing/coordinator_server.h),
 // a real aggregator shard with its daemon and two workers' push-pull engines
 // on UCX over loopback, each worker a WorkerCore with its buffer socket.
@@ -43,10 +43,10 @@
 #include "tests/worker/fake_device_memory.h"
 #include "worker/client/buffer_handoff.h"
 #include "worker/cuda/device_codec_stage.h"
-#include "worker/dtype_conversion.h"
+#include "worker/daemon/step_key.h"
+#include "worker/daemon/worker_core.h"
 #include "worker/engine/push_pull_engine.h"
-#include "worker/step_key.h"
-#include "worker/worker_core.h"
+#include "worker/intake/dtype_conversion.h"
 
 namespace gift::worker {
 namespace {

@@ -16,7 +16,7 @@
 namespace gift::client {
 namespace {
 
-constexpr absl::string_view kMagic = "GIFT-BUFFER-1";  // worker/buffer_socket.h
+constexpr absl::string_view kMagic = "GIFT-BUFFER-1";  // worker/intake/buffer_socket.h
 constexpr absl::string_view kRelease = "GIFT-RELEASE-1 ";
 
 absl::Status Errno(absl::string_view what) {

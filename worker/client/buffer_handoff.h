@@ -1,4 +1,4 @@
-// The client side of the worker's buffer socket (worker/buffer_socket.h):
+// The client side of the worker's buffer socket (worker/intake/buffer_socket.h):
 // a SealedRegion is anonymous shared memory (a memfd sealed against shrinking
 // and growing, so the worker can never fault on it) mapped read-write here,
 // and a BufferChannel hands regions to the worker, which answers a handle to

@@ -1,4 +1,4 @@
-// The worker's DeviceMemory (worker/device_memory.h) on CUDA: CUDA IPC
+// The worker's DeviceMemory (worker/intake/device_memory.h) on CUDA: CUDA IPC
 // handles opened through CudaIpcBuffers (once per allocation, kept mapped,
 // ranges checked against the allocation's real size) and synchronous
 // cudaMemcpy copies (cudaMemcpyDefault: unified addressing finds the device
@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/cuda/cuda_ipc_buffers.h"
-#include "worker/device_memory.h"
+#include "worker/intake/device_memory.h"
 
 namespace gift::worker {
 

@@ -1,7 +1,7 @@
 // What the push-pull engine runs: one step's plan (StepPlan: the step,
 // this worker's rank, and for each tensor its buffer, transform, chunks and
 // their servers, push codec) and what the step cost (StepReport). The step
-// planner (worker/step_planner.h) builds plans from the cluster state; the
+// planner (worker/plan/step_planner.h) builds plans from the cluster state; the
 // engine (push_pull_engine.h) runs them.
 //
 // Plain data: no ownership beyond what each field says, no thread safety.

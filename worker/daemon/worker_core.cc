@@ -1,0 +1,573 @@
+#include "worker/daemon/worker_core.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/codec/codec_spec.h"
+#include "worker/daemon/step_retry.h"
+#include "worker/daemon/step_wait_reporter.h"
+
+namespace gift::worker {
+namespace {
+
+using logging::Level;
+using logging::Log;
+
+double RelativeL2(const float* got, const float* want, uint64_t n) {
+  double err = 0, norm = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    err += d * d;
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  if (norm == 0) return err == 0 ? 0.0 : INFINITY;
+  return std::sqrt(err / norm);
+}
+
+}  // namespace
+
+bool WorkerCore::Retryable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kAborted || s.code() == absl::StatusCode::kUnavailable;
+}
+
+WorkerCore::WorkerCore(std::unique_ptr<PushPullEngine> engine, control::MemberSession* session,
+                       WorkerCoreOptions options)
+    : options_(std::move(options)),
+      session_(session),
+      engine_(std::move(engine)),
+      waits_(session, options_.step_wait),
+      store_(session),
+      sketches_(SketchExchange::RegistrarOf(session)) {
+  owner_ = std::make_unique<BasisOwner>(
+      session_, &store_,
+      BasisOwnerOptions{.codec_options = options_.codec_options,
+                        .on_publish =
+                            [this](uint64_t tensor, uint64_t version, const std::string& chosen,
+                                   transform::RefreshReason reason, std::optional<double> ratio) {
+                              {
+                                absl::MutexLock lock(&mu_);
+                                ++counters_.basis_publications;
+                              }
+                              Log(Level::kInfo, "basis_published",
+                                  {{"tensor", static_cast<int64_t>(tensor)},
+                                   {"version", static_cast<int64_t>(version)},
+                                   {"chosen", chosen},
+                                   {"reason", transform::RefreshReasonName(reason)},
+                                   {"ratio", ratio.value_or(-1.0)}});
+                            },
+                        .on_error =
+                            [](uint64_t tensor, const absl::Status& error) {
+                              Log(Level::kWarning, "owner_error",
+                                  {{"tensor", static_cast<int64_t>(tensor)},
+                                   {"error", error.ToString()}});
+                            },
+                        .cancelled =
+                            [this] {
+                              absl::MutexLock lock(&mu_);
+                              return stopping_;
+                            }});
+  follower_.emplace(
+      session_, absl::Milliseconds(200),
+      control::StateFollower::Callbacks{
+          .on_wake = [this] { CheckStepPeers(); },
+          .on_revision = [this](const gift::v1::ClusterState& state) { FollowRevision(state); }});
+  owner_thread_ = std::thread([this] { OwnerLoop(); });
+}
+
+WorkerCore::~WorkerCore() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  follower_->Stop();
+  owner_thread_.join();
+  engine_.reset();
+}
+
+bool WorkerCore::AttachChunkKeys(StepPlan* plan) const {
+  plan->keys = session_->chunk_keys(plan->epoch);
+  return plan->keys != nullptr || !session_->dataplane_auth();
+}
+
+absl::StatusOr<WorkerCore::Exchanged> WorkerCore::Exchange(
+    uint64_t step, const std::vector<LocalTensor>& tensors, ExchangeKind exchange,
+    absl::Time deadline, std::optional<absl::Duration> result_timeout) {
+  const BasisLookup lookup = [this](uint64_t tensor, uint64_t version) {
+    return store_.Get(tensor, version);
+  };
+  int same_epoch_retries = 0;
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("step ", step, " did not complete within the step timeout"));
+    }
+    // Re-joined during the step (its lease was lost): not at this step.
+    const RunSteps run = run_steps();
+    if (absl::Status admitted = CheckAdmitted(step, run); !admitted.ok()) return admitted;
+    std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
+    membership_.Observe(state);
+    if (absl::Status current = run.CheckCurrent(*state); !current.ok()) return current;
+    // A peer that cannot push, or one lost under on_member_loss fail.
+    if (absl::Status peers = membership_.Check(*state, step, session_->member_id()); !peers.ok()) {
+      return peers;
+    }
+    auto plan = PlanStep(*state, session_->member_id(), step, tensors, lookup);
+    if (!plan.ok()) {
+      if (plan.status().code() != absl::StatusCode::kFailedPrecondition) return plan.status();
+      if (step > state->frozen_through_step()) {
+        // The schedule is frozen through (the furthest reported step +
+        // window). A worker that starts or resumes at a later step (a
+        // checkpoint, a loop that skips steps) reports that it is at step - 1,
+        // which moves the horizon past the step; pending proposals are then
+        // postponed above it, so no step sees two versions.
+        uint64_t at = step - 1;
+        {
+          absl::MutexLock lock(&mu_);
+          if (last_step_.has_value()) at = std::max(at, *last_step_);
+        }
+        session_->SetLastStep(at);
+        (void)session_->HeartbeatNow();
+      }
+      (void)session_->WaitForRevision(state->revision() + 1,
+                                      std::min(left, absl::Milliseconds(500)));
+      continue;
+    }
+    // Data-plane authentication: no keys of the epoch yet, no step.
+    if (!AttachChunkKeys(&*plan)) {
+      (void)session_->WaitForRevision(state->revision() + 1,
+                                      std::min(left, absl::Milliseconds(500)));
+      continue;
+    }
+    if (exchange != ExchangeKind::kGradients) {
+      plan->step = StepKey(step, exchange);
+      for (TensorStep& t : plan->tensors) {
+        t.push_spec = {.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
+        t.transform = nullptr;
+        t.basis_version = 0;
+        t.error_feedback = false;  // FP32 has no rounding error to feed back
+      }
+    }
+    plan->result_timeout = result_timeout;
+    auto report = engine_->Run(*plan);
+    if (report.ok()) {
+      Exchanged done{.report = *report, .epoch = plan->epoch, .world_size = plan->world_size};
+      for (const TensorStep& t : plan->tensors) {
+        done.versions.emplace_back(t.basis_version, t.transform != nullptr);
+      }
+      return done;
+    }
+    if (!Retryable(report.status())) return report.status();
+    {
+      absl::MutexLock lock(&mu_);
+      ++counters_.step_retries;
+    }
+    Log(Level::kWarning, "step_retry",
+        {{"step", static_cast<int64_t>(step)},
+         {"epoch", static_cast<int64_t>(plan->epoch)},
+         {"reason", report.status().ToString()}});
+    // Run it again at once when that is exact-once and may help (step_retry.h),
+    // else once the cluster has moved to a new epoch.
+    if (same_epoch_retries < kMaxSameEpochRetries &&
+        RetryUnderSameEpoch(report.status(), *session_->state())) {
+      ++same_epoch_retries;
+      continue;
+    }
+    const uint64_t ended = plan->epoch;
+    (void)session_->WaitFor([ended](const gift::v1::ClusterState& s) { return s.epoch() > ended; },
+                            std::max(absl::ZeroDuration(), deadline - absl::Now()));
+  }
+}
+
+absl::StatusOr<uint64_t> WorkerCore::NewClusterStep(uint64_t run_step) const {
+  absl::MutexLock lock(&mu_);
+  if (draining_) return absl::UnavailableError("the worker is draining; no new steps");
+  // The run's step in the cluster's numbering (run_steps.h), which stays
+  // within kMaxTrainingStep.
+  const uint64_t most = kMaxTrainingStep - std::min(run_.run().base_step(), kMaxTrainingStep);
+  if (run_step > most) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", run_step, " is too large (at most ", most, ")"));
+  }
+  const uint64_t step = run_.ToCluster(run_step);
+  if (last_step_.has_value() && step <= *last_step_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step ", run_.ToRun(step), " is not above the last step ", run_.ToRun(*last_step_),
+        run_.Describe().empty() ? "" : absl::StrCat(" of ", run_.Describe()),
+        "; a new run of the job (from step 0) registers its buffers with a new run id "
+        "(WorkerClient run_id / GIFT_RUN_ID), or after `giftctl run reset`"));
+  }
+  if (absl::Status admitted = CheckAdmitted(step, run_); !admitted.ok()) return admitted;
+  return step;
+}
+
+absl::Status WorkerCore::CheckAdmitted(uint64_t step, const RunSteps& run) const {
+  const control::MemberIdentity me = session_->identity();
+  if (step >= me.admit_step) return absl::OkStatus();
+  // In the run's numbering (the admit step is above the run's base: a run
+  // starts above every step begun).
+  const absl::Status lost = session_->lease_lost();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "worker ", me.member_id, " is admitted at step ", run.ToRun(me.admit_step), "; step ",
+      run.ToRun(step), " is below it", lost.ok() ? "" : absl::StrCat(" (", lost.message(), ")"),
+      ": resynchronise the parameters (docs/operations.md, Rejoining) and resume at step ",
+      run.ToRun(me.admit_step)));
+}
+
+absl::StatusOr<std::vector<const RegisteredTensor*>> WorkerCore::Select(
+    const google::protobuf::RepeatedField<uint64_t>& ids) const {
+  if (registered_.empty()) {
+    return absl::FailedPreconditionError("no buffers registered: call RegisterBuffers first");
+  }
+  std::vector<const RegisteredTensor*> selected;
+  if (ids.empty()) {
+    for (const RegisteredTensor& r : registered_) selected.push_back(&r);
+    return selected;
+  }
+  absl::flat_hash_map<uint64_t, const RegisteredTensor*> by_id;
+  for (const RegisteredTensor& r : registered_) by_id[r.local.tensor_id] = &r;
+  for (uint64_t id : ids) {
+    auto it = by_id.find(id);
+    if (it == by_id.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor id ", id, " is not registered"));
+    }
+    selected.push_back(it->second);
+  }
+  return selected;
+}
+
+absl::Status WorkerCore::AwaitStartBarrier(absl::Time deadline) {
+  bool first;
+  {
+    absl::MutexLock lock(&mu_);
+    first = !last_step_.has_value();
+  }
+  if (!first || options_.min_workers <= 1) return absl::OkStatus();
+  const uint32_t want = options_.min_workers;
+  auto ready = session_->WaitFor(
+      [want](const gift::v1::ClusterState& s) {
+        return static_cast<uint32_t>(s.workers_size()) >= want;
+      },
+      deadline - absl::Now());
+  if (!ready.ok()) {
+    return absl::DeadlineExceededError(absl::StrCat("the first step waits for ", want, " workers; ",
+                                                    session_->state()->workers_size(),
+                                                    " joined within the step timeout"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::PushPull(
+    const gift::v1::PushPullRequest& run_request) {
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
+  // The run's step, in the cluster's numbering from here on (run_steps.h).
+  const RunSteps run = run_steps();
+  absl::StatusOr<uint64_t> step = NewClusterStep(run_request.step());
+  if (!step.ok()) return step.status();
+  gift::v1::PushPullRequest request = run_request;
+  request.set_step(*step);
+  {
+    absl::MutexLock lock(&mu_);
+    in_step_ = true;
+  }
+  struct Done {
+    WorkerCore* self;
+    ~Done() {
+      absl::MutexLock lock(&self->mu_);
+      self->in_step_ = false;
+    }
+  } done{this};
+
+  absl::MutexLock step_lock(&step_mu_);
+  waits_.Begin(request.step());
+  absl::StatusOr<gift::v1::PushPullResponse> result = RunStep(request, start, deadline);
+  if (absl::IsDeadlineExceeded(result.status())) {
+    // Name who the step waited for (the coordinator's view, asked now).
+    const std::string who = waits_.Describe(request.step());
+    if (!who.empty()) {
+      result = absl::DeadlineExceededError(absl::StrCat(result.status().message(), "; ", who));
+    }
+  }
+  waits_.End();
+  if (!result.ok()) {
+    // The data path speaks of cluster steps: say which step of the run.
+    if (!run.Describe().empty()) {
+      return absl::Status(result.status().code(),
+                          absl::StrCat("step ", run_request.step(), " of ", run.Describe(), ": ",
+                                       result.status().message()));
+    }
+    return result;
+  }
+  result->set_step(run_request.step());
+  return result;
+}
+
+absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::RunStep(
+    const gift::v1::PushPullRequest& request, std::chrono::steady_clock::time_point start,
+    absl::Time deadline) {
+  if (open_.has_value()) {
+    if (open_->step == request.step()) return FinishOpenStep(request);
+    AbandonOpenStep(absl::StrCat("a PushPull of step ", request.step(), " came"));
+  }
+  auto selected = Select(request.tensor_ids());
+  if (!selected.ok()) return selected.status();
+  std::vector<LocalTensor> tensors;
+  for (const RegisteredTensor* r : *selected) {
+    // 16-bit buffers: into the FP32 staging, once per step
+    if (absl::Status s = r->Widen(); !s.ok()) return s;
+    tensors.push_back(r->local);
+  }
+  if (auto s = AwaitStartBarrier(deadline); !s.ok()) return s;
+
+  // What the owner wants of this step (decided on the state before it).
+  const std::shared_ptr<const gift::v1::ClusterState> before = session_->state();
+  std::vector<OwnedTensorStep> owned;
+  AddOwnedSteps(*before, request.step(), tensors, &owned);
+
+  // This worker's sketches, from its gradient before the exchange.
+  std::vector<LocalTensor> sketches;
+  if (auto prepared = sketches_.Prepare(*before, request.step(), tensors, options_.device.memory);
+      prepared.ok()) {
+    sketches = *std::move(prepared);
+  } else {
+    CountSketchFailure(request.step(), prepared.status());
+  }
+  const double sketch_compute_seconds = sketches_.last_prepare_seconds();
+
+  // A measured step first averages copies of the gradients exactly (FP32,
+  // direct), then runs the step itself on the buffers.
+  std::vector<std::vector<float>> exact;
+  StepReport measure_report;
+  if (request.measure_error()) {
+    std::vector<LocalTensor> copies = tensors;
+    exact.resize(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (absl::Status s = ReadTensor(tensors[i], options_.device.memory, &exact[i]); !s.ok()) {
+        return s;
+      }
+      copies[i].data = exact[i].data();
+      copies[i].device = false;
+    }
+    auto r = Exchange(request.step(), copies, ExchangeKind::kExactMeasure, deadline);
+    if (!r.ok()) return r.status();
+    measure_report = r->report;
+  }
+  uint64_t retries_before;
+  {
+    absl::MutexLock lock(&mu_);
+    retries_before = counters_.step_retries;
+  }
+  auto exchanged = Exchange(request.step(), tensors, ExchangeKind::kGradients, deadline);
+  if (!exchanged.ok()) return exchanged.status();
+  Completed c;
+  c.step = request.step();
+  c.start = start;
+  c.retries_before = retries_before;
+  c.selected = std::move(*selected);
+  c.tensors = std::move(tensors);
+  c.owned = std::move(owned);
+  c.exchanged = *std::move(exchanged);
+  c.exact = std::move(exact);
+  c.measure_report = measure_report;
+  c.sketch_report = ExchangeSketches(request.step(), sketches, deadline);
+  c.sketch_compute_seconds = sketch_compute_seconds;
+  return CompleteStep(std::move(c));
+}
+
+absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c) {
+  const std::vector<LocalTensor>& tensors = c.tensors;
+  const bool measured = !c.exact.empty();
+  const StepReport& sketch_report = c.sketch_report;
+  const double sketch_compute_seconds = c.sketch_compute_seconds;
+  for (const RegisteredTensor* r : c.selected) {
+    if (absl::Status s = r->Narrow(); !s.ok()) return s;  // the average, in the buffer's dtype
+  }
+  // Measured steps: the device tensors' averages copied to the host once
+  // (host tensors are read in place).
+  std::vector<std::vector<float>> device_averages(measured ? tensors.size() : 0);
+  for (size_t i = 0; i < device_averages.size(); ++i) {
+    if (!tensors[i].device) continue;
+    if (absl::Status s = ReadTensor(tensors[i], options_.device.memory, &device_averages[i]);
+        !s.ok()) {
+      return s;
+    }
+  }
+  uint32_t attempts;
+  {
+    absl::MutexLock lock(&mu_);
+    attempts = 1 + static_cast<uint32_t>(counters_.step_retries - c.retries_before);
+  }
+
+  gift::v1::PushPullResponse response;
+  response.set_step(c.step);
+  response.set_epoch(c.exchanged.epoch);
+  response.set_world_size(c.exchanged.world_size);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    gift::v1::TensorResult* r = response.add_tensors();
+    r->set_tensor_id(tensors[i].tensor_id);
+    r->set_basis_version(c.exchanged.versions[i].first);
+    r->set_transformed(c.exchanged.versions[i].second);
+    if (measured) {
+      const float* average = tensors[i].device ? device_averages[i].data() : tensors[i].data;
+      r->set_rel_l2_error(
+          RelativeL2(average, c.exact[i].data(), tensors[i].rows * tensors[i].cols));
+    }
+  }
+  // Per-tensor bytes: the engine reports totals; split by element count.
+  uint64_t elements = 0;
+  for (const LocalTensor& t : tensors) elements += t.rows * t.cols;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const double share = static_cast<double>(tensors[i].rows * tensors[i].cols) / elements;
+    response.mutable_tensors(static_cast<int>(i))
+        ->set_bytes_sent(
+            static_cast<uint64_t>(std::llround(share * c.exchanged.report.bytes_pushed)));
+    response.mutable_tensors(static_cast<int>(i))
+        ->set_bytes_received(
+            static_cast<uint64_t>(std::llround(share * c.exchanged.report.bytes_pulled)));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count();
+  response.set_seconds(seconds);
+
+  if (options_.on_step) {
+    StepStats stats{.seconds = seconds,
+                    .encode_seconds = c.exchanged.report.encode_seconds,
+                    .wait_seconds = c.exchanged.report.wait_seconds,
+                    .decode_seconds = c.exchanged.report.decode_seconds,
+                    .bytes_pushed = c.exchanged.report.bytes_pushed + c.measure_report.bytes_pushed,
+                    .bytes_pulled = c.exchanged.report.bytes_pulled + c.measure_report.bytes_pulled,
+                    .attempts = attempts,
+                    .sketch_bytes_pushed = sketch_report.bytes_pushed,
+                    .sketch_bytes_pulled = sketch_report.bytes_pulled,
+                    .sketch_compute_seconds = sketch_compute_seconds,
+                    .sketch_exchange_seconds = sketch_report.encode_seconds +
+                                               sketch_report.wait_seconds +
+                                               sketch_report.decode_seconds};
+    if (measured) {
+      double sum[2] = {0, 0};
+      int count[2] = {0, 0};
+      for (const gift::v1::TensorResult& r : response.tensors()) {
+        sum[r.transformed()] += r.rel_l2_error();
+        ++count[r.transformed()];
+      }
+      if (count[1] > 0) stats.error_transformed = sum[1] / count[1];
+      if (count[0] > 0) stats.error_direct = sum[0] / count[0];
+    }
+    options_.on_step(stats);
+  }
+  membership_.Completed(c.exchanged.epoch, session_->member_id(), &response);
+  session_->SetLastStep(c.step);
+  {
+    absl::MutexLock lock(&mu_);
+    last_step_ = c.step;
+    ++counters_.steps_completed;
+    counters_.bytes_pushed += c.exchanged.report.bytes_pushed + c.measure_report.bytes_pushed;
+    counters_.bytes_pulled += c.exchanged.report.bytes_pulled + c.measure_report.bytes_pulled;
+    counters_.last_step_seconds = seconds;
+    counters_.sketch_bytes_pushed += sketch_report.bytes_pushed;
+    counters_.sketch_bytes_pulled += sketch_report.bytes_pulled;
+    counters_.sketch_seconds += sketch_compute_seconds + sketch_report.encode_seconds +
+                                sketch_report.wait_seconds + sketch_report.decode_seconds;
+  }
+  // Hand the owned tensors' averages to the owner thread.
+  if (!c.owned.empty()) {
+    std::shared_ptr<const gift::v1::ClusterState> after = session_->state();
+    for (OwnedTensorStep& o : c.owned) {
+      o.step_seconds = seconds;
+      absl::Status read;
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        if (tensors[i].tensor_id != o.tensor_id) continue;
+        if (measured && tensors[i].device) {
+          o.average = device_averages[i];
+        } else {
+          read = ReadTensor(tensors[i], options_.device.memory, &o.average);
+        }
+      }
+      if (!read.ok()) {  // statistics are best effort: the step stands
+        Log(Level::kWarning, "owner_error",
+            {{"tensor", static_cast<int64_t>(o.tensor_id)}, {"error", read.ToString()}});
+        continue;
+      }
+      const absl::Span<const float> sketch = sketches_.Average(o.tensor_id);
+      o.sketch.assign(sketch.begin(), sketch.end());
+      EnqueueOwnerJob({.state = after, .step = std::move(o)});
+    }
+  }
+  return response;
+}
+
+StepReport WorkerCore::ExchangeSketches(uint64_t step, const std::vector<LocalTensor>& sketches,
+                                        absl::Time step_deadline) {
+  if (sketches.empty()) return {};
+  const absl::Time deadline = std::min(step_deadline, absl::Now() + options_.sketch_timeout);
+  auto exchanged =
+      Exchange(step, sketches, ExchangeKind::kSketches, deadline, options_.sketch_timeout);
+  if (!exchanged.ok()) {
+    sketches_.Forget();  // the owner gets no statistics of this step
+    CountSketchFailure(step, exchanged.status());
+    return {};
+  }
+  absl::MutexLock lock(&mu_);
+  ++counters_.sketch_exchanges;
+  return exchanged->report;
+}
+
+void WorkerCore::CountSketchFailure(uint64_t step, const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++counters_.sketch_failures;
+  }
+  Log(Level::kWarning, "sketch_exchange_failed",
+      {{"step", static_cast<int64_t>(step)}, {"error", why.ToString()}});
+}
+
+gift::v1::WorkerInfo WorkerCore::Info() const {
+  gift::v1::WorkerInfo info;
+  const control::MemberIdentity id = session_->identity();
+  std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
+  info.set_member_id(id.member_id);
+  info.set_rank(id.rank);
+  info.set_world_size(static_cast<uint32_t>(state->workers_size()));
+  info.set_epoch(id.epoch);
+  {
+    absl::MutexLock lock(&mu_);
+    info.set_last_step(run_.ToRun(last_step_.value_or(0)));  // the run's numbering
+  }
+  *info.mutable_bases() = state->bases();
+  if (buffer_socket_ != nullptr) info.set_buffer_socket(buffer_socket_->path());
+  if (options_.device.memory != nullptr) {
+    info.set_cuda_device_count(options_.device.memory->device_count());
+  }
+  return info;
+}
+
+WorkerCore::Counters WorkerCore::counters() const {
+  Counters c;
+  {
+    absl::MutexLock lock(&mu_);
+    c = counters_;
+  }
+  c.error_feedback_bytes = engine_->error_feedback_bytes();
+  return c;
+}
+
+std::vector<gift::v1::TensorErrorRatio> WorkerCore::error_ratios() const {
+  absl::MutexLock lock(&mu_);
+  return error_ratios_;
+}
+
+bool WorkerCore::Drain(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !in_step_ && !step_open_; };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+}  // namespace gift::worker

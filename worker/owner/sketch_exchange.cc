@@ -1,0 +1,165 @@
+#include "worker/owner/sketch_exchange.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "worker/intake/registered_tensor.h"
+
+namespace gift::worker {
+namespace {
+
+const gift::v1::TensorInfo* FindTensor(const gift::v1::ClusterState& state, uint64_t tensor_id) {
+  for (const gift::v1::TensorInfo& t : state.tensors()) {
+    if (t.tensor_id() == tensor_id) return &t;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+transform::TensorGeometryOptions GeometryOptionsFor(const policy::TensorSettings& settings,
+                                                    uint64_t tensor_id) {
+  const gift::v1::GeometrySource source = settings.transform.source();
+  return {.sides = static_cast<transform::Sides>(settings.transform.sides()),
+          .source = source == gift::v1::GEOMETRY_SOURCE_ACTIVATIONS
+                        ? transform::GeometrySource::kActivations
+                    : source == gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS
+                        ? transform::GeometrySource::kPerWorkerGradients
+                        : transform::GeometrySource::kGradients,
+          .ema_decay = settings.transform.ema_decay(),
+          .statistics = settings.transform.statistics() == gift::v1::STATISTICS_FORM_EXACT
+                            ? transform::StatisticsForm::kExact
+                            : transform::StatisticsForm::kSketch,
+          // Per-worker sketches travel as tensors of a fixed shape; the
+          // owner's own sketch of the reduced gradient follows the rank.
+          .sketch_size = source == gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS
+                             ? kPerWorkerSketchSize
+                             : OwnerSketchSize(settings.transform.rank()),
+          .sketch_seed = tensor_id};
+}
+
+bool UsesPerWorkerSketches(const policy::TensorSettings& settings,
+                           absl::Span<const int64_t> shape) {
+  return settings.selection != policy::Selection::kDirect && policy::IsTransformable(shape) &&
+         settings.transform.source() == gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS;
+}
+
+std::string StatisticsTensorName(const std::string& name, const policy::TensorSettings& settings) {
+  const char* sides = "both";
+  if (settings.transform.sides() == gift::v1::SIDES_INPUT) sides = "input";
+  if (settings.transform.sides() == gift::v1::SIDES_OUTPUT) sides = "output";
+  return absl::StrCat(name, "#sketch.", sides);
+}
+
+SketchExchange::Registrar SketchExchange::RegistrarOf(const control::MemberSession* session) {
+  return [session](const gift::v1::TensorSpec& spec) -> absl::StatusOr<uint64_t> {
+    auto registered = session->RegisterTensors({spec});
+    if (!registered.ok()) return registered.status();
+    if (registered->tensors_size() != 1) {
+      return absl::InternalError("the coordinator answered for another number of tensors");
+    }
+    return registered->tensors(0).tensor_id();
+  };
+}
+
+absl::StatusOr<SketchExchange::Entry*> SketchExchange::EntryFor(
+    const gift::v1::TensorInfo& info, const policy::TensorSettings& settings) {
+  const std::string key = settings.transform.SerializeAsString();
+  Entry& entry = entries_[info.tensor_id()];
+  if (entry.geometry != nullptr && entry.key == key) return &entry;
+  entry = Entry{};
+  auto geometry = transform::TensorGeometry::Create(info.shape(0), info.shape(1),
+                                                    GeometryOptionsFor(settings, info.tensor_id()));
+  if (!geometry.ok()) {
+    entries_.erase(info.tensor_id());
+    return geometry.status();
+  }
+  auto size = geometry->PerWorkerContributionSize();
+  if (!size.ok()) {
+    entries_.erase(info.tensor_id());
+    return size.status();
+  }
+  const uint64_t rows =
+      (static_cast<uint64_t>(*size) + kStatisticsColumns - 1) / kStatisticsColumns;
+  gift::v1::TensorSpec spec;
+  spec.set_name(StatisticsTensorName(info.name(), settings));
+  spec.add_shape(1);
+  spec.add_shape(static_cast<int64_t>(rows));
+  spec.add_shape(kStatisticsColumns);
+  spec.set_dtype(gift::v1::DTYPE_FLOAT32);
+  auto id = registrar_(spec);
+  if (!id.ok()) {
+    entries_.erase(info.tensor_id());
+    return id.status();
+  }
+  entry.key = key;
+  entry.geometry = std::make_unique<transform::TensorGeometry>(*std::move(geometry));
+  entry.statistics_tensor_id = *id;
+  entry.contribution_size = *size;
+  entry.rows = rows;
+  entry.buffer.assign(rows * kStatisticsColumns, 0.0f);
+  return &entry;
+}
+
+absl::StatusOr<std::vector<LocalTensor>> SketchExchange::Prepare(
+    const gift::v1::ClusterState& state, uint64_t step, const std::vector<LocalTensor>& tensors,
+    const DeviceMemory* memory) {
+  const auto start = std::chrono::steady_clock::now();
+  for (auto& [id, entry] : entries_) entry.prepared = false;
+  last_prepare_seconds_ = 0;
+  const gift::v1::Policy policy = policy::WithDefaults(state.policy());
+  std::vector<LocalTensor> out;
+  for (const LocalTensor& t : tensors) {
+    const gift::v1::TensorInfo* info = FindTensor(state, t.tensor_id);
+    if (info == nullptr) continue;
+    const std::vector<int64_t> shape(info->shape().begin(), info->shape().end());
+    const policy::TensorSettings settings =
+        policy::ResolveTensorSettings(policy, info->name(), shape);
+    if (!UsesPerWorkerSketches(settings, shape)) continue;
+    if (step % std::max<uint32_t>(1, settings.transform.collect_period()) != 0) continue;
+    if (t.rows != static_cast<uint64_t>(shape[0]) || t.cols != static_cast<uint64_t>(shape[1])) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", t.tensor_id, " is ", t.rows, "x",
+                                                     t.cols, " here, not as registered"));
+    }
+    auto entry = EntryFor(*info, settings);
+    if (!entry.ok()) {
+      return absl::Status(
+          entry.status().code(),
+          absl::StrCat("statistics of tensor '", info->name(), "': ", entry.status().message()));
+    }
+    Entry& e = **entry;
+    const float* gradient = t.data;
+    std::vector<float> host_copy;  // a device tensor's
+    if (t.device) {
+      if (absl::Status s = ReadTensor(t, memory, &host_copy); !s.ok()) return s;
+      gradient = host_copy.data();
+    }
+    if (auto s = e.geometry->PerWorkerContribution(gradient, e.buffer.data()); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("sketch of tensor '", info->name(), "': ", s.message()));
+    }
+    std::fill(e.buffer.begin() + e.contribution_size, e.buffer.end(), 0.0f);
+    e.prepared = true;
+    out.push_back({.tensor_id = e.statistics_tensor_id,
+                   .name = StatisticsTensorName(info->name(), settings),
+                   .rows = e.rows,
+                   .cols = kStatisticsColumns,
+                   .data = e.buffer.data()});
+  }
+  last_prepare_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+void SketchExchange::Forget() {
+  for (auto& [id, entry] : entries_) entry.prepared = false;
+}
+
+absl::Span<const float> SketchExchange::Average(uint64_t tensor_id) const {
+  auto it = entries_.find(tensor_id);
+  if (it == entries_.end() || !it->second.prepared) return {};
+  return absl::MakeConstSpan(it->second.buffer.data(), it->second.contribution_size);
+}
+
+}  // namespace gift::worker
