@@ -1,5 +1,6 @@
 #include "tests/testing/test_cluster.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,14 +31,23 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(tools::LocalClus
 }
 
 std::string TestCluster::Logs(size_t max_bytes) const {
-  std::string all;
-  for (int w = 0; w < cluster_->options().workers; ++w) {
-    all += absl::StrCat("--- worker ", w, "\n", cluster_->worker(w)->stderr_text());
+  const tools::LocalCluster& c = *cluster_;
+  const size_t parts = 1 + c.options().workers + c.options().servers;
+  const size_t each = std::max<size_t>(max_bytes / parts, 1);
+  auto tail = [each](const std::string& text) {
+    return text.size() > each ? text.substr(text.size() - each) : text;
+  };
+  std::string all = "--- coordinator\n";
+  if (control::CoordinatorProcess* coordinator = cluster_->coordinator(); coordinator != nullptr) {
+    all += tail(coordinator->log());
   }
-  for (int s = 0; s < cluster_->options().servers; ++s) {
-    all += absl::StrCat("--- server ", s, "\n", cluster_->server(s)->stderr_text());
+  for (int w = 0; w < c.options().workers; ++w) {
+    absl::StrAppend(&all, "--- worker ", w, "\n", tail(cluster_->worker(w)->stderr_text()));
   }
-  return all.size() > max_bytes ? all.substr(all.size() - max_bytes) : all;
+  for (int s = 0; s < c.options().servers; ++s) {
+    absl::StrAppend(&all, "--- server ", s, "\n", tail(cluster_->server(s)->stderr_text()));
+  }
+  return all;
 }
 
 }  // namespace gift::test

@@ -45,8 +45,9 @@ class TestCluster {
 
   tools::LocalCluster* cluster() const { return cluster_.get(); }
 
-  // The workers' then the servers' stderr, each headed "--- worker i" /
-  // "--- server i", cut to its last `max_bytes`: for failure messages.
+  // The coordinator's log, then the workers' and the servers' stderr, each
+  // headed "--- coordinator" / "--- worker i" / "--- server i" and cut to
+  // its last part of `max_bytes` (shared equally): for failure messages.
   std::string Logs(size_t max_bytes = 20000) const;
 
  private:

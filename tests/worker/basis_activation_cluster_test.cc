@@ -25,8 +25,7 @@
 #include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster_clients.h"
-#include "tests/testing/test_cluster.h"
+#include "tests/testing/cluster_fixture.h"
 #include "tests/testing/warmup_bound.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/worker_client.h"
@@ -79,37 +78,10 @@ gift::v1::BasisVersion ActiveAt(const std::map<uint64_t, gift::v1::BasisVersion>
   return active;
 }
 
-class BasisActivationClusterTest : public ::testing::Test {
+class BasisActivationClusterTest : public test::ClusterFixture<> {
  protected:
-  void SetUp() override {
-    tools::LocalClusterOptions options;
-    options.servers = kServers;
-    options.workers = kWorkers;
-    options.lease_ttl = absl::Seconds(2);
-    options.step_timeout = absl::Seconds(60);
-    // A temp dir of its own, removed after the processes (test_cluster.h).
-    auto cluster = test::TestCluster::Start(options, GIFT_BUILD_DIR);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    test_cluster_ = *std::move(cluster);
-    cluster_ = test_cluster_->cluster();
-    coordinator_ = std::make_unique<control::CoordinatorClient>(
-        control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()),
-        absl::Seconds(30));
-  }
-
-  void TearDown() override {
-    clients_.clear();
-    tensors_.clear();
-    if (cluster_ != nullptr) {
-      EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
-    }
-  }
-
-  void Register() {
-    auto registered = test::ConnectAndRegister(*cluster_, kWorkers, Specs());
-    ASSERT_TRUE(registered.ok()) << registered.status();
-    clients_ = std::move(registered->clients);
-    tensors_ = std::move(registered->tensors);
+  tools::LocalClusterOptions Options() override {
+    return test::ShortLeaseOptions(kServers, kWorkers);
   }
 
   std::vector<client::PushPullResult> Step(uint64_t step) {
@@ -146,20 +118,6 @@ class BasisActivationClusterTest : public ::testing::Test {
     }
   }
 
-  std::string Logs() const {
-    if (cluster_ == nullptr) return "";
-    std::string all = absl::StrCat("--- coordinator\n", cluster_->coordinator()->log());
-    for (int w = 0; w < kWorkers; ++w) {
-      all += absl::StrCat("--- worker ", w, "\n", cluster_->worker(w)->stderr_text());
-    }
-    return all.size() > 30000 ? all.substr(all.size() - 30000) : all;
-  }
-
-  std::unique_ptr<test::TestCluster> test_cluster_;
-  tools::LocalCluster* cluster_ = nullptr;  // owned by test_cluster_
-  std::unique_ptr<control::CoordinatorClient> coordinator_;
-  std::vector<std::unique_ptr<client::WorkerClient>> clients_;
-  std::vector<std::vector<client::SharedTensor>> tensors_;
   // tensor id -> version -> the committed version as first seen
   std::map<uint64_t, std::map<uint64_t, gift::v1::BasisVersion>> committed_;
 };
@@ -176,9 +134,8 @@ TEST_F(BasisActivationClusterTest, EveryStepAfterTheFirstCommitRunsInTheCommitte
   // directly (measured: the owners choose direct under selection measured).
   policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);
   policy.mutable_selection()->add_include("*");
-  auto set = coordinator_->SetPolicy(policy, 0);
-  ASSERT_TRUE(set.ok()) << set.status();
-  Register();
+  SetPolicy(policy);
+  Register(Specs());
 
   // Steps until every 2-D tensor ran in a basis on kInBasis steps and in two
   // versions of it (the first refresh and the one period_steps later), so

@@ -23,7 +23,7 @@
 #include "common/control/coordinator_client.h"
 #include "gift/v1/worker.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "tests/testing/test_cluster.h"
+#include "tests/testing/cluster_fixture.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/buffer_handoff.h"
 
@@ -96,14 +96,17 @@ void FillGradient(float* g, const TensorShape& t, uint64_t step, int worker) {
   }
 }
 
-class ClusterIntegrationTest : public ::testing::Test {
+// The Worker API spoken in raw gRPC (the wire contract, no client library).
+// No clean stop: the cluster's processes are killed after each test.
+class ClusterIntegrationTest : public test::ClusterFixture<> {
  protected:
-  void StartCluster(int servers = kServers, int workers = kWorkers) {
-    auto cluster =
-        test::TestCluster::Start(test::ShortLeaseOptions(servers, workers), GIFT_BUILD_DIR);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    test_cluster_ = *std::move(cluster);
-    cluster_ = test_cluster_->cluster();
+  ClusterIntegrationTest() {
+    at_tear_down_ = AtTearDown::kKill;
+    starts_in_set_up_ = false;
+  }
+
+  void Start(int servers = kServers, int workers = kWorkers) {
+    StartCluster(test::ShortLeaseOptions(servers, workers));
   }
 
   // Runs giftctl against the cluster's coordinator; its standard output.
@@ -120,12 +123,12 @@ class ClusterIntegrationTest : public ::testing::Test {
     return (*p)->stdout_text();
   }
 
-  void SetPolicy(std::vector<std::string> args) {
+  void SetPolicyWithGiftctl(std::vector<std::string> args) {
     args.insert(args.begin(), {"policy", "set"});
     Giftctl(args);
   }
 
-  void Register() {
+  void RegisterOverGrpc() {
     trainers_.resize(kWorkers);
     for (int w = 0; w < kWorkers; ++w) {
       Trainer& t = trainers_[w];
@@ -175,17 +178,13 @@ class ClusterIntegrationTest : public ::testing::Test {
     return out;
   }
 
-  std::string Logs() { return test_cluster_->Logs(); }
-
-  std::unique_ptr<test::TestCluster> test_cluster_;
-  tools::LocalCluster* cluster_ = nullptr;  // owned by test_cluster_
   std::vector<Trainer> trainers_;
 };
 
 TEST_F(ClusterIntegrationTest, Fp32CommunicationIsTheExactFloatAverage) {
-  StartCluster();
-  SetPolicy({"--push-codec", "fp32", "--pull-codec", "fp32", "--selection", "list"});
-  Register();
+  Start();
+  SetPolicyWithGiftctl({"--push-codec", "fp32", "--pull-codec", "fp32", "--selection", "list"});
+  RegisterOverGrpc();
   std::vector<int> all = {0, 1, 2, 3};
   for (uint64_t step = 0; step < 3; ++step) {
     std::vector<std::vector<std::vector<float>>> grads(kWorkers);
@@ -219,11 +218,11 @@ TEST_F(ClusterIntegrationTest, Fp32CommunicationIsTheExactFloatAverage) {
 }
 
 TEST_F(ClusterIntegrationTest, FiftyStepsWithARefreshAndAKilledWorker) {
-  StartCluster();
+  Start();
   // GIFT on every 2-D tensor (no measurement gate), refreshed every 10 steps.
-  SetPolicy({"--push-codec", "e4m3/block128", "--pull-codec", "bf16", "--selection", "list",
-             "--include", "*", "--period", "10"});
-  Register();
+  SetPolicyWithGiftctl({"--push-codec", "e4m3/block128", "--pull-codec", "bf16", "--selection",
+                        "list", "--include", "*", "--period", "10"});
+  RegisterOverGrpc();
   constexpr uint64_t kSteps = 50, kKillAt = 30;
   std::vector<int> alive = {0, 1, 2, 3};
   uint64_t epoch_before_kill = 0;
@@ -324,16 +323,16 @@ TEST_F(ClusterIntegrationTest, FiftyStepsWithARefreshAndAKilledWorker) {
 }
 
 TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketches) {
-  StartCluster();
+  Start();
   // Per-worker statistics: the owners see only the servers' sums of the
   // workers' sketches (the reduced-gradient fallback is gone), so a basis
   // can only come from sketches that travelled the data path.
   // A drift measurement on every step, so that the bounded wait for the
   // references below is not spent waiting for measure steps.
-  SetPolicy({"--push-codec", "e4m3/block128", "--pull-codec", "bf16", "--selection", "list",
-             "--include", "*", "--period", "10", "--source", "per-worker", "--measure-period",
-             "1"});
-  Register();
+  SetPolicyWithGiftctl({"--push-codec", "e4m3/block128", "--pull-codec", "bf16", "--selection",
+                        "list", "--include", "*", "--period", "10", "--source", "per-worker",
+                        "--measure-period", "1"});
+  RegisterOverGrpc();
   bool saw_transformed = false;
   auto run_step = [&](uint64_t step) {
     for (int w = 0; w < kWorkers; ++w) {
@@ -401,8 +400,8 @@ TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketche
 }
 
 TEST_F(ClusterIntegrationTest, TrainingGoesOnThroughACoordinatorCrash) {
-  StartCluster(/*servers=*/1, /*workers=*/2);
-  SetPolicy({"--push-codec", "fp32", "--pull-codec", "fp32", "--selection", "list"});
+  Start(/*servers=*/1, /*workers=*/2);
+  SetPolicyWithGiftctl({"--push-codec", "fp32", "--pull-codec", "fp32", "--selection", "list"});
   trainers_.clear();
   // Two trainers on the first two workers (Register assumes kWorkers).
   trainers_.resize(2);
@@ -458,10 +457,10 @@ TEST_F(ClusterIntegrationTest, TrainingGoesOnThroughACoordinatorCrash) {
 // running sum's error relative to the exact sum shrinks like 1/steps, across
 // the basis switches.
 TEST_F(ClusterIntegrationTest, ErrorFeedbackMakesTheRunningSumConverge) {
-  StartCluster();
-  SetPolicy({"--push-codec", "e4m3/block128", "--pull-codec", "fp32", "--selection", "list",
-             "--include", "*", "--period", "10", "--error-feedback", "on"});
-  Register();
+  Start();
+  SetPolicyWithGiftctl({"--push-codec", "e4m3/block128", "--pull-codec", "fp32", "--selection",
+                        "list", "--include", "*", "--period", "10", "--error-feedback", "on"});
+  RegisterOverGrpc();
   const std::vector<int> all = {0, 1, 2, 3};
   std::vector<std::vector<double>> exact(Shapes().size());  // the exact average
   for (size_t i = 0; i < Shapes().size(); ++i) {
@@ -501,7 +500,7 @@ TEST_F(ClusterIntegrationTest, ErrorFeedbackMakesTheRunningSumConverge) {
     return out;
   };
   const auto with = drift(0);
-  SetPolicy({"--error-feedback", "off"});
+  SetPolicyWithGiftctl({"--error-feedback", "off"});
   const auto without = drift(100);
   // Relative to the exact sum, s * |exact average| after s steps:
   double norm = 0;
@@ -520,7 +519,7 @@ TEST_F(ClusterIntegrationTest, ErrorFeedbackMakesTheRunningSumConverge) {
 }
 
 TEST_F(ClusterIntegrationTest, TheWorkerApiRejectsBadCallsAndKeepsServing) {
-  StartCluster(/*servers=*/1, /*workers=*/1);
+  Start(/*servers=*/1, /*workers=*/1);
   auto stub = gift::v1::Worker::NewStub(grpc::CreateChannel(
       absl::StrCat("unix:", cluster_->worker_socket(0)), grpc::InsecureChannelCredentials()));
   auto push_pull = [&](uint64_t step, std::vector<uint64_t> ids = {}) {

@@ -22,8 +22,7 @@
 #include "common/control/coordinator_client.h"
 #include "common/dataplane/chunk_shape.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster_clients.h"
-#include "tests/testing/test_cluster.h"
+#include "tests/testing/cluster_fixture.h"
 #include "tests/testing/warmup_bound.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/worker_client.h"
@@ -76,37 +75,10 @@ struct Case {
   bool gift;
 };
 
-class CodecClusterTest : public ::testing::TestWithParam<Case> {
+class CodecClusterTest : public test::ClusterFixture<::testing::TestWithParam<Case>> {
  protected:
-  void SetUp() override {
-    auto cluster =
-        test::TestCluster::Start(test::ShortLeaseOptions(kServers, kWorkers), GIFT_BUILD_DIR);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    test_cluster_ = *std::move(cluster);
-    cluster_ = test_cluster_->cluster();
-  }
-
-  void TearDown() override {
-    clients_.clear();
-    tensors_.clear();
-    if (cluster_ != nullptr) {
-      EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
-    }
-  }
-
-  void SetPolicy(const gift::v1::Policy& policy) {
-    control::CoordinatorClient client(
-        control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()),
-        absl::Seconds(30));
-    auto set = client.SetPolicy(policy, 0);
-    ASSERT_TRUE(set.ok()) << set.status();
-  }
-
-  void Register() {
-    auto registered = test::ConnectAndRegister(*cluster_, kWorkers, Specs());
-    ASSERT_TRUE(registered.ok()) << registered.status();
-    clients_ = std::move(registered->clients);
-    tensors_ = std::move(registered->tensors);
+  tools::LocalClusterOptions Options() override {
+    return test::ShortLeaseOptions(kServers, kWorkers);
   }
 
   // One step on every worker; `exact` gets the FP32 average (in double).
@@ -134,10 +106,7 @@ class CodecClusterTest : public ::testing::TestWithParam<Case> {
   // The payload bytes of one push of Specs(), tensor i in codecs[i], over
   // the chunks of the coordinator's shard map.
   uint64_t PushedBytes(const std::vector<std::string>& codecs) const {
-    control::CoordinatorClient client(
-        control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()),
-        absl::Seconds(30));
-    auto status = client.GetStatus();
+    auto status = coordinator_->GetStatus();
     EXPECT_TRUE(status.ok()) << status.status();
     if (!status.ok()) return 0;
     uint64_t total = 0;
@@ -164,13 +133,6 @@ class CodecClusterTest : public ::testing::TestWithParam<Case> {
     }
     return std::sqrt(err / norm);
   }
-
-  std::string Logs() const { return test_cluster_ == nullptr ? "" : test_cluster_->Logs(); }
-
-  std::unique_ptr<test::TestCluster> test_cluster_;
-  tools::LocalCluster* cluster_ = nullptr;  // owned by test_cluster_
-  std::vector<std::unique_ptr<client::WorkerClient>> clients_;
-  std::vector<std::vector<client::SharedTensor>> tensors_;
 };
 
 TEST_P(CodecClusterTest, AveragesWithinTheBoundOfPushPlusPull) {
@@ -185,7 +147,7 @@ TEST_P(CodecClusterTest, AveragesWithinTheBoundOfPushPlusPull) {
     policy.mutable_selection()->add_exclude("*");
   }
   SetPolicy(policy);
-  Register();
+  Register(Specs());
 
   // GIFT: step until every 2-D tensor runs in its basis.
   constexpr int kChecked = 3;
@@ -262,7 +224,7 @@ TEST_F(CodecClusterTest, OverrideCodecsReachTheirTensorsOnly) {
   o->set_glob("*.mlp.*");
   *o->mutable_pull_codec() = codec::ToProto(Spec("nvfp4"));
   SetPolicy(policy);
-  Register();
+  Register(Specs());
   std::vector<std::vector<double>> exact;
   for (uint64_t step = 0; step < 2; ++step) {
     auto results = Step(step, exact);

@@ -55,6 +55,7 @@
 #include "kernels/codec/codec_cuda.h"
 #include "server/aggregator/aggregator_shard.h"
 #include "tests/transform/test_util.h"
+#include "tests/worker/engine_rig.h"
 #include "tests/worker/engine_test_util.h"
 #include "worker/engine/push_pull_engine.h"
 #include "worker/engine/tensor_codec_stage.h"
@@ -513,24 +514,23 @@ TEST(DeviceStageRefusalTest, ABadSpecIsRefused) {
 }
 
 TEST(DeviceStageRefusalTest, AnEngineWithoutDeviceStagesRefusesADeviceTensor) {
-  auto shard = server::AggregatorShard::Create(
-      {.reducer = {.pull_spec = codec::ParseCodecSpec("bf16").value()}},
-      [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); });
-  ASSERT_TRUE(shard.ok()) << shard.status();
-  auto engine = PushPullEngine::Create(
-      [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); },
-      {.timeout = absl::Seconds(5)});
-  ASSERT_TRUE(engine.ok()) << engine.status();
+  testing::EngineRig rig;
+  ASSERT_TRUE(rig.Start({.servers = 1,
+                         .workers = 1,
+                         .pull = codec::ParseCodecSpec("bf16").value(),
+                         .ucx = true,
+                         .timeout = absl::Seconds(5)})
+                  .ok());
+  auto* engine = &rig.engines[0];
   std::vector<float> g(kRows * kCols, 1.0f);
   StepPlan plan{.epoch = 1, .step = 1, .rank = 0, .world_size = 1};
-  plan.tensors.push_back(
-      {.tensor_id = 1,
-       .rows = kRows,
-       .cols = kCols,
-       .data = g.data(),
-       .device = true,
-       .chunks = testing::Routes({1, kRows, kCols, 16, false}, {(*shard)->address()}),
-       .push_spec = codec::ParseCodecSpec("e4m3/block32").value()});
+  plan.tensors.push_back({.tensor_id = 1,
+                          .rows = kRows,
+                          .cols = kCols,
+                          .data = g.data(),
+                          .device = true,
+                          .chunks = testing::Routes({1, kRows, kCols, 16, false}, rig.servers),
+                          .push_spec = codec::ParseCodecSpec("e4m3/block32").value()});
   const auto report = (*engine)->Run(plan);
   EXPECT_EQ(report.status().code(), absl::StatusCode::kUnimplemented) << report.status();
 }
@@ -542,25 +542,17 @@ TEST(DeviceEngineTest, DeviceAndHostRanksGetTheSameAverage) {
   constexpr uint32_t kWorld = 2;
   constexpr int kServers = 2;
   const codec::CodecSpec pull = codec::ParseCodecSpec("bf16").value();
-  std::vector<std::unique_ptr<server::AggregatorShard>> shards;
-  std::vector<std::string> servers;
-  for (int s = 0; s < kServers; ++s) {
-    auto shard = server::AggregatorShard::Create(
-        {.reducer = {.pull_spec = pull}},
-        [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); });
-    ASSERT_TRUE(shard.ok()) << shard.status();
-    servers.push_back((*shard)->address());
-    shards.push_back(*std::move(shard));
-  }
-  std::vector<std::unique_ptr<PushPullEngine>> engines;
-  for (uint32_t r = 0; r < kWorld; ++r) {
-    auto engine = PushPullEngine::Create(
-        [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); },
-        {.timeout = absl::Seconds(30),
-         .device_stages = r == 0 ? DeviceCodecStage::Factory() : nullptr});
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engines.push_back(*std::move(engine));
-  }
+  testing::EngineRig rig;
+  ASSERT_TRUE(rig.Start({.servers = kServers,
+                         .workers = kWorld,
+                         .pull = pull,
+                         .ucx = true,
+                         .timeout = absl::Seconds(30),
+                         .device_stages = [](uint32_t r) -> DeviceStageFactory {
+                           return r == 0 ? DeviceCodecStage::Factory() : nullptr;
+                         }})
+                  .ok());
+  const std::vector<std::string>& servers = rig.servers;
   const std::vector<testing::Tensor> tensors = {
       {1, kRows, kCols, 16, true},  // GIFT basis
       {2, 33, 50, 10, false},       // direct, the last chunk of 3 rows
@@ -568,18 +560,7 @@ TEST(DeviceEngineTest, DeviceAndHostRanksGetTheSameAverage) {
   };
   const auto basis = Basis();
   const codec::CodecSpec push = codec::ParseCodecSpec("e4m3/block32").value();
-  for (int s = 0; s < kServers; ++s) {
-    server::ShardEpoch e{.epoch = 1};
-    for (const auto& engine : engines) e.workers.push_back(engine->address());
-    for (const testing::Tensor& t : tensors) {
-      for (const ChunkRoute& c : testing::Routes(t, servers)) {
-        if (c.server != servers[s]) continue;
-        e.chunks[{t.id, c.index}] =
-            dataplane::ChunkShapeOf(t.rows * t.cols, t.cols, c.offset, c.num_elements).value();
-      }
-    }
-    ASSERT_TRUE(shards[s]->SetEpoch(e).ok());
-  }
+  ASSERT_TRUE(rig.SetEpoch(1, rig.OnServers(tensors)).ok());
 
   for (uint64_t step = 1; step <= 3; ++step) {
     std::vector<std::vector<std::vector<float>>> host(kWorld);  // [rank][tensor]
@@ -605,13 +586,10 @@ TEST(DeviceEngineTest, DeviceAndHostRanksGetTheSameAverage) {
                                     .push_spec = push});
       }
     }
-    std::vector<absl::Status> done(kWorld);
-    std::vector<std::thread> threads;
+    const auto done = rig.Run(plans);
     for (uint32_t r = 0; r < kWorld; ++r) {
-      threads.emplace_back([&, r] { done[r] = engines[r]->Run(plans[r]).status(); });
+      ASSERT_TRUE(done[r].ok()) << "rank " << r << done[r].status();
     }
-    for (auto& t : threads) t.join();
-    for (uint32_t r = 0; r < kWorld; ++r) ASSERT_TRUE(done[r].ok()) << "rank " << r << done[r];
     for (size_t i = 0; i < tensors.size(); ++i) {
       const std::vector<float> on_device = device[i]->Read();
       const std::vector<float>& on_host = host[1][i];

@@ -29,7 +29,7 @@
 #include "common/control/coordinator_client.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda_status.h"
-#include "tests/testing/test_cluster.h"
+#include "tests/testing/cluster_fixture.h"
 #include "tests/testing/warmup_bound.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/cuda_device_buffer.h"
@@ -63,7 +63,7 @@ size_t Elements(const client::TensorSpec& t) {
 
 // The build tree holding the daemons: $GIFT_BUILD_DIR when set (the GPU
 // bundle's run.sh points it at the daemons it packed), else this build's.
-std::string BuildDir() {
+std::string DaemonsDir() {
   const char* dir = std::getenv("GIFT_BUILD_DIR");
   return dir != nullptr && *dir != '\0' ? dir : GIFT_BUILD_DIR;
 }
@@ -116,30 +116,29 @@ struct Trainer {
   }
 };
 
-class DeviceTensorClusterTest : public ::testing::TestWithParam<bool> {
+class DeviceTensorClusterTest : public test::ClusterFixture<::testing::TestWithParam<bool>> {
  protected:
+  tools::LocalClusterOptions Options() override {
+    return test::ShortLeaseOptions(kServers, kWorkers);
+  }
+  std::string BuildDir() const override { return DaemonsDir(); }
+
   void SetUp() override {
     if (!HaveDevice()) {
       GTEST_SKIP() << "no CUDA device: device tensors need one";
     }
-    auto cluster =
-        test::TestCluster::Start(test::ShortLeaseOptions(kServers, kWorkers), BuildDir());
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    test_cluster_ = *std::move(cluster);
-    cluster_ = test_cluster_->cluster();
+    test::ClusterFixture<::testing::TestWithParam<bool>>::SetUp();
   }
 
   // The workers end (closing their IPC mappings) before the allocations
   // they map are freed: the exporter keeps an allocation alive while it is
   // registered.
   void TearDown() override {
-    if (cluster_ != nullptr) {
-      EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
-    }
+    test::ClusterFixture<::testing::TestWithParam<bool>>::TearDown();
     trainers_.clear();
   }
 
-  void SetPolicy(bool gift) {
+  void SetGiftPolicy(bool gift) {
     gift::v1::Policy policy;
     *policy.mutable_transform()->mutable_push_codec() =
         codec::ToProto(codec::ParseCodecSpec(kCodec).value());
@@ -151,11 +150,7 @@ class DeviceTensorClusterTest : public ::testing::TestWithParam<bool> {
     } else {
       policy.mutable_selection()->add_exclude("*");
     }
-    control::CoordinatorClient client(
-        control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()),
-        absl::Seconds(30));
-    auto set = client.SetPolicy(policy, 0);
-    ASSERT_TRUE(set.ok()) << set.status();
+    SetPolicy(policy);
   }
 
   // Connects, allocates and registers on every worker (concurrently: a
@@ -251,16 +246,12 @@ class DeviceTensorClusterTest : public ::testing::TestWithParam<bool> {
     return out;
   }
 
-  std::string Logs() const { return test_cluster_ == nullptr ? "" : test_cluster_->Logs(); }
-
-  std::unique_ptr<test::TestCluster> test_cluster_;
-  tools::LocalCluster* cluster_ = nullptr;  // owned by test_cluster_
   std::vector<std::unique_ptr<Trainer>> trainers_;
 };
 
 TEST_P(DeviceTensorClusterTest, DeviceAveragesAreBitIdenticalAndWithinTheCodecBound) {
   const bool gift = GetParam();
-  SetPolicy(gift);
+  SetGiftPolicy(gift);
   Register();
   if (HasFatalFailure()) return;
 

@@ -22,7 +22,7 @@
 #include "common/control/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/http_get.h"
-#include "tests/testing/test_cluster.h"
+#include "tests/testing/cluster_fixture.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/worker_client.h"
 
@@ -31,37 +31,34 @@ namespace {
 
 constexpr int kWorkers = 2;
 
-class MissingRankClusterTest : public ::testing::Test {
+class MissingRankClusterTest : public test::ClusterFixture<> {
  protected:
+  // No clean Stop: these tests leave steps that a rank abandoned, whose
+  // partial chunks a server's SIGTERM drain waits out for its whole
+  // --drain-timeout; the TestCluster kills the processes instead. Each test
+  // starts its own cluster (Start).
+  MissingRankClusterTest() {
+    at_tear_down_ = AtTearDown::kKill;
+    starts_in_set_up_ = false;
+  }
+
   void Start(gift::v1::OnMemberLoss on_loss, absl::Duration step_timeout) {
-    tools::LocalClusterOptions options;
-    options.servers = 1;
-    options.workers = kWorkers;
-    options.lease_ttl = absl::Seconds(2);
+    tools::LocalClusterOptions options = test::ShortLeaseOptions(1, kWorkers);
     options.step_timeout = step_timeout;
     options.metrics = true;
-    auto cluster = test::TestCluster::Start(options, GIFT_BUILD_DIR);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    test_cluster_ = *std::move(cluster);
-    cluster_ = test_cluster_->cluster();
-    control::CoordinatorClient coordinator(
-        control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()),
-        absl::Seconds(30));
+    StartCluster(options);
+    if (HasFatalFailure()) return;
     gift::v1::Policy policy;
     policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);
     policy.mutable_selection()->add_exclude("*");  // direct: the test is about membership
     policy.set_on_member_loss(on_loss);
-    ASSERT_TRUE(coordinator.SetPolicy(policy, 0).ok());
+    SetPolicy(policy);
     for (int w = 0; w < kWorkers; ++w) {
       auto c = client::WorkerClient::Connect(cluster_->worker_socket(w));
       ASSERT_TRUE(c.ok()) << c.status();
       clients_.push_back(*std::move(c));
     }
   }
-
-  // No clean Stop: these tests leave steps that a rank abandoned, whose
-  // partial chunks a server's SIGTERM drain waits out for its whole
-  // --drain-timeout; the TestCluster kills the processes instead.
 
   void RegisterAll() {
     for (int w = 0; w < kWorkers; ++w) {
@@ -79,7 +76,7 @@ class MissingRankClusterTest : public ::testing::Test {
     for (int w = 0; w < kWorkers; ++w) calls.push_back(Step(w, step));
     for (auto& c : calls) {
       auto r = c.get();
-      ASSERT_TRUE(r.ok()) << r.status() << "\n" << test_cluster_->Logs();
+      ASSERT_TRUE(r.ok()) << r.status() << "\n" << Logs();
       EXPECT_EQ(r->previous_world_size, 0u);
     }
   }
@@ -98,10 +95,6 @@ class MissingRankClusterTest : public ::testing::Test {
     (void)(*p)->WaitForExit(absl::Seconds(30));
     return (*p)->stdout_text();
   }
-
-  std::unique_ptr<test::TestCluster> test_cluster_;
-  tools::LocalCluster* cluster_ = nullptr;  // owned by test_cluster_
-  std::vector<std::unique_ptr<client::WorkerClient>> clients_;
 };
 
 TEST_F(MissingRankClusterTest, ARankThatNeverPushesIsNamedInLogStatusMetricAndError) {
@@ -116,13 +109,13 @@ TEST_F(MissingRankClusterTest, ARankThatNeverPushesIsNamedInLogStatusMetricAndEr
   bool logged = false;
   while (!logged && absl::Now() - began < absl::Seconds(8)) {
     absl::SleepFor(absl::Milliseconds(100));
-    const std::string logs = test_cluster_->Logs();
+    const std::string logs = Logs();
     logged = absl::StrContains(logs, "\"event\":\"step_waiting\"") &&
              absl::StrContains(logs, absl::StrCat("(", missing, ", ")) &&
              absl::StrContains(logs, "that has not begun step 2");
   }
   const absl::Duration to_log = absl::Now() - began;
-  ASSERT_TRUE(logged) << test_cluster_->Logs();
+  ASSERT_TRUE(logged) << Logs();
   EXPECT_LE(to_log, absl::Seconds(5));
   std::printf("missing rank named in the worker's log after %.2f s\n",
               absl::ToDoubleSeconds(to_log));

@@ -20,8 +20,7 @@
 #include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cluster_clients.h"
-#include "tests/testing/test_cluster.h"
+#include "tests/testing/cluster_fixture.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/worker_client.h"
 
@@ -46,35 +45,21 @@ float Value(uint32_t rank, size_t k) {
   return std::ldexp(1.0f, static_cast<int>(rank)) * std::ldexp(1.0f, -static_cast<int>(k % 4));
 }
 
-class NodeClusterTest : public ::testing::Test {
+class NodeClusterTest : public test::ClusterFixture<> {
  protected:
-  void SetUp() override {
-    tools::LocalClusterOptions options;
-    options.servers = kServers;
-    options.workers = kWorkers;
+  tools::LocalClusterOptions Options() override {
+    tools::LocalClusterOptions options = test::ShortLeaseOptions(kServers, kWorkers);
     options.worker_nodes = kNodes;
     // Several chunks per tensor, so that both members of a node lead some.
     options.coordinator_args = {"--chunk-bytes", "16384"};
-    options.lease_ttl = absl::Seconds(2);
-    options.step_timeout = absl::Seconds(60);
-    // A temp dir of its own, removed after the processes (test_cluster.h).
-    auto cluster = test::TestCluster::Start(options, GIFT_BUILD_DIR);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    test_cluster_ = *std::move(cluster);
-    cluster_ = test_cluster_->cluster();
+    return options;
   }
 
-  void TearDown() override {
-    clients_.clear();
-    tensors_.clear();
-    if (cluster_ != nullptr) (void)cluster_->Stop();
-  }
+  NodeClusterTest() { at_tear_down_ = AtTearDown::kStopAnyhow; }  // a test kills a worker
 
-  void SetPolicy(gift::v1::Hierarchy hierarchy) {
-    control::CoordinatorClient client(
-        control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()),
-        absl::Seconds(30));
-    auto current = client.GetPolicy();
+  // The policy with FP32 codecs, no basis, and `hierarchy`.
+  void SetHierarchy(gift::v1::Hierarchy hierarchy) {
+    auto current = coordinator_->GetPolicy();
     ASSERT_TRUE(current.ok()) << current.status();
     gift::v1::Policy policy = *current;
     const codec::CodecSpec fp32{.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
@@ -82,15 +67,7 @@ class NodeClusterTest : public ::testing::Test {
     *policy.mutable_transform()->mutable_pull_codec() = codec::ToProto(fp32);
     policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);  // no GIFT basis
     policy.set_hierarchy(hierarchy);
-    auto set = client.SetPolicy(policy, 0);
-    ASSERT_TRUE(set.ok()) << set.status();
-  }
-
-  void Register() {
-    auto registered = test::ConnectAndRegister(*cluster_, kWorkers, Specs());
-    ASSERT_TRUE(registered.ok()) << registered.status();
-    clients_ = std::move(registered->clients);
-    tensors_ = std::move(registered->tensors);
+    SetPolicy(policy);
   }
 
   // Worker w's gradients: Value(its rank at registration).
@@ -135,30 +112,14 @@ class NodeClusterTest : public ::testing::Test {
       }
     }
   }
-
-  std::string Logs() const {
-    std::string all;
-    for (int w = 0; w < kWorkers; ++w) {
-      all += absl::StrCat("--- worker ", w, "\n", cluster_->worker(w)->stderr_text());
-    }
-    for (int s = 0; s < kServers; ++s) {
-      all += absl::StrCat("--- server ", s, "\n", cluster_->server(s)->stderr_text());
-    }
-    return all.size() > 20000 ? all.substr(all.size() - 20000) : all;
-  }
-
-  std::unique_ptr<test::TestCluster> test_cluster_;
-  tools::LocalCluster* cluster_ = nullptr;  // owned by test_cluster_
-  std::vector<std::unique_ptr<client::WorkerClient>> clients_;
-  std::vector<std::vector<client::SharedTensor>> tensors_;
 };
 
 // 15 = 1 + 2 + 4 + 8: every rank once.
 float AllFour(size_t k) { return 15.0f * std::ldexp(1.0f, -static_cast<int>(k % 4)) * 0.25f; }
 
 TEST_F(NodeClusterTest, ExactAverageIdenticalBitsAndNodeBytesCutByTheGroupSize) {
-  SetPolicy(gift::v1::HIERARCHY_NONE);
-  Register();
+  SetHierarchy(gift::v1::HIERARCHY_NONE);
+  Register(Specs());
   const std::vector<int> all = {0, 1, 2, 3};
   constexpr int kSteps = 4;
   std::map<std::string, uint64_t> none_bytes, node_bytes;
@@ -174,7 +135,7 @@ TEST_F(NodeClusterTest, ExactAverageIdenticalBitsAndNodeBytesCutByTheGroupSize) 
     ExpectResult(all, AllFour);
     for (const auto& [node, bytes] : BytesByNode(results)) none_bytes[node] += bytes;
   }
-  SetPolicy(gift::v1::HIERARCHY_NODE);  // a new epoch; the ranks stay
+  SetHierarchy(gift::v1::HIERARCHY_NODE);  // a new epoch; the ranks stay
   for (int s = 0; s < kSteps; ++s, ++step) {
     for (int w : all) Fill(w);
     auto results = Step(step, all);
@@ -204,8 +165,8 @@ TEST_F(NodeClusterTest, ExactAverageIdenticalBitsAndNodeBytesCutByTheGroupSize) 
 }
 
 TEST_F(NodeClusterTest, AMemberKilledMidStepRetriesTheStepCountingEachRankOnce) {
-  SetPolicy(gift::v1::HIERARCHY_NODE);
-  Register();
+  SetHierarchy(gift::v1::HIERARCHY_NODE);
+  Register(Specs());
   const std::vector<int> all = {0, 1, 2, 3};
   for (int w : all) Fill(w);
   auto first = Step(0, all);

@@ -13,7 +13,6 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "common/base/relative_error.h"
@@ -23,10 +22,9 @@
 #include "common/dataplane/chunk_shape.h"
 #include "common/transform/encoder_pipeline.h"
 #include "common/transform/tensor_basis_transform.h"
-#include "common/transport/inproc/inproc_transport.h"
 #include "gtest/gtest.h"
-#include "server/aggregator/aggregator_shard.h"
 #include "tests/transform/test_util.h"
+#include "tests/worker/engine_rig.h"
 #include "tests/worker/engine_test_util.h"
 #include "worker/engine/push_pull_engine.h"
 
@@ -103,33 +101,10 @@ class ReferenceWorker {
 
 class ErrorFeedbackEngineTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto shard = server::AggregatorShard::Create(
-        {.reducer = {.pull_spec = codec::ParseCodecSpec("fp32").value()}},
-        [this](transport::TransportHandlers h) {
-          return transport::CreateInprocTransport(&hub_, std::move(h));
-        });
-    ASSERT_TRUE(shard.ok()) << shard.status();
-    shard_ = *std::move(shard);
-    for (uint32_t r = 0; r < kWorld; ++r) {
-      auto engine = PushPullEngine::Create(
-          [this](transport::TransportHandlers h) {
-            return transport::CreateInprocTransport(&hub_, std::move(h));
-          },
-          {.timeout = absl::Seconds(20)});
-      ASSERT_TRUE(engine.ok()) << engine.status();
-      engines_.push_back(*std::move(engine));
-    }
-  }
+  void SetUp() override { ASSERT_TRUE(rig_.Start({.servers = 1, .workers = kWorld}).ok()); }
 
   void SetEpoch(uint64_t epoch, const std::vector<ChunkRoute>& chunks) {
-    server::ShardEpoch e{.epoch = epoch};
-    for (const auto& engine : engines_) e.workers.push_back(engine->address());
-    for (const ChunkRoute& c : chunks) {
-      e.chunks[{kTensor, c.index}] =
-          dataplane::ChunkShapeOf(kRows * kCols, kCols, c.offset, c.num_elements).value();
-    }
-    ASSERT_TRUE(shard_->SetEpoch(e).ok());
+    ASSERT_TRUE(rig_.SetEpoch(epoch, {{{kTensor, kRows, kCols, 0, true}, chunks}}).ok());
   }
 
   // Runs one step on both engines (gradients Gradient(r, step)); returns
@@ -156,12 +131,7 @@ class ErrorFeedbackEngineTest : public ::testing::Test {
                                     .push_spec = PushSpec(),
                                     .error_feedback = true}}});
     }
-    std::vector<absl::StatusOr<StepReport>> reports(kWorld, absl::UnknownError("not run"));
-    std::vector<std::thread> threads;
-    for (uint32_t r = 0; r < kWorld; ++r) {
-      threads.emplace_back([&, r] { reports[r] = engines_[r]->Run(plans[r]); });
-    }
-    for (auto& th : threads) th.join();
+    const auto reports = rig_.Run(plans);
     for (uint32_t r = 0; r < kWorld; ++r) EXPECT_TRUE(reports[r].ok()) << reports[r].status();
     EXPECT_EQ(buffers[0], buffers[1]);
     return buffers[0];
@@ -181,9 +151,7 @@ class ErrorFeedbackEngineTest : public ::testing::Test {
     return avg;
   }
 
-  transport::InprocHub hub_;
-  std::unique_ptr<server::AggregatorShard> shard_;
-  std::vector<std::unique_ptr<PushPullEngine>> engines_;
+  testing::EngineRig rig_;
 };
 
 // The engine's results equal the references' to rounding (the inverse
@@ -194,7 +162,7 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
 }
 
 TEST_F(ErrorFeedbackEngineTest, BasisSwitchRemapsTheResidualAndTheSumStaysExact) {
-  const auto chunks = Chunks(16, shard_->address());
+  const auto chunks = Chunks(16, rig_.servers[0]);
   SetEpoch(1, chunks);
   const auto old_basis = Basis(1, 3), new_basis = Basis(2, 11);
   std::vector<ReferenceWorker> ref;
@@ -235,12 +203,12 @@ TEST_F(ErrorFeedbackEngineTest, BasisSwitchRemapsTheResidualAndTheSumStaysExact)
             << Norm(gap) / Norm(residual) << "\n";
   EXPECT_GT(Norm(residual), 1e-4 * Norm(exact));  // there is a residual to account for
   EXPECT_LT(Norm(gap), 1e-3 * Norm(residual));
-  EXPECT_EQ(engines_[0]->error_feedback_bytes(), 2 * sizeof(float) * kRows * kCols);
+  EXPECT_EQ(rig_.engines[0]->error_feedback_bytes(), 2 * sizeof(float) * kRows * kCols);
 }
 
 TEST_F(ErrorFeedbackEngineTest, ResidualKeptAcrossEpochsOfTheSameWorkersAndResetForNewOnes) {
   const auto basis = Basis(1, 5);
-  const auto coarse = Chunks(16, shard_->address()), fine = Chunks(8, shard_->address());
+  const auto coarse = Chunks(16, rig_.servers[0]), fine = Chunks(8, rig_.servers[0]);
   std::vector<ReferenceWorker> ref;
   for (uint32_t r = 0; r < kWorld; ++r) ref.emplace_back(r, basis);
   SetEpoch(1, coarse);

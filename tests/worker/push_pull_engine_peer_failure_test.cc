@@ -7,14 +7,12 @@
 // earlier epoch aborted the next epoch's step).
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/codec/codec_spec.h"
-#include "common/transport/inproc/inproc_transport.h"
 #include "gift/v1/cluster.pb.h"
 #include "gtest/gtest.h"
-#include "server/aggregator/aggregator_shard.h"
+#include "tests/worker/engine_rig.h"
 #include "tests/worker/engine_test_util.h"
 #include "worker/daemon/step_retry.h"
 #include "worker/engine/push_pull_engine.h"
@@ -34,39 +32,18 @@ codec::CodecSpec Fp32() { return codec::ParseCodecSpec("fp32").value(); }
 class EnginePeerFailureTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (int s = 0; s < 2; ++s) {
-      auto shard = server::AggregatorShard::Create(
-          {.reducer = {.pull_spec = Fp32()}}, [this](transport::TransportHandlers h) {
-            return transport::CreateInprocTransport(&hub_, std::move(h));
-          });
-      ASSERT_TRUE(shard.ok()) << shard.status();
-      addresses_.push_back((*shard)->address());
-      shards_.push_back(*std::move(shard));
-    }
-    for (uint32_t r = 0; r < kWorld; ++r) {
-      auto engine = PushPullEngine::Create(
-          [this](transport::TransportHandlers h) {
-            return transport::CreateInprocTransport(&hub_, std::move(h));
-          },
-          {.timeout = absl::Seconds(20)});
-      ASSERT_TRUE(engine.ok()) << engine.status();
-      engines_.push_back(*std::move(engine));
-    }
+    ASSERT_TRUE(rig_.Start({.servers = 2, .workers = kWorld}).ok());
+    addresses_ = rig_.servers;
   }
 
   // Installs `epoch` on shard `s`, with the chunks of kTensor and kLater
   // that `routes` give it.
   void SetEpoch(int s, uint64_t epoch, const std::vector<ChunkRoute>& routes) {
-    server::ShardEpoch e{.epoch = epoch};
-    for (const auto& engine : engines_) e.workers.push_back(engine->address());
-    for (const Tensor& t : {kTensor, kLater}) {
-      for (const ChunkRoute& c : routes) {
-        if (c.server != addresses_[s] || c.offset + c.num_elements > t.rows * t.cols) continue;
-        e.chunks[{t.id, c.index}] =
-            dataplane::ChunkShapeOf(t.rows * t.cols, t.cols, c.offset, c.num_elements).value();
-      }
+    std::vector<ChunkRoute> later;
+    for (const ChunkRoute& c : routes) {
+      if (c.offset + c.num_elements <= kLater.rows * kLater.cols) later.push_back(c);
     }
-    ASSERT_TRUE(shards_[s]->SetEpoch(e).ok());
+    ASSERT_TRUE(rig_.SetEpoch(s, epoch, {{kTensor, routes}, {kLater, later}}).ok());
   }
 
   TensorStep Later(std::vector<float>& data, const std::vector<std::string>& servers) {
@@ -93,13 +70,8 @@ class EnginePeerFailureTest : public ::testing::Test {
   // Both ranks run `step` of `epoch`; both must get the exact average.
   void RunBoth(uint64_t epoch, uint64_t step, const std::vector<ChunkRoute>& routes) {
     std::vector<std::vector<float>> data = {Gradient(kTensor, 0, step), Gradient(kTensor, 1, step)};
-    std::vector<absl::StatusOr<StepReport>> reports(kWorld, absl::UnknownError("not run"));
-    std::vector<std::thread> threads;
-    for (uint32_t r = 0; r < kWorld; ++r) {
-      threads.emplace_back(
-          [&, r] { reports[r] = engines_[r]->Run(Plan(epoch, step, r, data[r], routes)); });
-    }
-    for (auto& t : threads) t.join();
+    const auto reports =
+        rig_.Run({Plan(epoch, step, 0, data[0], routes), Plan(epoch, step, 1, data[1], routes)});
     for (uint32_t r = 0; r < kWorld; ++r) ASSERT_TRUE(reports[r].ok()) << reports[r].status();
     EXPECT_EQ(data[0], Average(step));
     EXPECT_EQ(data[1], data[0]);
@@ -120,10 +92,8 @@ class EnginePeerFailureTest : public ::testing::Test {
     ASSERT_EQ(engine.inbox().peer_failures(), n);
   }
 
-  transport::InprocHub hub_;
-  std::vector<std::unique_ptr<server::AggregatorShard>> shards_;
-  std::vector<std::string> addresses_;
-  std::vector<std::unique_ptr<PushPullEngine>> engines_;
+  testing::EngineRig rig_;
+  std::vector<std::string> addresses_;  // the shards' (kept when a shard is gone)
 };
 
 TEST_F(EnginePeerFailureTest, AReportAboutAServerTheStepDoesNotUseLeavesItRunning) {
@@ -141,21 +111,21 @@ TEST_F(EnginePeerFailureTest, AReportAboutAServerTheStepDoesNotUseLeavesItRunnin
   std::vector<float> data0 = Gradient(kTensor, 0, 1), data1 = Gradient(kTensor, 1, 1);
   std::vector<float> later0 = Gradient(kLater, 0, 1), later1 = Gradient(kLater, 1, 1);
   StepPlan plan0 = Plan(2, 1, 0, data0, only0);
-  ASSERT_TRUE(engines_[0]->Begin(StepHeader(plan0)).ok());
-  ASSERT_TRUE(engines_[0]->Add(plan0.tensors).ok());
-  shards_[1].reset();
-  AwaitPeerFailures(*engines_[0], 1);
+  ASSERT_TRUE(rig_.engines[0]->Begin(StepHeader(plan0)).ok());
+  ASSERT_TRUE(rig_.engines[0]->Add(plan0.tensors).ok());
+  rig_.shards[1].reset();
+  AwaitPeerFailures(*rig_.engines[0], 1);
   // The step goes on (an abort would fail this Add: results are missing)
   // and completes once rank 1 pushed.
   const TensorStep later = Later(later0, live);
-  ASSERT_TRUE(engines_[0]->Add({&later, 1}).ok());
+  ASSERT_TRUE(rig_.engines[0]->Add({&later, 1}).ok());
   StepPlan plan1 = Plan(2, 1, 1, data1, only0);
   plan1.tensors.push_back(Later(later1, live));
-  auto report1 = engines_[1]->Run(plan1);
-  auto report0 = engines_[0]->Finish();
+  auto report1 = rig_.engines[1]->Run(plan1);
+  auto report0 = rig_.engines[0]->Finish();
   ASSERT_TRUE(report0.ok()) << report0.status();
   ASSERT_TRUE(report1.ok()) << report1.status();
-  EXPECT_EQ(engines_[0]->inbox().peer_failures_that_aborted(), 0u);
+  EXPECT_EQ(rig_.engines[0]->inbox().peer_failures_that_aborted(), 0u);
   EXPECT_EQ(data0, Average(1));
   EXPECT_EQ(data1, data0);
   EXPECT_EQ(later0, testing::LocalAverage(kLater, 1, kWorld, live, Fp32(), Fp32(), nullptr));
@@ -169,13 +139,13 @@ TEST_F(EnginePeerFailureTest, AFailedServerOfTheStepEndsItAndIsNamed) {
   std::vector<float> data0 = Gradient(kTensor, 0, 0);
   const std::vector<float> before = data0;
   StepPlan plan0 = Plan(1, 0, 0, data0, both);
-  ASSERT_TRUE(engines_[0]->Begin(StepHeader(plan0)).ok());
-  ASSERT_TRUE(engines_[0]->Add(plan0.tensors).ok());  // rank 1 never pushes
+  ASSERT_TRUE(rig_.engines[0]->Begin(StepHeader(plan0)).ok());
+  ASSERT_TRUE(rig_.engines[0]->Add(plan0.tensors).ok());  // rank 1 never pushes
   const std::string dead = addresses_[1];
-  shards_[1].reset();
-  auto report = engines_[0]->Finish();
+  rig_.shards[1].reset();
+  auto report = rig_.engines[0]->Finish();
   ASSERT_EQ(report.status().code(), absl::StatusCode::kUnavailable) << report.status();
-  EXPECT_EQ(engines_[0]->inbox().peer_failures_that_aborted(), 1u);
+  EXPECT_EQ(rig_.engines[0]->inbox().peer_failures_that_aborted(), 1u);
   const StepFailureInfo info = DescribeStepFailure(report.status());
   EXPECT_EQ(info.aggregator, dead);
   EXPECT_TRUE(info.pushed);
@@ -188,13 +158,13 @@ TEST_F(EnginePeerFailureTest, AStepThatFailedBeforePushingRunsAgainUnderTheSameE
   // Rank 0 plans with a stale route to a server that is gone (its address
   // is not in the current state); the engine fails before any push.
   const std::string dead = addresses_[1];
-  shards_[1].reset();
+  rig_.shards[1].reset();
   const auto only0 = testing::Routes(kTensor, {addresses_[0]});
   SetEpoch(0, 1, only0);
   auto stale = only0;
   stale.back().server = dead;
   std::vector<float> data0 = Gradient(kTensor, 0, 0);
-  auto failed = engines_[0]->Run(Plan(1, 0, 0, data0, stale));
+  auto failed = rig_.engines[0]->Run(Plan(1, 0, 0, data0, stale));
   ASSERT_EQ(failed.status().code(), absl::StatusCode::kUnavailable) << failed.status();
   const StepFailureInfo info = DescribeStepFailure(failed.status());
   EXPECT_EQ(info.aggregator, dead);

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "server/aggregator/aggregator_shard.h"
 #include "tests/transform/test_util.h"
+#include "tests/worker/engine_rig.h"
 #include "tests/worker/engine_test_util.h"
 
 namespace gift::worker {
@@ -43,29 +44,14 @@ const std::vector<Tensor> kTensors = {
 
 class PushPullEngineTest : public ::testing::TestWithParam<bool /*ucx*/> {
  protected:
-  absl::StatusOr<std::unique_ptr<transport::Transport>> MakeTransport(
-      transport::TransportHandlers handlers) {
-    if (GetParam()) return transport::CreateUcxTransport(std::move(handlers));
-    return transport::CreateInprocTransport(&hub_, std::move(handlers));
-  }
-  transport::TransportFactory Factory() {
-    return [this](transport::TransportHandlers h) { return MakeTransport(std::move(h)); };
-  }
+  transport::TransportFactory Factory() { return rig_.Factory(); }
 
   void SetUp() override {
-    for (int s = 0; s < kServers; ++s) {
-      auto shard = server::AggregatorShard::Create(
-          {.reducer = {.pull_spec = codec::ParseCodecSpec("bf16").value()}},
-          [this](transport::TransportHandlers h) { return MakeTransport(std::move(h)); });
-      ASSERT_TRUE(shard.ok()) << shard.status();
-      server_addresses_.push_back((*shard)->address());
-      shards_.push_back(*std::move(shard));
-    }
-    for (uint32_t r = 0; r < kWorld; ++r) {
-      auto engine = PushPullEngine::Create(Factory(), {.timeout = absl::Seconds(20)});
-      ASSERT_TRUE(engine.ok()) << engine.status();
-      engines_.push_back(*std::move(engine));
-    }
+    ASSERT_TRUE(rig_.Start({.servers = kServers,
+                            .workers = kWorld,
+                            .pull = codec::ParseCodecSpec("bf16").value(),
+                            .ucx = GetParam()})
+                    .ok());
     const auto factors = transform::testing::SampleFactors(64, 96, 5, 3);
     basis_ = std::make_shared<transform::TensorBasisTransform>(
         transform::TensorBasis::Create(
@@ -77,18 +63,7 @@ class PushPullEngineTest : public ::testing::TestWithParam<bool /*ucx*/> {
 
   // Installs `epoch` with the first `world` engines on every shard.
   void SetEpoch(uint64_t epoch, uint32_t world) {
-    for (int s = 0; s < kServers; ++s) {
-      server::ShardEpoch e{.epoch = epoch};
-      for (uint32_t r = 0; r < world; ++r) e.workers.push_back(engines_[r]->address());
-      for (const Tensor& t : kTensors) {
-        for (const ChunkRoute& c : Routes(t, server_addresses_)) {
-          if (c.server != server_addresses_[s]) continue;
-          e.chunks[{t.id, c.index}] =
-              dataplane::ChunkShapeOf(t.rows * t.cols, t.cols, c.offset, c.num_elements).value();
-        }
-      }
-      ASSERT_TRUE(shards_[s]->SetEpoch(e).ok());
-    }
+    ASSERT_TRUE(rig_.SetEpoch(epoch, rig_.OnServers(kTensors), world).ok());
   }
 
   StepPlan Plan(uint64_t epoch, uint64_t step, uint32_t rank, uint32_t world,
@@ -105,16 +80,13 @@ class PushPullEngineTest : public ::testing::TestWithParam<bool /*ucx*/> {
                               .data = buffers[i].data(),
                               .transform = t.transformed ? basis_ : nullptr,
                               .basis_version = t.transformed ? 1u : 0u,
-                              .chunks = Routes(t, server_addresses_),
+                              .chunks = Routes(t, rig_.servers),
                               .push_spec = codec::ParseCodecSpec("e4m3/block32").value()});
     }
     return plan;
   }
 
-  transport::InprocHub hub_;
-  std::vector<std::unique_ptr<server::AggregatorShard>> shards_;
-  std::vector<std::string> server_addresses_;
-  std::vector<std::unique_ptr<PushPullEngine>> engines_;
+  testing::EngineRig rig_;
   std::shared_ptr<const transform::GradientTransform> basis_;
 };
 
@@ -138,7 +110,7 @@ TEST_P(PushPullEngineTest, EveryWorkerGetsTheServersAverage) {
     std::vector<std::thread> threads;
     for (uint32_t r = 0; r < kWorld; ++r) {
       threads.emplace_back(
-          [&, r] { reports[r] = engines_[r]->Run(Plan(1, step, r, kWorld, buffers[r])); });
+          [&, r] { reports[r] = rig_.engines[r]->Run(Plan(1, step, r, kWorld, buffers[r])); });
     }
     for (auto& th : threads) th.join();
     for (uint32_t r = 0; r < kWorld; ++r) {
@@ -150,8 +122,8 @@ TEST_P(PushPullEngineTest, EveryWorkerGetsTheServersAverage) {
     }
     // Direct tensors: bit-exact with the local computation.
     for (size_t i = 1; i < kTensors.size(); ++i) {
-      const std::vector<float> want = LocalAverage(kTensors[i], step, server_addresses_, nullptr);
-      for (const ChunkRoute& c : Routes(kTensors[i], server_addresses_)) {
+      const std::vector<float> want = LocalAverage(kTensors[i], step, rig_.servers, nullptr);
+      for (const ChunkRoute& c : Routes(kTensors[i], rig_.servers)) {
         const std::vector<float> got(buffers[0][i].begin() + c.offset,
                                      buffers[0][i].begin() + c.offset + c.num_elements);
         const std::vector<float> chunk(want.begin() + c.offset,
@@ -161,7 +133,7 @@ TEST_P(PushPullEngineTest, EveryWorkerGetsTheServersAverage) {
     }
     // The transformed tensor too: T^{-1} of the decoded chunks of the
     // servers' sum of T(G_r).
-    EXPECT_EQ(buffers[0][0], LocalAverage(kTensors[0], step, server_addresses_, basis_.get()));
+    EXPECT_EQ(buffers[0][0], LocalAverage(kTensors[0], step, rig_.servers, basis_.get()));
     // The transformed tensor: close to the exact average.
     std::vector<float> exact(64 * 96, 0.0f);
     for (uint32_t r = 0; r < kWorld; ++r) {
@@ -192,7 +164,7 @@ TEST_P(PushPullEngineTest, RotatedTensorsGetTheServersAverageInRotatedCoordinate
       threads.emplace_back([&, r] {
         StepPlan plan = Plan(1, step, r, kWorld, buffers[r]);
         for (const auto& [i, block] : blocks) plan.tensors[i].rotation_block = block;
-        reports[r] = engines_[r]->Run(plan);
+        reports[r] = rig_.engines[r]->Run(plan);
       });
     }
     for (auto& th : threads) th.join();
@@ -203,9 +175,9 @@ TEST_P(PushPullEngineTest, RotatedTensorsGetTheServersAverageInRotatedCoordinate
                         : std::make_shared<transform::IdentityTransform>(
                               transform::IdentityTransform::Create(t.rows, t.cols).value());
       const auto rotated = transform::RotatedTransform::Create(inner, block).value();
-      const std::vector<float> want = LocalAverage(t, step, server_addresses_, rotated.get());
+      const std::vector<float> want = LocalAverage(t, step, rig_.servers, rotated.get());
       const std::vector<float> unrotated =
-          LocalAverage(t, step, server_addresses_, t.transformed ? basis_.get() : nullptr);
+          LocalAverage(t, step, rig_.servers, t.transformed ? basis_.get() : nullptr);
       for (uint32_t r = 0; r < kWorld; ++r) {
         ASSERT_TRUE(reports[r].ok()) << "rank " << r << ": " << reports[r].status();
         EXPECT_EQ(buffers[r][i], want) << "rank " << r << " tensor " << t.id << " step " << step;
@@ -213,7 +185,7 @@ TEST_P(PushPullEngineTest, RotatedTensorsGetTheServersAverageInRotatedCoordinate
       EXPECT_NE(want, unrotated) << "tensor " << t.id;
     }
     // The tensor without a rotation is as before.
-    EXPECT_EQ(buffers[0][1], LocalAverage(kTensors[1], step, server_addresses_, nullptr));
+    EXPECT_EQ(buffers[0][1], LocalAverage(kTensors[1], step, rig_.servers, nullptr));
   }
 }
 
@@ -235,17 +207,12 @@ TEST_P(PushPullEngineTest, PlanOrderDoesNotChangeTheBits) {
     }
     plans.push_back(std::move(plan));
   }
-  std::vector<absl::StatusOr<StepReport>> reports(kWorld, absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  for (uint32_t r = 0; r < kWorld; ++r) {
-    threads.emplace_back([&, r] { reports[r] = engines_[r]->Run(plans[r]); });
-  }
-  for (auto& th : threads) th.join();
+  const auto reports = rig_.Run(plans);
   for (uint32_t r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(reports[r].ok()) << "rank " << r << ": " << reports[r].status();
     for (size_t i = 0; i < kTensors.size(); ++i) {
-      const std::vector<float> want = LocalAverage(kTensors[i], step, server_addresses_,
-                                                   kTensors[i].transformed ? basis_.get() : nullptr);
+      const std::vector<float> want = LocalAverage(
+          kTensors[i], step, rig_.servers, kTensors[i].transformed ? basis_.get() : nullptr);
       EXPECT_EQ(buffers[r][i], want) << "rank " << r << " tensor " << kTensors[i].id;
     }
   }
@@ -262,12 +229,12 @@ TEST_P(PushPullEngineTest, AnEpochChangeAbortsTheStep) {
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < 3; ++r) {  // rank 3 never pushes
     threads.emplace_back(
-        [&, r] { reports[r] = engines_[r]->Run(Plan(1, 0, r, kWorld, buffers[r])); });
+        [&, r] { reports[r] = rig_.engines[r]->Run(Plan(1, 0, r, kWorld, buffers[r])); });
   }
   // Wait until the three have pushed, then the epoch ends.
   for (int i = 0; i < 2000; ++i) {
     uint64_t accepted = 0;
-    for (auto& s : shards_) accepted += s->counters().pushes_accepted;
+    for (auto& s : rig_.shards) accepted += s->counters().pushes_accepted;
     if (accepted == 3 * 10) break;
     absl::SleepFor(absl::Milliseconds(5));
   }
@@ -280,7 +247,8 @@ TEST_P(PushPullEngineTest, AnEpochChangeAbortsTheStep) {
   // The step runs again under epoch 2 with three workers.
   threads.clear();
   for (uint32_t r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] { reports[r] = engines_[r]->Run(Plan(2, 0, r, 3, buffers[r])); });
+    threads.emplace_back(
+        [&, r] { reports[r] = rig_.engines[r]->Run(Plan(2, 0, r, 3, buffers[r])); });
   }
   for (auto& th : threads) th.join();
   for (uint32_t r = 0; r < 3; ++r) ASSERT_TRUE(reports[r].ok()) << reports[r].status();
@@ -293,9 +261,9 @@ TEST_P(PushPullEngineTest, RefusesBadPlansAndTimesOut) {
   for (const Tensor& t : kTensors) buffers.push_back(Gradient(t, 0, 0));
   StepPlan plan = Plan(1, 0, 0, kWorld, buffers);
   plan.tensors[1].chunks.pop_back();  // no longer tiles the tensor
-  EXPECT_EQ(engines_[0]->Run(plan).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rig_.engines[0]->Run(plan).status().code(), absl::StatusCode::kInvalidArgument);
   plan = Plan(1, 0, 4, kWorld, buffers);
-  EXPECT_EQ(engines_[0]->Run(plan).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rig_.engines[0]->Run(plan).status().code(), absl::StatusCode::kInvalidArgument);
   auto quick = PushPullEngine::Create(Factory(), {.timeout = absl::Milliseconds(200)});
   ASSERT_TRUE(quick.ok());
   EXPECT_EQ((*quick)->Run(Plan(1, 0, 0, kWorld, buffers)).status().code(),
@@ -321,18 +289,12 @@ TEST_P(PushPullEngineTest, BuffersFollowSpecAndTransformChanges) {
       for (TensorStep& t : plans.back().tensors) t.push_spec = spec;
       if (!transformed) plans.back().tensors[0].transform = nullptr;
     }
-    std::vector<absl::StatusOr<StepReport>> reports(kWorld, absl::UnknownError("not run"));
-    std::vector<std::thread> threads;
-    for (uint32_t r = 0; r < kWorld; ++r) {
-      threads.emplace_back([&, r] { reports[r] = engines_[r]->Run(plans[r]); });
-    }
-    for (auto& th : threads) th.join();
+    const auto reports = rig_.Run(plans);
     for (uint32_t r = 0; r < kWorld; ++r) ASSERT_TRUE(reports[r].ok()) << reports[r].status();
     for (size_t i = 0; i < kTensors.size(); ++i) {
       const transform::GradientTransform* t = i == 0 && transformed ? basis_.get() : nullptr;
-      EXPECT_EQ(buffers[0][i],
-                testing::LocalAverage(kTensors[i], step, kWorld, server_addresses_, spec,
-                                      codec::ParseCodecSpec("bf16").value(), t))
+      EXPECT_EQ(buffers[0][i], testing::LocalAverage(kTensors[i], step, kWorld, rig_.servers, spec,
+                                                     codec::ParseCodecSpec("bf16").value(), t))
           << "step " << step << " tensor " << kTensors[i].id;
     }
   }
@@ -363,12 +325,7 @@ TEST_P(PushPullEngineTest, ErrorFeedbackMakesTheTimeAverageConverge) {
         plans.push_back(Plan(1, step, r, kWorld, buffers[r]));
         plans.back().tensors[1].error_feedback = feedback;
       }
-      std::vector<absl::StatusOr<StepReport>> reports(kWorld, absl::UnknownError("not run"));
-      std::vector<std::thread> threads;
-      for (uint32_t r = 0; r < kWorld; ++r) {
-        threads.emplace_back([&, r] { reports[r] = engines_[r]->Run(plans[r]); });
-      }
-      for (auto& th : threads) th.join();
+      const auto reports = rig_.Run(plans);
       for (uint32_t r = 0; r < kWorld; ++r) ASSERT_TRUE(reports[r].ok()) << reports[r].status();
       for (size_t k = 0; k < sum.size(); ++k) sum[k] += buffers[0][1][k];
     }
@@ -490,53 +447,52 @@ TEST_P(PushPullEngineTest, IncrementalAddsInAnyOrderGiveRunsBits) {
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < kWorld; ++r) {
     threads.emplace_back([&, r] {
-      if (auto s = engines_[r]->Begin(headers[r]); !s.ok()) {
+      if (auto s = rig_.engines[r]->Begin(headers[r]); !s.ok()) {
         reports[r] = s;
         return;
       }
       for (const auto& batch : batches[r]) {
-        if (auto s = engines_[r]->Add(batch); !s.ok()) {
+        if (auto s = rig_.engines[r]->Add(batch); !s.ok()) {
           reports[r] = s;
           return;
         }
       }
-      reports[r] = engines_[r]->Finish();
+      reports[r] = rig_.engines[r]->Finish();
     });
   }
   for (auto& th : threads) th.join();
   for (uint32_t r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(reports[r].ok()) << "rank " << r << ": " << reports[r].status();
     EXPECT_GT(reports[r]->bytes_pushed, 0u);
-    EXPECT_FALSE(engines_[r]->open());
+    EXPECT_FALSE(rig_.engines[r]->open());
     for (size_t i = 0; i < kTensors.size(); ++i) {
-      EXPECT_EQ(buffers[r][i],
-                LocalAverage(kTensors[i], step, server_addresses_,
-                             kTensors[i].transformed ? basis_.get() : nullptr))
+      EXPECT_EQ(buffers[r][i], LocalAverage(kTensors[i], step, rig_.servers,
+                                            kTensors[i].transformed ? basis_.get() : nullptr))
           << "rank " << r << " tensor " << kTensors[i].id;
     }
   }
 
   // Misuse is refused; Cancel writes nothing.
-  EXPECT_EQ(engines_[0]->Add({}).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(engines_[0]->Finish().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(rig_.engines[0]->Add({}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(rig_.engines[0]->Finish().status().code(), absl::StatusCode::kFailedPrecondition);
   std::vector<float> before = Gradient(kTensors[1], 0, step + 1);
   std::vector<float> data = before;
   StepPlan header = headers[0];
   header.step = step + 1;
-  ASSERT_TRUE(engines_[0]->Begin(header).ok());
-  EXPECT_EQ(engines_[0]->Begin(header).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(rig_.engines[0]->Begin(header).ok());
+  EXPECT_EQ(rig_.engines[0]->Begin(header).code(), absl::StatusCode::kFailedPrecondition);
   TensorStep one{.tensor_id = kTensors[1].id,
                  .rows = kTensors[1].rows,
                  .cols = kTensors[1].cols,
                  .data = data.data(),
-                 .chunks = Routes(kTensors[1], server_addresses_)};
-  ASSERT_TRUE(engines_[0]->Add({one}).ok());
-  EXPECT_EQ(engines_[0]->Add({one}).code(), absl::StatusCode::kInvalidArgument);  // ends it
-  EXPECT_FALSE(engines_[0]->open());
+                 .chunks = Routes(kTensors[1], rig_.servers)};
+  ASSERT_TRUE(rig_.engines[0]->Add({one}).ok());
+  EXPECT_EQ(rig_.engines[0]->Add({one}).code(), absl::StatusCode::kInvalidArgument);  // ends it
+  EXPECT_FALSE(rig_.engines[0]->open());
   EXPECT_EQ(data, before);
-  ASSERT_TRUE(engines_[0]->Begin(header).ok());
-  engines_[0]->Cancel();
-  EXPECT_FALSE(engines_[0]->open());
+  ASSERT_TRUE(rig_.engines[0]->Begin(header).ok());
+  rig_.engines[0]->Cancel();
+  EXPECT_FALSE(rig_.engines[0]->open());
   EXPECT_EQ(data, before);
 
   // The next step runs (on every worker, after the abandoned ones).
@@ -546,12 +502,12 @@ TEST_P(PushPullEngineTest, IncrementalAddsInAnyOrderGiveRunsBits) {
     buffers[r].clear();
     for (const Tensor& t : kTensors) buffers[r].push_back(Gradient(t, r, next));
     threads.emplace_back(
-        [&, r] { reports[r] = engines_[r]->Run(Plan(1, next, r, kWorld, buffers[r])); });
+        [&, r] { reports[r] = rig_.engines[r]->Run(Plan(1, next, r, kWorld, buffers[r])); });
   }
   for (auto& th : threads) th.join();
   for (uint32_t r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(reports[r].ok()) << "rank " << r << ": " << reports[r].status();
-    EXPECT_EQ(buffers[r][1], LocalAverage(kTensors[1], next, server_addresses_, nullptr));
+    EXPECT_EQ(buffers[r][1], LocalAverage(kTensors[1], next, rig_.servers, nullptr));
   }
 }
 

@@ -27,7 +27,7 @@
 #include "common/control/coordinator_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/test_cluster.h"
+#include "tests/testing/cluster_fixture.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/worker_client.h"
 
@@ -39,54 +39,32 @@ using ::testing::HasSubstr;
 constexpr int kWorkers = 3;
 constexpr int64_t kRows = 64, kCols = 64;
 
-class RejoinIntegrationTest : public ::testing::Test {
+class RejoinIntegrationTest : public test::ClusterFixture<> {
  protected:
+  tools::LocalClusterOptions Options() override { return test::ShortLeaseOptions(1, kWorkers); }
+
+  // FP32 both ways, no basis: every result is exact.
   void SetUp() override {
-    tools::LocalClusterOptions options;
-    options.servers = 1;
-    options.workers = kWorkers;
-    options.lease_ttl = absl::Seconds(2);
-    options.step_timeout = absl::Seconds(60);
-    // A temp dir of its own, removed after the processes (test_cluster.h).
-    auto cluster = test::TestCluster::Start(options, GIFT_BUILD_DIR);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    test_cluster_ = *std::move(cluster);
-    cluster_ = test_cluster_->cluster();
-    ASSERT_TRUE(SetFp32Policy().ok());
-    for (int w = 0; w < kWorkers; ++w) {
-      auto c = client::WorkerClient::Connect(cluster_->worker_socket(w));
-      ASSERT_TRUE(c.ok()) << c.status();
-      clients_.push_back(*std::move(c));
-      auto t = clients_.back()->Register({{"rejoin.grad", {kRows, kCols}}});
-      ASSERT_TRUE(t.ok()) << t.status();
-      tensors_.push_back(t->front());
-    }
+    test::ClusterFixture<>::SetUp();
+    if (HasFatalFailure()) return;
+    const codec::CodecSpec fp32{.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
+    gift::v1::Policy policy;
+    *policy.mutable_transform()->mutable_push_codec() = codec::ToProto(fp32);
+    *policy.mutable_transform()->mutable_pull_codec() = codec::ToProto(fp32);
+    policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);
+    policy.mutable_selection()->add_exclude("*");
+    SetPolicy(policy);
+    Register({{"rejoin.grad", {kRows, kCols}}});
   }
 
   void TearDown() override {
     if (stopped_) (void)cluster_->worker(kWorkers - 1)->Signal(SIGCONT);
-    if (cluster_ != nullptr) {
-      EXPECT_TRUE(cluster_->Stop().ok());
-    }
-  }
-
-  absl::Status SetFp32Policy() {
-    control::CoordinatorClient coordinator(
-        control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()),
-        absl::Seconds(30));
-    absl::StatusOr<codec::CodecSpec> fp32 = codec::ParseCodecSpec("fp32");
-    if (!fp32.ok()) return fp32.status();
-    gift::v1::Policy policy;
-    *policy.mutable_transform()->mutable_push_codec() = codec::ToProto(*fp32);
-    *policy.mutable_transform()->mutable_pull_codec() = codec::ToProto(*fp32);
-    policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);
-    policy.mutable_selection()->add_exclude("*");
-    return coordinator.SetPolicy(policy, 0).status();
+    test::ClusterFixture<>::TearDown();
   }
 
   // Starts PushPull(step) on worker w with its gradient 4^w.
   std::future<absl::StatusOr<client::PushPullResult>> Start(int w, uint64_t step) {
-    std::fill_n(tensors_[w].data(), tensors_[w].size(), static_cast<float>(1u << (2 * w)));
+    std::fill_n(tensors_[w][0].data(), tensors_[w][0].size(), static_cast<float>(1u << (2 * w)));
     return std::async(std::launch::async, [this, w, step] { return clients_[w]->PushPull(step); });
   }
 
@@ -98,8 +76,9 @@ class RejoinIntegrationTest : public ::testing::Test {
     float sum = 0;
     for (int c : counted) sum += static_cast<float>(1u << (2 * c));
     const float want = sum / static_cast<float>(counted.size());
-    for (size_t i = 0; i < tensors_[w].size(); ++i) {
-      ASSERT_EQ(tensors_[w].data()[i], want) << "worker " << w << " step " << step << " elem " << i;
+    for (size_t i = 0; i < tensors_[w][0].size(); ++i) {
+      ASSERT_EQ(tensors_[w][0].data()[i], want)
+          << "worker " << w << " step " << step << " elem " << i;
     }
   }
 
@@ -114,10 +93,6 @@ class RejoinIntegrationTest : public ::testing::Test {
     return absl::ToDoubleSeconds(absl::Now() - t0);
   }
 
-  std::unique_ptr<test::TestCluster> test_cluster_;
-  tools::LocalCluster* cluster_ = nullptr;  // owned by test_cluster_
-  std::vector<std::unique_ptr<client::WorkerClient>> clients_;
-  std::vector<client::SharedTensor> tensors_;
   bool stopped_ = false;
 };
 

@@ -17,9 +17,8 @@
 #include "common/codec/codec_spec.h"
 #include "common/codec/payload.h"
 #include "common/dataplane/chunk_shape.h"
-#include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
-#include "server/aggregator/aggregator_shard.h"
+#include "tests/worker/engine_rig.h"
 #include "worker/engine/push_pull_engine.h"
 
 namespace gift::worker {
@@ -105,24 +104,14 @@ TEST(SketchExchangeTest, NamesAndLayoutFollowTheSettings) {
 }
 
 TEST(SketchExchangeTest, ServersSumTheWorkersSketchesInFp32) {
-  std::vector<std::unique_ptr<server::AggregatorShard>> shards;
-  std::vector<std::string> servers;
-  for (int s = 0; s < kServers; ++s) {
-    auto shard = server::AggregatorShard::Create(
-        {.reducer = {.pull_spec = codec::ParseCodecSpec("bf16").value()}},
-        [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); });
-    ASSERT_TRUE(shard.ok()) << shard.status();
-    servers.push_back((*shard)->address());
-    shards.push_back(*std::move(shard));
-  }
-  std::vector<std::unique_ptr<PushPullEngine>> engines;
-  for (uint32_t r = 0; r < kWorld; ++r) {
-    auto engine = PushPullEngine::Create(
-        [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); },
-        {.timeout = absl::Seconds(20)});
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engines.push_back(*std::move(engine));
-  }
+  testing::EngineRig rig;
+  ASSERT_TRUE(rig.Start({.servers = kServers,
+                         .workers = kWorld,
+                         .pull = codec::ParseCodecSpec("bf16").value(),
+                         .ucx = true})
+                  .ok());
+  const std::vector<std::string>& servers = rig.servers;
+  const std::vector<std::unique_ptr<PushPullEngine>>& engines = rig.engines;
 
   // Every worker sketches its own gradient with its own SketchExchange.
   const gift::v1::ClusterState state = StateWithPerWorkerSource();
@@ -157,16 +146,7 @@ TEST(SketchExchangeTest, ServersSumTheWorkersSketchesInFp32) {
                       .server = servers[i % kServers]});
   }
   ASSERT_GE(routes.size(), 2u);
-  for (int s = 0; s < kServers; ++s) {
-    server::ShardEpoch e{.epoch = 1};
-    for (uint32_t r = 0; r < kWorld; ++r) e.workers.push_back(engines[r]->address());
-    for (const ChunkRoute& c : routes) {
-      if (c.server != servers[s]) continue;
-      e.chunks[{kStatsId, c.index}] =
-          dataplane::ChunkShapeOf(rows * cols, cols, c.offset, c.num_elements).value();
-    }
-    ASSERT_TRUE(shards[s]->SetEpoch(e).ok());
-  }
+  ASSERT_TRUE(rig.SetEpoch(1, {{{kStatsId, rows, cols, 16, false}, routes}}).ok());
 
   std::vector<absl::Status> done(kWorld);
   std::vector<StepReport> reports(kWorld);
