@@ -29,14 +29,14 @@
 #include "common/base/status_macros.h"
 #include "common/base/temp_dir.h"
 #include "common/control/coordinator_client.h"
-#include "common/control/coordinator_process.h"
 #include "common/rpc/credentials.h"
-#include "common/rpc/test_ca.h"
 #include "common/transform/basis_serialization.h"
 #include "common/transform/side_basis.h"
 #include "common/transform/tensor_basis.h"
 #include "gift/v1/coordinator.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "tools/gift-cluster/coordinator_process.h"
+#include "tools/gift-cluster/test_ca.h"
 
 namespace gift::bench {
 namespace {
@@ -149,7 +149,7 @@ struct BenchCertificates {
 };
 
 absl::StatusOr<BenchCertificates> MakeBenchCertificates(const std::string& dir) {
-  GIFT_ASSIGN_OR_RETURN(rpc::TestCa ca, rpc::TestCa::Create(dir, "ca"));
+  GIFT_ASSIGN_OR_RETURN(tools::TestCa ca, tools::TestCa::Create(dir, "ca"));
   BenchCertificates certs;
   GIFT_ASSIGN_OR_RETURN(certs.coordinator, ca.Issue("coordinator", {}));
   GIFT_ASSIGN_OR_RETURN(certs.worker, ca.Issue("worker", {"spiffe://gift/worker"}));
@@ -179,7 +179,7 @@ absl::StatusOr<nlohmann::json> MeasureControlPlane(const ControlPlaneBenchOption
     GIFT_ASSIGN_OR_RETURN(certs, MakeBenchCertificates(dir.path()));
   }
 
-  control::CoordinatorProcessOptions process_options;
+  tools::CoordinatorProcessOptions process_options;
   process_options.binary = binary;
   process_options.state_file = dir.File("coordinator.db");
   process_options.extra_args = {"--lease-ttl", absl::StrCat(options.lease_ttl_s)};
@@ -188,8 +188,8 @@ absl::StatusOr<nlohmann::json> MeasureControlPlane(const ControlPlaneBenchOption
                                       {"--tls-cert", certs.coordinator.cert, "--tls-key",
                                        certs.coordinator.key, "--tls-ca", certs.coordinator.ca});
   }
-  GIFT_ASSIGN_OR_RETURN(std::unique_ptr<control::CoordinatorProcess> coordinator,
-                        control::CoordinatorProcess::Start(process_options));
+  GIFT_ASSIGN_OR_RETURN(std::unique_ptr<tools::CoordinatorProcess> coordinator,
+                        tools::CoordinatorProcess::Start(process_options));
   const pid_t pid = coordinator->pid();
   os << "control plane (" << (tls ? "mutual TLS" : "plaintext") << "): " << options.members
      << " members, " << options.tensors << " tensors, coordinator " << binary << " (pid " << pid

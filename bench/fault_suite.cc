@@ -29,10 +29,10 @@
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
-#include "common/control/subprocess.h"
 #include "gift/v1/policy.pb.h"
 #include "nlohmann/json.hpp"
 #include "tools/gift-cluster/local_cluster.h"
+#include "tools/gift-cluster/subprocess.h"
 #include "worker/client/worker_client.h"
 
 namespace gift::bench {
@@ -358,7 +358,7 @@ class Trial {
 
   // `ip -n BRIDGE link set PORT up|down`.
   absl::Status SetPort(const std::string& port, const std::string& state) {
-    absl::StatusOr<std::unique_ptr<control::Subprocess>> ip = control::Subprocess::Start(
+    absl::StatusOr<std::unique_ptr<tools::Subprocess>> ip = tools::Subprocess::Start(
         {"/usr/sbin/ip", "-n", o_.bridge_netns, "link", "set", port, state});
     if (!ip.ok()) return ip.status();
     absl::StatusOr<int> code = (*ip)->WaitForExit(absl::Seconds(10));

@@ -10,7 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "bench/bench_util.h"
-#include "common/control/subprocess.h"
+#include "tools/gift-cluster/subprocess.h"
 
 namespace gift::bench {
 namespace {
@@ -58,7 +58,7 @@ GlooResult RunGloo(const GlooOptions& o, const std::vector<ModelTensor>& tensors
                                    "--dtype",  o.dtype,
                                    "--shapes", shapes.dump()};
   if (!o.placement_file.empty()) argv.insert(argv.end(), {"--placement", o.placement_file});
-  auto child = control::Subprocess::Start(argv);
+  auto child = tools::Subprocess::Start(argv);
   if (!child.ok()) {
     g.skipped = absl::StrCat("starting ", o.python, ": ", child.status().ToString());
     return g;

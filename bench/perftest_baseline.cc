@@ -13,7 +13,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_util.h"
-#include "common/control/subprocess.h"
+#include "tools/gift-cluster/subprocess.h"
 
 namespace gift::bench {
 namespace {
@@ -34,7 +34,7 @@ bool Listening(int port) {
   return false;
 }
 
-absl::Status WaitListening(int port, control::Subprocess& process, absl::Duration timeout) {
+absl::Status WaitListening(int port, tools::Subprocess& process, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (!Listening(port)) {
     if (process.WaitForExit(absl::ZeroDuration()).ok()) {
@@ -68,8 +68,7 @@ PerftestResult RunPerftest(const PerftestOptions& o, const std::string& label, u
     r.error = port.status().ToString();
     return r;
   }
-  auto server =
-      control::Subprocess::Start(WithTls(o.ucx_tls, {o.binary, "-p", absl::StrCat(*port)}));
+  auto server = tools::Subprocess::Start(WithTls(o.ucx_tls, {o.binary, "-p", absl::StrCat(*port)}));
   if (!server.ok()) {
     r.error = absl::StrCat("starting the server: ", server.status().ToString());
     return r;
@@ -81,7 +80,7 @@ PerftestResult RunPerftest(const PerftestOptions& o, const std::string& label, u
                            OutputTail((*server)->stdout_text() + (*server)->stderr_text()));
     return r;
   }
-  auto client = control::Subprocess::Start(
+  auto client = tools::Subprocess::Start(
       WithTls(o.ucx_tls, {o.binary, "127.0.0.1", "-p", absl::StrCat(*port), "-t", "tag_bw", "-s",
                           absl::StrCat(bytes), "-n", absl::StrCat(r.iterations)}));
   if (!client.ok()) {

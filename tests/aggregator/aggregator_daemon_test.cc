@@ -13,13 +13,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/control/coordinator_client.h"
-#include "common/control/coordinator_process.h"
 #include "common/control/member_session.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
 #include "tests/testing/state_plans.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/ucx_member.h"
+#include "tools/gift-cluster/coordinator_process.h"
 #include "worker/engine/push_pull_engine.h"
 
 namespace gift::server {
@@ -75,7 +75,7 @@ double RunStep(std::vector<TestWorker>& workers, const gift::v1::ClusterState& c
 
 TEST(AggregatorDaemonTest, FollowsEpochsIntoTheShardServesStepsAndDrains) {
   const gift::TempDir dir = test::NewTempDir("gift-aggregator-daemon");
-  auto coordinator = control::CoordinatorProcess::Start(
+  auto coordinator = tools::CoordinatorProcess::Start(
       {.binary = GIFT_COORDINATOR_BIN, .state_file = dir.File("state.db")});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   const std::string address = (*coordinator)->address();

@@ -21,9 +21,7 @@
 #include "common/codec/codec_spec.h"
 #include "common/codec/payload.h"
 #include "common/control/coordinator_client.h"
-#include "common/control/coordinator_process.h"
 #include "common/control/member_session.h"
-#include "common/control/subprocess.h"
 #include "common/dataplane/chunk_mac.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
@@ -33,6 +31,8 @@
 #include "tests/testing/state_plans.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/ucx_member.h"
+#include "tools/gift-cluster/coordinator_process.h"
+#include "tools/gift-cluster/subprocess.h"
 #include "worker/engine/push_pull_engine.h"
 
 namespace gift::server {
@@ -58,9 +58,9 @@ std::string AuthSeries(const std::string& reason) {
 
 TEST(DataPlaneAuthTest, ForgedRankFromANonMemberIsRefusedAndTheAverageIsExact) {
   const gift::TempDir dir = test::NewTempDir("gift-dataplane-auth");
-  auto coordinator = control::CoordinatorProcess::Start({.binary = GIFT_COORDINATOR_BIN,
-                                                         .state_file = dir.File("state.db"),
-                                                         .extra_args = {"--dataplane-auth"}});
+  auto coordinator = tools::CoordinatorProcess::Start({.binary = GIFT_COORDINATOR_BIN,
+                                                       .state_file = dir.File("state.db"),
+                                                       .extra_args = {"--dataplane-auth"}});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   const std::string address = (*coordinator)->address();
   auto server = test::StartServerProcess({.binary = GIFT_SERVER_BIN,

@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/control/coordinator_process.h"
 #include "common/control/member_session.h"
-#include "common/control/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/state_plans.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/ucx_member.h"
+#include "tools/gift-cluster/coordinator_process.h"
+#include "tools/gift-cluster/subprocess.h"
 #include "worker/engine/push_pull_engine.h"
 
 namespace gift::server {
@@ -25,12 +25,12 @@ constexpr int kWorkers = 4, kServers = 2;
 
 TEST(ServerDaemonTest, WorkersAverageThroughTwoServerProcesses) {
   const gift::TempDir dir = test::NewTempDir("gift-server-daemon");
-  auto coordinator = control::CoordinatorProcess::Start(
+  auto coordinator = tools::CoordinatorProcess::Start(
       {.binary = GIFT_COORDINATOR_BIN, .state_file = dir.File("state.db")});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   const std::string address = (*coordinator)->address();
 
-  std::vector<std::unique_ptr<control::Subprocess>> servers;
+  std::vector<std::unique_ptr<tools::Subprocess>> servers;
   for (int s = 0; s < kServers; ++s) {
     auto p = test::StartServerProcess(
         {.binary = GIFT_SERVER_BIN, .coordinator = address, .name = absl::StrCat("shard-", s)});

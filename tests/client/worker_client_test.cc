@@ -30,8 +30,8 @@
 #include "gtest/gtest.h"
 
 #ifdef GIFT_WORKER_BIN
-#include "common/control/subprocess.h"
 #include "tests/testing/test_cluster.h"
+#include "tools/gift-cluster/subprocess.h"
 #endif
 
 namespace gift::client {
@@ -145,7 +145,7 @@ class LocalCluster {
   // giftctl policy set: direct tensors with these codecs. The exit code.
   absl::StatusOr<int> SetCodecs(const std::string& push, const std::string& pull,
                                 std::string* output) {
-    absl::StatusOr<std::unique_ptr<control::Subprocess>> ctl = control::Subprocess::Start(
+    absl::StatusOr<std::unique_ptr<tools::Subprocess>> ctl = tools::Subprocess::Start(
         {GIFTCTL_BIN, "--coordinator", cluster_->cluster()->coordinator_address(), "policy", "set",
          "--push-codec", push, "--pull-codec", pull, "--selection", "list"});
     if (!ctl.ok()) return ctl.status();

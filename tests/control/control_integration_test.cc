@@ -21,9 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/control/coordinator_client.h"
-#include "common/control/coordinator_process.h"
 #include "common/control/member_session.h"
-#include "common/control/subprocess.h"
 #include "common/transform/basis_serialization.h"
 #include "common/transform/side_basis.h"
 #include "common/transform/tensor_basis.h"
@@ -31,9 +29,15 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/temp_dir.h"
+#include "tools/gift-cluster/coordinator_process.h"
+#include "tools/gift-cluster/subprocess.h"
 
 namespace gift::control {
 namespace {
+
+using tools::CoordinatorProcess;
+using tools::CoordinatorProcessOptions;
+using tools::Subprocess;
 
 namespace v1 = ::gift::v1;
 

@@ -1,6 +1,6 @@
 // Mutual TLS and roles on the control plane with real processes on loopback:
 // a gift-coordinator daemon (GIFT_COORDINATOR_BIN) started with certificates
-// made in the test by the openssl command (common/rpc/test_ca.h), clients in
+// made in the test by the openssl command (tools/gift-cluster/test_ca.h), clients in
 // this process (CoordinatorClient, giftctl's Run), and the daemons' refusal
 // of plaintext on non-loopback addresses (GIFT_SERVER_BIN, GIFT_WORKER_BIN).
 // Skips when openssl is not installed.
@@ -23,18 +23,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/control/coordinator_client.h"
-#include "common/control/coordinator_process.h"
-#include "common/control/subprocess.h"
 #include "common/rpc/credentials.h"
-#include "common/rpc/test_ca.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/testing/temp_dir.h"
+#include "tools/gift-cluster/coordinator_process.h"
+#include "tools/gift-cluster/subprocess.h"
+#include "tools/gift-cluster/test_ca.h"
 #include "tools/giftctl/giftctl.h"
 
 namespace gift::control {
 namespace {
+
+using tools::CoordinatorProcess;
+using tools::CoordinatorProcessOptions;
+using tools::Subprocess;
 
 namespace v1 = ::gift::v1;
 using ::testing::HasSubstr;
@@ -64,15 +68,16 @@ class TlsTest : public ::testing::Test {
     auto c = std::make_unique<Certificates>();
     c->dir = temp->path();
     c->temp = *std::move(temp);
-    absl::StatusOr<rpc::TestCa> ca = rpc::TestCa::Create(c->dir, "ca");
+    absl::StatusOr<tools::TestCa> ca = tools::TestCa::Create(c->dir, "ca");
     if (absl::IsUnavailable(ca.status())) {
       skip_reason = std::string(ca.status().message());
       return;
     }
     ASSERT_TRUE(ca.ok()) << ca.status();
-    absl::StatusOr<rpc::TestCa> other = rpc::TestCa::Create(c->dir, "other-ca");
+    absl::StatusOr<tools::TestCa> other = tools::TestCa::Create(c->dir, "other-ca");
     ASSERT_TRUE(other.ok()) << other.status();
-    auto issue = [](const rpc::TestCa& by, const std::string& name, std::vector<std::string> uris) {
+    auto issue = [](const tools::TestCa& by, const std::string& name,
+                    std::vector<std::string> uris) {
       absl::StatusOr<rpc::TlsFiles> files = by.Issue(name, uris);
       EXPECT_TRUE(files.ok()) << files.status();
       return files.value_or(rpc::TlsFiles{});

@@ -24,21 +24,23 @@
 #include "absl/time/clock.h"
 #include "common/control/coordinator_client.h"
 #include "common/control/member_session.h"
-#include "common/control/subprocess.h"
 #include "common/rpc/credentials.h"
-#include "common/rpc/test_ca.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/http_get.h"
 #include "tests/testing/log_events.h"
 #include "tests/testing/temp_dir.h"
+#include "tools/gift-cluster/subprocess.h"
+#include "tools/gift-cluster/test_ca.h"
 
 namespace gift::daemon {
 namespace {
 
-using control::Subprocess;
+using tools::Subprocess;
+
 using test::EventField;
 using testing::HttpGet;
+using tools::Subprocess;
 
 // A fake systemd notification socket (AF_UNIX datagrams).
 class NotifySocket {
@@ -377,13 +379,13 @@ TEST(DaemonProcessTest, WorkerChecksItsSocketPathBeforeJoining) {
 }
 
 // A cluster with mutual TLS: a coordinator, a server and a worker, each with
-// its role's certificate (made by openssl, common/rpc/test_ca.h), the
+// its role's certificate (made by openssl, tools/gift-cluster/test_ca.h), the
 // worker's TCP Worker API admitting workers only, and a server certificate
 // refused as a worker.
 TEST(DaemonProcessTest, MembersJoinWithTheirRoleCertificates) {
   const gift::TempDir temp = test::NewTempDir("gift-daemon");
   const std::string dir = temp.path();
-  auto ca = rpc::TestCa::Create(dir, "ca");
+  auto ca = tools::TestCa::Create(dir, "ca");
   if (absl::IsUnavailable(ca.status())) GTEST_SKIP() << ca.status();
   ASSERT_TRUE(ca.ok()) << ca.status();
   auto coordinator_tls = ca->Issue("coordinator", {});

@@ -11,12 +11,15 @@
 #include <vector>
 
 #include "common/control/coordinator_client.h"
-#include "common/control/coordinator_process.h"
 #include "common/control/member_session.h"
 #include "gtest/gtest.h"
+#include "tools/gift-cluster/coordinator_process.h"
 
 namespace gift::control {
 namespace {
+
+using tools::CoordinatorProcess;
+using tools::CoordinatorProcessOptions;
 
 namespace v1 = ::gift::v1;
 

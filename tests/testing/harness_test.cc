@@ -12,7 +12,6 @@
 
 #include "absl/strings/match.h"
 #include "common/codec/codec_spec.h"
-#include "common/control/subprocess.h"
 #include "common/transport/inproc/inproc_transport.h"
 #include "gtest/gtest.h"
 #include "tests/testing/coordinator_server.h"
@@ -21,6 +20,7 @@
 #include "tests/testing/server_process.h"
 #include "tests/testing/state_plans.h"
 #include "tests/testing/temp_dir.h"
+#include "tools/gift-cluster/subprocess.h"
 
 namespace gift::test {
 namespace {
@@ -45,7 +45,7 @@ TEST(HarnessTempDirTest, LandsUnderTestTmpdirAndIsRemoved) {
 }
 
 TEST(HarnessLogEventsTest, WaitsForEventsOfARealChild) {
-  auto child = control::Subprocess::Start(
+  auto child = tools::Subprocess::Start(
       {"/bin/sh", "-c",
        "echo 'not json'; echo '{\"event\":\"joined\",\"epoch\":3,\"chunks\":1}';"
        "echo '{\"event\":\"serving\",\"epoch\":3,\"chunks\":2}';"

@@ -6,7 +6,7 @@
 
 namespace gift::test {
 
-absl::StatusOr<std::string> WaitForEvent(control::Subprocess& process, const std::string& event,
+absl::StatusOr<std::string> WaitForEvent(tools::Subprocess& process, const std::string& event,
                                          const std::vector<std::string>& contains,
                                          absl::Duration timeout) {
   const std::string tag = absl::StrCat("\"event\":\"", event, "\"");
@@ -21,7 +21,7 @@ absl::StatusOr<std::string> WaitForEvent(control::Subprocess& process, const std
       timeout);
 }
 
-std::string EventField(control::Subprocess& process, const std::string& event,
+std::string EventField(tools::Subprocess& process, const std::string& event,
                        const std::string& field) {
   auto line = WaitForEvent(process, event);
   if (!line.ok()) return "";

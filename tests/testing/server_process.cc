@@ -5,17 +5,17 @@
 
 namespace gift::test {
 
-absl::StatusOr<std::unique_ptr<control::Subprocess>> StartServerProcess(
+absl::StatusOr<std::unique_ptr<tools::Subprocess>> StartServerProcess(
     const ServerProcessOptions& options) {
   std::vector<std::string> argv = {options.binary, "--coordinator", options.coordinator,
                                    "--name",       options.name,     "--threads",
                                    absl::StrCat(options.threads)};
   argv.insert(argv.end(), options.extra_args.begin(), options.extra_args.end());
-  return control::Subprocess::Start(argv);
+  return tools::Subprocess::Start(argv);
 }
 
-absl::Status WaitForServing(control::Subprocess& server, uint64_t epoch,
-                            std::optional<int> chunks, absl::Duration timeout) {
+absl::Status WaitForServing(tools::Subprocess& server, uint64_t epoch, std::optional<int> chunks,
+                            absl::Duration timeout) {
   std::vector<std::string> contains = {absl::StrCat("\"epoch\":", epoch, ",")};
   if (chunks.has_value()) contains.push_back(absl::StrCat("\"chunks\":", *chunks, "}"));
   return WaitForEvent(server, "serving", contains, timeout).status();

@@ -6,7 +6,7 @@
 //   ASSERT_TRUE(server.ok()) << server.status();
 //   ASSERT_TRUE(test::WaitForServing(**server, epoch).ok()) << (*server)->stderr_text();
 //
-// Ownership: the caller owns the returned control::Subprocess, whose
+// Ownership: the caller owns the returned tools::Subprocess, whose
 // destructor kills the daemon by its PID (SIGKILL) if it still runs and
 // reaps it; a clean stop is Signal(SIGTERM) + WaitForExit. Thread safety: as
 // Subprocess.
@@ -22,7 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/control/subprocess.h"
+#include "tools/gift-cluster/subprocess.h"
 
 namespace gift::test {
 
@@ -36,12 +36,12 @@ struct ServerProcessOptions {
 
 // Starts the daemon; it joins the coordinator in the background. Fails as
 // Subprocess::Start.
-absl::StatusOr<std::unique_ptr<control::Subprocess>> StartServerProcess(
+absl::StatusOr<std::unique_ptr<tools::Subprocess>> StartServerProcess(
     const ServerProcessOptions& options);
 
 // Waits for the server's `serving` event of `epoch` (with `chunks` chunks
 // when given). The WaitForLine status on failure.
-absl::Status WaitForServing(control::Subprocess& server, uint64_t epoch,
+absl::Status WaitForServing(tools::Subprocess& server, uint64_t epoch,
                             std::optional<int> chunks = std::nullopt,
                             absl::Duration timeout = absl::Seconds(30));
 

@@ -38,7 +38,7 @@ std::string TestCluster::Logs(size_t max_bytes) const {
     return text.size() > each ? text.substr(text.size() - each) : text;
   };
   std::string all = "--- coordinator\n";
-  if (control::CoordinatorProcess* coordinator = cluster_->coordinator(); coordinator != nullptr) {
+  if (tools::CoordinatorProcess* coordinator = cluster_->coordinator(); coordinator != nullptr) {
     all += tail(coordinator->log());
   }
   for (int w = 0; w < c.options().workers; ++w) {

@@ -2,7 +2,7 @@
 // tests use them: a worker (a PushPullEngine and a MemberSession joined to a
 // coordinator with the engine's data address).
 //
-//   auto coordinator = control::CoordinatorProcess::Start(...);
+//   auto coordinator = tools::CoordinatorProcess::Start(...);
 //   absl::StatusOr<test::UcxWorker> w =
 //       test::StartUcxWorker((*coordinator)->address(), "worker-0");
 //   ASSERT_TRUE(w.ok()) << w.status();

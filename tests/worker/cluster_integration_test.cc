@@ -114,7 +114,7 @@ class ClusterIntegrationTest : public test::ClusterFixture<> {
     std::vector<std::string> argv = {GIFT_GIFTCTL_BIN, "--coordinator",
                                      cluster_->coordinator_address()};
     argv.insert(argv.end(), args.begin(), args.end());
-    auto p = control::Subprocess::Start(argv);
+    auto p = tools::Subprocess::Start(argv);
     EXPECT_TRUE(p.ok());
     if (!p.ok()) return "";
     auto code = (*p)->WaitForExit(absl::Seconds(30));

@@ -19,11 +19,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/control/coordinator_client.h"
-#include "common/control/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/http_get.h"
 #include "tests/testing/cluster_fixture.h"
 #include "tools/gift-cluster/local_cluster.h"
+#include "tools/gift-cluster/subprocess.h"
 #include "worker/client/worker_client.h"
 
 namespace gift::worker {
@@ -89,7 +89,7 @@ class MissingRankClusterTest : public test::ClusterFixture<> {
   }
 
   std::string GiftctlStatus() {
-    auto p = control::Subprocess::Start(
+    auto p = tools::Subprocess::Start(
         {GIFTCTL_BIN, "--coordinator", cluster_->coordinator_address(), "status"});
     if (!p.ok()) return p.status().ToString();
     (void)(*p)->WaitForExit(absl::Seconds(30));

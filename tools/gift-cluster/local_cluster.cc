@@ -315,7 +315,7 @@ absl::Status LocalCluster::StartAll() {
   if (!started.ok()) return started;
   const std::string address = coordinator_->address();
 
-  auto wait_for = [&](control::Subprocess& p, const std::string& name,
+  auto wait_for = [&](tools::Subprocess& p, const std::string& name,
                       const std::string& event) -> absl::Status {
     auto line = p.WaitForLine(
         [&](const std::string& l) {
@@ -335,7 +335,7 @@ absl::Status LocalCluster::StartAll() {
     if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
     for (std::string& flag : PlaintextFlags(options_.placement)) argv.push_back(std::move(flag));
     argv.insert(argv.end(), extra.begin(), extra.end());
-    return control::Subprocess::Start(
+    return tools::Subprocess::Start(
         Placed(placement, std::move(argv)),
         {.log_path = logs + name + ".log", .parent_death_signal = SIGTERM});
   };
@@ -416,7 +416,7 @@ absl::Status LocalCluster::StartAll() {
 absl::Status LocalCluster::StartCoordinator(const std::string& listen) {
   const std::string logs = options_.dir + "/logs/";
   const DaemonPlacement& placement = options_.placement.coordinator;
-  control::CoordinatorProcessOptions c{
+  tools::CoordinatorProcessOptions c{
       .binary = options_.binaries.coordinator,
       .state_file = options_.dir + "/state.db",
       .listen = listen,
@@ -429,7 +429,7 @@ absl::Status LocalCluster::StartCoordinator(const std::string& listen) {
   for (std::string& flag : PlaintextFlags(options_.placement)) c.extra_args.push_back(flag);
   c.extra_args.insert(c.extra_args.end(), options_.coordinator_args.begin(),
                       options_.coordinator_args.end());
-  auto coordinator = control::CoordinatorProcess::Start(c);
+  auto coordinator = tools::CoordinatorProcess::Start(c);
   if (!coordinator.ok()) return coordinator.status();
   coordinator_ = *std::move(coordinator);
   return absl::OkStatus();
@@ -458,7 +458,7 @@ absl::Status LocalCluster::Stop(absl::Duration grace) {
   if (stopped_) return absl::OkStatus();
   stopped_ = true;
   absl::Status first;
-  auto stop_all = [&](std::vector<std::unique_ptr<control::Subprocess>>& ps,
+  auto stop_all = [&](std::vector<std::unique_ptr<tools::Subprocess>>& ps,
                       const std::vector<bool>* killed, absl::string_view kind) {
     for (size_t i = 0; i < ps.size(); ++i) {
       if (killed != nullptr && (*killed)[i]) continue;

@@ -33,8 +33,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "common/control/coordinator_process.h"
-#include "common/control/subprocess.h"
+#include "tools/gift-cluster/coordinator_process.h"
+#include "tools/gift-cluster/subprocess.h"
 
 namespace gift::tools {
 
@@ -159,9 +159,9 @@ class LocalCluster {
   std::string worker_name(int i) const;
   std::string server_name(int i) const;
   std::string worker_socket(int i) const;
-  control::Subprocess* worker(int i) { return workers_[i].get(); }
-  control::Subprocess* server(int i) { return servers_[i].get(); }
-  control::CoordinatorProcess* coordinator() { return coordinator_.get(); }
+  tools::Subprocess* worker(int i) { return workers_[i].get(); }
+  tools::Subprocess* server(int i) { return servers_[i].get(); }
+  tools::CoordinatorProcess* coordinator() { return coordinator_.get(); }
 
   // With options.metrics: (daemon name, "ADDRESS:PORT") of every daemon's
   // metrics page ("coordinator", "server-0", ..., "worker-0", ...).
@@ -199,9 +199,9 @@ class LocalCluster {
   const DaemonPlacement& worker_placement(int i) const;
 
   LocalClusterOptions options_;
-  std::unique_ptr<control::CoordinatorProcess> coordinator_;
-  std::vector<std::unique_ptr<control::Subprocess>> servers_;
-  std::vector<std::unique_ptr<control::Subprocess>> workers_;
+  std::unique_ptr<tools::CoordinatorProcess> coordinator_;
+  std::vector<std::unique_ptr<tools::Subprocess>> servers_;
+  std::vector<std::unique_ptr<tools::Subprocess>> workers_;
   std::vector<bool> killed_;
   std::vector<std::pair<std::string, std::string>> metrics_addresses_;
   bool stopped_ = false;

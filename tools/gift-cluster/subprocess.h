@@ -11,8 +11,8 @@
 //
 // Ownership: owns the child and its pipes. Thread safety: all methods may be
 // called concurrently, except the destructor.
-#ifndef GIFT_COMMON_CONTROL_SUBPROCESS_H_
-#define GIFT_COMMON_CONTROL_SUBPROCESS_H_
+#ifndef GIFT_TOOLS_GIFT_CLUSTER_SUBPROCESS_H_
+#define GIFT_TOOLS_GIFT_CLUSTER_SUBPROCESS_H_
 
 #include <sys/types.h>
 
@@ -29,7 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
-namespace gift::control {
+namespace gift::tools {
 
 struct SubprocessOptions {
   // Also appends everything the child writes to this file ("": no file).
@@ -93,6 +93,6 @@ class Subprocess {
   std::thread stderr_reader_;
 };
 
-}  // namespace gift::control
+}  // namespace gift::tools
 
-#endif  // GIFT_COMMON_CONTROL_SUBPROCESS_H_
+#endif  // GIFT_TOOLS_GIFT_CLUSTER_SUBPROCESS_H_

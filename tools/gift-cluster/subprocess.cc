@@ -1,4 +1,4 @@
-#include "common/control/subprocess.h"
+#include "tools/gift-cluster/subprocess.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gift::control {
+namespace gift::tools {
 
 namespace {
 
@@ -195,4 +195,4 @@ std::string Subprocess::stderr_text() const {
   return stderr_;
 }
 
-}  // namespace gift::control
+}  // namespace gift::tools

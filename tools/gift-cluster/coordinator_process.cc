@@ -1,4 +1,4 @@
-#include "common/control/coordinator_process.h"
+#include "tools/gift-cluster/coordinator_process.h"
 
 #include <signal.h>
 
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
-namespace gift::control {
+namespace gift::tools {
 
 namespace {
 
@@ -68,4 +68,4 @@ absl::Status CoordinatorProcess::Stop(absl::Duration grace) {
   return absl::OkStatus();
 }
 
-}  // namespace gift::control
+}  // namespace gift::tools

@@ -1,4 +1,4 @@
-#include "common/rpc/test_ca.h"
+#include "tools/gift-cluster/test_ca.h"
 
 #include <unistd.h>
 
@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/control/subprocess.h"
+#include "tools/gift-cluster/subprocess.h"
 
-namespace gift::rpc {
+namespace gift::tools {
 namespace {
 
 // The openssl binary on $PATH, or "".
@@ -28,7 +28,7 @@ std::string FindOpenssl() {
 }
 
 absl::Status Run(std::vector<std::string> argv) {
-  auto process = control::Subprocess::Start(argv);
+  auto process = tools::Subprocess::Start(argv);
   if (!process.ok()) return process.status();
   absl::StatusOr<int> code = (*process)->WaitForExit(absl::Seconds(60));
   if (!code.ok()) return code.status();
@@ -75,10 +75,10 @@ absl::StatusOr<TestCa> TestCa::Create(const std::string& dir, const std::string&
   return ca;
 }
 
-absl::StatusOr<TlsFiles> TestCa::Issue(const std::string& name,
-                                       const std::vector<std::string>& uri_sans) const {
+absl::StatusOr<rpc::TlsFiles> TestCa::Issue(const std::string& name,
+                                            const std::vector<std::string>& uri_sans) const {
   const std::string base = absl::StrCat(dir_, "/", name);
-  TlsFiles files{.cert = base + ".crt", .key = base + ".key", .ca = cert_};
+  rpc::TlsFiles files{.cert = base + ".crt", .key = base + ".key", .ca = cert_};
   std::vector<std::string> sans = {"DNS:localhost", "IP:127.0.0.1"};
   for (const std::string& uri : uri_sans) sans.push_back(absl::StrCat("URI:", uri));
   {
@@ -104,4 +104,4 @@ absl::StatusOr<TlsFiles> TestCa::Issue(const std::string& name,
   return files;
 }
 
-}  // namespace gift::rpc
+}  // namespace gift::tools

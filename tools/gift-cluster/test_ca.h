@@ -11,8 +11,8 @@
 //
 // Thread safety: immutable after Create; Issue may run concurrently for
 // different names.
-#ifndef GIFT_COMMON_RPC_TEST_CA_H_
-#define GIFT_COMMON_RPC_TEST_CA_H_
+#ifndef GIFT_TOOLS_GIFT_CLUSTER_TEST_CA_H_
+#define GIFT_TOOLS_GIFT_CLUSTER_TEST_CA_H_
 
 #include <string>
 #include <vector>
@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "common/rpc/credentials.h"
 
-namespace gift::rpc {
+namespace gift::tools {
 
 class TestCa {
  public:
@@ -30,8 +30,8 @@ class TestCa {
 
   // Writes `dir`/`name`.key and `dir`/`name`.crt signed by this CA; returns
   // them with this CA's certificate as the trust bundle.
-  absl::StatusOr<TlsFiles> Issue(const std::string& name,
-                                 const std::vector<std::string>& uri_sans) const;
+  absl::StatusOr<rpc::TlsFiles> Issue(const std::string& name,
+                                      const std::vector<std::string>& uri_sans) const;
 
   const std::string& cert_file() const { return cert_; }
 
@@ -44,6 +44,6 @@ class TestCa {
   std::string cert_;
 };
 
-}  // namespace gift::rpc
+}  // namespace gift::tools
 
-#endif  // GIFT_COMMON_RPC_TEST_CA_H_
+#endif  // GIFT_TOOLS_GIFT_CLUSTER_TEST_CA_H_

@@ -11,8 +11,8 @@
 //
 // Ownership: owns the child (killed with SIGKILL by the destructor if still
 // running). Thread safety: as Subprocess.
-#ifndef GIFT_COMMON_CONTROL_COORDINATOR_PROCESS_H_
-#define GIFT_COMMON_CONTROL_COORDINATOR_PROCESS_H_
+#ifndef GIFT_TOOLS_GIFT_CLUSTER_COORDINATOR_PROCESS_H_
+#define GIFT_TOOLS_GIFT_CLUSTER_COORDINATOR_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -24,9 +24,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/control/subprocess.h"
+#include "tools/gift-cluster/subprocess.h"
 
-namespace gift::control {
+namespace gift::tools {
 
 struct CoordinatorProcessOptions {
   std::string binary;      // path of gift-coordinator
@@ -75,6 +75,6 @@ class CoordinatorProcess {
   std::string address_;
 };
 
-}  // namespace gift::control
+}  // namespace gift::tools
 
-#endif  // GIFT_COMMON_CONTROL_COORDINATOR_PROCESS_H_
+#endif  // GIFT_TOOLS_GIFT_CLUSTER_COORDINATOR_PROCESS_H_
