@@ -32,6 +32,8 @@ absl::StatusOr<bool> DataPlaneKeyring::SetMemberKey(const v1::DataPlaneKey& key)
   if (next == member_key_) return false;
   member_key_ = next;
   peers_.clear();
+  node_.clear();
+  node_key_.reset();
   return true;
 }
 
@@ -40,12 +42,28 @@ const google::protobuf::RepeatedPtrField<v1::Member>& DataPlaneKeyring::Peers(
   return role_ == v1::MEMBER_ROLE_SERVER ? state.workers() : state.servers();
 }
 
-bool DataPlaneKeyring::MissingPeers(const v1::ClusterState& state) const {
+namespace {
+
+const v1::Member* FindMember(const v1::ClusterState& state, const std::string& member_id) {
+  for (const auto* members : {&state.workers(), &state.servers()}) {
+    for (const v1::Member& m : *members) {
+      if (m.member_id() == member_id) return &m;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool DataPlaneKeyring::MissingPeers(const v1::ClusterState& state,
+                                    const std::string& member_id) const {
   if (!enabled()) return false;
   for (const v1::Member& m : Peers(state)) {
     if (!peers_.contains(m.member_id())) return true;
   }
-  return false;
+  const v1::Member* me = FindMember(state, member_id);
+  return role_ == v1::MEMBER_ROLE_WORKER && me != nullptr && !me->node().empty() &&
+         (me->node() != node_ || !node_key_.has_value());
 }
 
 absl::Status DataPlaneKeyring::AddPeers(const v1::DataPlaneKeys& keys) {
@@ -55,19 +73,24 @@ absl::Status DataPlaneKeyring::AddPeers(const v1::DataPlaneKeys& keys) {
     if (!k.ok()) return k.status();
     added[peer.member_id()] = *k;
   }
+  std::optional<dataplane::MacKey> node_key;
+  if (!keys.node_key().empty()) {
+    auto k = ToKey(keys.node_key());
+    if (!k.ok()) return k.status();
+    node_key = *k;
+  }
   for (auto& [id, key] : added) peers_[id] = key;
+  if (node_key.has_value()) {
+    node_ = keys.node();
+    node_key_ = node_key;
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const dataplane::EpochKeys>> DataPlaneKeyring::Build(
     const v1::ClusterState& state, const std::string& member_id) const {
   if (!enabled()) return nullptr;
-  const v1::Member* me = nullptr;
-  for (const auto* members : {&state.workers(), &state.servers()}) {
-    for (const v1::Member& m : *members) {
-      if (m.member_id() == member_id) me = &m;
-    }
-  }
+  const v1::Member* me = FindMember(state, member_id);
   if (me == nullptr) return nullptr;
   auto keys = std::make_shared<dataplane::EpochKeys>();
   keys->epoch = state.epoch();
@@ -82,6 +105,11 @@ absl::StatusOr<std::shared_ptr<const dataplane::EpochKeys>> DataPlaneKeyring::Bu
     if (!k.ok()) return k.status();
     if (keys->peers.size() <= peer.rank()) keys->peers.resize(peer.rank() + 1);
     keys->peers[peer.rank()] = *k;
+  }
+  if (node_key_.has_value() && !me->node().empty() && me->node() == node_) {
+    auto k = dataplane::DeriveEpochKey(*node_key_, state.epoch());
+    if (!k.ok()) return k.status();
+    keys->node = *k;
   }
   return keys;
 }

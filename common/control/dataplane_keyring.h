@@ -1,12 +1,13 @@
 // A member's data-plane keys (docs/design.md section 8.2): its own member key
 // (from the coordinator's Join and Heartbeat answers) and its peers' (from
-// GetDataPlaneKeys: a server holds the workers', a worker the servers'), and
+// GetDataPlaneKeys: a server holds the workers', a worker the servers' and
+// its node's), and
 // from them the keys of one epoch that the data plane seals and checks
 // chunks with (dataplane::EpochKeys, common/dataplane/chunk_mac.h).
 //
 //   DataPlaneKeyring ring(MEMBER_ROLE_SERVER);
 //   ring.SetMemberKey(joined.dataplane_key());
-//   if (ring.MissingPeers(state)) ring.AddPeers(client.GetDataPlaneKeys(...));
+//   if (ring.MissingPeers(state, id)) ring.AddPeers(client.GetDataPlaneKeys(...));
 //   auto keys = ring.Build(state, member_id);   // epoch keys of state.epoch()
 //
 // Keys are secrets: nothing here logs or prints them.
@@ -38,13 +39,15 @@ class DataPlaneKeyring {
   absl::StatusOr<bool> SetMemberKey(const gift::v1::DataPlaneKey& key);
   bool enabled() const { return member_key_.has_value(); }
 
-  // Whether some peer of `state` has no key here (fetch them then).
-  bool MissingPeers(const gift::v1::ClusterState& state) const;
+  // Whether some peer of `state` has no key here, or (a worker) member
+  // `member_id`'s node has none (fetch them then).
+  bool MissingPeers(const gift::v1::ClusterState& state, const std::string& member_id) const;
   // InvalidArgument for a key of the wrong size (nothing installed then).
   absl::Status AddPeers(const gift::v1::DataPlaneKeys& keys);
 
-  // The keys of `state`'s epoch for member `member_id`: its own and its
-  // peers' by rank (a peer without a key is nullopt). Null when
+  // The keys of `state`'s epoch for member `member_id`: its own, its
+  // peers' by rank (a peer without a key is nullopt) and its node's (a
+  // worker whose node's key is here). Null when
   // authentication is off or the member is not in `state`.
   absl::StatusOr<std::shared_ptr<const dataplane::EpochKeys>> Build(
       const gift::v1::ClusterState& state, const std::string& member_id) const;
@@ -56,6 +59,9 @@ class DataPlaneKeyring {
   const gift::v1::MemberRole role_;
   std::optional<dataplane::MacKey> member_key_;
   absl::flat_hash_map<std::string, dataplane::MacKey> peers_;  // by member id
+  // A worker's node and its key (GetDataPlaneKeys); empty: none.
+  std::string node_;
+  std::optional<dataplane::MacKey> node_key_;
 };
 
 }  // namespace gift::control

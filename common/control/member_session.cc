@@ -111,7 +111,7 @@ absl::Status MemberSession::InstallJoin(v1::JoinResponse joined) {
 void MemberSession::RefreshPeerKeys(const v1::ClusterState& state, const std::string& member_id) {
   {
     absl::MutexLock lock(&mu_);
-    if (!keyring_.MissingPeers(state)) return;
+    if (!keyring_.MissingPeers(state, member_id)) return;
   }
   absl::StatusOr<v1::DataPlaneKeys> keys = client_.GetDataPlaneKeys(member_id);
   if (!keys.ok()) return;

@@ -181,11 +181,15 @@ std::optional<AuthFailure> CheckChunk(const EpochKeys& keys, const ChunkHeader& 
       signer != parsed.rank) {
     return AuthFailure::kWrongSigner;
   }
-  if (parsed.epoch != keys.epoch || signer >= keys.peers.size() ||
-      !keys.peers[signer].has_value()) {
+  // A node member's chunk is checked with the node's key, any other with
+  // its signer's.
+  const bool node_member = parsed.kind == ChunkKind::kNodeMember;
+  if (parsed.epoch != keys.epoch ||
+      (node_member ? !keys.node.has_value()
+                   : signer >= keys.peers.size() || !keys.peers[signer].has_value())) {
     return AuthFailure::kUnknownKey;
   }
-  const MacKey& key = *keys.peers[signer];
+  const MacKey& key = node_member ? *keys.node : *keys.peers[signer];
   const uint8_t* nonce = p + kSealNonceOffset;
   if (!TagMatches(Gmac(key, nonce, {header_bytes.first(kSealHeaderTagOffset)}),
                   p + kSealHeaderTagOffset)) {

@@ -54,6 +54,10 @@ struct EpochKeys {
   // The senders this member accepts chunks from, by rank (a server: the
   // workers; a worker: the servers, by shard id); nullopt: unknown.
   std::vector<std::optional<MacKey>> peers;
+  // A worker in a node group: its node's key of the epoch, which seals and
+  // checks the members' chunks to their leader (kNodeMember), whoever the
+  // signer; nullopt: none.
+  std::optional<MacKey> node;
 };
 
 // HKDF-SHA256 of `secret` with `salt` and `info` (32 bytes): the

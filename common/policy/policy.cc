@@ -304,18 +304,6 @@ absl::StatusOr<std::optional<double>> ParseGiftBudget(absl::string_view text) {
   return fraction;
 }
 
-absl::Status CheckFeatureCombination(const Policy& policy, const ClusterFeatures& features) {
-  if (features.dataplane_auth && policy.hierarchy() == gift::v1::HIERARCHY_NODE) {
-    return absl::FailedPreconditionError(
-        "hierarchy = NODE (node-local aggregation) cannot run with data-plane authentication "
-        "(the coordinator's --dataplane-auth, or TLS): a node's members send their chunks to "
-        "their leader, and no worker holds another's key to seal or check them; set "
-        "hierarchy none (giftctl policy set --hierarchy none) or run the coordinator "
-        "without data-plane authentication");
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ValidateGlob(absl::string_view field, const std::string& glob) {
   if (glob.empty()) return Invalid(field, "\"\"", "a glob must not be empty");
   if (glob.size() > kMaxGlobLength) {

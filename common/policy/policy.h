@@ -50,21 +50,6 @@ absl::StatusOr<std::optional<double>> ParseGiftBudget(absl::string_view text);
 // "transform.ema_decay = 1.5: must be in [0, 1)".
 absl::Status Validate(const gift::v1::Policy& policy);
 
-// What the cluster runs with, beside the policy, that some policy settings
-// cannot be combined with.
-struct ClusterFeatures {
-  bool dataplane_auth = false;  // the coordinator's --dataplane-auth (or TLS)
-};
-
-// Checks that the policy (after WithDefaults) can run with `features`, so
-// that a conflict is refused when the policy is set or the coordinator
-// starts, never found mid-training. FailedPrecondition naming both sides of
-// the conflict and the ways out. Today's one: hierarchy NODE with data-plane
-// authentication (a node's members send their chunks to their leader, and
-// no worker holds another's key to seal or check them).
-absl::Status CheckFeatureCombination(const gift::v1::Policy& policy,
-                                     const ClusterFeatures& features);
-
 // A known tensor, for ValidateRanksForTensors.
 struct NamedShape {
   absl::string_view name;

@@ -475,12 +475,7 @@ grpc::ServerUnaryReactor* CoordinatorService::SetPolicy(grpc::CallbackServerCont
                                                         const gift::v1::SetPolicyRequest* request,
                                                         gift::v1::Policy* response) {
   return Unary(context, CheckRole(*context, "SetPolicy", {Role::kOperator}), response,
-               [&]() -> absl::StatusOr<gift::v1::Policy> {
-                 GIFT_RETURN_IF_ERROR(policy::CheckFeatureCombination(
-                     policy::WithDefaults(request->policy()),
-                     {.dataplane_auth = dataplane_keys_ != nullptr}));
-                 return state_->SetPolicy(*request);
-               });
+               [&]() -> absl::StatusOr<gift::v1::Policy> { return state_->SetPolicy(*request); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RequestRefresh(
@@ -562,6 +557,12 @@ absl::StatusOr<gift::v1::DataPlaneKeys> CoordinatorService::PeerKeys(
     out->set_member_id(peer.member_id());
     out->set_rank(peer.rank());
     out->set_key(k->data(), k->size());
+  }
+  if (worker && !caller->node().empty()) {
+    auto k = dataplane_keys_->NodeKey(caller->node());
+    if (!k.ok()) return k.status();
+    keys.set_node(caller->node());
+    keys.set_node_key(k->data(), k->size());
   }
   return keys;
 }

@@ -34,11 +34,23 @@ absl::StatusOr<std::unique_ptr<DataPlaneKeyIssuer>> DataPlaneKeyIssuer::Random()
 
 DataPlaneKeyIssuer::~DataPlaneKeyIssuer() { OPENSSL_cleanse(secret_.data(), secret_.size()); }
 
-absl::StatusOr<dataplane::MacKey> DataPlaneKeyIssuer::MemberKey(absl::string_view member_id) const {
+namespace {
+
+absl::StatusOr<dataplane::MacKey> Derive(const std::string& secret, absl::string_view salt,
+                                         absl::string_view info) {
   return dataplane::DeriveKey(
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(secret_.data()), secret_.size()),
-      "gift-dataplane-member-v1",
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(member_id.data()), member_id.size()));
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(secret.data()), secret.size()), salt,
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(info.data()), info.size()));
+}
+
+}  // namespace
+
+absl::StatusOr<dataplane::MacKey> DataPlaneKeyIssuer::MemberKey(absl::string_view member_id) const {
+  return Derive(secret_, "gift-dataplane-member-v1", member_id);
+}
+
+absl::StatusOr<dataplane::MacKey> DataPlaneKeyIssuer::NodeKey(absl::string_view node) const {
+  return Derive(secret_, "gift-dataplane-node-v1", node);
 }
 
 }  // namespace gift::coordinator

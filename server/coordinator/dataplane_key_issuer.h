@@ -33,6 +33,10 @@ class DataPlaneKeyIssuer {
 
   // Internal only on an OpenSSL failure.
   absl::StatusOr<dataplane::MacKey> MemberKey(absl::string_view member_id) const;
+  // The key the workers of node `node` share for their chunks to one
+  // another (hierarchy NODE): HKDF-SHA256(secret, "gift-dataplane-node-v1",
+  // node). Internal only on an OpenSSL failure.
+  absl::StatusOr<dataplane::MacKey> NodeKey(absl::string_view node) const;
 
  private:
   explicit DataPlaneKeyIssuer(std::string secret) : secret_(std::move(secret)) {}

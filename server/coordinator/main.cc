@@ -39,7 +39,6 @@
 #include "common/daemon/polled_metrics.h"
 #include "common/daemon/rpc_metrics.h"
 #include "common/daemon/systemd_notify.h"
-#include "common/policy/policy.h"
 #include "server/coordinator/cluster_state.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/state_store.h"
@@ -214,13 +213,6 @@ int Main(int argc, char** argv) {
                       : DataPlaneKeyIssuer::FromFile(dataplane_secret_file);
     if (!issuer.ok()) return daemon.Fail(issuer.status().ToString());
     dataplane_keys = *std::move(issuer);
-  }
-  // A stored policy the cluster cannot run is refused now, not mid-training.
-  if (absl::Status s = policy::CheckFeatureCombination(
-          policy::WithDefaults((*state)->GetPolicy()),
-          {.dataplane_auth = dataplane_keys != nullptr});
-      !s.ok()) {
-    return daemon.Fail(absl::StrCat("the stored policy (", state_file, "): ", s.message()));
   }
   CoordinatorService service(state->get(), GIFT_VERSION, dataplane_keys.get());
   daemon::GrpcEndpointOptions endpoint_options;

@@ -101,10 +101,11 @@ TEST_F(DataPlaneKeysTest, MembersGetTheirKeyAndTheirPeers) {
   EXPECT_EQ(Keys("nobody", &unknown).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-// Node-local aggregation cannot run with authentication (no worker holds
-// another's key): SetPolicy refuses it up front, naming the conflict, and
-// leaves the policy as it was; without authentication it is accepted.
-TEST_F(DataPlaneKeysTest, NodeHierarchyIsRefusedUpFrontWithAuthentication) {
+// Node-local aggregation runs with authentication: SetPolicy accepts it, and
+// each worker's GetDataPlaneKeys carries its node's key (docs/design.md
+// section 8.2): the same for the workers of one node, another for another
+// node, none for a server or a worker without a node.
+TEST_F(DataPlaneKeysTest, WorkersGetTheirNodesKeyAndNodeHierarchyIsAcceptedWithAuthentication) {
   auto issuer = DataPlaneKeyIssuer::Random();
   ASSERT_TRUE(issuer.ok());
   issuer_ = *std::move(issuer);
@@ -112,14 +113,34 @@ TEST_F(DataPlaneKeysTest, NodeHierarchyIsRefusedUpFrontWithAuthentication) {
   gift::v1::SetPolicyRequest set;
   set.mutable_policy()->set_hierarchy(gift::v1::HIERARCHY_NODE);
   gift::v1::Policy answer;
-  const grpc::Status refused = stub_->SetPolicy(Context().get(), set, &answer);
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_NE(refused.error_message().find("hierarchy = NODE"), std::string::npos)
-      << refused.error_message();
-  EXPECT_NE(refused.error_message().find("data-plane authentication"), std::string::npos);
-  EXPECT_NE(state_->GetPolicy().hierarchy(), gift::v1::HIERARCHY_NODE);
-  set.mutable_policy()->set_hierarchy(gift::v1::HIERARCHY_NONE);
-  EXPECT_TRUE(stub_->SetPolicy(Context().get(), set, &answer).ok());
+  const grpc::Status set_status = stub_->SetPolicy(Context().get(), set, &answer);
+  ASSERT_TRUE(set_status.ok()) << set_status.error_message();
+  EXPECT_EQ(answer.hierarchy(), gift::v1::HIERARCHY_NODE);
+
+  auto join = [&](const std::string& name, gift::v1::MemberRole role, const std::string& node) {
+    auto joined = test::JoinOverRpc(*stub_, name, role, node);
+    EXPECT_TRUE(joined.ok()) << joined.status();
+    gift::v1::DataPlaneKeys keys;
+    EXPECT_TRUE(Keys(joined.value_or(gift::v1::JoinResponse()).member_id(), &keys).ok());
+    return keys;
+  };
+  const auto a0 = join("a0", gift::v1::MEMBER_ROLE_WORKER, "node-a");
+  const auto a1 = join("a1", gift::v1::MEMBER_ROLE_WORKER, "node-a");
+  const auto b0 = join("b0", gift::v1::MEMBER_ROLE_WORKER, "node-b");
+  const auto alone = join("c0", gift::v1::MEMBER_ROLE_WORKER, "");
+  const auto server = join("s0", gift::v1::MEMBER_ROLE_SERVER, "node-a");
+  EXPECT_EQ(a0.node(), "node-a");
+  EXPECT_EQ(a0.node_key().size(), dataplane::kMacKeyBytes);
+  EXPECT_EQ(a0.node_key(), a1.node_key());
+  EXPECT_EQ(b0.node(), "node-b");
+  EXPECT_EQ(b0.node_key().size(), dataplane::kMacKeyBytes);
+  EXPECT_NE(b0.node_key(), a0.node_key());
+  EXPECT_TRUE(alone.node_key().empty());
+  EXPECT_TRUE(server.node_key().empty());
+  // Derived from the secret: the issuer gives the same key again.
+  auto again = issuer_->NodeKey("node-a");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(a0.node_key(), std::string(again->begin(), again->end()));
 }
 
 TEST_F(DataPlaneKeysTest, NodeHierarchyIsAcceptedWithoutAuthentication) {

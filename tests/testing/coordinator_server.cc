@@ -57,10 +57,12 @@ std::unique_ptr<grpc::ClientContext> DeadlineContext(absl::Duration timeout) {
 
 absl::StatusOr<gift::v1::JoinResponse> JoinOverRpc(gift::v1::Coordinator::Stub& stub,
                                                    const std::string& name,
-                                                   gift::v1::MemberRole role) {
+                                                   gift::v1::MemberRole role,
+                                                   const std::string& node) {
   gift::v1::JoinRequest request;
   request.set_name(name);
   request.set_role(role);
+  request.set_node(node);
   gift::v1::JoinResponse response;
   const grpc::Status status = stub.Join(DeadlineContext().get(), request, &response);
   if (!status.ok()) return rpc::FromGrpcStatus(status, "Join");

@@ -74,11 +74,12 @@ class CoordinatorServer {
 // A client context whose deadline is `timeout` from now.
 std::unique_ptr<grpc::ClientContext> DeadlineContext(absl::Duration timeout = absl::Seconds(10));
 
-// A Join RPC of a member `name` with `role` (deadline 10 s): the answer, or
-// the call's status.
+// A Join RPC of a member `name` with `role` on `node` (deadline 10 s): the
+// answer, or the call's status.
 absl::StatusOr<gift::v1::JoinResponse> JoinOverRpc(gift::v1::Coordinator::Stub& stub,
                                                    const std::string& name,
-                                                   gift::v1::MemberRole role);
+                                                   gift::v1::MemberRole role,
+                                                   const std::string& node = "");
 
 }  // namespace gift::test
 

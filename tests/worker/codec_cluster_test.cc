@@ -83,9 +83,8 @@ struct Case {
   bool node = false;  // hierarchy NODE, both workers on one node
 
   // The coordinator's refusal of this combination, when it is one
-  // (policy.cc Validate and CheckFeatureCombination); empty: it runs.
+  // (policy.cc Validate); empty: it runs.
   std::string Refusal() const {
-    if (node && auth) return "cannot run with data-plane authentication";
     if (node && error_feedback) return "error feedback is not supported with hierarchy NODE";
     return "";
   }

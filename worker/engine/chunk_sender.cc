@@ -101,8 +101,14 @@ absl::Status ChunkSender::PushNodeSum(const StepPlan& plan, const TensorStep& t,
   report.bytes_pushed += slot.send.size();
   ChunkHeader header = OwnChunkHeader(ChunkKind::kNodePush, plan, t, slot.index);
   header.set_ranks_summed(ranks_summed);
-  const auto header_bytes = dataplane::SerializeChunkHeader(header);
-  return Send(peer, header_bytes, slot.send, &slot, nullptr, /*to_server=*/true, run,
+  if (plan.keys == nullptr) {
+    const auto plain = dataplane::SerializeChunkHeader(header);
+    return Send(peer, plain, slot.send, &slot, nullptr, /*to_server=*/true, run,
+                "node push failed");
+  }
+  auto sealed = dataplane::SealChunk(header, plan.rank, slot.send, plan.keys->own);
+  if (!sealed.ok()) return sealed.status();
+  return Send(peer, *sealed, slot.send, &slot, nullptr, /*to_server=*/true, run,
               "node push failed");
 }
 
@@ -119,10 +125,20 @@ absl::Status ChunkSender::SendToLeader(const StepPlan& plan, const TensorStep& t
   if (auto s = codec::Encode(x + slot.offset, *view, {}, codec_options_); !s.ok()) return s;
   codec::FinishPayload(absl::MakeSpan(*payload));
   report.node_bytes_sent += payload->size();
-  const auto header_plain =
-      dataplane::SerializeChunkHeader(OwnChunkHeader(ChunkKind::kNodeMember, plan, t, slot.index));
-  auto header =
-      std::make_shared<const std::vector<uint8_t>>(header_plain.begin(), header_plain.end());
+  // Sealed with the node's key: the leader holds no other worker's own.
+  const ChunkHeader h = OwnChunkHeader(ChunkKind::kNodeMember, plan, t, slot.index);
+  std::shared_ptr<const std::vector<uint8_t>> header;
+  if (plan.keys == nullptr) {
+    const auto plain = dataplane::SerializeChunkHeader(h);
+    header = std::make_shared<const std::vector<uint8_t>>(plain.begin(), plain.end());
+  } else {
+    if (!plan.keys->node.has_value()) {
+      return absl::FailedPreconditionError("no node key to seal a chunk to the leader with");
+    }
+    auto sealed = dataplane::SealChunk(h, plan.rank, *payload, *plan.keys->node);
+    if (!sealed.ok()) return sealed.status();
+    header = std::make_shared<const std::vector<uint8_t>>(sealed->begin(), sealed->end());
+  }
   const absl::Span<const uint8_t> header_bytes(*header), payload_bytes(*payload);
   std::shared_ptr<const void> owned =
       std::make_shared<std::pair<decltype(header), decltype(payload)>>(std::move(header),

@@ -54,8 +54,9 @@ std::shared_ptr<const NodeGroup> NodeGroupOf(const gift::v1::ClusterState& state
 
 // A member's chunk received by its leader.
 struct NodeContribution {
-  dataplane::ChunkHeader header;  // kind kNodeMember
-  std::vector<uint8_t> payload;   // an FP32 codec payload
+  dataplane::ChunkHeader header;      // kind kNodeMember
+  std::vector<uint8_t> header_bytes;  // as received (sealed, with authentication)
+  std::vector<uint8_t> payload;       // an FP32 codec payload
 };
 
 class NodeSums {

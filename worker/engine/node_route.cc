@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "common/dataplane/chunk_mac.h"
 #include "worker/engine/step_failure.h"
 #include "worker/engine/tensor_buffers.h"
 
@@ -10,10 +12,11 @@ namespace gift::worker {
 
 absl::Status NodeLeaderRoute::Begin(const StepPlan& header) {
   if (header.node == nullptr) return absl::InvalidArgumentError("the step has no node group");
-  if (header.keys != nullptr) {
-    return absl::UnimplementedError(
-        "node-local aggregation (policy hierarchy NODE) with data-plane authentication is not "
-        "implemented: workers hold no keys of each other");
+  if (header.keys != nullptr && !header.keys->node.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node-local aggregation with data-plane authentication needs this worker's node key of "
+        "epoch ",
+        header.epoch, ", and the coordinator has not handed it over (yet)"));
   }
   const NodeGroup& group = *header.node;
   if (group.self != header.rank ||
@@ -55,6 +58,14 @@ absl::Status NodeLeaderRoute::Send(const RunningStep& step, size_t i, size_t c, 
 absl::Status NodeLeaderRoute::Progress(const RunningStep& step, StepReport& report) {
   const StepPlan& plan = step.plan;
   for (NodeContribution& c : inbox_.TakeNodeContributions(plan.epoch, plan.step)) {
+    // With authentication, only what a worker of this node sealed.
+    if (plan.keys != nullptr) {
+      if (auto failure = dataplane::CheckChunk(*plan.keys, c.header, c.header_bytes, c.payload);
+          failure.has_value()) {
+        inbox_.CountAuthFailure(*failure);
+        continue;
+      }
+    }
     // Of another world (cannot be this epoch's), or not a chunk led here.
     if (c.header.world_size != plan.world_size || !sums_.Offer(std::move(c)).ok()) {
       inbox_.CountStray();

@@ -5,8 +5,10 @@
 // pushed to the chunk's server as the group's (kNodePush).
 //
 // A member's failure does not fail the step by itself (see StepPlan::node).
-// Not with data-plane authentication (Begin: Unimplemented: workers hold no
-// keys of each other), nor with device tensors (Send: Unimplemented).
+// With data-plane authentication a member's chunk is sealed with its node's
+// key (EpochKeys::node) and the leader sums only chunks that verify under
+// it; the group's sum leaves sealed with the leader's own key. Not with
+// device tensors (Send: Unimplemented).
 //
 // Ownership: `sender` and `inbox` are not owned and must outlive the route.
 // Thread safety: the engine's Run thread only.
@@ -28,7 +30,8 @@ class NodeLeaderRoute final : public StepRoute {
   NodeLeaderRoute(ChunkSender& sender, ResultInbox& inbox, const codec::CodecOptions& options)
       : sender_(sender), inbox_(inbox), codec_options_(options) {}
 
-  // InvalidArgument: no node group, or one without this worker's rank.
+  // InvalidArgument: no node group, or one without this worker's rank;
+  // FailedPrecondition: authentication on and no node key.
   absl::Status Begin(const StepPlan& header) override;
   absl::StatusOr<transport::PeerId> Connect(const StepPlan& plan, const TensorStep& t,
                                             const ChunkRoute& chunk) override;

@@ -196,6 +196,11 @@ void ResultInbox::CountStray() {
   ++stray_;
 }
 
+void ResultInbox::CountAuthFailure(dataplane::AuthFailure failure) {
+  absl::MutexLock lock(&mu_);
+  CountAuthFailureLocked(failure);
+}
+
 void ResultInbox::CountAuthFailureLocked(dataplane::AuthFailure failure) {
   ++auth_failures_[std::string(dataplane::AuthFailureName(failure))];
 }
@@ -249,6 +254,12 @@ void ResultInbox::OnMessage(transport::Message message) {
     }
   }
   if (header.ok() && header->kind == ChunkKind::kNodeMember) {
+    // Checked now when the step in flight has keys of the chunk's epoch (a
+    // forgery never takes room here), else when taken (NodeLeaderRoute).
+    if (auth_failure.has_value() && keys_ == keys && header->epoch == epoch_) {
+      CountAuthFailureLocked(*auth_failure);
+      return;
+    }
     return FileNodeContributionLocked(*header, message);  // of this step or a later one
   }
   if (!header.ok() || !active_ || header->epoch != epoch_ || header->step != step_) {
@@ -294,10 +305,6 @@ void ResultInbox::OnMessage(transport::Message message) {
 
 void ResultInbox::FileNodeContributionLocked(const ChunkHeader& header,
                                              transport::Message& message) {
-  if (active_ && keys_ != nullptr) {  // never summed unauthenticated
-    CountAuthFailureLocked(dataplane::AuthFailure::kUnknownKey);
-    return;
-  }
   if ((active_ && header.epoch < epoch_) ||
       node_inbox_bytes_ + message.bytes().size() > kMaxNodeInboxBytes) {
     ++stray_;
@@ -308,7 +315,9 @@ void ResultInbox::FileNodeContributionLocked(const ChunkHeader& header,
       message.placed.data() == nullptr
           ? std::move(message.payload)
           : std::vector<uint8_t>(message.placed.begin(), message.placed.end());
-  node_inbox_.push_back({.header = header, .payload = std::move(payload)});
+  node_inbox_.push_back({.header = header,
+                         .header_bytes = {message.header.begin(), message.header.end()},
+                         .payload = std::move(payload)});
   ++node_arrivals_;
 }
 

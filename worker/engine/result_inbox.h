@@ -116,6 +116,7 @@ class ResultInbox {
   // held for the step). Takes the contributions of (epoch, step) received so far.
   std::vector<NodeContribution> TakeNodeContributions(uint64_t epoch, uint64_t step);
   void CountStray();
+  void CountAuthFailure(dataplane::AuthFailure failure);
 
   // The transport's callbacks (its progress thread).
   absl::Span<uint8_t> PlacePayload(absl::Span<const uint8_t> header, size_t bytes);

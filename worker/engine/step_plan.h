@@ -88,9 +88,8 @@ struct StepPlan {
   // if the member's chunks made it into the node's sums; otherwise the
   // epoch change that evicts it aborts the step). Workers of one group must run the
   // same steps with the same group. The servers send every result to every
-  // rank, as without a group. Null: every chunk is pushed directly.
-  // Not yet with authentication (Begin: Unimplemented): workers hold no
-  // keys of each other.
+  // rank, as without a group. Null: every chunk is pushed directly. With
+  // `keys`, the members' chunks are sealed with keys->node (required).
   std::shared_ptr<const NodeGroup> node;
 };
 
