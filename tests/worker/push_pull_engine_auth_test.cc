@@ -5,6 +5,7 @@
 // worker has no key for are dropped and counted, never written into the
 // gradient, and the real, sealed results complete the step. In a node
 // group, the members' chunks are sealed with the node's key.
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -30,31 +31,56 @@ MacKey Key(uint8_t seed) {
   return k;
 }
 
+constexpr uint64_t kCols = 256;
+
+// A one-row FP32 payload of `value`s.
+std::vector<uint8_t> Fp32Payload(float value) {
+  std::vector<float> values(kCols, value);
+  auto t = codec::EncodedTensor::Create(codec::ParseCodecSpec("fp32").value(), 1, kCols).value();
+  EXPECT_TRUE(codec::Encode(values.data(), t.mutable_view()).ok());
+  const uint64_t dims[] = {1, kCols};
+  return codec::SerializePayload(t.view(), dims).value();
+}
+
+// A fake server on the in-process transport: records what it receives.
+struct FakeServer {
+  FakeServer() {
+    auto t = transport::CreateInprocTransport(&hub, {.on_receive = [this](transport::Message m) {
+      absl::MutexLock lock(&mu);
+      pushes.push_back(std::move(m));
+    }});
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (t.ok()) transport = *std::move(t);
+  }
+  // Waits (10 s at most) until `n` messages arrived.
+  bool AwaitPushes(size_t n) {
+    absl::MutexLock lock(&mu);
+    auto arrived = [&] { return pushes.size() >= n; };
+    return mu.AwaitWithTimeout(absl::Condition(&arrived), absl::Seconds(10));
+  }
+
+  transport::InprocHub hub;  // the engines' too
+  absl::Mutex mu;
+  std::vector<transport::Message> pushes ABSL_GUARDED_BY(mu);
+  std::unique_ptr<transport::Transport> transport;
+};
+
 TEST(PushPullEngineAuth, OnlyResultsSealedByTheServerCount) {
-  constexpr uint64_t kEpoch = 3, kCols = 256;
+  constexpr uint64_t kEpoch = 3;
   const MacKey worker_key = dataplane::DeriveEpochKey(Key(1), kEpoch).value();
   const MacKey server_key = dataplane::DeriveEpochKey(Key(100), kEpoch).value();
-  transport::InprocHub hub;
-  absl::Mutex mu;
-  std::vector<transport::Message> pushes;
-  auto server = transport::CreateInprocTransport(&hub, {.on_receive = [&](transport::Message m) {
-    absl::MutexLock lock(&mu);
-    pushes.push_back(std::move(m));
-  }});
-  ASSERT_TRUE(server.ok());
-  auto engine = testing::InprocEngine(&hub, absl::Seconds(10));
+  FakeServer fake;
+  ASSERT_NE(fake.transport, nullptr);
+  transport::Transport* server = fake.transport.get();
+  auto engine = testing::InprocEngine(&fake.hub, absl::Seconds(10));
   ASSERT_TRUE(engine.ok());
-  auto to_engine = (*server)->Connect((*engine)->address());
+  auto to_engine = server->Connect((*engine)->address());
   ASSERT_TRUE(to_engine.ok());
 
   std::vector<std::vector<uint8_t>> sent;  // kept until the end
   sent.reserve(16);
   auto result_payload = [&](float value) {
-    std::vector<float> values(kCols, value);
-    auto t = codec::EncodedTensor::Create(codec::ParseCodecSpec("fp32").value(), 1, kCols).value();
-    EXPECT_TRUE(codec::Encode(values.data(), t.mutable_view()).ok());
-    const uint64_t dims[] = {1, kCols};
-    sent.push_back(codec::SerializePayload(t.view(), dims).value());
+    sent.push_back(Fp32Payload(value));
     return absl::Span<const uint8_t>(sent.back());
   };
   const ChunkHeader result{.kind = ChunkKind::kResult,
@@ -67,7 +93,7 @@ TEST(PushPullEngineAuth, OnlyResultsSealedByTheServerCount) {
   std::vector<std::array<uint8_t, dataplane::kSealedChunkHeaderBytes>> headers;
   headers.reserve(16);
   auto send = [&](absl::Span<const uint8_t> header, absl::Span<const uint8_t> payload) {
-    ASSERT_TRUE((*server)->Send(*to_engine, header, payload, [](const absl::Status&) {}).ok());
+    ASSERT_TRUE(server->Send(*to_engine, header, payload, [](const absl::Status&) {}).ok());
   };
 
   std::vector<float> grad(kCols, 0.5f);
@@ -76,27 +102,25 @@ TEST(PushPullEngineAuth, OnlyResultsSealedByTheServerCount) {
   keys->signer = 0;
   keys->own = worker_key;
   keys->peers = {server_key};
-  StepPlan plan{.epoch = kEpoch,
-                .step = 1,
-                .rank = 0,
-                .world_size = 1,
-                .tensors = {{.tensor_id = 5,
-                             .rows = 1,
-                             .cols = kCols,
-                             .data = grad.data(),
-                             .chunks = {{.index = 0,
-                                         .num_elements = kCols,
-                                         .server = (*server)->address()}},
-                             .push_spec = codec::ParseCodecSpec("fp32").value()}},
-                .keys = keys};
+  StepPlan plan{
+      .epoch = kEpoch,
+      .step = 1,
+      .rank = 0,
+      .world_size = 1,
+      .tensors = {{.tensor_id = 5,
+                   .rows = 1,
+                   .cols = kCols,
+                   .data = grad.data(),
+                   .chunks = {{.index = 0, .num_elements = kCols, .server = server->address()}},
+                   .push_spec = codec::ParseCodecSpec("fp32").value()}},
+      .keys = keys};
   absl::StatusOr<StepReport> report = absl::UnknownError("not run");
   std::thread run([&] { report = (*engine)->Run(plan); });
+  ASSERT_TRUE(fake.AwaitPushes(1));
   {
-    absl::MutexLock lock(&mu);
-    auto pushed = [&] { return pushes.size() == 1; };
-    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&pushed), absl::Seconds(10)));
+    absl::MutexLock lock(&fake.mu);
     // The push is sealed by rank 0 with the worker's key of the epoch.
-    const transport::Message& m = pushes[0];
+    const transport::Message& m = fake.pushes[0];
     auto h = dataplane::ParseChunkHeader(m.header);
     ASSERT_TRUE(h.ok()) << h.status();
     dataplane::EpochKeys server_side{.epoch = kEpoch, .own = server_key, .peers = {worker_key}};
@@ -133,30 +157,19 @@ TEST(PushPullEngineAuth, OnlyResultsSealedByTheServerCount) {
 // are dropped and counted), and pushes the group's sum sealed with its own
 // key, which the server checks as any push.
 TEST(PushPullEngineAuth, ALeaderSumsOnlyMemberChunksSealedWithTheNodesKey) {
-  constexpr uint64_t kEpoch = 4, kCols = 256, kTensor = 4;  // chunk 0 led by rank 0
+  constexpr uint64_t kEpoch = 4, kTensor = 4;  // chunk 0 led by rank 0
   const MacKey worker_key = dataplane::DeriveEpochKey(Key(1), kEpoch).value();
   const MacKey server_key = dataplane::DeriveEpochKey(Key(100), kEpoch).value();
   const MacKey node_key = dataplane::DeriveEpochKey(Key(50), kEpoch).value();
-  transport::InprocHub hub;
-  absl::Mutex mu;
-  std::vector<transport::Message> pushes;
-  auto server = transport::CreateInprocTransport(&hub, {.on_receive = [&](transport::Message m) {
-    absl::MutexLock lock(&mu);
-    pushes.push_back(std::move(m));
-  }});
-  ASSERT_TRUE(server.ok());
-  auto member = transport::CreateInprocTransport(&hub, {.on_receive = [](transport::Message) {}});
+  FakeServer fake;
+  ASSERT_NE(fake.transport, nullptr);
+  transport::Transport* server = fake.transport.get();
+  auto member =
+      transport::CreateInprocTransport(&fake.hub, {.on_receive = [](transport::Message) {}});
   ASSERT_TRUE(member.ok());
-  auto engine = testing::InprocEngine(&hub, absl::Seconds(10));
+  auto engine = testing::InprocEngine(&fake.hub, absl::Seconds(10));
   ASSERT_TRUE(engine.ok());
 
-  auto fp32_payload = [&](float value) {
-    std::vector<float> values(kCols, value);
-    auto t = codec::EncodedTensor::Create(codec::ParseCodecSpec("fp32").value(), 1, kCols).value();
-    EXPECT_TRUE(codec::Encode(values.data(), t.mutable_view()).ok());
-    const uint64_t dims[] = {1, kCols};
-    return codec::SerializePayload(t.view(), dims).value();
-  };
   auto keys = std::make_shared<dataplane::EpochKeys>();
   keys->epoch = kEpoch;
   keys->own = worker_key;
@@ -174,7 +187,7 @@ TEST(PushPullEngineAuth, ALeaderSumsOnlyMemberChunksSealedWithTheNodesKey) {
                    .rows = 1,
                    .cols = kCols,
                    .data = grad.data(),
-                   .chunks = {{.index = 0, .num_elements = kCols, .server = (*server)->address()}},
+                   .chunks = {{.index = 0, .num_elements = kCols, .server = server->address()}},
                    .push_spec = codec::ParseCodecSpec("fp32").value()}},
       .keys = keys,
       .node = group};
@@ -189,7 +202,7 @@ TEST(PushPullEngineAuth, ALeaderSumsOnlyMemberChunksSealedWithTheNodesKey) {
                                  .chunk_index = 0,
                                  .rank = 1,
                                  .world_size = 2};
-  const std::vector<uint8_t> forged = fp32_payload(100.0f), real = fp32_payload(1.5f);
+  const std::vector<uint8_t> forged = Fp32Payload(100.0f), real = Fp32Payload(1.5f);
   const auto forged_header = dataplane::SealChunk(contribution, 1, forged, Key(9)).value();
   const auto real_header = dataplane::SealChunk(contribution, 1, real, node_key).value();
   auto to_leader = (*member)->Connect((*engine)->address());
@@ -208,11 +221,10 @@ TEST(PushPullEngineAuth, ALeaderSumsOnlyMemberChunksSealedWithTheNodesKey) {
 
   // The group's sum reaches the server sealed by rank 0 with its own key.
   std::vector<float> sum(kCols);
+  ASSERT_TRUE(fake.AwaitPushes(1));
   {
-    absl::MutexLock lock(&mu);
-    auto pushed = [&] { return pushes.size() == 1; };
-    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&pushed), absl::Seconds(10)));
-    const transport::Message& m = pushes[0];
+    absl::MutexLock lock(&fake.mu);
+    const transport::Message& m = fake.pushes[0];
     auto h = dataplane::ParseChunkHeader(m.header);
     ASSERT_TRUE(h.ok()) << h.status();
     EXPECT_EQ(h->kind, ChunkKind::kNodePush);
@@ -227,11 +239,11 @@ TEST(PushPullEngineAuth, ALeaderSumsOnlyMemberChunksSealedWithTheNodesKey) {
   ChunkHeader result = contribution;
   result.kind = ChunkKind::kResult;
   result.rank = 0;
-  const std::vector<uint8_t> average = fp32_payload(1.0f);
+  const std::vector<uint8_t> average = Fp32Payload(1.0f);
   const auto result_header = dataplane::SealChunk(result, 0, average, server_key).value();
-  auto to_engine = (*server)->Connect((*engine)->address());
+  auto to_engine = server->Connect((*engine)->address());
   ASSERT_TRUE(to_engine.ok());
-  ASSERT_TRUE((*server)->Send(*to_engine, result_header, average, [](const absl::Status&) {}).ok());
+  ASSERT_TRUE(server->Send(*to_engine, result_header, average, [](const absl::Status&) {}).ok());
   run.join();
   ASSERT_TRUE(report.ok()) << report.status();
   for (float x : grad) ASSERT_EQ(x, 1.0f);
