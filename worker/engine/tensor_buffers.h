@@ -14,9 +14,10 @@
 // The arena and the slots are registered with the transport (zero-copy
 // RDMA) when it can; registration failing is not an error.
 //
-// Ownership and thread safety: owned by the push-pull engine and used by its
-// Run thread; the fields of ChunkSlot marked "inbox mutex" are read and
-// written by the transport's threads under the ResultInbox's mutex. A
+// Ownership and thread safety: owned by the engine's TensorBufferCache and
+// used by the engine's Run thread; the fields of ChunkSlot marked "inbox
+// mutex" are read and written by the transport's threads under the
+// ResultInbox's mutex. A
 // TensorBuffers must not be destroyed (nor ReleaseRegions called) while a
 // send from it or a placed receive into it is in flight (ChunkSlot::Busy).
 #ifndef GIFT_WORKER_ENGINE_TENSOR_BUFFERS_H_
