@@ -90,17 +90,30 @@ WorkerCore::~WorkerCore() {
   engine_.reset();
 }
 
-bool WorkerCore::AttachChunkKeys(StepPlan* plan) const {
+void WorkerCore::Exchanged::AddVersions(absl::Span<const TensorStep> tensors) {
+  for (const TensorStep& t : tensors)
+    versions.emplace_back(t.basis_version, t.transform != nullptr);
+}
+
+absl::StatusOr<StepPlan> WorkerCore::PlanWithKeys(const gift::v1::ClusterState& state,
+                                                  uint64_t step,
+                                                  const std::vector<LocalTensor>& tensors) {
+  const BasisLookup lookup = [this](uint64_t tensor, uint64_t version) {
+    return store_.Get(tensor, version);
+  };
+  auto plan = PlanStep(state, session_->member_id(), step, tensors, lookup);
+  if (!plan.ok()) return plan;
   plan->keys = session_->chunk_keys(plan->epoch);
-  return plan->keys != nullptr || !session_->dataplane_auth();
+  if (plan->keys == nullptr && session_->dataplane_auth()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no data-plane keys of epoch ", plan->epoch, " yet"));
+  }
+  return plan;
 }
 
 absl::StatusOr<WorkerCore::Exchanged> WorkerCore::Exchange(
     uint64_t step, const std::vector<LocalTensor>& tensors, ExchangeKind exchange,
     absl::Time deadline, std::optional<absl::Duration> result_timeout) {
-  const BasisLookup lookup = [this](uint64_t tensor, uint64_t version) {
-    return store_.Get(tensor, version);
-  };
   int same_epoch_retries = 0;
   while (true) {
     const absl::Duration left = deadline - absl::Now();
@@ -118,7 +131,8 @@ absl::StatusOr<WorkerCore::Exchanged> WorkerCore::Exchange(
     if (absl::Status peers = membership_.Check(*state, step, session_->member_id()); !peers.ok()) {
       return peers;
     }
-    auto plan = PlanStep(*state, session_->member_id(), step, tensors, lookup);
+    // Not plannable yet (or no data-plane keys of the epoch yet): wait.
+    auto plan = PlanWithKeys(*state, step, tensors);
     if (!plan.ok()) {
       if (plan.status().code() != absl::StatusCode::kFailedPrecondition) return plan.status();
       if (step > state->frozen_through_step()) {
@@ -139,12 +153,6 @@ absl::StatusOr<WorkerCore::Exchanged> WorkerCore::Exchange(
                                       std::min(left, absl::Milliseconds(500)));
       continue;
     }
-    // Data-plane authentication: no keys of the epoch yet, no step.
-    if (!AttachChunkKeys(&*plan)) {
-      (void)session_->WaitForRevision(state->revision() + 1,
-                                      std::min(left, absl::Milliseconds(500)));
-      continue;
-    }
     if (exchange != ExchangeKind::kGradients) {
       plan->step = StepKey(step, exchange);
       for (TensorStep& t : plan->tensors) {
@@ -158,9 +166,7 @@ absl::StatusOr<WorkerCore::Exchanged> WorkerCore::Exchange(
     auto report = engine_->Run(*plan);
     if (report.ok()) {
       Exchanged done{.report = *report, .epoch = plan->epoch, .world_size = plan->world_size};
-      for (const TensorStep& t : plan->tensors) {
-        done.versions.emplace_back(t.basis_version, t.transform != nullptr);
-      }
+      done.AddVersions(plan->tensors);
       return done;
     }
     if (!Retryable(report.status())) return report.status();

@@ -237,6 +237,8 @@ class WorkerCore {
     uint32_t world_size = 0;
     // Per tensor, in the exchange's order: (basis version, transformed).
     std::vector<std::pair<uint64_t, bool>> versions;
+    // Appends `tensors`' (basis version, transformed).
+    void AddVersions(absl::Span<const TensorStep> tensors);
   };
   // Runs one exchange of `tensors` (plans it, retries under new epochs)
   // until `deadline`. ExchangeKind::kGradients: the step itself; the others: an
@@ -247,10 +249,12 @@ class WorkerCore {
   // The step's sketch exchange (after its gradients): what it cost, or an
   // empty report when there was none or it failed (counted and logged; the
   // owner then gets no sketches for the step).
-  // Sets the plan's data-plane keys of its epoch (the session holds those of
-  // every epoch it installed a state of); false when authentication is on and
-  // they are not there yet.
-  bool AttachChunkKeys(StepPlan* plan) const;
+  // The plan of `step` for `tensors` under `state` (PlanStep over the basis
+  // store), with the data-plane keys of its epoch (the session holds those
+  // of every epoch it installed a state of). FailedPrecondition, to wait for
+  // a later state: PlanStep's, or authentication on and no keys yet.
+  absl::StatusOr<StepPlan> PlanWithKeys(const gift::v1::ClusterState& state, uint64_t step,
+                                        const std::vector<LocalTensor>& tensors);
   StepReport ExchangeSketches(uint64_t step, const std::vector<LocalTensor>& sketches,
                               absl::Time step_deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   void CountSketchFailure(uint64_t step, const absl::Status& why);

@@ -78,17 +78,10 @@ absl::Status WorkerCore::AddToOpenStep(const std::vector<const RegisteredTensor*
   }
   AddOwnedSteps(*o.before, o.step, tensors, &o.owned);
   if (!o.failed.ok()) return absl::OkStatus();  // PushPull runs the whole step again
-  const BasisLookup lookup = [this](uint64_t tensor, uint64_t version) {
-    return store_.Get(tensor, version);
-  };
   const std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
   membership_.Observe(state);
-  auto plan = PlanStep(*state, session_->member_id(), o.step, tensors, lookup);
+  auto plan = PlanWithKeys(*state, o.step, tensors);
   absl::Status s = plan.status();
-  if (s.ok() && !AttachChunkKeys(&*plan)) {
-    s = absl::FailedPreconditionError(
-        absl::StrCat("no data-plane keys of epoch ", plan->epoch, " yet"));
-  }
   if (s.ok() && !o.begun) {
     s = engine_->Begin(StepHeader(*plan));
     o.begun = s.ok();
@@ -101,9 +94,7 @@ absl::Status WorkerCore::AddToOpenStep(const std::vector<const RegisteredTensor*
   }
   if (s.ok()) s = engine_->Add(plan->tensors);
   if (s.ok()) {
-    for (const TensorStep& t : plan->tensors) {
-      o.exchanged.versions.emplace_back(t.basis_version, t.transform != nullptr);
-    }
+    o.exchanged.AddVersions(plan->tensors);
     return absl::OkStatus();
   }
   o.failed = s;
