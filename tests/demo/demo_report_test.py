@@ -7,19 +7,10 @@ the gift_ps package imports."""
 
 import json
 import os
-import sys
 import tempfile
 import unittest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(REPO, "python"))
-
-try:
-    import torch  # noqa: F401
-    import grpc  # noqa: F401
-except ImportError as e:
-    print(f"SKIP: {sys.executable} cannot import {e.name}", file=sys.stderr)
-    sys.exit(77)
+import demo_test_env  # noqa: F401  (python/ on the path; exit 77 without torch)
 
 from gift_ps.demo.driver import time_to_loss  # noqa: E402
 from gift_ps.demo.report import choice_kind, choice_lines, overlap_lines, overlap_rows  # noqa: E402

@@ -9,19 +9,10 @@ imports."""
 import json
 import math
 import os
-import sys
 import tempfile
 import unittest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(REPO, "python"))
-
-try:
-    import torch  # noqa: F401
-    import grpc  # noqa: F401
-except ImportError as e:
-    print(f"SKIP: {sys.executable} cannot import {e.name}", file=sys.stderr)
-    sys.exit(77)
+import demo_test_env  # noqa: F401  (python/ on the path; exit 77 without torch)
 
 from gift_ps.demo.study import best_four_bit, mean_sd, parse_args, summarize, table  # noqa: E402
 

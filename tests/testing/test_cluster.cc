@@ -31,8 +31,8 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(tools::LocalClus
 }
 
 std::string TestCluster::Logs(size_t max_bytes) const {
-  const tools::LocalCluster& c = *cluster_;
-  const size_t parts = 1 + c.options().workers + c.options().servers;
+  const tools::LocalClusterOptions& options = cluster_->options();
+  const size_t parts = 1 + options.workers + options.servers;
   const size_t each = std::max<size_t>(max_bytes / parts, 1);
   auto tail = [each](const std::string& text) {
     return text.size() > each ? text.substr(text.size() - each) : text;
@@ -41,10 +41,10 @@ std::string TestCluster::Logs(size_t max_bytes) const {
   if (tools::CoordinatorProcess* coordinator = cluster_->coordinator(); coordinator != nullptr) {
     all += tail(coordinator->log());
   }
-  for (int w = 0; w < c.options().workers; ++w) {
+  for (int w = 0; w < options.workers; ++w) {
     absl::StrAppend(&all, "--- worker ", w, "\n", tail(cluster_->worker(w)->stderr_text()));
   }
-  for (int s = 0; s < c.options().servers; ++s) {
+  for (int s = 0; s < options.servers; ++s) {
     absl::StrAppend(&all, "--- server ", s, "\n", tail(cluster_->server(s)->stderr_text()));
   }
   return all;

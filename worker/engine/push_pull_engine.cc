@@ -6,6 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/codec/payload.h"
+#include "worker/engine/chunk_sender.h"
+#include "worker/engine/node_route.h"
+#include "worker/engine/server_route.h"
+#include "worker/engine/tensor_buffer_cache.h"
 #include "worker/engine/tensor_buffers.h"
 
 namespace gift::worker {
@@ -67,6 +71,8 @@ absl::Status CheckTensor(const TensorStep& t, std::vector<dataplane::ChunkShape>
 }
 
 }  // namespace
+
+PushPullEngine::PushPullEngine(const PushPullEngineOptions& options) : options_(options) {}
 
 absl::StatusOr<std::unique_ptr<PushPullEngine>> PushPullEngine::Create(
     const transport::TransportFactory& make_transport, const PushPullEngineOptions& options) {

@@ -86,18 +86,19 @@
 #include "common/codec/codec.h"
 #include "common/dataplane/chunk_shape.h"
 #include "common/transport/transport.h"
-#include "worker/engine/chunk_sender.h"
-#include "worker/engine/node_route.h"
 #include "worker/engine/result_inbox.h"
-#include "worker/engine/server_route.h"
 #include "worker/engine/step_failure.h"
 #include "worker/engine/step_plan.h"
-#include "worker/engine/tensor_buffer_cache.h"
+#include "worker/engine/step_route.h"
 #include "worker/engine/tensor_codec_stage.h"
 
 namespace gift::worker {
 
 struct ChunkSlot;
+class ChunkSender;
+class NodeLeaderRoute;
+class ServerRoute;
+class TensorBufferCache;
 class TensorBuffers;
 
 struct PushPullEngineOptions {
@@ -171,7 +172,7 @@ class PushPullEngine {
   uint64_t error_feedback_bytes() const;
 
  private:
-  explicit PushPullEngine(const PushPullEngineOptions& options) : options_(options) {}
+  explicit PushPullEngine(const PushPullEngineOptions& options);
   // Ends the open step with `s`, which is given the step's StepFailureInfo.
   absl::Status FailStep(absl::Status s);
   RunningStep running() const {
