@@ -1,5 +1,6 @@
 #include "common/daemon/grpc_endpoint.h"
 
+#include <grpc/grpc.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server_builder.h>
 
@@ -32,6 +33,18 @@ absl::StatusOr<std::unique_ptr<GrpcEndpoint>> GrpcEndpoint::Start(GrpcEndpointOp
   }
   if (options.max_receive_message_bytes > 0) {
     builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  }
+  if (options.keepalive_interval > absl::ZeroDuration()) {
+    builder.AddChannelArgument(
+        GRPC_ARG_KEEPALIVE_TIME_MS,
+        static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_interval)));
+    builder.AddChannelArgument(
+        GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+        static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    // Pings without data frames in between, unbounded: a Watch stream may
+    // send nothing for minutes (the default stops pinging after 2).
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   }
   if (options.rpc_counter != nullptr) {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;

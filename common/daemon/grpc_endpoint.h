@@ -48,6 +48,13 @@ struct GrpcEndpointOptions {
   // Optional: counts the RPCs (common/daemon/rpc_metrics.h).
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> rpc_counter;
   int max_receive_message_bytes = 0;  // 0: gRPC's default (4 MiB)
+  // > 0: the server pings every client connection this often (HTTP/2 PING,
+  // also while no call is active) and closes a connection whose ping is not
+  // answered within `keepalive_timeout`, ending its calls. A stopped
+  // (SIGSTOP) or cut-off process answers no ping; a busy one does (gRPC's
+  // own threads answer). 0: gRPC's default (no server pings).
+  absl::Duration keepalive_interval = absl::ZeroDuration();
+  absl::Duration keepalive_timeout = absl::Seconds(1);
 };
 
 class GrpcEndpoint {

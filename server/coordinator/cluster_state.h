@@ -85,6 +85,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -173,6 +174,18 @@ class ClusterStateMachine {
   // when the reporter is not live. Implemented in cluster_state_failures.cc.
   absl::StatusOr<gift::v1::ReportPeerFailureResponse> ReportPeerFailure(
       const gift::v1::ReportPeerFailureRequest& request, bool confirmed);
+
+  // Evicts (event "disconnect", +1 epoch each, as a confirmed report would)
+  // every live member that a step in
+  // progress waits for and that `disconnected` (the service: its connection
+  // to this coordinator died, member_connections.h) says is gone: a worker
+  // while another worker is in a step it has not completed, a server while
+  // any worker is in a step. Joining workers are not waited for. Returns
+  // the evicted members' ids (empty: nothing changed). A slow member whose
+  // connection lives (a straggler) is never evicted here. Implemented in
+  // cluster_state_failures.cc.
+  absl::StatusOr<std::vector<std::string>> EvictAwaitedDisconnected(
+      absl::FunctionRef<bool(const std::string&)> disconnected);
 
   // Removes the members whose lease has run out (each bumps the epoch). Also
   // done at the start of every other call.

@@ -1,5 +1,7 @@
 // ClusterStateMachine's handling of peer failure reports (see cluster_state.h).
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
@@ -41,6 +43,37 @@ absl::StatusOr<gift::v1::ReportPeerFailureResponse> ClusterStateMachine::ReportP
     response.set_evicted(true);
     response.set_epoch(membership_.epoch());
     return response;
+  });
+}
+
+absl::StatusOr<std::vector<std::string>> ClusterStateMachine::EvictAwaitedDisconnected(
+    absl::FunctionRef<bool(const std::string&)> disconnected) {
+  return Run([&]() -> absl::StatusOr<std::vector<std::string>> {
+    // The steps in progress: each live worker's begun, uncompleted step.
+    std::vector<std::pair<std::string, uint64_t>> in_step;  // (worker, step)
+    for (const auto& [id, m] : membership_.members()) {
+      if (IsWorker(m) && m.waiting_step() > m.last_step())
+        in_step.emplace_back(id, m.waiting_step());
+    }
+    std::vector<std::string> evicted;
+    if (in_step.empty()) return evicted;
+    for (const auto& [id, m] : membership_.members()) {
+      bool awaited = false;
+      if (IsWorker(m)) {
+        if (membership_.IsJoining(id)) continue;
+        for (const auto& [waiter, step] : in_step) awaited |= waiter != id && step > m.last_step();
+      } else {
+        awaited = m.role() == gift::v1::MEMBER_ROLE_SERVER;
+      }
+      if (awaited && disconnected(id)) evicted.push_back(id);
+    }
+    for (const std::string& id : evicted) {
+      gift::logging::Log(gift::logging::Level::kWarning, "awaited_member_disconnected",
+                         {{"member_id", id}, {"waiting_workers", in_step.size()}});
+      membership_.Remove(id, "disconnect", NowMsLocked());
+    }
+    if (!evicted.empty()) OnMembershipChangedLocked();
+    return evicted;
   });
 }
 

@@ -183,7 +183,7 @@ bool CoordinatorService::AddWatcher(WatchReactor* watcher) {
 void CoordinatorService::RemoveWatcher(WatchReactor* watcher) {
   {
     absl::MutexLock lock(&watchers_mu_);
-    if (watchers_.erase(watcher) == 0) return;
+    if (!watchers_.contains(watcher)) return;
   }
   // The member's stream ended: the reports waiting for it are confirmed now.
   const std::string& member_id = watcher->member_id();
@@ -196,6 +196,28 @@ void CoordinatorService::RemoveWatcher(WatchReactor* watcher) {
           {{"suspect", report.suspect_member_id()}, {"error", result.status().ToString()}});
     }
   }
+  // A step waiting for this member now waits for a connection that is gone.
+  if (!shutting_down_.load() && connections_.Disconnected(member_id)) EvictAwaitedDisconnected();
+  // Last: AwaitWatchersEnded's caller may destroy the service once the set
+  // is empty.
+  absl::MutexLock lock(&watchers_mu_);
+  watchers_.erase(watcher);
+}
+
+void CoordinatorService::EvictAwaitedDisconnected() {
+  absl::StatusOr<std::vector<std::string>> evicted = state_->EvictAwaitedDisconnected(
+      [this](const std::string& id) { return connections_.Disconnected(id); });
+  if (!evicted.ok()) {
+    Log(Level::kWarning, "awaited_member_eviction_failed",
+        {{"error", evicted.status().ToString()}});
+  }
+}
+
+bool CoordinatorService::AwaitWatchersEnded(absl::Duration timeout) {
+  absl::MutexLock lock(&watchers_mu_);
+  const auto ended = [this]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(watchers_mu_) { return watchers_.empty(); };
+  return watchers_mu_.AwaitWithTimeout(absl::Condition(&ended), timeout);
 }
 
 void CoordinatorService::NotifyWatchers() {
@@ -433,6 +455,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
                [&]() -> absl::StatusOr<gift::v1::HeartbeatResponse> {
                  auto beat = state_->Heartbeat(*request);
                  if (!beat.ok()) return beat;
+                 // A worker in a step: is it waiting for a member that is gone?
+                 if (request->waiting_step() > 0) EvictAwaitedDisconnected();
                  if (dataplane_keys_ == nullptr) return beat;
                  if (auto s = SetMemberKey(request->member_id(), beat->mutable_dataplane_key());
                      !s.ok()) {

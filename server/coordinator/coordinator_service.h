@@ -18,6 +18,13 @@
 //   - ReportPeerFailure: confirmed when the suspect's Watch stream has
 //     closed; a report that is not confirmed yet is remembered briefly and
 //     confirmed when that stream closes (see member_connections.h).
+//   - Without a report: a member whose every stream has closed while a step
+//     waits for it is evicted as soon as both are true, checked when its
+//     stream closes and on each heartbeat of a worker in a step
+//     (ClusterStateMachine::EvictAwaitedDisconnected). With the endpoint's
+//     keepalive (gift-coordinator --keepalive) a stopped or cut-off member's
+//     connection closes within interval + timeout, so such a member stalls
+//     the others about that long, not a lease.
 //
 // Ownership: does not own the ClusterStateMachine, which must outlive the service.
 // The service is the state's change callback, so it must outlive every call
@@ -34,6 +41,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "gift/v1/coordinator.grpc.pb.h"
 #include "server/coordinator/cluster_state.h"
 #include "server/coordinator/dataplane_key_issuer.h"
@@ -55,6 +63,14 @@ class CoordinatorService final : public gift::v1::Coordinator::CallbackService {
 
   // Ends every Watch with UNAVAILABLE; later calls fail with UNAVAILABLE.
   void Shutdown();
+
+  // Waits until every Watch stream has ended (its reactor is done with the
+  // service); false when `timeout` passed first. After Shutdown and a true
+  // return the service may be destroyed while its server runs on, if no
+  // further call is routed to it (a server that forwards calls to a
+  // replaceable service). A stream whose client stopped reading ends only
+  // when the server cancels it.
+  bool AwaitWatchersEnded(absl::Duration timeout);
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
                                  const gift::v1::JoinRequest* request,
@@ -121,6 +137,9 @@ class CoordinatorService final : public gift::v1::Coordinator::CallbackService {
   bool AddWatcher(WatchReactor* watcher);
   void RemoveWatcher(WatchReactor* watcher);
   void NotifyWatchers();
+  // Evicts the members a step in progress waits for whose connection is gone
+  // (ClusterStateMachine::EvictAwaitedDisconnected over connections_).
+  void EvictAwaitedDisconnected();
 
   // The member key of `member_id` into `key` (authentication on only).
   absl::Status SetMemberKey(const std::string& member_id, gift::v1::DataPlaneKey* key) const;

@@ -148,6 +148,8 @@ int Main(int argc, char** argv) {
   std::string listen = "127.0.0.1:7070";
   std::string state_file = "./gift-coordinator.db";
   absl::Duration lease_ttl = absl::Seconds(10);
+  absl::Duration keepalive = absl::Milliseconds(500);
+  absl::Duration keepalive_timeout = absl::Milliseconds(500);
   uint64_t step_window = 8;
   uint64_t chunk_bytes = uint64_t{4} << 20;
   uint64_t max_basis_bytes = uint64_t{256} << 20;
@@ -161,6 +163,14 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   daemon::AddDurationOption(app, "--lease-ttl", &lease_ttl,
                             "member lease TTL, e.g. 10s, 500ms or 1m30s");
+  daemon::AddDurationOption(
+      app, "--keepalive", &keepalive,
+      "ping every member connection this often (0s: off); a member whose connection "
+      "dies (no answer within --keepalive-timeout: a stopped or cut-off process) while "
+      "a step waits for it is evicted at once instead of at its lease's end",
+      daemon::DurationRange::kNonNegative);
+  daemon::AddDurationOption(app, "--keepalive-timeout", &keepalive_timeout,
+                            "how long a ping may go unanswered before the connection is closed");
   app.add_option("--step-window", step_window,
                  "steps the fastest worker may run ahead of the frozen schedule")
       ->capture_default_str()
@@ -218,6 +228,8 @@ int Main(int argc, char** argv) {
   daemon::GrpcEndpointOptions endpoint_options;
   endpoint_options.ports = {{listen, credentials->server}};
   endpoint_options.service = &service;
+  endpoint_options.keepalive_interval = keepalive;
+  endpoint_options.keepalive_timeout = keepalive_timeout;
   endpoint_options.rpc_counter = daemon::MakeRpcCounterInterceptor(
       *(*metrics)->registry(), "gift_coordinator_rpc_total", {"gift.v1.Coordinator"});
   absl::StatusOr<std::unique_ptr<daemon::GrpcEndpoint>> endpoint =

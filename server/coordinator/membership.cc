@@ -27,6 +27,18 @@ constexpr char kMemberIdPrefix[] = "m";
 
 bool IsWorker(const gift::v1::Member& m) { return m.role() == gift::v1::MEMBER_ROLE_WORKER; }
 
+namespace {
+
+// Why an evicted worker was removed, for Live's message.
+absl::string_view EvictionReason(absl::string_view event) {
+  if (event == "fail") return "a peer reported it failed";
+  if (event == "disconnect")
+    return "its connection to the coordinator died while a step waited for it";
+  return "its lease expired";
+}
+
+}  // namespace
+
 void Membership::Reset(uint64_t epoch, uint64_t next_member_seq,
                        std::vector<gift::v1::Member> members) {
   epoch_ = epoch;
@@ -55,8 +67,7 @@ absl::StatusOr<gift::v1::Member*> Membership::Live(const std::string& member_id)
       WorkerSteps(&min_next, &max_last);
       return absl::FailedPreconditionError(absl::StrCat(
           "member ", member_id, " was evicted at step ", evicted->second.step, " (",
-          evicted->second.event == "fail" ? "a peer reported it failed" : "its lease expired",
-          "), cluster at step ", max_last, "; join again"));
+          EvictionReason(evicted->second.event), "), cluster at step ", max_last, "; join again"));
     }
     return absl::FailedPreconditionError(absl::StrCat(
         "member ", member_id, " is no longer a member (it left or its lease expired); join again"));
@@ -151,7 +162,7 @@ void Membership::Remove(const std::string& member_id, absl::string_view event, i
   if (it == members_.end()) return;
   ++epoch_;
   Record(event, it->second, now_ms);
-  if ((event == "expire" || event == "fail") && IsWorker(it->second)) {
+  if ((event == "expire" || event == "fail" || event == "disconnect") && IsWorker(it->second)) {
     if (evicted_at_step_.size() >= kMaxEvicted) evicted_at_step_.clear();
     evicted_at_step_[member_id] = {it->second.last_step(), std::string(event)};
   }

@@ -78,7 +78,8 @@ class Membership {
   // The caller re-ranks and records "join" for each.
   std::vector<std::string> AdmitReady();
   // Removes a live member, +1 epoch (none for a joining one), records `event` ("leave", "expire",
-  // "fail": a confirmed peer failure report, ...); no-op for an unknown id.
+  // "fail": a confirmed peer failure report, "disconnect": its connection
+  // died while a step waited for it, ...); no-op for an unknown id.
   // An expired or failed worker is remembered for Live's message.
   void Remove(const std::string& member_id, absl::string_view event, int64_t now_ms);
   // +1 epoch with the same members (a change every member must apply at an

@@ -29,13 +29,34 @@ constexpr const char* kSchema[] = {
     " member_id TEXT NOT NULL, name TEXT NOT NULL, role INTEGER NOT NULL, rank INTEGER NOT NULL)",
 };
 
-// A prepared statement, finalized on destruction.
+// A prepared statement: its own, finalized on destruction, or one of a
+// store's prepared statements, reset for its next use on destruction.
 class Stmt {
  public:
   Stmt(sqlite3* db, const char* sql) : db_(db) {
     rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
   }
-  ~Stmt() { sqlite3_finalize(stmt_); }
+  Stmt(sqlite3* db, absl::flat_hash_map<std::string, sqlite3_stmt*>& prepared, const char* sql)
+      : db_(db), cached_(true) {
+    auto [it, inserted] = prepared.try_emplace(sql, nullptr);
+    if (inserted) {
+      rc_ = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &it->second, nullptr);
+      if (rc_ != SQLITE_OK) {
+        sqlite3_finalize(it->second);
+        prepared.erase(it);
+        return;
+      }
+    }
+    stmt_ = it->second;
+  }
+  ~Stmt() {
+    if (!cached_) {
+      sqlite3_finalize(stmt_);
+    } else if (stmt_ != nullptr) {
+      sqlite3_reset(stmt_);
+      sqlite3_clear_bindings(stmt_);
+    }
+  }
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
 
@@ -75,6 +96,7 @@ class Stmt {
     if (rc_ == SQLITE_OK && rc != SQLITE_OK) rc_ = rc;
   }
   sqlite3* db_;
+  const bool cached_ = false;
   sqlite3_stmt* stmt_ = nullptr;
   int rc_ = SQLITE_OK;
 };
@@ -158,6 +180,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
 
 StateStore::~StateStore() {
   absl::MutexLock lock(&mu_);
+  for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
   sqlite3_close(db_);
 }
 
@@ -174,7 +197,7 @@ absl::StatusOr<StoredState> StateStore::Load() {
   absl::MutexLock lock(&mu_);
   StoredState state;
   {
-    Stmt stmt(db_,
+    Stmt stmt(db_, statements_,
               "SELECT cluster_id, epoch, revision, frozen_through_step, next_member_seq,"
               " next_tensor_id, policy, shard_map, run FROM meta WHERE id = 1");
     int rc = stmt.Step();
@@ -195,21 +218,21 @@ absl::StatusOr<StoredState> StateStore::Load() {
     }
   }
   {
-    Stmt stmt(db_, "SELECT member FROM members ORDER BY member_id");
+    Stmt stmt(db_, statements_, "SELECT member FROM members ORDER BY member_id");
     while (stmt.Step() == SQLITE_ROW) {
       GIFT_RETURN_IF_ERROR(ParseRow(stmt.Text(0), "a member", &state.members.emplace_back()));
     }
     GIFT_RETURN_IF_ERROR(stmt.status("reading members"));
   }
   {
-    Stmt stmt(db_, "SELECT info FROM tensors ORDER BY tensor_id");
+    Stmt stmt(db_, statements_, "SELECT info FROM tensors ORDER BY tensor_id");
     while (stmt.Step() == SQLITE_ROW) {
       GIFT_RETURN_IF_ERROR(ParseRow(stmt.Text(0), "a tensor", &state.tensors.emplace_back()));
     }
     GIFT_RETURN_IF_ERROR(stmt.status("reading tensors"));
   }
   {
-    Stmt stmt(db_, "SELECT state FROM bases ORDER BY tensor_id");
+    Stmt stmt(db_, statements_, "SELECT state FROM bases ORDER BY tensor_id");
     while (stmt.Step() == SQLITE_ROW) {
       GIFT_RETURN_IF_ERROR(ParseRow(stmt.Text(0), "a basis state", &state.bases.emplace_back()));
     }
@@ -220,11 +243,11 @@ absl::StatusOr<StoredState> StateStore::Load() {
 
 absl::Status StateStore::Commit(const StoreMutation& mutation) {
   absl::MutexLock lock(&mu_);
-  absl::Status s = Exec("BEGIN IMMEDIATE");
+  absl::Status s = Stmt(db_, statements_, "BEGIN IMMEDIATE").Run("BEGIN IMMEDIATE");
   if (s.ok()) {
     s = CommitLocked(mutation);
-    if (s.ok()) s = Exec("COMMIT");
-    if (!s.ok()) Exec("ROLLBACK").IgnoreError();
+    if (s.ok()) s = Stmt(db_, statements_, "COMMIT").Run("COMMIT");
+    if (!s.ok()) Stmt(db_, statements_, "ROLLBACK").Run("ROLLBACK").IgnoreError();
   }
   if (!s.ok()) {
     return absl::UnavailableError(
@@ -235,7 +258,7 @@ absl::Status StateStore::Commit(const StoreMutation& mutation) {
 
 absl::Status StateStore::CommitLocked(const StoreMutation& m) {
   {
-    Stmt stmt(db_,
+    Stmt stmt(db_, statements_,
               "INSERT OR REPLACE INTO meta (id, cluster_id, epoch, revision, frozen_through_step,"
               " next_member_seq, next_tensor_id, policy, shard_map, run)"
               " VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
@@ -253,42 +276,43 @@ absl::Status StateStore::CommitLocked(const StoreMutation& m) {
   if (m.drop_all_tensors) {
     for (const char* sql :
          {"DELETE FROM tensors", "DELETE FROM bases", "DELETE FROM basis_bytes"}) {
-      Stmt stmt(db_, sql);
+      Stmt stmt(db_, statements_, sql);
       GIFT_RETURN_IF_ERROR(stmt.Run("dropping the tensors"));
     }
   }
   for (const gift::v1::Member& member : m.put_members) {
-    Stmt stmt(db_, "INSERT OR REPLACE INTO members (member_id, member) VALUES (?, ?)");
+    Stmt stmt(db_, statements_, "INSERT OR REPLACE INTO members (member_id, member) VALUES (?, ?)");
     stmt.Bind(1, member.member_id());
     stmt.BindBlob(2, member.SerializeAsString());
     GIFT_RETURN_IF_ERROR(stmt.Run("writing a member"));
   }
   for (const std::string& id : m.delete_members) {
-    Stmt stmt(db_, "DELETE FROM members WHERE member_id = ?");
+    Stmt stmt(db_, statements_, "DELETE FROM members WHERE member_id = ?");
     stmt.Bind(1, id);
     GIFT_RETURN_IF_ERROR(stmt.Run("deleting a member"));
   }
   for (const gift::v1::TensorInfo& t : m.put_tensors) {
-    Stmt stmt(db_, "INSERT OR REPLACE INTO tensors (tensor_id, name, info) VALUES (?, ?, ?)");
+    Stmt stmt(db_, statements_,
+              "INSERT OR REPLACE INTO tensors (tensor_id, name, info) VALUES (?, ?, ?)");
     stmt.Bind(1, t.tensor_id());
     stmt.Bind(2, t.name());
     stmt.BindBlob(3, t.SerializeAsString());
     GIFT_RETURN_IF_ERROR(stmt.Run("writing a tensor"));
   }
   for (const gift::v1::TensorBasisState& b : m.put_bases) {
-    Stmt stmt(db_, "INSERT OR REPLACE INTO bases (tensor_id, state) VALUES (?, ?)");
+    Stmt stmt(db_, statements_, "INSERT OR REPLACE INTO bases (tensor_id, state) VALUES (?, ?)");
     stmt.Bind(1, b.tensor_id());
     stmt.BindBlob(2, b.SerializeAsString());
     GIFT_RETURN_IF_ERROR(stmt.Run("writing a basis state"));
   }
   for (const auto& [tensor_id, version] : m.delete_basis_bytes) {
-    Stmt stmt(db_, "DELETE FROM basis_bytes WHERE tensor_id = ? AND version = ?");
+    Stmt stmt(db_, statements_, "DELETE FROM basis_bytes WHERE tensor_id = ? AND version = ?");
     stmt.Bind(1, tensor_id);
     stmt.Bind(2, version);
     GIFT_RETURN_IF_ERROR(stmt.Run("deleting basis bytes"));
   }
   for (const StoreMutation::BasisBytes& b : m.put_basis_bytes) {
-    Stmt stmt(db_,
+    Stmt stmt(db_, statements_,
               "INSERT OR REPLACE INTO basis_bytes (tensor_id, version, bytes) VALUES (?, ?, ?)");
     stmt.Bind(1, b.tensor_id);
     stmt.Bind(2, b.version);
@@ -296,7 +320,7 @@ absl::Status StateStore::CommitLocked(const StoreMutation& m) {
     GIFT_RETURN_IF_ERROR(stmt.Run("writing basis bytes"));
   }
   for (const MembershipEvent& e : m.history) {
-    Stmt stmt(db_,
+    Stmt stmt(db_, statements_,
               "INSERT INTO membership_history (time_unix_ms, epoch, event, member_id, name, role,"
               " rank) VALUES (?, ?, ?, ?, ?, ?, ?)");
     stmt.Bind(1, e.time_unix_ms);
@@ -318,7 +342,7 @@ absl::Status StateStore::SetReadOnlyForTesting(bool read_only) {
 
 absl::StatusOr<std::string> StateStore::LoadBasisBytes(uint64_t tensor_id, uint64_t version) {
   absl::MutexLock lock(&mu_);
-  Stmt stmt(db_, "SELECT bytes FROM basis_bytes WHERE tensor_id = ? AND version = ?");
+  Stmt stmt(db_, statements_, "SELECT bytes FROM basis_bytes WHERE tensor_id = ? AND version = ?");
   stmt.Bind(1, tensor_id);
   stmt.Bind(2, version);
   if (stmt.Step() == SQLITE_ROW) return stmt.Text(0);
@@ -329,7 +353,7 @@ absl::StatusOr<std::string> StateStore::LoadBasisBytes(uint64_t tensor_id, uint6
 
 absl::StatusOr<std::vector<MembershipEvent>> StateStore::History(int limit) {
   absl::MutexLock lock(&mu_);
-  Stmt stmt(db_,
+  Stmt stmt(db_, statements_,
             "SELECT time_unix_ms, epoch, event, member_id, name, role, rank FROM"
             " (SELECT * FROM membership_history ORDER BY id DESC LIMIT ?) ORDER BY id");
   stmt.Bind(1, static_cast<int64_t>(limit));

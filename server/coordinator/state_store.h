@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -33,6 +34,7 @@
 #include "gift/v1/policy.pb.h"
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace gift::coordinator {
 
@@ -129,6 +131,9 @@ class StateStore {
   const std::string path_;
   absl::Mutex mu_;
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
+  // The statements run so far, by their SQL, each prepared once and reset
+  // after each use; finalized before the database closes.
+  absl::flat_hash_map<std::string, sqlite3_stmt*> statements_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gift::coordinator

@@ -114,6 +114,14 @@ class PeerFailureReportTest : public ::testing::Test {
 
   v1::ClusterState Current() { return client_->GetStatus()->state(); }
 
+  // A heartbeat of `member` in step `waiting_step` (0: in none).
+  absl::StatusOr<v1::HeartbeatResponse> Beat(const std::string& member, uint64_t waiting_step) {
+    v1::HeartbeatRequest beat;
+    beat.set_member_id(member);
+    beat.set_waiting_step(waiting_step);
+    return client_->Heartbeat(beat);
+  }
+
   std::string dir_;
   std::unique_ptr<CoordinatorProcess> coordinator_;
   std::unique_ptr<CoordinatorClient> client_;
@@ -196,6 +204,72 @@ TEST_F(PeerFailureReportTest, AReportMadeWhileTheSuspectIsConnectedCountsWhenIts
       },
       kWait);
   EXPECT_TRUE(confirmed.ok()) << confirmed.status() << coordinator_->log();
+}
+
+// Without any report: a member whose streams all closed is evicted as soon
+// as a step waits for it (a worker in a step says so in its heartbeats), and
+// not before; one whose stream is open is waited for.
+TEST_F(PeerFailureReportTest, AMemberWhoseStreamClosedIsEvictedWhenAStepWaitsForIt) {
+  const std::string waiter = JoinBare("w0", v1::MEMBER_ROLE_WORKER);
+  const std::string lost = JoinBare("w1", v1::MEMBER_ROLE_WORKER);
+  RawWatch waiter_watch(*client_, waiter);
+  RawWatch watch(*client_, lost);
+  watch.Close();
+  absl::SleepFor(absl::Milliseconds(200));  // the close reaches the coordinator
+  ASSERT_TRUE(Beat(waiter, 0).ok());
+  const v1::ClusterState before = Current();
+  EXPECT_TRUE(IsLive(before, lost)) << "nothing waits for it yet";
+
+  ASSERT_TRUE(Beat(waiter, 1).ok());
+  const v1::ClusterState after = Current();
+  EXPECT_FALSE(IsLive(after, lost)) << coordinator_->log();
+  EXPECT_TRUE(IsLive(after, waiter));
+  EXPECT_EQ(after.epoch(), before.epoch() + 1);
+  auto told = Beat(lost, 0);
+  EXPECT_TRUE(absl::IsFailedPrecondition(told.status())) << told.status();
+  EXPECT_NE(told.status().message().find(
+                "its connection to the coordinator died while a step waited for it"),
+            std::string::npos)
+      << told.status();
+}
+
+TEST_F(PeerFailureReportTest, AConnectedMemberAStepWaitsForIsNotEvicted) {
+  const std::string waiter = JoinBare("w0", v1::MEMBER_ROLE_WORKER);
+  const std::string late = JoinBare("w1", v1::MEMBER_ROLE_WORKER);
+  const std::string server = JoinBare("s0", v1::MEMBER_ROLE_SERVER);
+  RawWatch waiter_watch(*client_, waiter);
+  RawWatch late_watch(*client_, late);
+  RawWatch server_watch(*client_, server);
+  const uint64_t epoch = Current().epoch();
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(Beat(waiter, 1).ok());
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  const v1::ClusterState after = Current();
+  EXPECT_TRUE(IsLive(after, late));
+  EXPECT_TRUE(IsLive(after, server));
+  EXPECT_EQ(after.epoch(), epoch);
+}
+
+TEST_F(PeerFailureReportTest, AServerWhoseStreamClosesWhileAWorkerIsInAStepIsEvicted) {
+  const std::string waiter = JoinBare("w0", v1::MEMBER_ROLE_WORKER);
+  const std::string server = JoinBare("s0", v1::MEMBER_ROLE_SERVER);
+  RawWatch waiter_watch(*client_, waiter);
+  RawWatch watch(*client_, server);
+  ASSERT_TRUE(Beat(waiter, 1).ok());
+  EXPECT_TRUE(IsLive(Current(), server));
+  watch.Close();  // the close itself finds the step waiting
+  const absl::Time deadline = absl::Now() + kWait;
+  while (IsLive(Current(), server) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_FALSE(IsLive(Current(), server)) << coordinator_->log();
+  auto evicted = coordinator_->WaitForLine(
+      [](const std::string& line) {
+        return line.find("awaited_member_disconnected") != std::string::npos;
+      },
+      kWait);
+  EXPECT_TRUE(evicted.ok()) << evicted.status() << coordinator_->log();
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // Fuzzes the gift.v1.Coordinator service (server/coordinator/
 // coordinator_service.h) in-process: each input is a gift.fuzz.
 // CoordinatorInput (fuzz_inputs.proto), a sequence of requests sent to a
-// fresh coordinator (a new SQLite state file) through a real gRPC call each
-// (InProcessChannel), so the handlers run exactly as they do behind a port:
+// fresh coordinator (a new state, SQLite file and service behind the one
+// gRPC server of the process: InprocCoordinator::Reset) through a real gRPC
+// call each (InProcessChannel), so the handlers run exactly as they do
+// behind a port:
 // unary calls, the PublishBasis and FetchBasis streams, Watch. Every request
 // must get a status back: OK or a proper error code, never a crash, never
 // UNKNOWN or INTERNAL (which would mean an unmapped failure).
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "common/base/crc32c.h"
+#include "tests/fuzz/fuzz_flags.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/fuzz_inputs.pb.h"
 #include "tests/fuzz/inproc_coordinator.h"
@@ -82,18 +85,24 @@ void WatchOnce(gift::v1::Coordinator::Stub* stub, gift::v1::WatchRequest request
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  gift::fuzz::PrependDefaultFlags(argc, argv, {"-detect_leaks=0", "-entropic=0"});
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   gift::fuzz::CoordinatorInput input;
   if (!input.ParseFromArray(data, static_cast<int>(size))) return 0;
   if (input.calls_size() > kMaxCalls) return 0;
-  gift::fuzz::InprocCoordinator coordinator;
-  gift::v1::Coordinator::Stub* stub = coordinator.stub();
+  static gift::fuzz::InprocCoordinator* const coordinator = new gift::fuzz::InprocCoordinator();
+  coordinator->Reset();
+  gift::v1::Coordinator::Stub* stub = coordinator->stub();
   std::vector<std::string> members;
 
   for (CoordinatorCall call : input.calls()) {
     if (call.advance_ms() != 0) {
-      coordinator.clock()->Advance(absl::Milliseconds(call.advance_ms()));
-      if (!coordinator.state()->ExpireLeases().ok()) {
+      coordinator->clock()->Advance(absl::Milliseconds(call.advance_ms()));
+      if (!coordinator->state()->ExpireLeases().ok()) {
         gift::fuzz::Fail("ExpireLeases failed on a healthy store");
       }
     }

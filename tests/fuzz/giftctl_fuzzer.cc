@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "tests/fuzz/fuzz_flags.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/inproc_coordinator.h"
 #include "tools/giftctl/giftctl.h"
@@ -19,6 +20,11 @@
 namespace {
 constexpr size_t kMaxWords = 64;
 }  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  gift::fuzz::PrependDefaultFlags(argc, argv, {"-detect_leaks=0", "-entropic=0"});
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static gift::fuzz::InprocCoordinator* coordinator =

@@ -4,9 +4,15 @@
 // on a Unix socket (for code that dials an address, such as giftctl). Time is
 // a settable clock, so lease expiry is driven by the fuzz input.
 //
+// Reset() replaces the state, its file, the clock and the service with fresh
+// ones behind the same server and channel, so a fuzzer can give every input
+// a new coordinator without building a server per input (the server's
+// threads and channel are most of a coordinator's start-up).
+//
 // Ownership: owns everything it starts; the destructor stops the server and
 // removes the directory. Thread safety: the channel may be used from any
-// thread; Advance may be called from any thread.
+// thread; Advance may be called from any thread; Reset must not overlap a
+// call (the fuzzers call it between inputs).
 #ifndef GIFT_TESTS_FUZZ_INPROC_COORDINATOR_H_
 #define GIFT_TESTS_FUZZ_INPROC_COORDINATOR_H_
 
@@ -48,19 +54,33 @@ class InprocCoordinator {
   InprocCoordinator(const InprocCoordinator&) = delete;
   InprocCoordinator& operator=(const InprocCoordinator&) = delete;
 
+  // A fresh coordinator behind the same server: the calls of earlier inputs
+  // have ended, their Watch streams are ended, and the state, file, clock
+  // and service are new. Aborts when the old service's streams do not end.
+  void Reset();
+
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   gift::v1::Coordinator::Stub* stub() const { return stub_.get(); }
   // "unix:/..." when listening on a socket, else empty.
   const std::string& address() const { return address_; }
   coordinator::ClusterStateMachine* state() const { return state_.get(); }
-  ManualClock* clock() { return &clock_; }
+  ManualClock* clock() { return clock_.get(); }
 
  private:
+  class ForwardingService;
+
+  // Starts the state and the service (the forwarder then routes to it).
+  void Start();
+  // Ends the service's streams and destroys the service and the state.
+  void Stop();
+
+  const InprocCoordinatorOptions options_;
   std::string dir_;
   std::string address_;
-  ManualClock clock_;
+  std::unique_ptr<ManualClock> clock_;
   std::unique_ptr<coordinator::ClusterStateMachine> state_;
   std::unique_ptr<coordinator::CoordinatorService> service_;
+  std::unique_ptr<ForwardingService> forwarder_;
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<gift::v1::Coordinator::Stub> stub_;

@@ -2,7 +2,8 @@
 // feeds every file named on the command line, or found in a directory named
 // there, to LLVMFuzzerTestOneInput once, so that ctest replays the seed
 // corpora and the inputs of every crash fixed (tests/fuzz/corpus). A broken
-// property aborts, which fails the test.
+// property aborts, which fails the test. Arguments that start with '-' are
+// libFuzzer's flags and are skipped.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   if (LLVMFuzzerInitialize != nullptr) LLVMFuzzerInitialize(&argc, &argv);
   size_t count = 0;
   for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] == '-') continue;  // a libFuzzer flag (fuzz_flags.h)
     const std::filesystem::path arg(argv[i]);
     std::vector<std::filesystem::path> files;
     if (std::filesystem::is_directory(arg)) {

@@ -1,0 +1,36 @@
+// Default libFuzzer flags a fuzzer sets for itself, from its
+// LLVMFuzzerInitialize, which libFuzzer calls before it parses the command
+// line. The defaults go right after the program name, so a flag given on the
+// command line still wins (libFuzzer keeps the last of a flag given twice).
+//
+// Why a harness sets them: the service harnesses (coordinator, giftctl) keep
+// one gRPC server across inputs, so an input's allocations are not all freed
+// within it and libFuzzer would run a full leak scan after nearly every
+// input (-detect_leaks=0); and they touch tens of thousands of coverage
+// features per input, where the entropic scheduler's per-feature bookkeeping
+// costs more than the input (-entropic=0). docs/fuzzing.md has the figures.
+//
+// Thread safety: call once, from LLVMFuzzerInitialize.
+#ifndef GIFT_TESTS_FUZZ_FUZZ_FLAGS_H_
+#define GIFT_TESTS_FUZZ_FUZZ_FLAGS_H_
+
+#include <initializer_list>
+#include <vector>
+
+namespace gift::fuzz {
+
+inline void PrependDefaultFlags(int* argc, char*** argv, std::initializer_list<const char*> flags) {
+  // argv must outlive the fuzzer's run: kept for the life of the process.
+  static std::vector<char*>* const args = new std::vector<char*>();
+  args->assign(*argv, *argv + *argc);
+  args->insert(args->begin() + (args->empty() ? 0 : 1), flags.size(), nullptr);
+  int i = args->empty() ? 0 : 1;
+  for (const char* flag : flags) (*args)[i++] = const_cast<char*>(flag);
+  args->push_back(nullptr);  // argv[argc] is null
+  *argc = static_cast<int>(args->size()) - 1;
+  *argv = args->data();
+}
+
+}  // namespace gift::fuzz
+
+#endif  // GIFT_TESTS_FUZZ_FUZZ_FLAGS_H_
