@@ -238,6 +238,11 @@ void MemberSession::LeaseLoop() {
           absl::MutexLock lock(&mu_);
           ++rejoins_;
           interval = HeartbeatInterval();
+          // The Watch stream was opened under the old member id: reopened
+          // under the new one, the coordinator counts it for this member
+          // (member_connections.h), so that its end, when this process
+          // dies, is seen as this member's.
+          if (watch_context_ != nullptr) watch_context_->TryCancel();
         }
         if (options_.on_rejoin) options_.on_rejoin(beat);
         break;
