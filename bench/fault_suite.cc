@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "bench/bench_util.h"
+#include "bench/exact_counts.h"
 #include "bench/fault_spoofer.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
@@ -112,20 +113,6 @@ absl::Status SetFp32Policy(const std::string& address) {
   return set.status();
 }
 
-// Who the step counted: the base-4 digits of avg * world_size, per element
-// (digit w: launch index w; digit `workers`: the spoofer's 4^workers).
-absl::StatusOr<std::vector<std::vector<int>>> Counts(const client::SharedTensor& t, uint32_t world,
-                                                     int workers) {
-  std::vector<std::vector<int>> counts(t.size(), std::vector<int>(workers + 1, 0));
-  for (size_t i = 0; i < t.size(); ++i) {
-    const double total = std::round(static_cast<double>(t.data()[i]) * world);
-    auto n = static_cast<uint64_t>(total);
-    for (int w = 0; w <= workers; ++w, n >>= 2) counts[i][w] = static_cast<int>(n & 3);
-    if (n != 0) return absl::DataLossError(absl::StrCat("element ", i, " sums to ", total));
-  }
-  return counts;
-}
-
 class Trial {
  public:
   Trial(const FaultOptions& o, const tools::LocalClusterBinaries& binaries, std::string kind,
@@ -202,8 +189,7 @@ class Trial {
 
   // Starts PushPull(step) on worker w (its gradient filled first).
   std::future<absl::StatusOr<client::PushPullResult>> Start(int w, uint64_t step) {
-    const float value = static_cast<float>(uint64_t{1} << (2 * w));
-    std::fill_n(trainers_[w].tensors[0].data(), trainers_[w].tensors[0].size(), value);
+    std::fill_n(trainers_[w].tensors[0].data(), trainers_[w].tensors[0].size(), ExactValue(w));
     return std::async(std::launch::async, [this, w, step] {
       absl::StatusOr<client::PushPullResult> r = trainers_[w].client->PushPull(step);
       done_[w] = Clock::now();
@@ -229,28 +215,14 @@ class Trial {
         if (result_.error.empty()) result_.error = counts.status().ToString();
         continue;
       }
-      // One count per worker and step: lost when some element missed an
-      // expected worker, double when some element counted a worker twice or
-      // one that did not take part.
-      std::vector<bool> lost(o_.workers, false), doubled(o_.workers + 1, false);
-      size_t forged = 0;
-      for (const std::vector<int>& c : *counts) {
-        for (int v = 0; v < o_.workers; ++v) {
-          const bool want = std::find(expected.begin(), expected.end(), v) != expected.end();
-          lost[v] = lost[v] || (want && c[v] == 0);
-          doubled[v] = doubled[v] || c[v] > (want ? 1 : 0);
-        }
-        forged += c[o_.workers] > 0 ? 1 : 0;
-      }
-      result_.lost += static_cast<int>(std::count(lost.begin(), lost.end(), true));
-      result_.doubled += static_cast<int>(std::count(doubled.begin(), doubled.end(), true));
-      if (forged > 0) {
+      const CountCheck check = CheckCounts(*counts, expected, o_.workers);
+      result_.lost += check.lost;
+      result_.doubled += check.doubled;
+      if (check.spoofed > 0) {
         // Counted someone who is no worker (the spoofer is expected to be
         // counted only without authentication).
         if (result_.kind != "spoof" || o_.dataplane_auth) ++result_.doubled;
-        result_.forged_counted =
-            std::max(result_.forged_counted,
-                     static_cast<double>(forged) / static_cast<double>(counts->size()));
+        result_.forged_counted = std::max(result_.forged_counted, check.spoofed);
       }
     }
   }

@@ -9,6 +9,7 @@
 //   gift-bench cluster    push-pull of a local cluster against ucx_perftest, gloo, memcpy
 //   gift-bench model      predicted step time: rings against the service (nothing measured)
 //   gift-bench faults     kill -9 / SIGSTOP of each daemon kind: exact-once counts and stalls
+//   gift-bench soak       one cluster, every feature on, random faults and repairs for a set time
 //   gift-bench mac        the data-plane MAC candidates (OpenSSL EVP) in GB/s on this machine
 //   gift-bench gpu-share  one side (trainer or worker) of the GPU-sharing measurement
 //                         (scripts/gpu-share.sh runs both)
@@ -31,6 +32,7 @@
 #include "bench/mac_bench.h"
 #include "bench/model_bench.h"
 #include "bench/refresh_bench.h"
+#include "bench/soak.h"
 #include "bench/transform_bench.h"
 
 namespace {
@@ -62,6 +64,7 @@ int Main(int argc, char** argv) {
   commands.push_back(gift::bench::AddClusterCommand(app));
   commands.push_back(gift::bench::AddModelCommand(app));
   commands.push_back(gift::bench::AddFaultsCommand(app));
+  commands.push_back(gift::bench::AddSoakCommand(app));
   commands.push_back(gift::bench::AddMacCommand(app));
   commands.push_back(gift::bench::AddGpuShareCommand(app));
 

@@ -308,87 +308,90 @@ absl::StatusOr<std::vector<LinkCounters>> LocalCluster::ReadLinkCounters() const
   return out;
 }
 
+absl::Status LocalCluster::WaitForEvent(tools::Subprocess& p, const std::string& name,
+                                        const std::string& event) const {
+  auto line = p.WaitForLine(
+      [&](const std::string& l) {
+        return absl::StrContains(l, absl::StrCat("\"event\":\"", event, "\""));
+      },
+      options_.startup_timeout);
+  if (line.ok()) return absl::OkStatus();
+  return absl::Status(line.status().code(),
+                      absl::StrCat(name, " did not log '", event, "': ", line.status().message(),
+                                   "\n", Tail(p.stderr_text())));
+}
+
+absl::StatusOr<std::unique_ptr<tools::Subprocess>> LocalCluster::StartDaemon(
+    const DaemonPlacement& placement, std::vector<std::string> argv,
+    const std::vector<std::string>& extra, const std::string& name) const {
+  if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
+  for (std::string& flag : PlaintextFlags(options_.placement)) argv.push_back(std::move(flag));
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return tools::Subprocess::Start(
+      Placed(placement, std::move(argv)),
+      {.log_path = options_.dir + "/logs/" + name + ".log", .parent_death_signal = SIGTERM});
+}
+
+absl::StatusOr<std::unique_ptr<tools::Subprocess>> LocalCluster::StartServer(int s) const {
+  const DaemonPlacement& placement = server_placement(s);
+  std::vector<std::string> argv = {options_.binaries.server,
+                                   "--coordinator",
+                                   coordinator_->address(),
+                                   "--name",
+                                   server_name(s),
+                                   "--threads",
+                                   absl::StrCat(options_.server_threads),
+                                   "--listen",
+                                   absl::StrCat(HostOf(placement), ":0"),
+                                   "--metrics-listen",
+                                   MetricsListen(options_.metrics, placement)};
+  return StartDaemon(placement, std::move(argv), options_.server_args, server_name(s));
+}
+
+absl::StatusOr<std::unique_ptr<tools::Subprocess>> LocalCluster::StartWorker(int w) const {
+  const DaemonPlacement& placement = worker_placement(w);
+  std::vector<std::string> argv = {
+      options_.binaries.worker,
+      "--coordinator",
+      coordinator_->address(),
+      "--name",
+      worker_name(w),
+      "--socket",
+      worker_socket(w),
+      "--threads",
+      absl::StrCat(options_.worker_threads),
+      "--min-workers",
+      absl::StrCat(options_.workers),
+      "--step-timeout",
+      absl::StrCat(absl::ToInt64Milliseconds(options_.step_timeout), "ms"),
+      "--metrics-listen",
+      MetricsListen(options_.metrics, placement)};
+  if (static_cast<size_t>(w) < options_.worker_nodes.size() && !options_.worker_nodes[w].empty()) {
+    argv.insert(argv.end(), {"--node", options_.worker_nodes[w]});
+  }
+  return StartDaemon(placement, std::move(argv), options_.worker_args, worker_name(w));
+}
+
 absl::Status LocalCluster::StartAll() {
-  const std::string logs = options_.dir + "/logs/";
   const absl::Status started =
       StartCoordinator(absl::StrCat(HostOf(options_.placement.coordinator), ":0"));
   if (!started.ok()) return started;
-  const std::string address = coordinator_->address();
-
-  auto wait_for = [&](tools::Subprocess& p, const std::string& name,
-                      const std::string& event) -> absl::Status {
-    auto line = p.WaitForLine(
-        [&](const std::string& l) {
-          return absl::StrContains(l, absl::StrCat("\"event\":\"", event, "\""));
-        },
-        options_.startup_timeout);
-    if (line.ok()) return absl::OkStatus();
-    return absl::Status(line.status().code(),
-                        absl::StrCat(name, " did not log '", event, "': ", line.status().message(),
-                                     "\n", Tail(p.stderr_text())));
-  };
-
-  // Starts a server or worker: `argv`, the transport flags every daemon
-  // takes, then `extra` (the caller's own flags); logs to <logs>/<name>.log.
-  auto start_daemon = [&](const DaemonPlacement& placement, std::vector<std::string> argv,
-                          const std::vector<std::string>& extra, const std::string& name) {
-    if (!options_.ucx_tls.empty()) argv.insert(argv.end(), {"--ucx-tls", options_.ucx_tls});
-    for (std::string& flag : PlaintextFlags(options_.placement)) argv.push_back(std::move(flag));
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return tools::Subprocess::Start(
-        Placed(placement, std::move(argv)),
-        {.log_path = logs + name + ".log", .parent_death_signal = SIGTERM});
-  };
-
   for (int s = 0; s < options_.servers; ++s) {
-    const DaemonPlacement& placement = server_placement(s);
-    std::vector<std::string> argv = {options_.binaries.server,
-                                     "--coordinator",
-                                     address,
-                                     "--name",
-                                     server_name(s),
-                                     "--threads",
-                                     absl::StrCat(options_.server_threads),
-                                     "--listen",
-                                     absl::StrCat(HostOf(placement), ":0"),
-                                     "--metrics-listen",
-                                     MetricsListen(options_.metrics, placement)};
-    auto p = start_daemon(placement, std::move(argv), options_.server_args, server_name(s));
+    auto p = StartServer(s);
     if (!p.ok()) return p.status();
     servers_.push_back(*std::move(p));
   }
   for (int s = 0; s < options_.servers; ++s) {
-    if (auto st = wait_for(*servers_[s], server_name(s), "joined"); !st.ok()) return st;
+    if (auto st = WaitForEvent(*servers_[s], server_name(s), "joined"); !st.ok()) return st;
   }
   for (int w = 0; w < options_.workers; ++w) {
-    const DaemonPlacement& placement = worker_placement(w);
-    std::vector<std::string> argv = {
-        options_.binaries.worker,
-        "--coordinator",
-        address,
-        "--name",
-        worker_name(w),
-        "--socket",
-        worker_socket(w),
-        "--threads",
-        absl::StrCat(options_.worker_threads),
-        "--min-workers",
-        absl::StrCat(options_.workers),
-        "--step-timeout",
-        absl::StrCat(absl::ToInt64Milliseconds(options_.step_timeout), "ms"),
-        "--metrics-listen",
-        MetricsListen(options_.metrics, placement)};
-    if (static_cast<size_t>(w) < options_.worker_nodes.size() &&
-        !options_.worker_nodes[w].empty()) {
-      argv.insert(argv.end(), {"--node", options_.worker_nodes[w]});
-    }
-    auto p = start_daemon(placement, std::move(argv), options_.worker_args, worker_name(w));
+    auto p = StartWorker(w);
     if (!p.ok()) return p.status();
     workers_.push_back(*std::move(p));
     killed_.push_back(false);
   }
   for (int w = 0; w < options_.workers; ++w) {
-    if (auto st = wait_for(*workers_[w], worker_name(w), "ready"); !st.ok()) return st;
+    if (auto st = WaitForEvent(*workers_[w], worker_name(w), "ready"); !st.ok()) return st;
   }
   if (options_.metrics) {
     auto record = [&](const std::string& name, const std::string& log) -> absl::Status {
@@ -452,6 +455,31 @@ absl::Status LocalCluster::KillWorker(int i) {
   if (!code.ok()) return code.status();
   killed_[i] = true;
   return absl::OkStatus();
+}
+
+absl::Status LocalCluster::RestartWorker(int i) {
+  if (i < 0 || i >= static_cast<int>(workers_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no worker ", i));
+  }
+  (void)workers_[i]->Signal(SIGKILL);
+  (void)workers_[i]->WaitForExit(absl::Seconds(10));
+  auto p = StartWorker(i);
+  if (!p.ok()) return p.status();
+  workers_[i] = *std::move(p);
+  killed_[i] = false;
+  return WaitForEvent(*workers_[i], worker_name(i), "ready");
+}
+
+absl::Status LocalCluster::RestartServer(int i) {
+  if (i < 0 || i >= static_cast<int>(servers_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no server ", i));
+  }
+  (void)servers_[i]->Signal(SIGKILL);
+  (void)servers_[i]->WaitForExit(absl::Seconds(10));
+  auto p = StartServer(i);
+  if (!p.ok()) return p.status();
+  servers_[i] = *std::move(p);
+  return WaitForEvent(*servers_[i], server_name(i), "joined");
 }
 
 absl::Status LocalCluster::Stop(absl::Duration grace) {

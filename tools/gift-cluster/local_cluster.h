@@ -21,7 +21,7 @@
 // exits, so a killed launcher leaves no daemons behind.
 //
 // Ownership: owns the processes (the destructor stops them, SIGKILL if they
-// do not exit). Thread safety: Start/Stop/KillWorker/RestartCoordinator from one thread; the
+// do not exit). Thread safety: Start, Stop, the kills and restarts from one thread; the
 // accessors may be called from any thread.
 #ifndef GIFT_TOOLS_GIFT_CLUSTER_LOCAL_CLUSTER_H_
 #define GIFT_TOOLS_GIFT_CLUSTER_LOCAL_CLUSTER_H_
@@ -182,6 +182,13 @@ class LocalCluster {
   // SIGKILLs worker i (a crash); its socket is left behind.
   absl::Status KillWorker(int i);
 
+  // SIGKILLs worker / server i unless it is gone already and starts it
+  // again with the same flags (a supervisor's restart: a new member, which
+  // joins the running cluster); waits until it serves. Its log goes on in
+  // the same file.
+  absl::Status RestartWorker(int i);
+  absl::Status RestartServer(int i);
+
   // SIGTERM to the workers, then the servers, then the coordinator; waits
   // up to `grace` for each. Returns the first failure (a daemon that had to
   // be killed or exited nonzero); later calls return OK.
@@ -191,6 +198,16 @@ class LocalCluster {
   explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
 
   absl::Status StartAll();
+  // One daemon of `placement` (its `argv`, the transport flags, `extra`),
+  // logging to DIR/logs/<name>.log; the coordinator must be running.
+  absl::StatusOr<std::unique_ptr<tools::Subprocess>> StartDaemon(
+      const DaemonPlacement& placement, std::vector<std::string> argv,
+      const std::vector<std::string>& extra, const std::string& name) const;
+  absl::StatusOr<std::unique_ptr<tools::Subprocess>> StartServer(int s) const;
+  absl::StatusOr<std::unique_ptr<tools::Subprocess>> StartWorker(int w) const;
+  // Waits (startup_timeout) for `p` to log `event`; the error quotes its log.
+  absl::Status WaitForEvent(tools::Subprocess& p, const std::string& name,
+                            const std::string& event) const;
   // Starts the coordinator on `listen` (its placed address, port 0, the
   // first time).
   absl::Status StartCoordinator(const std::string& listen);

@@ -1,0 +1,611 @@
+#include "bench/soak.h"
+
+#include <dirent.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <memory>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "bench/bench_util.h"
+#include "bench/exact_counts.h"
+#include "bench/fault_spoofer.h"
+#include "common/codec/codec_spec.h"
+#include "common/codec/codec_spec_proto.h"
+#include "common/control/coordinator_client.h"
+#include "common/daemon/daemon_flags.h"
+#include "gift/v1/policy.pb.h"
+#include "nlohmann/json.hpp"
+#include "tools/gift-cluster/local_cluster.h"
+#include "tools/gift-cluster/subprocess.h"
+#include "worker/client/worker_client.h"
+
+namespace gift::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using StepCall = std::future<absl::StatusOr<client::PushPullResult>>;
+
+constexpr int64_t kExactRows = 64, kExactCols = 256, kGiftDim = 256;
+
+struct SoakOptions {
+  std::string duration = "30m";
+  uint64_t max_steps = 1'000'000;
+  int workers = 4;
+  int servers = 2;
+  double fault_every_s = 6;
+  std::string kinds =
+      "worker-kill,worker-stop,server-kill,server-stop,coordinator-kill,coordinator-stop,spoof";
+  std::string hierarchy = "node";
+  uint64_t seed = 1;
+  double gift_bound = 0.25;
+  double sample_s = 10;
+  std::string json;
+  std::string dir;
+};
+
+// Worker w's gradient of soak.gift at `step`, element i: fixed, so the
+// exact average of any set of workers is known.
+float GiftGradient(int w, uint64_t step, size_t i) {
+  const double row = static_cast<double>(i / kGiftDim), col = static_cast<double>(i % kGiftDim);
+  return static_cast<float>(std::sin(0.05 * col * (w + 1) + 0.3 * static_cast<double>(step)) +
+                            0.5 * std::cos(0.03 * row * (w + 2)) + 0.1 * (w + 1));
+}
+
+// One training process: its client, tensors, and the step it may call next
+// at the earliest (a joiner's admit step).
+struct Trainer {
+  std::unique_ptr<client::WorkerClient> client;
+  std::vector<client::SharedTensor> tensors;  // soak.exact, soak.gift
+  uint64_t admit = 0;
+  bool stopped = false;  // SIGSTOPped, resumed after the step
+  // Killed and restarted, or stopped and resumed: its next call is refused
+  // with the step it is admitted at.
+  bool rejoining = false;
+};
+
+struct Fault {
+  std::string kind;
+  int victim = -1;  // worker or server index
+  double stall_s = 0;
+  uint64_t step = 0;
+};
+
+struct Sample {
+  double t_s = 0;
+  std::string daemon;
+  int pid = 0;
+  int64_t rss_kib = 0;
+  int fds = 0;
+};
+
+int64_t RssKib(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "VmRSS:")) {
+      int64_t kib = 0;
+      std::sscanf(line.c_str(), "VmRSS: %ld", &kib);
+      return kib;
+    }
+  }
+  return -1;
+}
+
+int OpenFds(int pid) {
+  DIR* dir = opendir(absl::StrCat("/proc/", pid, "/fd").c_str());
+  if (dir == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = readdir(dir)) n += e->d_name[0] != '.' ? 1 : 0;
+  closedir(dir);
+  return n;
+}
+
+absl::StatusOr<gift::v1::Policy> SoakPolicy(bool node) {
+  absl::StatusOr<codec::CodecSpec> fp8 = codec::ParseCodecSpec("e4m3/block128");
+  absl::StatusOr<codec::CodecSpec> fp32 = codec::ParseCodecSpec("fp32");
+  if (!fp8.ok()) return fp8.status();
+  if (!fp32.ok()) return fp32.status();
+  gift::v1::Policy policy;
+  gift::v1::TransformPolicy* t = policy.mutable_transform();
+  *t->mutable_push_codec() = codec::ToProto(*fp8);
+  *t->mutable_pull_codec() = codec::ToProto(*fp8);
+  t->set_rank(16);
+  t->set_error_feedback(!node);  // HIERARCHY_NODE refuses error feedback
+  policy.mutable_refresh()->set_period_steps(10);
+  policy.mutable_refresh()->set_drift_threshold(0.2);
+  policy.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);
+  policy.mutable_selection()->add_include("soak.gift");
+  gift::v1::TensorOverride* exact = policy.add_overrides();
+  exact->set_glob("soak.exact");
+  exact->set_enabled(false);
+  *exact->mutable_push_codec() = codec::ToProto(*fp32);
+  *exact->mutable_pull_codec() = codec::ToProto(*fp32);
+  policy.set_hierarchy(node ? gift::v1::HIERARCHY_NODE : gift::v1::HIERARCHY_NONE);
+  return policy;
+}
+
+class Soak {
+ public:
+  Soak(const SoakOptions& o, tools::LocalClusterBinaries binaries, std::string dir)
+      : o_(o), binaries_(std::move(binaries)), dir_(std::move(dir)), random_(o.seed) {}
+
+  absl::Status Run() {
+    absl::Duration duration;
+    if (!absl::ParseDuration(o_.duration, &duration) || duration <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat("--duration: '", o_.duration, "'"));
+    }
+    kinds_ = absl::StrSplit(o_.kinds, ',', absl::SkipEmpty());
+    for (const std::string& k : kinds_) {
+      static const std::vector<std::string> known = {
+          "worker-kill",      "worker-stop",      "server-kill", "server-stop",
+          "coordinator-kill", "coordinator-stop", "spoof"};
+      if (std::find(known.begin(), known.end(), k) == known.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("--kinds: unknown kind '", k, "'"));
+      }
+    }
+    if (o_.hierarchy != "node" && o_.hierarchy != "none") {
+      return absl::InvalidArgumentError("--hierarchy: node or none");
+    }
+    if (absl::Status s = Start(); !s.ok()) return s;
+    start_ = Clock::now();
+    const Clock::time_point end = start_ + absl::ToChronoNanoseconds(duration);
+    ScheduleNextFault();
+    Clock::time_point next_sample = start_;
+    for (step_ = 0; step_ < o_.max_steps && Clock::now() < end; ++step_) {
+      if (Clock::now() >= next_sample) {
+        SampleDaemons();
+        next_sample += std::chrono::milliseconds(static_cast<int64_t>(o_.sample_s * 1000));
+      }
+      if (absl::Status s = RestartExited(); !s.ok()) return s;
+      if (absl::Status s = Step(); !s.ok()) return s;
+    }
+    SampleDaemons();
+    Report();
+    (void)cluster_->Stop(absl::Seconds(10));
+    return Clean() ? absl::OkStatus()
+                   : absl::DataLossError(
+                         "the soak found lost, double, failed or out-of-bound "
+                         "steps (above)");
+  }
+
+ private:
+  absl::Status Start() {
+    tools::LocalClusterOptions options;
+    options.binaries = binaries_;
+    options.dir = dir_;
+    options.servers = o_.servers;
+    options.workers = o_.workers;
+    options.lease_ttl = absl::Seconds(10);
+    options.step_timeout = absl::Seconds(60);
+    // The data-plane keys derive from a secret file, as in a deployment
+    // (docs/design.md 8.2), so a restarted coordinator issues the same keys.
+    const std::string secret = dir_ + "/dataplane.secret";
+    std::filesystem::create_directories(dir_);
+    {
+      std::ofstream out(secret, std::ios::binary);
+      std::random_device entropy;
+      for (int i = 0; i < 64; ++i) out.put(static_cast<char>(entropy() & 0xff));
+      if (!out.good()) return absl::InternalError(absl::StrCat("cannot write ", secret));
+    }
+    std::filesystem::permissions(
+        secret, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    options.coordinator_args = {"--chunk-bytes", "16384", "--dataplane-auth",
+                                "--dataplane-secret-file", secret};
+    for (int w = 0; w < o_.workers; ++w) options.worker_nodes.push_back(absl::StrCat("n", w / 2));
+    absl::StatusOr<std::unique_ptr<tools::LocalCluster>> cluster =
+        tools::LocalCluster::Start(options);
+    if (!cluster.ok()) return cluster.status();
+    cluster_ = *std::move(cluster);
+    absl::StatusOr<gift::v1::Policy> policy = SoakPolicy(o_.hierarchy == "node");
+    if (!policy.ok()) return policy.status();
+    control::CoordinatorClient coordinator(
+        control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()),
+        absl::Seconds(30));
+    if (auto set = coordinator.SetPolicy(*policy, 0); !set.ok()) return set.status();
+    trainers_.resize(o_.workers);
+    for (int w = 0; w < o_.workers; ++w) {
+      if (absl::Status s = Connect(w); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  // A training process attaches to worker w's daemon and registers.
+  absl::Status Connect(int w) {
+    Trainer& t = trainers_[w];
+    t.tensors.clear();
+    t.client.reset();
+    auto c = client::WorkerClient::Connect(cluster_->worker_socket(w));
+    if (!c.ok()) return c.status();
+    t.client = *std::move(c);
+    auto tensors = t.client->Register(
+        {{"soak.exact", {kExactRows, kExactCols}}, {"soak.gift", {kGiftDim, kGiftDim}}});
+    if (!tensors.ok()) return tensors.status();
+    t.tensors = *std::move(tensors);
+    return absl::OkStatus();
+  }
+
+  void ScheduleNextFault() {
+    std::exponential_distribution<double> gap(1.0 / o_.fault_every_s);
+    next_fault_ =
+        Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(gap(random_) * 1000));
+  }
+
+  int Pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(random_); }
+
+  StepCall Call(int w) {
+    Trainer& t = trainers_[w];
+    std::fill_n(t.tensors[0].data(), t.tensors[0].size(), ExactValue(w));
+    float* g = t.tensors[1].data();
+    for (size_t i = 0; i < t.tensors[1].size(); ++i) g[i] = GiftGradient(w, step_, i);
+    const uint64_t step = step_;
+    return std::async(std::launch::async, [&t, step] { return t.client->PushPull(step); });
+  }
+
+  // One step on the workers that may call it, with a fault if one is due.
+  absl::Status Step() {
+    std::vector<int> callers;
+    for (int w = 0; w < o_.workers; ++w) {
+      if (!trainers_[w].stopped && step_ >= trainers_[w].admit) callers.push_back(w);
+    }
+    std::optional<Fault> fault;
+    if (Clock::now() >= next_fault_ && callers.size() >= 3) {
+      fault = Fault{.kind = kinds_[Pick(static_cast<int>(kinds_.size()))], .step = step_};
+      ScheduleNextFault();
+    }
+    std::map<int, StepCall> calls;
+    Clock::time_point t0 = Clock::now();
+    if (!fault) {
+      for (int w : callers) calls[w] = Call(w);
+    } else if (absl::StartsWith(fault->kind, "worker-")) {
+      fault->victim = callers[Pick(static_cast<int>(callers.size()))];
+      callers.erase(std::find(callers.begin(), callers.end(), fault->victim));
+      for (int w : callers) calls[w] = Call(w);
+      absl::SleepFor(absl::Milliseconds(100));
+      t0 = Clock::now();
+      if (fault->kind == "worker-kill") {
+        if (absl::Status s = cluster_->KillWorker(fault->victim); !s.ok()) return s;
+      } else {
+        if (absl::Status s = cluster_->worker(fault->victim)->Signal(SIGSTOP); !s.ok()) return s;
+        trainers_[fault->victim].stopped = true;
+      }
+    } else if (fault->kind == "spoof") {
+      absl::StatusOr<std::unique_ptr<FaultSpoofer>> spoofer = FaultSpoofer::Create();
+      if (!spoofer.ok()) return spoofer.status();
+      absl::StatusOr<int> sent = (*spoofer)->SendForgedPushes(
+          cluster_->coordinator_address(), trainers_[callers[0]].tensors[0].tensor_id(), step_, 0,
+          ExactValue(o_.workers));
+      if (!sent.ok()) ++spoof_errors_;
+      for (int w : callers) calls[w] = Call(w);
+    } else {
+      // server-* and coordinator-*: all but the last caller wait in the step.
+      for (size_t i = 0; i + 1 < callers.size(); ++i) calls[callers[i]] = Call(callers[i]);
+      absl::SleepFor(absl::Milliseconds(100));
+      t0 = Clock::now();
+      if (absl::Status s = Inject(*fault); !s.ok()) return s;
+      calls[callers.back()] = Call(callers.back());
+    }
+    Clock::time_point last = t0;
+    std::map<int, absl::StatusOr<client::PushPullResult>> results;
+    for (auto& [w, call] : calls) {
+      results.emplace(w, call.get());
+      last = std::max(last, Clock::now());
+    }
+    Check(results);
+    if (fault) {
+      fault->stall_s = std::chrono::duration<double>(last - t0).count();
+      faults_.push_back(*fault);
+      return Repair(*fault);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Inject(Fault& fault) {
+    if (fault.kind == "server-kill" || fault.kind == "server-stop") {
+      fault.victim = Pick(o_.servers);
+      return cluster_->server(fault.victim)
+          ->Signal(fault.kind == "server-kill" ? SIGKILL : SIGSTOP);
+    }
+    if (fault.kind == "coordinator-kill") return cluster_->RestartCoordinator();
+    // coordinator-stop: resumed 1 s later, well within the lease and the
+    // step window.
+    if (::kill(cluster_->coordinator()->pid(), SIGSTOP) != 0) {
+      return absl::InternalError("kill(coordinator, SIGSTOP) failed");
+    }
+    resume_ = std::async(std::launch::async, [this] {
+      absl::SleepFor(absl::Seconds(1));
+      ::kill(cluster_->coordinator()->pid(), SIGCONT);
+    });
+    return absl::OkStatus();
+  }
+
+  // A supervisor's restart of every worker or server that exited on its
+  // own (no fault injected it): counted and named as a crash.
+  absl::Status RestartExited() {
+    for (int w = 0; w < o_.workers; ++w) {
+      absl::StatusOr<int> code = cluster_->worker(w)->WaitForExit(absl::ZeroDuration());
+      if (!code.ok()) continue;  // running
+      crashes_.push_back(absl::StrCat("step ", step_, ": ", cluster_->worker_name(w),
+                                      " exited with ", *code, " (log: ", dir_, "/logs/",
+                                      cluster_->worker_name(w), ".log)"));
+      trainers_[w].rejoining = true;
+      trainers_[w].stopped = false;
+      if (absl::Status s = cluster_->RestartWorker(w); !s.ok()) return s;
+      if (absl::Status s = Connect(w); !s.ok()) return s;
+    }
+    for (int i = 0; i < o_.servers; ++i) {
+      absl::StatusOr<int> code = cluster_->server(i)->WaitForExit(absl::ZeroDuration());
+      if (!code.ok()) continue;
+      crashes_.push_back(absl::StrCat("step ", step_, ": ", cluster_->server_name(i),
+                                      " exited with ", *code, " (log: ", dir_, "/logs/",
+                                      cluster_->server_name(i), ".log)"));
+      if (absl::Status s = cluster_->RestartServer(i); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  // What an operator's supervisor does after the fault. A stopped daemon
+  // that exited meanwhile is restarted by RestartExited before the next
+  // step.
+  absl::Status Repair(const Fault& fault) {
+    if (resume_.valid()) resume_.wait();
+    if (fault.kind == "worker-kill") {
+      trainers_[fault.victim].rejoining = true;
+      if (absl::Status s = cluster_->RestartWorker(fault.victim); !s.ok()) return s;
+      return Connect(fault.victim);
+    }
+    if (fault.kind == "worker-stop") {
+      trainers_[fault.victim].stopped = false;
+      trainers_[fault.victim].rejoining = true;
+      (void)cluster_->worker(fault.victim)->Signal(SIGCONT);
+    }
+    if (fault.kind == "server-kill") return cluster_->RestartServer(fault.victim);
+    if (fault.kind == "server-stop") (void)cluster_->server(fault.victim)->Signal(SIGCONT);
+    return absl::OkStatus();
+  }
+
+  // The step's replies: every worker that returned a result must see every
+  // caller that returned one counted once, and no one else.
+  void Check(std::map<int, absl::StatusOr<client::PushPullResult>>& results) {
+    ++steps_;
+    std::vector<int> counted;
+    for (auto& [w, r] : results) {
+      if (r.ok()) {
+        counted.push_back(w);
+        trainers_[w].rejoining = false;
+        continue;
+      }
+      // A worker evicted (by a fault, or found gone) joins again at the
+      // step the coordinator admits it at.
+      static const std::regex admitted("admitted at step ([0-9]+)");
+      std::smatch m;
+      const std::string message(r.status().message());
+      if (absl::IsFailedPrecondition(r.status()) && std::regex_search(message, m, admitted)) {
+        trainers_[w].admit = std::stoull(m[1]);
+        if (trainers_[w].rejoining) {
+          ++rejoins_;
+        } else {
+          ++refused_;
+          RecordError(w, r.status());
+        }
+        trainers_[w].rejoining = false;
+        continue;
+      }
+      ++failed_;
+      RecordError(w, r.status());
+    }
+    bool step_bad = false;
+    for (int w : counted) {
+      const client::PushPullResult& r = *results.at(w);
+      absl::StatusOr<std::vector<std::vector<int>>> counts =
+          Counts(trainers_[w].tensors[0], r.world_size, o_.workers);
+      if (!counts.ok()) {
+        ++doubled_;
+        step_bad = true;
+        RecordError(w, counts.status());
+        continue;
+      }
+      const CountCheck check = CheckCounts(*counts, counted, o_.workers);
+      lost_ += check.lost;
+      doubled_ += check.doubled + (check.spoofed > 0 ? 1 : 0);
+      step_bad |= check.lost + check.doubled > 0 || check.spoofed > 0;
+      // soak.gift against the exact average of the workers counted.
+      double err = 0, norm = 0;
+      const float* got = trainers_[w].tensors[1].data();
+      for (size_t i = 0; i < trainers_[w].tensors[1].size(); ++i) {
+        double want = 0;
+        for (int v : counted) want += GiftGradient(v, step_, i);
+        want /= static_cast<double>(counted.size());
+        err += (got[i] - want) * (got[i] - want);
+        norm += want * want;
+      }
+      const double rel = norm > 0 ? std::sqrt(err / norm) : 0;
+      max_gift_error_ = std::max(max_gift_error_, rel);
+      if (rel > o_.gift_bound) ++gift_out_of_bound_;
+    }
+    if (step_bad) bad_steps_.push_back(step_);
+    steps_completed_ += counted.empty() ? 0 : 1;
+  }
+
+  void RecordError(int w, const absl::Status& s) {
+    if (errors_.size() < 20) {
+      errors_.push_back(absl::StrCat("step ", step_, " worker ", w, ": ", s.ToString()));
+    }
+  }
+
+  void SampleDaemons() {
+    const double t = std::chrono::duration<double>(Clock::now() - start_).count();
+    auto add = [&](const std::string& name, int pid) {
+      samples_.push_back({t, name, pid, RssKib(pid), OpenFds(pid)});
+    };
+    add("coordinator", cluster_->coordinator()->pid());
+    for (int s = 0; s < o_.servers; ++s) add(cluster_->server_name(s), cluster_->server(s)->pid());
+    for (int w = 0; w < o_.workers; ++w) add(cluster_->worker_name(w), cluster_->worker(w)->pid());
+  }
+
+  bool Clean() const {
+    return lost_ == 0 && doubled_ == 0 && failed_ == 0 && refused_ == 0 &&
+           gift_out_of_bound_ == 0 && crashes_.empty();
+  }
+
+  void Report() {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    std::printf("soak: %.0f s, %llu steps (%llu completed), %zu faults, hierarchy %s\n", elapsed,
+                static_cast<unsigned long long>(steps_),
+                static_cast<unsigned long long>(steps_completed_), faults_.size(),
+                o_.hierarchy.c_str());
+    std::printf(
+        "lost %d, double %d, failed %d, refused without a fault %d, rejoins after a "
+        "fault %d, soak.gift max rel error %.4f (bound %.2f, %d over)\n",
+        lost_, doubled_, failed_, refused_, rejoins_, max_gift_error_, o_.gift_bound,
+        gift_out_of_bound_);
+    std::map<std::string, std::vector<double>> stalls;
+    for (const Fault& f : faults_) stalls[f.kind].push_back(f.stall_s);
+    std::printf("%-18s %6s %12s %12s\n", "fault", "count", "max stall", "median");
+    for (auto& [kind, s] : stalls) {
+      std::sort(s.begin(), s.end());
+      std::printf("%-18s %6zu %11.3fs %11.3fs\n", kind.c_str(), s.size(), s.back(),
+                  s[s.size() / 2]);
+    }
+    // Each daemon's process (a restarted daemon is a new process): its
+    // first sample after warm-up (a tenth of the run) and its last.
+    std::map<std::pair<std::string, int>, std::pair<const Sample*, const Sample*>> by_process;
+    for (const Sample& s : samples_) {
+      if (s.t_s < elapsed / 10 || s.rss_kib < 0) continue;
+      auto& [first, last] = by_process[{s.daemon, s.pid}];
+      if (first == nullptr) first = &s;
+      last = &s;
+    }
+    std::printf("%-14s %8s %10s %10s %7s %6s %6s\n", "daemon", "pid", "rss_kib", "rss_end",
+                "span_s", "fds", "fds_end");
+    for (const auto& [key, span] : by_process) {
+      std::printf("%-14s %8d %10ld %10ld %7.0f %6d %6d\n", key.first.c_str(), key.second,
+                  span.first->rss_kib, span.second->rss_kib, span.second->t_s - span.first->t_s,
+                  span.first->fds, span.second->fds);
+    }
+    std::printf("daemons that exited on their own (restarted): %zu\n", crashes_.size());
+    for (const std::string& c : crashes_) std::printf("  %s\n", c.c_str());
+    for (const std::string& e : errors_) std::printf("  %s\n", e.c_str());
+    if (o_.json.empty()) return;
+    nlohmann::json j;
+    j["seconds"] = elapsed;
+    j["steps"] = steps_;
+    j["steps_completed"] = steps_completed_;
+    j["lost"] = lost_;
+    j["double"] = doubled_;
+    j["failed"] = failed_;
+    j["refused"] = refused_;
+    j["rejoins"] = rejoins_;
+    j["gift_max_rel_error"] = max_gift_error_;
+    j["gift_out_of_bound"] = gift_out_of_bound_;
+    j["bad_steps"] = bad_steps_;
+    j["errors"] = errors_;
+    j["crashes"] = crashes_;
+    for (const Fault& f : faults_) {
+      j["faults"].push_back(
+          {{"kind", f.kind}, {"victim", f.victim}, {"step", f.step}, {"stall_s", f.stall_s}});
+    }
+    for (const Sample& s : samples_) {
+      j["samples"].push_back({{"t_s", s.t_s},
+                              {"daemon", s.daemon},
+                              {"pid", s.pid},
+                              {"rss_kib", s.rss_kib},
+                              {"fds", s.fds}});
+    }
+    std::ofstream(o_.json) << j.dump(1) << "\n";
+  }
+
+  const SoakOptions o_;
+  const tools::LocalClusterBinaries binaries_;
+  const std::string dir_;
+  std::mt19937_64 random_;
+  std::vector<std::string> kinds_;
+  std::unique_ptr<tools::LocalCluster> cluster_;
+  std::vector<Trainer> trainers_;
+  Clock::time_point start_, next_fault_;
+  std::future<void> resume_;
+  uint64_t step_ = 0;
+  uint64_t steps_ = 0, steps_completed_ = 0;
+  int lost_ = 0, doubled_ = 0, failed_ = 0, refused_ = 0, rejoins_ = 0;
+  int gift_out_of_bound_ = 0, spoof_errors_ = 0;
+  double max_gift_error_ = 0;
+  std::vector<uint64_t> bad_steps_;
+  std::vector<std::string> errors_;
+  std::vector<std::string> crashes_;
+  std::vector<Fault> faults_;
+  std::vector<Sample> samples_;
+};
+
+absl::Status RunSoak(const SoakOptions& o) {
+  absl::StatusOr<tools::LocalClusterBinaries> binaries =
+      tools::LocalClusterBinaries::NextTo(SelfPath());
+  if (!binaries.ok()) return binaries.status();
+  std::string dir = o.dir;
+  if (dir.empty()) {
+    char pattern[] = "/tmp/gift-soak-XXXXXX";
+    if (mkdtemp(pattern) == nullptr) return absl::InternalError("mkdtemp failed");
+    dir = pattern;
+  }
+  std::printf("soak: run directory %s (daemon logs under logs/)\n", dir.c_str());
+  Soak soak(o, *std::move(binaries), dir);
+  return soak.Run();
+}
+
+}  // namespace
+
+Command AddSoakCommand(CLI::App& parent) {
+  auto o = std::make_shared<SoakOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "soak",
+      "one cluster with every feature on (GIFT, refreshes, MACs, node-local aggregation) under "
+      "random faults and their repairs, every step checked exactly; RSS and fds over time");
+  app->add_option("--duration", o->duration, "how long to run (e.g. 30m, 90s)")
+      ->capture_default_str();
+  app->add_option("--max-steps", o->max_steps, "stop after this many steps")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
+      ->capture_default_str();
+  app->add_option("--workers", o->workers, "gift-worker daemons (two per node group)")
+      ->check(CLI::Range(3, 12))
+      ->capture_default_str();
+  app->add_option("--servers", o->servers, "gift-server shards")
+      ->check(CLI::Range(2, 16))
+      ->capture_default_str();
+  app->add_option("--fault-every", o->fault_every_s, "mean seconds between faults")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  app->add_option("--kinds", o->kinds, "comma-separated fault kinds drawn from")
+      ->capture_default_str();
+  app->add_option("--hierarchy", o->hierarchy,
+                  "node: node-local aggregation, error feedback off (the policy refuses both); "
+                  "none: error feedback on")
+      ->capture_default_str();
+  app->add_option("--seed", o->seed, "seed of the fault draws")->capture_default_str();
+  app->add_option("--gift-bound", o->gift_bound,
+                  "largest relative error of soak.gift's average accepted")
+      ->capture_default_str();
+  app->add_option("--sample", o->sample_s, "seconds between RSS / fd samples")
+      ->check(CLI::Range(0.5, 3600.0))
+      ->capture_default_str();
+  app->add_option("--json", o->json, "write the results (every fault and sample) to this file");
+  app->add_option("--dir", o->dir, "run directory (default: a new one under /tmp, kept)");
+  return {app, [o] { return RunSoak(*o); }};
+}
+
+}  // namespace gift::bench
