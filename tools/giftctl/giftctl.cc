@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <iterator>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -76,6 +77,30 @@ const CLI::Option* FindOption(const CLI::App* app, const std::string& name) {
   return nullptr;
 }
 
+// Whether `word` (of args, after args[0]) is an option of `app` (or of an
+// app above it) that takes its value from the next word.
+bool TakesNextWord(const CLI::App* app, const std::string& word) {
+  if (word.find('=') != std::string::npos) return false;  // "--timeout=2s"
+  const CLI::Option* opt = FindOption(app, word);
+  return opt != nullptr && opt->get_items_expected_min() > 0;
+}
+
+// The first word of `args` that is not an option of `app` or an option's
+// value: the command; "" when there is none, after "--", or after a help
+// flag (the help of giftctl itself).
+std::string CommandWord(const CLI::App& app, const std::vector<std::string>& args) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    if (word == "--" || word == "-h" || word == "--help") break;
+    if (word.size() > 1 && word[0] == '-') {
+      if (TakesNextWord(&app, word)) ++i;
+      continue;
+    }
+    return word;
+  }
+  return "";
+}
+
 // The usage error for the first word of `args` (args[0] is the program)
 // that stands where `app` expects a command and names none, with the
 // commands it is close to; nullopt when every command word is known.
@@ -89,12 +114,7 @@ std::optional<std::string> UnknownCommandError(const CLI::App& app,
     if (word.size() > 1 && word[0] == '-') {
       // An option that takes a value consumes the next word, unless the
       // value is attached ("--timeout=2s").
-      const std::string name = word.substr(0, word.find('='));
-      const CLI::Option* opt = FindOption(current, name);
-      if (opt != nullptr && word.find('=') == std::string::npos &&
-          opt->get_items_expected_min() > 0) {
-        ++i;
-      }
+      if (TakesNextWord(current, word)) ++i;
       continue;
     }
     const std::vector<const CLI::App*> subs =
@@ -143,50 +163,89 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
   AddConnectionFlags(app, &connection);
   app.add_flag("--json", as_json, "print JSON instead of tables");
 
-  CLI::App* status = app.add_subcommand("status", "cluster summary: epoch, members, tensors");
-  CLI::App* members = app.add_subcommand("members", "workers and servers with ranks and leases");
-  CLI::App* tensors =
-      app.add_subcommand("tensors", "registered tensors, their owners and basis versions");
-  CLI::App* policy = app.add_subcommand("policy", "show or change the refresh policy");
-  policy->require_subcommand(1, 1);
-  CLI::App* policy_get = policy->add_subcommand("get", "print the policy");
-  CLI::App* policy_set = policy->add_subcommand(
-      "set", "change the given fields of the policy (or of one tensor override)");
+  // Only the command named is built (CLI11 builds each option in time
+  // linear in the options before it, which made building every command most
+  // of a short command's run); every command when none or an unknown one is
+  // named (the top-level help, the suggestions) and for `completion`.
+  const std::string command = CommandWord(app, args);
+  static constexpr absl::string_view kCommands[] = {"status",  "members",   "tensors", "policy",
+                                                    "refresh", "rank",      "drain",   "run",
+                                                    "health",  "completion"};
+  const bool known =
+      std::find(std::begin(kCommands), std::end(kCommands), command) != std::end(kCommands);
+  const auto wanted = [&](absl::string_view name) {
+    return !known || command == name || command == "completion";
+  };
+  const auto add = [&](CLI::App* parent, absl::string_view name, const std::string& help) {
+    return wanted(name) ? parent->add_subcommand(std::string(name), help) : nullptr;
+  };
+
+  CLI::App* status = add(&app, "status", "cluster summary: epoch, members, tensors");
+  CLI::App* members = add(&app, "members", "workers and servers with ranks and leases");
+  CLI::App* tensors = add(&app, "tensors", "registered tensors, their owners and basis versions");
+  CLI::App* policy = add(&app, "policy", "show or change the refresh policy");
+  CLI::App* policy_get = nullptr;
+  CLI::App* policy_set = nullptr;
   PolicySetFlags policy_flags;
-  AddPolicySetFlags(policy_set, &policy_flags);
-  CLI::App* refresh = app.add_subcommand("refresh", "ask the basis owners to refresh now");
+  if (policy != nullptr) {
+    policy->require_subcommand(1, 1);
+    policy_get = policy->add_subcommand("get", "print the policy");
+    policy_set = policy->add_subcommand(
+        "set", "change the given fields of the policy (or of one tensor override)");
+    AddPolicySetFlags(policy_set, &policy_flags);
+  }
+  CLI::App* refresh = add(&app, "refresh", "ask the basis owners to refresh now");
   std::string refresh_glob;
-  refresh->add_option("--tensor", refresh_glob, "only tensors whose names match this glob");
-  CLI::App* rank = app.add_subcommand("rank", "change the approximation rank r");
-  rank->require_subcommand(1, 1);
-  CLI::App* rank_set =
-      rank->add_subcommand("set", "set r (globally or for a glob) and refresh the tensors");
+  if (refresh != nullptr) {
+    refresh->add_option("--tensor", refresh_glob, "only tensors whose names match this glob");
+  }
+  CLI::App* rank = add(&app, "rank", "change the approximation rank r");
+  CLI::App* rank_set = nullptr;
   uint32_t rank_value = 0;
   std::string rank_glob;
-  rank_set->add_option("R", rank_value, absl::StrCat("the new rank r, 1 to ", policy::kMaxRank))
-      ->required()
-      ->check(CLI::Range(1u, policy::kMaxRank));
-  rank_set->add_option("--tensor", rank_glob, "only tensors whose names match this glob");
-  CLI::App* drain = app.add_subcommand("drain", "drain a worker: it leaves after its step");
+  if (rank != nullptr) {
+    rank->require_subcommand(1, 1);
+    rank_set =
+        rank->add_subcommand("set", "set r (globally or for a glob) and refresh the tensors");
+    rank_set->add_option("R", rank_value, absl::StrCat("the new rank r, 1 to ", policy::kMaxRank))
+        ->required()
+        ->check(CLI::Range(1u, policy::kMaxRank));
+    rank_set->add_option("--tensor", rank_glob, "only tensors whose names match this glob");
+  }
+  CLI::App* drain = add(&app, "drain", "drain a worker: it leaves after its step");
   std::string drain_target;
-  drain->add_option("WORKER", drain_target, "the member's name or id")->required();
-  CLI::App* run = app.add_subcommand("run", "the training run; run reset starts a new one");
-  CLI::App* run_reset = run->add_subcommand(
-      "reset",
-      "start a new training run: drop the registered tensors; the next registrations begin at "
-      "step 0 (also in new shapes)");
+  if (drain != nullptr) {
+    drain->add_option("WORKER", drain_target, "the member's name or id")->required();
+  }
+  CLI::App* run = add(&app, "run", "the training run; run reset starts a new one");
+  CLI::App* run_reset = nullptr;
   std::string run_id;
-  run_reset->add_option("--id", run_id, "the new run's id (default: giftctl-<unix ms>)");
-  CLI::App* health = app.add_subcommand(
-      "health", "grpc.health.v1 status of a daemon's endpoint (exec probes under mutual TLS)");
+  if (run != nullptr) {
+    run_reset = run->add_subcommand(
+        "reset",
+        "start a new training run: drop the registered tensors; the next registrations begin at "
+        "step 0 (also in new shapes)");
+    run_reset->add_option("--id", run_id, "the new run's id (default: giftctl-<unix ms>)");
+  }
+  CLI::App* health =
+      add(&app, "health",
+          "grpc.health.v1 status of a daemon's endpoint (exec probes under mutual TLS)");
   std::string health_target;
-  health->add_option("TARGET", health_target, "HOST:PORT or unix:/path (default: the coordinator)");
-  CLI::App* completion = app.add_subcommand(
-      "completion", "print a shell completion script: source <(giftctl completion bash)");
+  if (health != nullptr) {
+    health->add_option("TARGET", health_target,
+                       "HOST:PORT or unix:/path (default: the coordinator)");
+  }
+  CLI::App* completion =
+      add(&app, "completion", "print a shell completion script: source <(giftctl completion bash)");
   std::string shell;
-  completion->add_option("SHELL", shell, "the shell (bash)")
-      ->required()
-      ->check(CLI::IsMember({"bash"}));
+  if (completion != nullptr) {
+    completion->add_option("SHELL", shell, "the shell (bash)")
+        ->required()
+        ->check(CLI::IsMember({"bash"}));
+  }
+  const auto parsed = [](const CLI::App* command) {
+    return command != nullptr && command->parsed();
+  };
 
   if (std::optional<std::string> unknown = UnknownCommandError(app, args)) {
     err << *unknown << "\n";
@@ -202,7 +261,7 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
   }
 
   std::optional<PolicyEdit> edit;
-  if (policy_set->parsed()) {
+  if (parsed(policy_set)) {
     absl::StatusOr<PolicyEdit> parsed = ToPolicyEdit(policy_flags);
     if (!parsed.ok()) {
       err << "giftctl policy set: " << parsed.status().message() << '\n';
@@ -219,19 +278,19 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
   };
   for (const GlobFlag& g :
        {GlobFlag{"refresh", refresh, &refresh_glob}, GlobFlag{"rank set", rank_set, &rank_glob}}) {
-    if (!g.app->parsed() || g.glob->empty()) continue;
+    if (!parsed(g.app) || g.glob->empty()) continue;
     if (absl::Status s = policy::ValidateGlob("--tensor", *g.glob); !s.ok()) {
       err << "giftctl " << g.command << ": " << s.message() << '\n';
       return kExitUsage;
     }
   }
 
-  if (completion->parsed()) {
+  if (parsed(completion)) {
     out << BashCompletionScript(app);
     return kExitOk;
   }
 
-  const bool health_of_other = health->parsed() && !health_target.empty();
+  const bool health_of_other = parsed(health) && !health_target.empty();
   const std::string target = health_of_other ? health_target : address;
   if (absl::Status s = CheckDialTarget(target); !s.ok()) {
     err << "giftctl: " << (health_of_other ? "health TARGET" : "--coordinator") << " "
@@ -243,7 +302,7 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
     err << "giftctl: " << channel.status().message() << '\n';
     return kExitUsage;
   }
-  if (health->parsed()) {
+  if (parsed(health)) {
     const absl::Status serving = CheckHealth(*channel, connection.timeout, out);
     if (!serving.ok()) err << "giftctl health " << target << ": " << serving << '\n';
     return ExitCodeFor(serving);
@@ -251,25 +310,25 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
   const CoordinatorClient client(*std::move(channel), connection.timeout);
   const CommandContext ctx{client, as_json, out};
   absl::Status result;
-  if (status->parsed()) {
+  if (parsed(status)) {
     result = StatusCommand(ctx, address);
-  } else if (members->parsed()) {
+  } else if (parsed(members)) {
     result = MembersCommand(ctx);
-  } else if (tensors->parsed()) {
+  } else if (parsed(tensors)) {
     result = TensorsCommand(ctx);
-  } else if (policy_get->parsed()) {
+  } else if (parsed(policy_get)) {
     result = PolicyGetCommand(ctx);
-  } else if (policy_set->parsed()) {
+  } else if (parsed(policy_set)) {
     result = PolicySetCommand(ctx, *edit);
-  } else if (refresh->parsed()) {
+  } else if (parsed(refresh)) {
     result = RefreshCommand(ctx, refresh_glob);
-  } else if (rank_set->parsed()) {
+  } else if (parsed(rank_set)) {
     result = RankSetCommand(ctx, rank_value, rank_glob);
-  } else if (drain->parsed()) {
+  } else if (parsed(drain)) {
     result = DrainCommand(ctx, drain_target);
-  } else if (run_reset->parsed()) {
+  } else if (parsed(run_reset)) {
     result = RunResetCommand(ctx, run_id);
-  } else if (run->parsed()) {
+  } else if (parsed(run)) {
     result = RunShowCommand(ctx);
   }
   if (result.ok()) return kExitOk;
