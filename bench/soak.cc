@@ -195,20 +195,7 @@ class Soak {
     options.workers = o_.workers;
     options.lease_ttl = absl::Seconds(10);
     options.step_timeout = absl::Seconds(60);
-    // The data-plane keys derive from a secret file, as in a deployment
-    // (docs/design.md 8.2), so a restarted coordinator issues the same keys.
-    const std::string secret = dir_ + "/dataplane.secret";
-    std::filesystem::create_directories(dir_);
-    {
-      std::ofstream out(secret, std::ios::binary);
-      std::random_device entropy;
-      for (int i = 0; i < 64; ++i) out.put(static_cast<char>(entropy() & 0xff));
-      if (!out.good()) return absl::InternalError(absl::StrCat("cannot write ", secret));
-    }
-    std::filesystem::permissions(
-        secret, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
-    options.coordinator_args = {"--chunk-bytes", "16384", "--dataplane-auth",
-                                "--dataplane-secret-file", secret};
+    options.coordinator_args = {"--chunk-bytes", "16384", "--dataplane-auth"};
     for (int w = 0; w < o_.workers; ++w) options.worker_nodes.push_back(absl::StrCat("n", w / 2));
     absl::StatusOr<std::unique_ptr<tools::LocalCluster>> cluster =
         tools::LocalCluster::Start(options);

@@ -42,8 +42,8 @@
 //
 // A worker or server that exits on its own is restarted before the next
 // step, as a supervisor would, and counted as a crash with its log named.
-// The coordinator's data-plane keys derive from a secret file in the run
-// directory, as in a deployment, so its restarts keep them.
+// The coordinator runs without --dataplane-secret-file: the secret it draws
+// is kept next to its state file, so its restarts keep every key.
 //
 // Prints the counts, the stalls per kind and the daemons' RSS and fds (after
 // warm-up and at the end), and writes --json FILE. Exit status 0 when

@@ -1,8 +1,12 @@
 #include "server/coordinator/dataplane_key_issuer.h"
 
+#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 
@@ -30,6 +34,26 @@ absl::StatusOr<std::unique_ptr<DataPlaneKeyIssuer>> DataPlaneKeyIssuer::Random()
     return absl::InternalError("RAND_bytes failed");
   }
   return std::unique_ptr<DataPlaneKeyIssuer>(new DataPlaneKeyIssuer(std::move(secret)));
+}
+
+absl::StatusOr<std::unique_ptr<DataPlaneKeyIssuer>> DataPlaneKeyIssuer::KeptAt(
+    const std::string& path) {
+  if (access(path.c_str(), F_OK) == 0) return FromFile(path);
+  absl::StatusOr<std::unique_ptr<DataPlaneKeyIssuer>> drawn = Random();
+  if (!drawn.ok()) return drawn.status();
+  const std::string& secret = (*drawn)->secret_;
+  const std::string temporary = path + ".tmp";
+  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  bool written =
+      fd >= 0 && write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size());
+  written = written && fsync(fd) == 0;
+  if (fd >= 0) close(fd);
+  if (!written || rename(temporary.c_str(), path.c_str()) != 0) {
+    unlink(temporary.c_str());
+    return absl::InternalError(
+        absl::StrCat("cannot write the data-plane secret ", path, ": ", std::strerror(errno)));
+  }
+  return drawn;
 }
 
 DataPlaneKeyIssuer::~DataPlaneKeyIssuer() { OPENSSL_cleanse(secret_.data(), secret_.size()); }

@@ -4,9 +4,11 @@
 // ids are never reused, so no two members share a key, and nothing is
 // stored: the same secret gives the same keys after a restart. The secret
 // comes from a file the operator provides (--dataplane-secret-file, e.g. a
-// Kubernetes Secret) or is drawn at start (then a restart changes every key;
-// members pick their new key from their next heartbeat and fetch their
-// peers' again).
+// Kubernetes Secret) or is drawn once and kept in a file next to the state
+// file (KeptAt), so a restart keeps the keys either way. (A secret drawn
+// anew at each start changed every key on a restart: members pick their new
+// key from their next heartbeat, at different times, and a step whose chunks
+// were sealed and checked under different secrets waited out its timeout.)
 //
 // Ownership: owns the secret (wiped on destruction). Thread safety:
 // immutable after Create; MemberKey may be called concurrently.
@@ -29,6 +31,10 @@ class DataPlaneKeyIssuer {
   static absl::StatusOr<std::unique_ptr<DataPlaneKeyIssuer>> FromFile(const std::string& path);
   // A secret from RAND_bytes.
   static absl::StatusOr<std::unique_ptr<DataPlaneKeyIssuer>> Random();
+  // The secret in `path` (FromFile), or, when there is no such file, a new
+  // one from RAND_bytes written there first (mode 0600, written to a
+  // temporary file and renamed; Internal when it cannot be written).
+  static absl::StatusOr<std::unique_ptr<DataPlaneKeyIssuer>> KeptAt(const std::string& path);
   ~DataPlaneKeyIssuer();
 
   // Internal only on an OpenSSL failure.

@@ -188,7 +188,8 @@ int Main(int argc, char** argv) {
                "docs/design.md section 8.2)");
   app.add_option("--dataplane-secret-file", dataplane_secret_file,
                  "file of at least 32 secret bytes the members' data-plane keys derive from "
-                 "(default: drawn at start, so a restart changes every key)");
+                 "(default: drawn once and kept in STATE.dataplane-secret next to --state, "
+                 "so a restart keeps every key)");
   if (std::optional<int> exit = daemon.ParseFlags(app, argc, argv)) return *exit;
   ClusterOptions options;
   options.step_window = step_window;
@@ -219,7 +220,7 @@ int Main(int argc, char** argv) {
   std::unique_ptr<DataPlaneKeyIssuer> dataplane_keys;
   if (dataplane_auth || tls.files.enabled()) {
     auto issuer = dataplane_secret_file.empty()
-                      ? DataPlaneKeyIssuer::Random()
+                      ? DataPlaneKeyIssuer::KeptAt(state_file + ".dataplane-secret")
                       : DataPlaneKeyIssuer::FromFile(dataplane_secret_file);
     if (!issuer.ok()) return daemon.Fail(issuer.status().ToString());
     dataplane_keys = *std::move(issuer);

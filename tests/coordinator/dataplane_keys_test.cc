@@ -4,6 +4,7 @@
 // is off; the issuer's derivation from a secret file.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <memory>
@@ -173,6 +174,27 @@ TEST(DataPlaneKeyIssuerTest, KeysFollowTheSecretFile) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DataPlaneKeyIssuer::FromFile(dir.File("missing")).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Without a secret file the coordinator draws one once and keeps it next to
+// its state file, so a restart (the second KeptAt) keeps every key.
+TEST(DataPlaneKeyIssuerTest, ADrawnSecretIsKeptAcrossRestarts) {
+  const gift::TempDir dir = test::NewTempDir("gift-dataplane-kept");
+  const std::string path = dir.File("state.db.dataplane-secret");
+  auto first = DataPlaneKeyIssuer::KeptAt(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(dataplane::kMacKeyBytes));
+  auto again = DataPlaneKeyIssuer::KeptAt(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*first)->MemberKey("m-1").value(), (*again)->MemberKey("m-1").value());
+  auto other = DataPlaneKeyIssuer::KeptAt(dir.File("other.dataplane-secret"));
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_NE((*first)->MemberKey("m-1").value(), (*other)->MemberKey("m-1").value());
+  EXPECT_EQ(DataPlaneKeyIssuer::KeptAt(dir.File("no-such-dir/secret")).status().code(),
+            absl::StatusCode::kInternal);
 }
 
 }  // namespace
