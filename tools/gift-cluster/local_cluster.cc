@@ -457,29 +457,33 @@ absl::Status LocalCluster::KillWorker(int i) {
   return absl::OkStatus();
 }
 
+absl::Status LocalCluster::Replace(
+    std::unique_ptr<tools::Subprocess>& process,
+    absl::StatusOr<std::unique_ptr<tools::Subprocess>> (LocalCluster::*start)(int) const, int i,
+    const std::string& name, const std::string& event) {
+  (void)process->Signal(SIGKILL);
+  (void)process->WaitForExit(absl::Seconds(10));
+  auto p = (this->*start)(i);
+  if (!p.ok()) return p.status();
+  process = *std::move(p);
+  return WaitForEvent(*process, name, event);
+}
+
 absl::Status LocalCluster::RestartWorker(int i) {
   if (i < 0 || i >= static_cast<int>(workers_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("no worker ", i));
   }
-  (void)workers_[i]->Signal(SIGKILL);
-  (void)workers_[i]->WaitForExit(absl::Seconds(10));
-  auto p = StartWorker(i);
-  if (!p.ok()) return p.status();
-  workers_[i] = *std::move(p);
-  killed_[i] = false;
-  return WaitForEvent(*workers_[i], worker_name(i), "ready");
+  absl::Status restarted =
+      Replace(workers_[i], &LocalCluster::StartWorker, i, worker_name(i), "ready");
+  if (restarted.ok()) killed_[i] = false;
+  return restarted;
 }
 
 absl::Status LocalCluster::RestartServer(int i) {
   if (i < 0 || i >= static_cast<int>(servers_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("no server ", i));
   }
-  (void)servers_[i]->Signal(SIGKILL);
-  (void)servers_[i]->WaitForExit(absl::Seconds(10));
-  auto p = StartServer(i);
-  if (!p.ok()) return p.status();
-  servers_[i] = *std::move(p);
-  return WaitForEvent(*servers_[i], server_name(i), "joined");
+  return Replace(servers_[i], &LocalCluster::StartServer, i, server_name(i), "joined");
 }
 
 absl::Status LocalCluster::Stop(absl::Duration grace) {

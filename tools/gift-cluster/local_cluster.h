@@ -205,6 +205,12 @@ class LocalCluster {
       const std::vector<std::string>& extra, const std::string& name) const;
   absl::StatusOr<std::unique_ptr<tools::Subprocess>> StartServer(int s) const;
   absl::StatusOr<std::unique_ptr<tools::Subprocess>> StartWorker(int w) const;
+  // SIGKILLs `process` unless it is gone, replaces it with (this->*start)(i)
+  // and waits for it to log `event`.
+  absl::Status Replace(
+      std::unique_ptr<tools::Subprocess>& process,
+      absl::StatusOr<std::unique_ptr<tools::Subprocess>> (LocalCluster::*start)(int) const, int i,
+      const std::string& name, const std::string& event);
   // Waits (startup_timeout) for `p` to log `event`; the error quotes its log.
   absl::Status WaitForEvent(tools::Subprocess& p, const std::string& name,
                             const std::string& event) const;
