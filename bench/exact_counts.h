@@ -26,17 +26,19 @@ float ExactValue(int w);
 absl::StatusOr<std::vector<std::vector<int>>> Counts(const client::SharedTensor& t, uint32_t world,
                                                      int workers);
 
-// A step's counts against the workers `expected` to be counted once each:
-// which were missing somewhere (lost), counted twice or counted without
-// taking part (doubled), and the fraction of elements that counted digit
-// `workers` (a spoofer).
+// A step's counts against the workers `expected` to be counted once each
+// and the workers that `may` be counted once (they took part, but their own
+// call failed): which of `expected` were missing somewhere (lost), which
+// workers were counted twice or counted without taking part (doubled), and
+// the fraction of elements that counted digit `workers` (a spoofer).
 struct CountCheck {
   int lost = 0;
   int doubled = 0;
   double spoofed = 0;
 };
 CountCheck CheckCounts(const std::vector<std::vector<int>>& counts,
-                       const std::vector<int>& expected, int workers);
+                       const std::vector<int>& expected, int workers,
+                       const std::vector<int>& may = {});
 
 }  // namespace gift::bench
 

@@ -372,10 +372,11 @@ class Soak {
   // caller that returned one counted once, and no one else.
   void Check(std::map<int, absl::StatusOr<client::PushPullResult>>& results) {
     ++steps_;
-    std::vector<int> counted;
+    std::vector<int> answered, callers;
     for (auto& [w, r] : results) {
+      callers.push_back(w);
       if (r.ok()) {
-        counted.push_back(w);
+        answered.push_back(w);
         trainers_[w].rejoining = false;
         continue;
       }
@@ -398,8 +399,11 @@ class Soak {
       ++failed_;
       RecordError(w, r.status());
     }
+    // Every worker that got a result must be counted once in it; a caller
+    // whose own call failed may be counted too (its push arrived, its
+    // result did not: a failed call, counted above), no one else.
     bool step_bad = false;
-    for (int w : counted) {
+    for (int w : answered) {
       const client::PushPullResult& r = *results.at(w);
       absl::StatusOr<std::vector<std::vector<int>>> counts =
           Counts(trainers_[w].tensors[0], r.world_size, o_.workers);
@@ -409,11 +413,17 @@ class Soak {
         RecordError(w, counts.status());
         continue;
       }
-      const CountCheck check = CheckCounts(*counts, counted, o_.workers);
+      const CountCheck check = CheckCounts(*counts, answered, o_.workers, callers);
       lost_ += check.lost;
       doubled_ += check.doubled + (check.spoofed > 0 ? 1 : 0);
       step_bad |= check.lost + check.doubled > 0 || check.spoofed > 0;
-      // soak.gift against the exact average of the workers counted.
+      // soak.gift against the exact average of the workers counted (the
+      // digits of soak.exact's first element).
+      std::vector<int> counted;
+      for (int v = 0; v < o_.workers; ++v) {
+        if (!counts->empty() && (*counts)[0][v] == 1) counted.push_back(v);
+      }
+      if (counted.empty()) continue;  // lost, counted above
       double err = 0, norm = 0;
       const float* got = trainers_[w].tensors[1].data();
       for (size_t i = 0; i < trainers_[w].tensors[1].size(); ++i) {
@@ -428,7 +438,7 @@ class Soak {
       if (rel > o_.gift_bound) ++gift_out_of_bound_;
     }
     if (step_bad) bad_steps_.push_back(step_);
-    steps_completed_ += counted.empty() ? 0 : 1;
+    steps_completed_ += answered.empty() ? 0 : 1;
   }
 
   void RecordError(int w, const absl::Status& s) {
