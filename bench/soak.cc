@@ -76,8 +76,8 @@ struct Trainer {
   std::vector<client::SharedTensor> tensors;  // soak.exact, soak.gift
   uint64_t admit = 0;
   bool stopped = false;  // SIGSTOPped, resumed after the step
-  // Killed and restarted, or stopped and resumed: its next call is refused
-  // with the step it is admitted at.
+  // Killed and restarted, or stopped and resumed, and no step completed
+  // since: its calls are refused with the step it is admitted at.
   bool rejoining = false;
 };
 
@@ -387,13 +387,14 @@ class Soak {
       const std::string message(r.status().message());
       if (absl::IsFailedPrecondition(r.status()) && std::regex_search(message, m, admitted)) {
         trainers_[w].admit = std::stoull(m[1]);
+        // A victim may be refused more than once before its first step (a
+        // coordinator restart forgets a joiner, which then joins again).
         if (trainers_[w].rejoining) {
           ++rejoins_;
         } else {
           ++refused_;
           RecordError(w, r.status());
         }
-        trainers_[w].rejoining = false;
         continue;
       }
       ++failed_;
