@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,7 @@ struct Trainer {
   std::vector<client::SharedTensor> tensors;  // soak.exact, soak.gift
   uint64_t admit = 0;
   bool stopped = false;  // SIGSTOPped, resumed after the step
+  bool down = false;     // its daemon could not be restarted yet
   // Killed and restarted, or stopped and resumed, and no step completed
   // since: its calls are refused with the step it is admitted at.
   bool rejoining = false;
@@ -250,7 +252,8 @@ class Soak {
   absl::Status Step() {
     std::vector<int> callers;
     for (int w = 0; w < o_.workers; ++w) {
-      if (!trainers_[w].stopped && step_ >= trainers_[w].admit) callers.push_back(w);
+      const Trainer& t = trainers_[w];
+      if (!t.stopped && !t.down && step_ >= t.admit) callers.push_back(w);
     }
     std::optional<Fault> fault;
     if (Clock::now() >= next_fault_ && callers.size() >= 3) {
@@ -329,23 +332,48 @@ class Soak {
     for (int w = 0; w < o_.workers; ++w) {
       absl::StatusOr<int> code = cluster_->worker(w)->WaitForExit(absl::ZeroDuration());
       if (!code.ok()) continue;  // running
-      crashes_.push_back(absl::StrCat("step ", step_, ": ", cluster_->worker_name(w),
-                                      " exited with ", *code, " (log: ", dir_, "/logs/",
-                                      cluster_->worker_name(w), ".log)"));
-      trainers_[w].rejoining = true;
+      if (!trainers_[w].down) {
+        crashes_.push_back(absl::StrCat("step ", step_, ": ", cluster_->worker_name(w),
+                                        " exited with ", *code, " (log: ", dir_, "/logs/",
+                                        cluster_->worker_name(w), ".log)"));
+      }
       trainers_[w].stopped = false;
-      if (absl::Status s = cluster_->RestartWorker(w); !s.ok()) return s;
-      if (absl::Status s = Connect(w); !s.ok()) return s;
+      RestartWorker(w);
     }
     for (int i = 0; i < o_.servers; ++i) {
       absl::StatusOr<int> code = cluster_->server(i)->WaitForExit(absl::ZeroDuration());
       if (!code.ok()) continue;
-      crashes_.push_back(absl::StrCat("step ", step_, ": ", cluster_->server_name(i),
-                                      " exited with ", *code, " (log: ", dir_, "/logs/",
-                                      cluster_->server_name(i), ".log)"));
-      if (absl::Status s = cluster_->RestartServer(i); !s.ok()) return s;
+      if (!servers_down_.contains(i)) {
+        crashes_.push_back(absl::StrCat("step ", step_, ": ", cluster_->server_name(i),
+                                        " exited with ", *code, " (log: ", dir_, "/logs/",
+                                        cluster_->server_name(i), ".log)"));
+      }
+      RestartServer(i);
     }
     return absl::OkStatus();
+  }
+
+  // A supervisor's restart of worker w's daemon and its training process.
+  // A daemon that cannot start (e.g. ALREADY_EXISTS: the coordinator still
+  // holds the old member under its name until it is evicted) is tried again
+  // before later steps, as a supervisor restarts with a backoff, and its
+  // worker sits the steps out meanwhile.
+  void RestartWorker(int w) {
+    Trainer& t = trainers_[w];
+    t.rejoining = true;
+    absl::Status s = cluster_->RestartWorker(w);
+    if (s.ok()) s = Connect(w);
+    if (!t.down && !s.ok()) ++restart_retries_;
+    t.down = !s.ok();
+  }
+
+  void RestartServer(int i) {
+    const bool ok = cluster_->RestartServer(i).ok();
+    if (ok) {
+      servers_down_.erase(i);
+    } else if (servers_down_.insert(i).second) {
+      ++restart_retries_;
+    }
   }
 
   // What an operator's supervisor does after the fault. A stopped daemon
@@ -354,16 +382,15 @@ class Soak {
   absl::Status Repair(const Fault& fault) {
     if (resume_.valid()) resume_.wait();
     if (fault.kind == "worker-kill") {
-      trainers_[fault.victim].rejoining = true;
-      if (absl::Status s = cluster_->RestartWorker(fault.victim); !s.ok()) return s;
-      return Connect(fault.victim);
+      RestartWorker(fault.victim);
+      return absl::OkStatus();
     }
     if (fault.kind == "worker-stop") {
       trainers_[fault.victim].stopped = false;
       trainers_[fault.victim].rejoining = true;
       (void)cluster_->worker(fault.victim)->Signal(SIGCONT);
     }
-    if (fault.kind == "server-kill") return cluster_->RestartServer(fault.victim);
+    if (fault.kind == "server-kill") RestartServer(fault.victim);
     if (fault.kind == "server-stop") (void)cluster_->server(fault.victim)->Signal(SIGCONT);
     return absl::OkStatus();
   }
@@ -498,7 +525,9 @@ class Soak {
                   span.first->rss_kib, span.second->rss_kib, span.second->t_s - span.first->t_s,
                   span.first->fds, span.second->fds);
     }
-    std::printf("daemons that exited on their own (restarted): %zu\n", crashes_.size());
+    std::printf("daemons that exited on their own (restarted): %zu; restarts that failed and were "
+                "retried: %d\n",
+                crashes_.size(), restart_retries_);
     for (const std::string& c : crashes_) std::printf("  %s\n", c.c_str());
     for (const std::string& e : errors_) std::printf("  %s\n", e.c_str());
     if (o_.json.empty()) return;
@@ -516,6 +545,7 @@ class Soak {
     j["bad_steps"] = bad_steps_;
     j["errors"] = errors_;
     j["crashes"] = crashes_;
+    j["restart_retries"] = restart_retries_;
     for (const Fault& f : faults_) {
       j["faults"].push_back(
           {{"kind", f.kind}, {"victim", f.victim}, {"step", f.step}, {"stall_s", f.stall_s}});
@@ -547,6 +577,8 @@ class Soak {
   std::vector<uint64_t> bad_steps_;
   std::vector<std::string> errors_;
   std::vector<std::string> crashes_;
+  std::set<int> servers_down_;  // servers that could not be restarted yet
+  int restart_retries_ = 0;
   std::vector<Fault> faults_;
   std::vector<Sample> samples_;
 };

@@ -254,7 +254,11 @@ absl::Status WorkerCore::AwaitStartBarrier(absl::Time deadline) {
     absl::MutexLock lock(&mu_);
     first = !last_step_.has_value();
   }
-  if (!first || options_.min_workers <= 1) return absl::OkStatus();
+  // A worker admitted at a later step joined a cluster that already runs
+  // (a restarted daemon): the barrier is the starting cluster's, not its.
+  if (!first || options_.min_workers <= 1 || session_->identity().admit_step > 0) {
+    return absl::OkStatus();
+  }
   const uint32_t want = options_.min_workers;
   auto ready = session_->WaitFor(
       [want](const gift::v1::ClusterState& s) {

@@ -38,8 +38,9 @@
 //                    step until the next RegisterBuffers (fail).
 //
 // The first step waits until at least `min_workers` workers have joined (a
-// start barrier for a cluster that is still starting); later steps run with
-// whatever world the epoch has. A worker that joined again (its lease was
+// start barrier for a cluster that is still starting; not for a worker
+// admitted at a later step, which joined a running cluster); later steps run
+// with whatever world the epoch has. A worker that joined again (its lease was
 // lost) or late is admitted at a step the coordinator names
 // (MemberIdentity::admit_step): PushPull of a step below it, also one in
 // flight when the session joined again, fails FAILED_PRECONDITION naming
