@@ -525,9 +525,10 @@ class Soak {
                   span.first->rss_kib, span.second->rss_kib, span.second->t_s - span.first->t_s,
                   span.first->fds, span.second->fds);
     }
-    std::printf("daemons that exited on their own (restarted): %zu; restarts that failed and were "
-                "retried: %d\n",
-                crashes_.size(), restart_retries_);
+    std::printf(
+        "daemons that exited on their own (restarted): %zu; restarts that failed and were "
+        "retried: %d\n",
+        crashes_.size(), restart_retries_);
     for (const std::string& c : crashes_) std::printf("  %s\n", c.c_str());
     for (const std::string& e : errors_) std::printf("  %s\n", e.c_str());
     if (o_.json.empty()) return;

@@ -41,7 +41,9 @@
 // seconds the RSS and open descriptors of every daemon are read from /proc.
 //
 // A worker or server that exits on its own is restarted before the next
-// step, as a supervisor would, and counted as a crash with its log named.
+// step, as a supervisor would, and counted as a crash with its log named. A
+// restart that fails (e.g. the coordinator still holds the killed member
+// under its name) is tried again before each later step.
 // The coordinator runs without --dataplane-secret-file: the secret it draws
 // is kept next to its state file, so its restarts keep every key.
 //
