@@ -332,25 +332,22 @@ class Soak {
     for (int w = 0; w < o_.workers; ++w) {
       absl::StatusOr<int> code = cluster_->worker(w)->WaitForExit(absl::ZeroDuration());
       if (!code.ok()) continue;  // running
-      if (!trainers_[w].down) {
-        crashes_.push_back(absl::StrCat("step ", step_, ": ", cluster_->worker_name(w),
-                                        " exited with ", *code, " (log: ", dir_, "/logs/",
-                                        cluster_->worker_name(w), ".log)"));
-      }
+      if (!trainers_[w].down) RecordCrash(cluster_->worker_name(w), *code);
       trainers_[w].stopped = false;
       RestartWorker(w);
     }
     for (int i = 0; i < o_.servers; ++i) {
       absl::StatusOr<int> code = cluster_->server(i)->WaitForExit(absl::ZeroDuration());
       if (!code.ok()) continue;
-      if (!servers_down_.contains(i)) {
-        crashes_.push_back(absl::StrCat("step ", step_, ": ", cluster_->server_name(i),
-                                        " exited with ", *code, " (log: ", dir_, "/logs/",
-                                        cluster_->server_name(i), ".log)"));
-      }
+      if (!servers_down_.contains(i)) RecordCrash(cluster_->server_name(i), *code);
       RestartServer(i);
     }
     return absl::OkStatus();
+  }
+
+  void RecordCrash(const std::string& daemon, int code) {
+    crashes_.push_back(absl::StrCat("step ", step_, ": ", daemon, " exited with ", code,
+                                    " (log: ", dir_, "/logs/", daemon, ".log)"));
   }
 
   // A supervisor's restart of worker w's daemon and its training process.
@@ -527,8 +524,8 @@ class Soak {
     }
     std::printf(
         "daemons that exited on their own (restarted): %zu; restarts that failed and were "
-        "retried: %d\n",
-        crashes_.size(), restart_retries_);
+        "retried: %d; spoofs that could not be sent: %d\n",
+        crashes_.size(), restart_retries_, spoof_errors_);
     for (const std::string& c : crashes_) std::printf("  %s\n", c.c_str());
     for (const std::string& e : errors_) std::printf("  %s\n", e.c_str());
     if (o_.json.empty()) return;
@@ -547,6 +544,7 @@ class Soak {
     j["errors"] = errors_;
     j["crashes"] = crashes_;
     j["restart_retries"] = restart_retries_;
+    j["spoof_errors"] = spoof_errors_;
     for (const Fault& f : faults_) {
       j["faults"].push_back(
           {{"kind", f.kind}, {"victim", f.victim}, {"step", f.step}, {"stall_s", f.stall_s}});

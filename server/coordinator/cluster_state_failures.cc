@@ -1,6 +1,6 @@
 // ClusterStateMachine's handling of peer failure reports (see cluster_state.h).
+#include <algorithm>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -49,19 +49,30 @@ absl::StatusOr<gift::v1::ReportPeerFailureResponse> ClusterStateMachine::ReportP
 absl::StatusOr<std::vector<std::string>> ClusterStateMachine::EvictAwaitedDisconnected(
     absl::FunctionRef<bool(const std::string&)> disconnected) {
   return Run([&]() -> absl::StatusOr<std::vector<std::string>> {
-    // The steps in progress: each live worker's begun, uncompleted step.
-    std::vector<std::pair<std::string, uint64_t>> in_step;  // (worker, step)
+    // The steps in progress (each live worker's begun, uncompleted step):
+    // the newest, whose worker, and the newest of any other worker, so that
+    // "another worker is in a step above m's last" is one comparison per m.
+    size_t in_step = 0;
+    uint64_t newest = 0, runner_up = 0;
+    std::string newest_worker;
     for (const auto& [id, m] : membership_.members()) {
-      if (IsWorker(m) && m.waiting_step() > m.last_step())
-        in_step.emplace_back(id, m.waiting_step());
+      if (!IsWorker(m) || m.waiting_step() <= m.last_step()) continue;
+      ++in_step;
+      if (m.waiting_step() > newest) {
+        runner_up = newest;
+        newest = m.waiting_step();
+        newest_worker = id;
+      } else {
+        runner_up = std::max(runner_up, m.waiting_step());
+      }
     }
     std::vector<std::string> evicted;
-    if (in_step.empty()) return evicted;
+    if (in_step == 0) return evicted;
     for (const auto& [id, m] : membership_.members()) {
       bool awaited = false;
       if (IsWorker(m)) {
         if (membership_.IsJoining(id)) continue;
-        for (const auto& [waiter, step] : in_step) awaited |= waiter != id && step > m.last_step();
+        awaited = (id == newest_worker ? runner_up : newest) > m.last_step();
       } else {
         awaited = m.role() == gift::v1::MEMBER_ROLE_SERVER;
       }
@@ -69,7 +80,7 @@ absl::StatusOr<std::vector<std::string>> ClusterStateMachine::EvictAwaitedDiscon
     }
     for (const std::string& id : evicted) {
       gift::logging::Log(gift::logging::Level::kWarning, "awaited_member_disconnected",
-                         {{"member_id", id}, {"waiting_workers", in_step.size()}});
+                         {{"member_id", id}, {"waiting_workers", in_step}});
       membership_.Remove(id, "disconnect", NowMsLocked());
     }
     if (!evicted.empty()) OnMembershipChangedLocked();
