@@ -15,8 +15,12 @@ AggregatorDaemon::AggregatorDaemon(AggregatorShard* shard, control::MemberSessio
     : shard_(shard),
       session_(session),
       last_tick_ns_(absl::GetCurrentTimeNanos()),
-      follower_(session, absl::Milliseconds(500),
-                {.on_wake = [this] { last_tick_ns_.store(absl::GetCurrentTimeNanos()); },
+      follower_(session, kTick,
+                {.on_wake =
+                     [this] {
+                       last_tick_ns_.store(absl::GetCurrentTimeNanos());
+                       RetryUnapplied();
+                     },
                  .on_revision = [this](const gift::v1::ClusterState& s) { Apply(s); }}) {}
 
 AggregatorDaemon::~AggregatorDaemon() { Stop(); }
@@ -39,10 +43,22 @@ void AggregatorDaemon::Apply(const gift::v1::ClusterState& state) {
   const uint64_t before = shard_->epoch();
   const absl::Status s = shard_->Apply(*epoch);
   if (!s.ok()) {
-    Log(Level::kWarning, "epoch_apply_failed",
-        {{"epoch", static_cast<int64_t>(epoch->epoch)}, {"error", s.ToString()}});
+    // Logged once per epoch and error: the retries at every tick would
+    // repeat it.
+    const std::string error = s.ToString();
+    if (!unapplied_ || unapplied_epoch_ != epoch->epoch || unapplied_error_ != error) {
+      Log(Level::kWarning, "epoch_apply_failed",
+          {{"epoch", static_cast<int64_t>(epoch->epoch)}, {"error", error}});
+    }
+    unapplied_ = true;
+    unapplied_epoch_ = epoch->epoch;
+    unapplied_error_ = error;
     return;
   }
+  if (unapplied_ && unapplied_epoch_ == epoch->epoch) {
+    Log(Level::kInfo, "epoch_applied_on_retry", {{"epoch", static_cast<int64_t>(epoch->epoch)}});
+  }
+  unapplied_ = false;
   chunks_.store(epoch->chunks.size());
   workers_.store(epoch->workers.size());
   if (epoch->epoch != before || epoch->chunks.size() != logged_chunks_) {
@@ -53,6 +69,18 @@ void AggregatorDaemon::Apply(const gift::v1::ClusterState& state) {
          {"workers", static_cast<int64_t>(epoch->workers.size())},
          {"chunks", static_cast<int64_t>(epoch->chunks.size())}});
   }
+}
+
+// A revision whose epoch could not be applied (its data-plane keys were
+// not there yet: a re-joined server sees the new epoch on its Watch stream
+// before its Join answer, with its new member id and key, is installed) is
+// applied again at the next tick: the session's state may not change again
+// for a long time, and until this shard applies the epoch no step of it
+// completes.
+void AggregatorDaemon::RetryUnapplied() {
+  if (!unapplied_) return;
+  std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
+  if (state != nullptr) Apply(*state);
 }
 
 bool AggregatorDaemon::Drain(absl::Duration timeout, daemon::SignalWaiter* signals) {

@@ -9,9 +9,14 @@
 //   daemon.Drain(absl::Seconds(30), &signals);
 //   daemon.Stop();
 //
+// An epoch that fails to apply (its data-plane keys are not there yet, as
+// after a re-join) is applied again at every tick (500 ms) until it succeeds
+// or a newer revision replaces it.
+//
 // Logs (common/base/logging.h): `serving` (epoch, shard, workers, chunks)
 // after every change of the epoch or of this shard's chunk count,
-// `epoch_apply_failed`, `bad_cluster_state`, `drained`.
+// `epoch_apply_failed` (once per epoch and error), `epoch_applied_on_retry`,
+// `bad_cluster_state`, `drained`.
 //
 // Ownership: shares the shard and the session, which must outlive the
 // daemon. Thread safety: every method may be called from any thread; Drain
@@ -22,6 +27,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "absl/time/time.h"
 #include "common/control/member_session.h"
@@ -60,6 +66,11 @@ class AggregatorDaemon {
   // Applies a new revision's epoch and chunks to the shard (the follower's
   // thread).
   void Apply(const gift::v1::ClusterState& state);
+  // Applies the session's state again when the last Apply failed (the
+  // follower's thread, at every tick).
+  void RetryUnapplied();
+
+  static constexpr absl::Duration kTick = absl::Milliseconds(500);
 
   AggregatorShard* const shard_;
   control::MemberSession* const session_;
@@ -67,6 +78,10 @@ class AggregatorDaemon {
   std::atomic<uint64_t> workers_{0};
   std::atomic<int64_t> last_tick_ns_;
   size_t logged_chunks_ = 0;         // the chunk count last logged (follower's thread)
+  // The last Apply failed, for this epoch with this error (follower's thread).
+  bool unapplied_ = false;
+  uint64_t unapplied_epoch_ = 0;
+  std::string unapplied_error_;
   control::StateFollower follower_;  // last: its thread uses the members above
 };
 
