@@ -12,6 +12,7 @@
 #include "common/base/status_macros.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
+#include "google/protobuf/stubs/common.h"
 
 namespace gift::policy {
 namespace {
@@ -309,6 +310,12 @@ absl::Status ValidateGlob(absl::string_view field, const std::string& glob) {
   if (glob.size() > kMaxGlobLength) {
     return Invalid(field, absl::StrCat("<", glob.size(), " characters>"),
                    absl::StrCat("a glob is at most ", kMaxGlobLength, " characters"));
+  }
+  // A proto3 string field: protobuf refuses to parse invalid UTF-8, so such
+  // a glob would fail on the wire instead of here (protobuf's own check).
+  if (!google::protobuf::internal::IsStructurallyValidUTF8(glob.data(),
+                                                           static_cast<int>(glob.size()))) {
+    return Invalid(field, absl::CEscape(glob), "a glob must be valid UTF-8");
   }
   for (char c : glob) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {

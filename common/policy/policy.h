@@ -71,7 +71,7 @@ absl::Status ValidateRanksForTensors(const gift::v1::Policy& policy,
 // itself. Linear in practice; worst case O(|glob| * |name|).
 bool GlobMatch(absl::string_view glob, absl::string_view name);
 // A glob a user gave (`field` names it in the message): not empty, at most
-// 1,024 characters, no control characters, and none of '[', ']',
+// 1,024 characters, valid UTF-8, no control characters, and none of '[', ']',
 // '\\' (shell syntax GlobMatch does not have). InvalidArgument otherwise.
 absl::Status ValidateGlob(absl::string_view field, const std::string& glob);
 

@@ -343,6 +343,10 @@ TEST(GiftctlTest, TheCoordinatorsBoundsAreUsageErrorsBeforeAnythingIsSent) {
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_NE(r.err.find("giftctl refresh: --tensor = layers.[0-3].w"), std::string::npos) << r.err;
   EXPECT_EQ(RunArgs({"rank", "set", "8", "--tensor", "a\\b"}).code, kExitUsage);
+  // Not UTF-8: protobuf could not carry it (a proto3 string).
+  r = RunArgs({"policy", "set", "--tensor", "layer\xff.w", "--enabled", "false"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("a glob must be valid UTF-8"), std::string::npos) << r.err;
   // In range: giftctl dials (and finds nothing there).
   EXPECT_EQ(RunArgs({"--timeout", "1s", "policy", "set", "--period", "1048576"}).code,
             kExitUnavailable);

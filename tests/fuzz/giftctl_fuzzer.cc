@@ -21,6 +21,8 @@ namespace {
 constexpr size_t kMaxWords = 64;
 }  // namespace
 
+GIFT_FUZZ_LIGHT_ASAN_STACKS()
+
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   gift::fuzz::PrependDefaultFlags(argc, argv, {"-detect_leaks=0", "-entropic=0"});
   return 0;
@@ -31,10 +33,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       new gift::fuzz::InprocCoordinator({.listen_on_unix_socket = true});
   std::vector<std::string> args = {"giftctl"};
   const absl::string_view input(reinterpret_cast<const char*>(data), size);
+  bool health = false;
   for (absl::string_view word : absl::StrSplit(input, '\n')) {
     // The coordinator is this process's; a fuzzed address could dial out.
     if (absl::StartsWith(word, "--coordinator")) continue;
-    args.emplace_back(word);
+    if (health && !absl::StartsWith(word, "-") &&
+        !(absl::StartsWith(args.back(), "--") && !absl::StrContains(args.back(), '='))) {
+      // `health TARGET`: the same, so the target is this coordinator
+      // (any other would be a dial out, or a name to resolve).
+      args.emplace_back(coordinator->address());
+    } else {
+      args.emplace_back(word);
+    }
+    if (word == "health") health = true;
     if (args.size() > kMaxWords) return 0;
   }
   std::ostringstream out, err;
