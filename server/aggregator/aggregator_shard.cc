@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/dataplane/chunk_header.h"
 
 namespace gift::server {
@@ -225,28 +226,48 @@ void AggregatorShard::Broadcast(const ChunkHeader& header, absl::Span<const uint
     return;
   }
   const size_t size = payload.size();
-  for (transport::PeerId peer : *peers) {
-    if (peer == 0) continue;  // unreachable this epoch
+  for (uint32_t rank = 0; rank < peers->size(); ++rank) {
+    const transport::PeerId peer = (*peers)[rank];
+    if (peer == 0) {  // unreachable this epoch
+      CountSendFailure(rank, header, absl::UnavailableError("unreachable in this epoch"));
+      continue;
+    }
     sends_in_flight_.fetch_add(1);
     // The callback holds the payload until the transport is done with it.
-    const absl::Status s =
-        transport_->Send(peer, bytes, payload, [this, keep_alive, size](const absl::Status& done) {
-          {
+    const absl::Status s = transport_->Send(
+        peer, bytes, payload, [this, keep_alive, size, rank, header](const absl::Status& done) {
+          if (done.ok()) {
             absl::MutexLock lock(&mu_);
-            if (done.ok()) {
-              counters_.result_bytes_sent += size;
-            } else {
-              ++counters_.send_failures;
-            }
+            counters_.result_bytes_sent += size;
+          } else {
+            CountSendFailure(rank, header, done);
           }
           sends_in_flight_.fetch_sub(1);
         });
     if (!s.ok()) {
       sends_in_flight_.fetch_sub(1);
-      absl::MutexLock lock(&mu_);
-      ++counters_.send_failures;
+      CountSendFailure(rank, header, s);
     }
   }
+}
+
+void AggregatorShard::CountSendFailure(uint32_t rank, const ChunkHeader& chunk,
+                                       const absl::Status& why) {
+  uint64_t unreported = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    ++counters_.send_failures;
+    const int64_t now = absl::GetCurrentTimeNanos();
+    if (last_send_failure_report_ns_ != 0 &&
+        now - last_send_failure_report_ns_ <
+            absl::ToInt64Nanoseconds(options_.send_failure_report_interval)) {
+      ++unreported_send_failures_;
+      return;
+    }
+    last_send_failure_report_ns_ = now;
+    unreported = std::exchange(unreported_send_failures_, 0);
+  }
+  if (options_.on_send_failure) options_.on_send_failure(rank, chunk, why, unreported);
 }
 
 AggregatorShard::Counters AggregatorShard::counters() const {

@@ -101,6 +101,16 @@ struct AggregatorShardOptions {
   std::function<void(const absl::Status& why, transport::PeerId from, uint64_t unreported)>
       on_auth_failure;
   absl::Duration auth_report_interval = absl::Seconds(1);
+  // A result or abort whose send to a worker failed (that worker will not
+  // get it: its step waits until the epoch changes or its step timeout): the
+  // worker's rank, the chunk, why, and how many failures were not reported
+  // since the last call. At most one call per send_failure_report_interval
+  // (on the progress thread or a pool thread). Also counted in
+  // Counters::send_failures; a rank unreachable in its epoch counts too.
+  std::function<void(uint32_t rank, const dataplane::ChunkHeader& chunk, const absl::Status& why,
+                     uint64_t unreported)>
+      on_send_failure;
+  absl::Duration send_failure_report_interval = absl::Seconds(1);
 };
 
 class AggregatorShard {
@@ -186,6 +196,9 @@ class AggregatorShard {
   void Broadcast(const dataplane::ChunkHeader& header, absl::Span<const uint8_t> payload,
                  std::shared_ptr<const void> keep_alive, const Peers& peers);
   Peers CurrentPeers() const;
+  // Counts a failed send to `rank` and calls on_send_failure (rate limited).
+  void CountSendFailure(uint32_t rank, const dataplane::ChunkHeader& chunk,
+                        const absl::Status& why);
   // Queues a completed chunk's reduction on the pool, for `peers`.
   void Schedule(ReductionJob job, Peers peers);
   // On the pool: reduces the oldest queued job and sends its result.
@@ -234,6 +247,9 @@ class AggregatorShard {
     int64_t last_report_ns = 0;
   };
   std::map<std::string, AuthFailureCount> auth_failures_ ABSL_GUARDED_BY(mu_);
+  // The rate limit of on_send_failure.
+  uint64_t unreported_send_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_send_failure_report_ns_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gift::server

@@ -50,6 +50,7 @@
 #include "common/daemon/polled_metrics.h"
 #include "common/daemon/shutdown.h"
 #include "common/daemon/systemd_notify.h"
+#include "common/dataplane/chunk_header.h"
 #include "common/policy/policy.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "prometheus/counter.h"
@@ -232,6 +233,14 @@ int Main(int argc, char** argv) {
     Log(Level::kWarning, "chunk_auth_failed",
         {{"reason", why.message()},
          {"peer", static_cast<int64_t>(from)},
+         {"unreported", static_cast<int64_t>(unreported)}});
+  };
+  options.on_send_failure = [](uint32_t rank, const dataplane::ChunkHeader& chunk,
+                               const absl::Status& why, uint64_t unreported) {
+    Log(Level::kWarning, "result_send_failed",
+        {{"rank", static_cast<int64_t>(rank)},
+         {"chunk", dataplane::ToString(chunk)},
+         {"error", why.ToString()},
          {"unreported", static_cast<int64_t>(unreported)}});
   };
   transport::UcxTransportOptions ucx{.tls = member.ucx_tls};

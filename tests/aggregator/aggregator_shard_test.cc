@@ -37,9 +37,14 @@ class AggregatorShardTest : public ::testing::TestWithParam<bool /*ucx*/> {
   }
 
   void SetUp() override {
+    AggregatorShardOptions options{.reducer = {.pull_spec = codec::ParseCodecSpec("bf16").value()}};
+    options.on_send_failure = [this](uint32_t rank, const ChunkHeader& chunk, const absl::Status&,
+                                     uint64_t unreported) {
+      absl::MutexLock lock(&failures_mu_);
+      send_failures_.push_back({rank, chunk.step, unreported});
+    };
     auto shard = AggregatorShard::Create(
-        {.reducer = {.pull_spec = codec::ParseCodecSpec("bf16").value()}},
-        [this](transport::TransportHandlers h) { return MakeTransport(std::move(h)); });
+        options, [this](transport::TransportHandlers h) { return MakeTransport(std::move(h)); });
     ASSERT_TRUE(shard.ok()) << shard.status();
     shard_ = *std::move(shard);
     for (uint32_t r = 0; r < kWorld; ++r) {
@@ -95,6 +100,14 @@ class AggregatorShardTest : public ::testing::TestWithParam<bool /*ucx*/> {
     sent.WaitForNotification();
   }
 
+  struct SendFailure {
+    uint32_t rank;
+    uint64_t step;
+    uint64_t unreported;
+  };
+  absl::Mutex failures_mu_;
+  std::vector<SendFailure> send_failures_ ABSL_GUARDED_BY(failures_mu_);
+
   transport::InprocHub hub_;
   std::unique_ptr<AggregatorShard> shard_;
   std::vector<std::unique_ptr<FakeWorker>> workers_;
@@ -119,6 +132,33 @@ TEST_P(AggregatorShardTest, EveryWorkerReceivesTheSameResult) {
   const auto c = shard_->counters();
   EXPECT_EQ(c.pushes_accepted, kWorld);
   EXPECT_EQ(c.chunks_completed, 1u);
+}
+
+TEST_P(AggregatorShardTest, AResultThatCannotReachAWorkerIsReportedWithItsRank) {
+  // Rank 3's address is a worker that has gone: the shard cannot send it
+  // the result (no connection, or a send that fails), and says so.
+  ShardEpoch epoch = Epoch(1, kWorld);
+  {
+    auto gone = FakeWorker::Connect(
+        [this](transport::TransportHandlers h) { return MakeTransport(std::move(h)); },
+        shard_->address());
+    ASSERT_TRUE(gone.ok()) << gone.status();
+    epoch.workers[3] = (*gone)->transport->address();
+  }
+  (void)shard_->SetEpoch(epoch);  // Unavailable when the connect fails at once
+  for (uint32_t r = 0; r < kWorld; ++r) Push(r, 1, 10, kWorld, Payload(r));
+  for (uint32_t r = 0; r < 3; ++r) ASSERT_TRUE(workers_[r]->WaitFor(1)) << r;
+  auto reported = [this] {
+    absl::MutexLock lock(&failures_mu_);
+    return !send_failures_.empty();
+  };
+  for (int i = 0; i < 2000 && !reported(); ++i) absl::SleepFor(absl::Milliseconds(5));
+  absl::MutexLock lock(&failures_mu_);
+  ASSERT_EQ(send_failures_.size(), 1u);
+  EXPECT_EQ(send_failures_[0].rank, 3u);
+  EXPECT_EQ(send_failures_[0].step, 10u);
+  EXPECT_EQ(send_failures_[0].unreported, 0u);
+  EXPECT_EQ(shard_->counters().send_failures, 1u);
 }
 
 TEST_P(AggregatorShardTest, MalformedMessagesAreCountedAndDropped) {
