@@ -407,6 +407,8 @@ TEST(PushPullEngineResults, StaleAndDuplicateResultsNeverLandOverLiveOnes) {
       ASSERT_EQ(grad[kCols + k], float(step) + 0.5f) << "step " << step;
     }
     EXPECT_EQ((*engine)->inbox().stray_messages(), strays + 2);
+    EXPECT_EQ((*engine)->inbox().DroppedSoFar(),
+              absl::StrCat("dropped so far: ", strays + 2, " stray, 0 unauthenticated"));
   }
   engine->reset();
 }

@@ -276,9 +276,11 @@ absl::StatusOr<StepReport> PushPullEngine::Finish() {
     auto drained = DrainArrivals(/*wait=*/true, deadline);
     if (!drained.ok()) return fail(drained.status());
     if (!*drained) {
+      const std::string dropped = inbox_.DroppedSoFar();
       return fail(absl::DeadlineExceededError(absl::StrCat(
           "step ", plan.step, " of epoch ", plan.epoch, ": ", inbox_.missing(), " of ",
-          step_chunks_.size(), " chunks missing after ", absl::FormatDuration(result_timeout))));
+          step_chunks_.size(), " chunks missing after ", absl::FormatDuration(result_timeout),
+          dropped.empty() ? "" : " (", dropped, dropped.empty() ? "" : ")")));
     }
   }
   // An abort that came before the last arrival fails the step; one after it

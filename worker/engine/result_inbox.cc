@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/dataplane/chunk_header.h"
 #include "worker/engine/step_failure.h"
 #include "worker/engine/tensor_buffers.h"
@@ -362,6 +363,22 @@ uint64_t ResultInbox::peer_failures() const {
 uint64_t ResultInbox::peer_failures_that_aborted() const {
   absl::MutexLock lock(&mu_);
   return peer_failures_that_aborted_;
+}
+
+std::string ResultInbox::DroppedSoFar() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t unauthenticated = 0;
+  std::vector<std::string> reasons;
+  for (const auto& [reason, n] : auth_failures_) {
+    if (n == 0) continue;
+    unauthenticated += n;
+    reasons.push_back(absl::StrCat(reason, " ", n));
+  }
+  if (stray_ == 0 && unauthenticated == 0) return "";
+  std::string out =
+      absl::StrCat("dropped so far: ", stray_, " stray, ", unauthenticated, " unauthenticated");
+  if (!reasons.empty()) absl::StrAppend(&out, " (", absl::StrJoin(reasons, ", "), ")");
+  return out;
 }
 
 std::map<std::string, uint64_t> ResultInbox::auth_failures() const {

@@ -138,6 +138,10 @@ class ResultInbox {
   // Results and aborts of the step in flight dropped by authentication, by
   // dataplane::AuthFailureName (every reason present).
   std::map<std::string, uint64_t> auth_failures() const;
+  // What this inbox dropped since it was made, for an error about results
+  // that never came: "dropped so far: 3 stray, 2 unauthenticated (unknown_key
+  // 2)"; "" when nothing.
+  std::string DroppedSoFar() const;
 
  private:
   // OnMessage's part for a kNodeMember.
