@@ -413,6 +413,105 @@ TEST(PushPullEngineResults, StaleAndDuplicateResultsNeverLandOverLiveOnes) {
   engine->reset();
 }
 
+// A worker that gave a step up only because it saw a newer epoch, while the
+// servers completed the step in the old one (every other worker got those
+// results and went on), completes its retry under the new epoch with the old
+// epoch's results; an abort of any chunk of the old attempt forbids that,
+// and the retry then waits for results of its own epoch.
+TEST(PushPullEngineResults, ARetryCompletesWithTheResultsOfTheEpochItGaveUp) {
+  for (const bool old_chunk_aborted : {false, true}) {
+    SCOPED_TRACE(old_chunk_aborted ? "an old chunk aborted" : "every old chunk completed");
+    transport::InprocHub hub;
+    absl::Mutex mu;
+    std::vector<dataplane::ChunkHeader> pushes;
+    auto server = transport::CreateInprocTransport(&hub, {.on_receive = [&](transport::Message m) {
+      auto h = dataplane::ParseChunkHeader(m.header);
+      absl::MutexLock lock(&mu);
+      if (h.ok()) pushes.push_back(*h);
+    }});
+    ASSERT_TRUE(server.ok());
+    auto engine = testing::InprocEngine(&hub, absl::Seconds(10));
+    ASSERT_TRUE(engine.ok());
+    auto to_engine = (*server)->Connect((*engine)->address());
+    ASSERT_TRUE(to_engine.ok());
+
+    constexpr uint64_t kCols = 256;
+    std::vector<std::vector<uint8_t>> sent;  // kept until the end: Send does not copy
+    sent.reserve(8);
+    auto send = [&](dataplane::ChunkKind kind, uint64_t epoch, uint32_t chunk, float value) {
+      if (kind == dataplane::ChunkKind::kResult) {
+        std::vector<float> values(kCols, value);
+        auto t =
+            codec::EncodedTensor::Create(codec::ParseCodecSpec("bf16").value(), 1, kCols).value();
+        ASSERT_TRUE(codec::Encode(values.data(), t.mutable_view()).ok());
+        const uint64_t dims[] = {1, kCols};
+        sent.push_back(codec::SerializePayload(t.view(), dims).value());
+      } else {
+        const std::string why = "epoch 2 replaced the step's epoch";
+        sent.emplace_back(why.begin(), why.end());
+      }
+      const auto header = dataplane::SerializeChunkHeader({.kind = kind,
+                                                           .epoch = epoch,
+                                                           .step = 7,
+                                                           .tensor_id = 5,
+                                                           .chunk_index = chunk,
+                                                           .world_size = 2});
+      ASSERT_TRUE(
+          (*server)->Send(*to_engine, header, sent.back(), [](const absl::Status&) {}).ok());
+    };
+    auto await_pushes = [&](size_t n) {
+      absl::MutexLock lock(&mu);
+      auto done = [&] { return pushes.size() >= n; };
+      return mu.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10));
+    };
+
+    std::vector<float> grad(2 * kCols, 0.5f);
+    StepPlan plan{.epoch = 1,
+                  .step = 7,
+                  .world_size = 2,
+                  .tensors = {{.tensor_id = 5,
+                               .rows = 1,
+                               .cols = 2 * kCols,
+                               .data = grad.data(),
+                               .chunks = {{.index = 0, .num_elements = kCols},
+                                          {.index = 1, .offset = kCols, .num_elements = kCols}},
+                               .push_spec = codec::ParseCodecSpec("e4m3/block32").value()}}};
+    plan.tensors[0].chunks[0].server = plan.tensors[0].chunks[1].server = (*server)->address();
+
+    // Epoch 1: pushed, one result in, then this worker sees epoch 2.
+    absl::StatusOr<StepReport> first = absl::UnknownError("not run");
+    std::thread run([&] { first = (*engine)->Run(plan); });
+    ASSERT_TRUE(await_pushes(2));
+    send(dataplane::ChunkKind::kResult, 1, 0, 3.0f);
+    absl::SleepFor(absl::Milliseconds(50));
+    (*engine)->AbortEpochsBefore(2, "the cluster moved to epoch 2");
+    run.join();
+    ASSERT_FALSE(first.ok());
+    EXPECT_EQ(first.status().code(), absl::StatusCode::kAborted) << first.status();
+    // The old epoch's last chunk: completed at the server (or aborted).
+    send(old_chunk_aborted ? dataplane::ChunkKind::kAbort : dataplane::ChunkKind::kResult, 1, 1,
+         4.0f);
+
+    // The retry under epoch 2 gets no result of its own epoch.
+    plan.epoch = 2;
+    plan.result_timeout = absl::Seconds(old_chunk_aborted ? 1 : 10);
+    absl::StatusOr<StepReport> retry = (*engine)->Run(plan);
+    EXPECT_TRUE(await_pushes(4));  // the retry pushed again
+    if (old_chunk_aborted) {
+      ASSERT_FALSE(retry.ok());
+      EXPECT_EQ(retry.status().code(), absl::StatusCode::kDeadlineExceeded) << retry.status();
+      EXPECT_EQ((*engine)->inbox().earlier_epoch_completions(), 0u);
+      continue;
+    }
+    ASSERT_TRUE(retry.ok()) << retry.status();
+    EXPECT_EQ((*engine)->inbox().earlier_epoch_completions(), 1u);
+    for (uint64_t k = 0; k < kCols; ++k) {
+      ASSERT_EQ(grad[k], 3.0f) << k;
+      ASSERT_EQ(grad[kCols + k], 4.0f) << k;
+    }
+  }
+}
+
 // A step opened with Begin and fed with Add in different batches and orders
 // on every worker (one tensor at a time, reversed, all at once, or the
 // basis tensor last), with results arriving meanwhile, ends with Run's bits

@@ -272,6 +272,7 @@ absl::StatusOr<StepReport> PushPullEngine::Finish() {
   const absl::Time deadline = absl::Now() + result_timeout;  // for the results
   const auto start = Clock::now();
   const double decode_before_wait = report.decode_seconds;
+  inbox_.ExpectNoMore();
   while (!inbox_.complete()) {
     auto drained = DrainArrivals(/*wait=*/true, deadline);
     if (!drained.ok()) return fail(drained.status());

@@ -35,6 +35,14 @@ void ResultInbox::Open(uint64_t epoch, uint64_t step, uint64_t run,
   ready_.clear();
   remaining_ = 0;
   aborted_ = absl::OkStatus();
+  aborted_for_newer_epoch_ = false;
+  server_aborted_ = false;
+  expect_no_more_ = false;
+  // Only a retry of the same step under a later epoch may use an earlier
+  // attempt.
+  if (earlier_.has_value() && (earlier_->step != step || earlier_->epoch >= epoch)) {
+    earlier_.reset();
+  }
   active_ = true;
   // Contributions of ended epochs will never be summed.
   std::erase_if(node_inbox_, [&](const NodeContribution& c) {
@@ -82,6 +90,12 @@ bool ResultInbox::Expect(absl::Span<ChunkSlot* const> slots, absl::Duration time
   return true;
 }
 
+void ResultInbox::ExpectNoMore() {
+  absl::MutexLock lock(&mu_);
+  expect_no_more_ = true;
+  AdoptEarlierAttemptLocked();
+}
+
 absl::StatusOr<bool> ResultInbox::Take(bool wait, absl::Time deadline,
                                        std::vector<ChunkSlot*>& ready) {
   ready.clear();
@@ -124,6 +138,7 @@ bool ResultInbox::pushed() const {
 std::vector<ChunkSlot*> ResultInbox::Close(absl::Span<ChunkSlot* const> slots) {
   std::vector<ChunkSlot*> grow;
   absl::MutexLock lock(&mu_);
+  KeepEarlierAttemptLocked();
   active_ = false;
   for (ChunkSlot* slot : slots) {
     // A result too big for its slot was handed over by the transport: size
@@ -263,6 +278,12 @@ void ResultInbox::OnMessage(transport::Message message) {
     }
     return FileNodeContributionLocked(*header, message);  // of this step or a later one
   }
+  if (header.ok() && earlier_.has_value() && header->epoch == earlier_->epoch &&
+      header->step == earlier_->step &&
+      (header->kind == ChunkKind::kResult || header->kind == ChunkKind::kAbort) &&
+      placed_into == nullptr) {
+    return FileEarlierLocked(*header, message);
+  }
   if (!header.ok() || !active_ || header->epoch != epoch_ || header->step != step_) {
     ++stray_;
     return;
@@ -278,6 +299,7 @@ void ResultInbox::OnMessage(transport::Message message) {
     return;
   }
   if (header->kind == ChunkKind::kAbort) {
+    server_aborted_ = true;
     if (aborted_.ok()) {
       const absl::Span<const uint8_t> why = message.bytes();
       aborted_ = absl::AbortedError(absl::StrCat("an aggregator aborted step ", header->step,
@@ -342,6 +364,7 @@ void ResultInbox::AbortEpochsBefore(uint64_t epoch, absl::string_view why) {
   absl::MutexLock lock(&mu_);
   if (active_ && epoch_ < epoch && aborted_.ok()) {
     aborted_ = absl::AbortedError(absl::StrCat("step ", step_, " of epoch ", epoch_, ": ", why));
+    aborted_for_newer_epoch_ = true;
   }
 }
 
@@ -363,6 +386,72 @@ uint64_t ResultInbox::peer_failures() const {
 uint64_t ResultInbox::peer_failures_that_aborted() const {
   absl::MutexLock lock(&mu_);
   return peer_failures_that_aborted_;
+}
+
+void ResultInbox::KeepEarlierAttemptLocked() {
+  if (!active_ || !aborted_for_newer_epoch_ || server_aborted_ || slots_.empty()) return;
+  // A retry given up in turn: the first attempt is the one that may have
+  // completed for the others (nobody pushes a step again once they have its
+  // results), so it stays.
+  if (earlier_.has_value() && earlier_->step == step_) return;
+  EarlierAttempt attempt{.epoch = epoch_, .step = step_, .keys = keys_};
+  for (const auto& [key, slot] : slots_) {
+    attempt.chunks.insert(key);
+    // Results that came before the step was given up: copied, since the
+    // retry reuses the slots.
+    if (slot->arrived) {
+      const absl::Span<const uint8_t> bytes = slot->result_bytes_view();
+      attempt.results[key].assign(bytes.begin(), bytes.end());
+    }
+  }
+  earlier_ = std::move(attempt);
+}
+
+void ResultInbox::FileEarlierLocked(const ChunkHeader& header, transport::Message& message) {
+  if (earlier_->keys != nullptr) {
+    if (auto failure =
+            dataplane::CheckChunk(*earlier_->keys, header, message.header, message.bytes())) {
+      return CountAuthFailureLocked(*failure);
+    }
+  }
+  if (header.kind == ChunkKind::kAbort) {  // it never completes, for anyone
+    earlier_.reset();
+    return;
+  }
+  const std::pair<uint64_t, uint32_t> key{header.tensor_id, header.chunk_index};
+  if (!earlier_->chunks.contains(key) || earlier_->results.contains(key)) {
+    ++stray_;
+    return;
+  }
+  earlier_->results[key] = std::move(message.payload);
+  AdoptEarlierAttemptLocked();
+}
+
+void ResultInbox::AdoptEarlierAttemptLocked() {
+  if (!earlier_.has_value() || !active_ || !expect_no_more_ || step_ != earlier_->step ||
+      epoch_ <= earlier_->epoch || remaining_ != slots_.size() || !ready_.empty() ||
+      slots_.size() != earlier_->chunks.size() ||
+      earlier_->results.size() != earlier_->chunks.size()) {
+    return;
+  }
+  for (const auto& [key, slot] : slots_) {
+    if (!earlier_->results.contains(key) || slot->arrived || slot->placement_outstanding) return;
+  }
+  for (auto& [key, slot] : slots_) {
+    slot->unplaced = std::move(earlier_->results[key]);
+    slot->placed = false;
+    slot->result_bytes = slot->unplaced.size();
+    slot->arrived = true;
+    ready_.push_back(slot);
+  }
+  remaining_ = 0;
+  ++earlier_epoch_completions_;
+  earlier_.reset();
+}
+
+uint64_t ResultInbox::earlier_epoch_completions() const {
+  absl::MutexLock lock(&mu_);
+  return earlier_epoch_completions_;
 }
 
 std::string ResultInbox::DroppedSoFar() const {

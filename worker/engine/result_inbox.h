@@ -16,7 +16,9 @@
 // A result counts only when it is a kResult of the step in flight, for a
 // chunk it waits for, not yet arrived, and (with keys) sealed by a server of
 // the epoch; anything else is counted as a stray or an authentication
-// failure and dropped. An abort from a server, a failed connection the step
+// failure and dropped; the exception is a step given up for a newer epoch,
+// whose retry may complete with that epoch's results (EarlierAttempt,
+// below). An abort from a server, a failed connection the step
 // uses, a failed send of the step, AbortEpochsBefore and AbortStep end the
 // step (Take returns the reason) unless every result is already in.
 //
@@ -32,6 +34,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,6 +81,10 @@ class ResultInbox {
   // (their payloads are rewritten next). False when an earlier send is still
   // in flight after `timeout`.
   bool Expect(absl::Span<ChunkSlot* const> slots, absl::Duration timeout);
+  // Every chunk of the step is expected (Finish: no more Expect). From now
+  // on the step may complete with the results of an earlier epoch's attempt
+  // at it (see EarlierAttempt below).
+  void ExpectNoMore();
   // Moves the arrived results into `ready` (cleared first). With `wait`,
   // first waits until `deadline` for an arrival, the step's end, an abort or
   // a node contribution. False on timeout; the abort's status when the step
@@ -142,8 +149,36 @@ class ResultInbox {
   // that never came: "dropped so far: 3 stray, 2 unauthenticated (unknown_key
   // 2)"; "" when nothing.
   std::string DroppedSoFar() const;
+  // Steps completed with the results of an earlier epoch's attempt.
+  uint64_t earlier_epoch_completions() const;
 
  private:
+  // A step this worker gave up only because it saw a newer epoch
+  // (AbortEpochsBefore) before all its results came. Its servers may still
+  // have completed it in its own epoch; then every other worker has its
+  // results and goes on to the next step, and the retry under the new epoch
+  // would wait for pushes nobody makes. So the inbox keeps taking that
+  // step's results (checked with its epoch's keys), and the retry of the same
+  // step completes with them once every chunk it expects has one and none of
+  // its own results came. Each chunk's result or abort goes to every worker
+  // of the epoch, so either every worker can complete the step in the old
+  // epoch or none can: an abort of any of its chunks drops the attempt.
+  struct EarlierAttempt {
+    uint64_t epoch = 0;
+    uint64_t step = 0;
+    std::shared_ptr<const dataplane::EpochKeys> keys;
+    absl::flat_hash_set<std::pair<uint64_t, uint32_t>> chunks;  // (tensor id, index)
+    absl::flat_hash_map<std::pair<uint64_t, uint32_t>, std::vector<uint8_t>> results;
+  };
+  // Close's part: keeps the attempt when it was given up for a newer epoch.
+  void KeepEarlierAttemptLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OnMessage's part for a result or abort of the earlier attempt.
+  void FileEarlierLocked(const dataplane::ChunkHeader& header, transport::Message& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes the step in flight with the earlier attempt's results when it
+  // can (above).
+  void AdoptEarlierAttemptLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // OnMessage's part for a kNodeMember.
   void FileNodeContributionLocked(const dataplane::ChunkHeader& header, transport::Message& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -166,6 +201,11 @@ class ResultInbox {
   std::vector<ChunkSlot*> ready_ ABSL_GUARDED_BY(mu_);  // arrived, not yet taken
   size_t remaining_ ABSL_GUARDED_BY(mu_) = 0;           // expected, not arrived
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);           // non-OK once aborted
+  bool aborted_for_newer_epoch_ ABSL_GUARDED_BY(mu_) = false;  // by AbortEpochsBefore
+  bool server_aborted_ ABSL_GUARDED_BY(mu_) = false;           // a server's kAbort came
+  bool expect_no_more_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<EarlierAttempt> earlier_ ABSL_GUARDED_BY(mu_);
+  uint64_t earlier_epoch_completions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t sends_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // Placed buffers not yet delivered -> their slots (possibly of an ended
   // step).
