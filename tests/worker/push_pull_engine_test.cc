@@ -338,79 +338,115 @@ TEST_P(PushPullEngineTest, ErrorFeedbackMakesTheTimeAverageConverge) {
   EXPECT_LT(error[1], 0.3 * error[0]);
 }
 
-// A fake server that answers by hand: results of an earlier step and
-// duplicates are strays and never land over a slot's live result, and a
-// second step places results into the slots the first sized.
-TEST(PushPullEngineResults, StaleAndDuplicateResultsNeverLandOverLiveOnes) {
-  transport::InprocHub hub;
-  absl::Mutex mu;
-  std::vector<dataplane::ChunkHeader> pushes;
-  auto server = transport::CreateInprocTransport(
-      &hub, {.on_receive = [&](transport::Message m) {
-        auto h = dataplane::ParseChunkHeader(m.header);
-        absl::MutexLock lock(&mu);
-        if (h.ok()) pushes.push_back(*h);
-      }});
-  ASSERT_TRUE(server.ok());
-  auto engine = testing::InprocEngine(&hub, absl::Seconds(10));
-  ASSERT_TRUE(engine.ok());
-  auto to_engine = (*server)->Connect((*engine)->address());
-  ASSERT_TRUE(to_engine.ok());
+// A fake server that answers by hand (results, aborts) to an in-process
+// engine, and records the engine's pushes.
+class HandServer {
+ public:
+  static constexpr uint64_t kCols = 256;  // per chunk; tensor 5 has two chunks
 
-  constexpr uint64_t kCols = 256;
-  std::vector<std::vector<uint8_t>> sent;  // kept until the end: Send does not copy
-  sent.reserve(64);
-  auto send_result = [&](uint64_t step, uint32_t chunk, float value) {
-    std::vector<float> values(kCols, value);
-    auto t = codec::EncodedTensor::Create(codec::ParseCodecSpec("bf16").value(), 1, kCols).value();
-    ASSERT_TRUE(codec::Encode(values.data(), t.mutable_view()).ok());
-    const uint64_t dims[] = {1, kCols};
-    sent.push_back(codec::SerializePayload(t.view(), dims).value());
-    const auto header = dataplane::SerializeChunkHeader({.kind = dataplane::ChunkKind::kResult,
-                                                         .epoch = 1,
+  void SetUp() {
+    auto server =
+        transport::CreateInprocTransport(&hub_, {.on_receive = [this](transport::Message m) {
+          auto h = dataplane::ParseChunkHeader(m.header);
+          absl::MutexLock lock(&mu_);
+          if (h.ok()) pushes_.push_back(*h);
+        }});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    auto engine = testing::InprocEngine(&hub_, absl::Seconds(10));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *std::move(engine);
+    auto to_engine = server_->Connect(engine_->address());
+    ASSERT_TRUE(to_engine.ok()) << to_engine.status();
+    to_engine_ = *to_engine;
+    sent_.reserve(64);
+  }
+  ~HandServer() { engine_.reset(); }
+
+  PushPullEngine& engine() { return *engine_; }
+  // Tensor 5 (1 x 2 kCols, two chunks at this server) over `grad`.
+  StepPlan Plan(uint64_t epoch, uint64_t step, uint32_t world, float* grad) const {
+    StepPlan plan{.epoch = epoch,
+                  .step = step,
+                  .world_size = world,
+                  .tensors = {{.tensor_id = 5,
+                               .rows = 1,
+                               .cols = 2 * kCols,
+                               .data = grad,
+                               .chunks = {{.index = 0, .num_elements = kCols},
+                                          {.index = 1, .offset = kCols, .num_elements = kCols}},
+                               .push_spec = codec::ParseCodecSpec("e4m3/block32").value()}}};
+    plan.tensors[0].chunks[0].server = plan.tensors[0].chunks[1].server = server_->address();
+    return plan;
+  }
+  // A result of chunk `chunk` (every element `value`, bf16) or an abort.
+  void Send(dataplane::ChunkKind kind, uint64_t epoch, uint64_t step, uint32_t world,
+            uint32_t chunk, float value) {
+    if (kind == dataplane::ChunkKind::kResult) {
+      std::vector<float> values(kCols, value);
+      auto t =
+          codec::EncodedTensor::Create(codec::ParseCodecSpec("bf16").value(), 1, kCols).value();
+      ASSERT_TRUE(codec::Encode(values.data(), t.mutable_view()).ok());
+      const uint64_t dims[] = {1, kCols};
+      sent_.push_back(codec::SerializePayload(t.view(), dims).value());
+    } else {
+      const std::string why = "a new epoch replaced the step's epoch";
+      sent_.emplace_back(why.begin(), why.end());
+    }
+    const auto header = dataplane::SerializeChunkHeader({.kind = kind,
+                                                         .epoch = epoch,
                                                          .step = step,
                                                          .tensor_id = 5,
                                                          .chunk_index = chunk,
-                                                         .world_size = 1});
-    ASSERT_TRUE((*server)->Send(*to_engine, header, sent.back(), [](const absl::Status&) {}).ok());
-  };
+                                                         .world_size = world});
+    ASSERT_TRUE(server_->Send(to_engine_, header, sent_.back(), [](const absl::Status&) {}).ok());
+  }
+  // Waits up to 10 s until the engine pushed `n` chunks in all.
+  bool AwaitPushes(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto done = [&] { return pushes_.size() >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10));
+  }
 
+ private:
+  transport::InprocHub hub_;
+  absl::Mutex mu_;
+  std::vector<dataplane::ChunkHeader> pushes_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<transport::Transport> server_;
+  std::unique_ptr<PushPullEngine> engine_;
+  transport::PeerId to_engine_ = 0;
+  std::vector<std::vector<uint8_t>> sent_;  // kept until the end: Send does not copy
+};
+
+// Results of an earlier step and duplicates are strays and never land over
+// a slot's live result, and a second step places results into the slots the
+// first sized.
+TEST(PushPullEngineResults, StaleAndDuplicateResultsNeverLandOverLiveOnes) {
+  constexpr uint64_t kCols = HandServer::kCols;
+  constexpr auto kResult = dataplane::ChunkKind::kResult;
+  HandServer rig;
+  ASSERT_NO_FATAL_FAILURE(rig.SetUp());
   std::vector<float> grad(2 * kCols, 0.5f);
-  StepPlan plan{.epoch = 1,
-                .world_size = 1,
-                .tensors = {{.tensor_id = 5,
-                             .rows = 1,
-                             .cols = 2 * kCols,
-                             .data = grad.data(),
-                             .chunks = {{.index = 0, .num_elements = kCols, .server = ""},
-                                        {.index = 1, .offset = kCols, .num_elements = kCols}},
-                             .push_spec = codec::ParseCodecSpec("e4m3/block32").value()}}};
-  plan.tensors[0].chunks[0].server = plan.tensors[0].chunks[1].server = (*server)->address();
   for (uint64_t step = 1; step <= 3; ++step) {
-    plan.step = step;
+    const StepPlan plan = rig.Plan(1, step, 1, grad.data());
     absl::StatusOr<StepReport> report = absl::UnknownError("not run");
-    std::thread run([&] { report = (*engine)->Run(plan); });
-    {
-      absl::MutexLock lock(&mu);
-      auto both = [&] { return pushes.size() == 2 * step; };
-      ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&both), absl::Seconds(10)));
-    }
-    const uint64_t strays = (*engine)->inbox().stray_messages();
-    send_result(step - 1, 1, 99.0f);       // an earlier step's: a stray
-    send_result(step, 0, float(step));     // the result of chunk 0
-    send_result(step, 0, 77.0f);           // a duplicate: a stray
-    send_result(step, 1, float(step) + 0.5f);
+    std::thread run([&] { report = rig.engine().Run(plan); });
+    ASSERT_TRUE(rig.AwaitPushes(2 * step));
+    const uint64_t strays = rig.engine().inbox().stray_messages();
+    rig.Send(kResult, 1, step - 1, 1, 1, 99.0f);    // an earlier step's: a stray
+    rig.Send(kResult, 1, step, 1, 0, float(step));  // the result of chunk 0
+    rig.Send(kResult, 1, step, 1, 0, 77.0f);        // a duplicate: a stray
+    rig.Send(kResult, 1, step, 1, 1, float(step) + 0.5f);
     run.join();
     ASSERT_TRUE(report.ok()) << report.status();
     for (uint64_t k = 0; k < kCols; ++k) {
       ASSERT_EQ(grad[k], float(step)) << "step " << step;
       ASSERT_EQ(grad[kCols + k], float(step) + 0.5f) << "step " << step;
     }
-    EXPECT_EQ((*engine)->inbox().stray_messages(), strays + 2);
-    EXPECT_EQ((*engine)->inbox().DroppedSoFar(),
+    EXPECT_EQ(rig.engine().inbox().stray_messages(), strays + 2);
+    EXPECT_EQ(rig.engine().inbox().DroppedSoFar(),
               absl::StrCat("dropped so far: ", strays + 2, " stray, 0 unauthenticated"));
   }
-  engine->reset();
 }
 
 // A worker that gave a step up only because it saw a newer epoch, while the
@@ -419,92 +455,41 @@ TEST(PushPullEngineResults, StaleAndDuplicateResultsNeverLandOverLiveOnes) {
 // epoch's results; an abort of any chunk of the old attempt forbids that,
 // and the retry then waits for results of its own epoch.
 TEST(PushPullEngineResults, ARetryCompletesWithTheResultsOfTheEpochItGaveUp) {
+  constexpr uint64_t kCols = HandServer::kCols;
   for (const bool old_chunk_aborted : {false, true}) {
     SCOPED_TRACE(old_chunk_aborted ? "an old chunk aborted" : "every old chunk completed");
-    transport::InprocHub hub;
-    absl::Mutex mu;
-    std::vector<dataplane::ChunkHeader> pushes;
-    auto server = transport::CreateInprocTransport(&hub, {.on_receive = [&](transport::Message m) {
-      auto h = dataplane::ParseChunkHeader(m.header);
-      absl::MutexLock lock(&mu);
-      if (h.ok()) pushes.push_back(*h);
-    }});
-    ASSERT_TRUE(server.ok());
-    auto engine = testing::InprocEngine(&hub, absl::Seconds(10));
-    ASSERT_TRUE(engine.ok());
-    auto to_engine = (*server)->Connect((*engine)->address());
-    ASSERT_TRUE(to_engine.ok());
-
-    constexpr uint64_t kCols = 256;
-    std::vector<std::vector<uint8_t>> sent;  // kept until the end: Send does not copy
-    sent.reserve(8);
-    auto send = [&](dataplane::ChunkKind kind, uint64_t epoch, uint32_t chunk, float value) {
-      if (kind == dataplane::ChunkKind::kResult) {
-        std::vector<float> values(kCols, value);
-        auto t =
-            codec::EncodedTensor::Create(codec::ParseCodecSpec("bf16").value(), 1, kCols).value();
-        ASSERT_TRUE(codec::Encode(values.data(), t.mutable_view()).ok());
-        const uint64_t dims[] = {1, kCols};
-        sent.push_back(codec::SerializePayload(t.view(), dims).value());
-      } else {
-        const std::string why = "epoch 2 replaced the step's epoch";
-        sent.emplace_back(why.begin(), why.end());
-      }
-      const auto header = dataplane::SerializeChunkHeader({.kind = kind,
-                                                           .epoch = epoch,
-                                                           .step = 7,
-                                                           .tensor_id = 5,
-                                                           .chunk_index = chunk,
-                                                           .world_size = 2});
-      ASSERT_TRUE(
-          (*server)->Send(*to_engine, header, sent.back(), [](const absl::Status&) {}).ok());
-    };
-    auto await_pushes = [&](size_t n) {
-      absl::MutexLock lock(&mu);
-      auto done = [&] { return pushes.size() >= n; };
-      return mu.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10));
-    };
-
+    HandServer rig;
+    ASSERT_NO_FATAL_FAILURE(rig.SetUp());
     std::vector<float> grad(2 * kCols, 0.5f);
-    StepPlan plan{.epoch = 1,
-                  .step = 7,
-                  .world_size = 2,
-                  .tensors = {{.tensor_id = 5,
-                               .rows = 1,
-                               .cols = 2 * kCols,
-                               .data = grad.data(),
-                               .chunks = {{.index = 0, .num_elements = kCols},
-                                          {.index = 1, .offset = kCols, .num_elements = kCols}},
-                               .push_spec = codec::ParseCodecSpec("e4m3/block32").value()}}};
-    plan.tensors[0].chunks[0].server = plan.tensors[0].chunks[1].server = (*server)->address();
+    StepPlan plan = rig.Plan(1, 7, 2, grad.data());
 
     // Epoch 1: pushed, one result in, then this worker sees epoch 2.
     absl::StatusOr<StepReport> first = absl::UnknownError("not run");
-    std::thread run([&] { first = (*engine)->Run(plan); });
-    ASSERT_TRUE(await_pushes(2));
-    send(dataplane::ChunkKind::kResult, 1, 0, 3.0f);
+    std::thread run([&] { first = rig.engine().Run(plan); });
+    ASSERT_TRUE(rig.AwaitPushes(2));
+    rig.Send(dataplane::ChunkKind::kResult, 1, 7, 2, 0, 3.0f);
     absl::SleepFor(absl::Milliseconds(50));
-    (*engine)->AbortEpochsBefore(2, "the cluster moved to epoch 2");
+    rig.engine().AbortEpochsBefore(2, "the cluster moved to epoch 2");
     run.join();
     ASSERT_FALSE(first.ok());
     EXPECT_EQ(first.status().code(), absl::StatusCode::kAborted) << first.status();
     // The old epoch's last chunk: completed at the server (or aborted).
-    send(old_chunk_aborted ? dataplane::ChunkKind::kAbort : dataplane::ChunkKind::kResult, 1, 1,
-         4.0f);
+    rig.Send(old_chunk_aborted ? dataplane::ChunkKind::kAbort : dataplane::ChunkKind::kResult, 1, 7,
+             2, 1, 4.0f);
 
     // The retry under epoch 2 gets no result of its own epoch.
     plan.epoch = 2;
     plan.result_timeout = absl::Seconds(old_chunk_aborted ? 1 : 10);
-    absl::StatusOr<StepReport> retry = (*engine)->Run(plan);
-    EXPECT_TRUE(await_pushes(4));  // the retry pushed again
+    absl::StatusOr<StepReport> retry = rig.engine().Run(plan);
+    EXPECT_TRUE(rig.AwaitPushes(4));  // the retry pushed again
     if (old_chunk_aborted) {
       ASSERT_FALSE(retry.ok());
       EXPECT_EQ(retry.status().code(), absl::StatusCode::kDeadlineExceeded) << retry.status();
-      EXPECT_EQ((*engine)->inbox().earlier_epoch_completions(), 0u);
+      EXPECT_EQ(rig.engine().inbox().earlier_epoch_completions(), 0u);
       continue;
     }
     ASSERT_TRUE(retry.ok()) << retry.status();
-    EXPECT_EQ((*engine)->inbox().earlier_epoch_completions(), 1u);
+    EXPECT_EQ(rig.engine().inbox().earlier_epoch_completions(), 1u);
     for (uint64_t k = 0; k < kCols; ++k) {
       ASSERT_EQ(grad[k], 3.0f) << k;
       ASSERT_EQ(grad[kCols + k], 4.0f) << k;
