@@ -151,6 +151,24 @@ class Transport {
 using TransportFactory =
     std::function<absl::StatusOr<std::unique_ptr<Transport>>(TransportHandlers handlers)>;
 
+// An address for a message or a log: itself when it is printable text (the
+// in-process transport's), else its size and a fingerprint (FNV-1a, 32 bits,
+// the same in every process) instead of the opaque bytes of a UCX address:
+// "a 231-byte address, fingerprint 8c1e04d2".
+inline std::string DescribeAddress(absl::string_view address) {
+  bool printable = !address.empty();
+  uint32_t hash = 2166136261u;
+  for (char c : address) {
+    printable = printable && c >= 0x20 && c < 0x7f;
+    hash = (hash ^ static_cast<uint8_t>(c)) * 16777619u;
+  }
+  if (printable) return std::string(address);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "a " + std::to_string(address.size()) + "-byte address, fingerprint ";
+  for (int shift = 28; shift >= 0; shift -= 4) out.push_back(kHex[(hash >> shift) & 0xf]);
+  return out;
+}
+
 }  // namespace gift::transport
 
 #endif  // GIFT_COMMON_TRANSPORT_TRANSPORT_H_

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -129,6 +130,23 @@ std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + i * 31 + (i >> 8));
   return v;
+}
+
+TEST_P(TransportTest, AddressesAreDescribedInPrintableText) {
+  std::unique_ptr<Transport> t = Make(TransportHandlers{});
+  ASSERT_NE(t, nullptr);
+  const std::string address = t->address();
+  const std::string described = DescribeAddress(address);
+  for (char c : described) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << described;
+  EXPECT_EQ(described, DescribeAddress(address));  // the same every time
+  if (GetParam() != Kind::kInproc) {
+    EXPECT_EQ(described.rfind(absl::StrCat("a ", address.size(), "-byte address, fingerprint "), 0),
+              0u)
+        << described;
+    EXPECT_EQ(described.size(), described.find("fingerprint ") + 12 + 8);
+  }
+  EXPECT_EQ(DescribeAddress("inproc-3"), "inproc-3");
+  EXPECT_NE(DescribeAddress(std::string("\x01a", 2)), DescribeAddress(std::string("\x01b", 2)));
 }
 
 TEST_P(TransportTest, DeliversEverySizeAndRepliesReachTheSender) {

@@ -2,6 +2,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "common/transport/transport.h"
 
 namespace gift::worker {
 namespace {
@@ -13,7 +14,8 @@ constexpr absl::string_view kPushedUrl = "gift.worker/pushed";
 
 absl::Status AggregatorFailure(absl::string_view what, absl::string_view address,
                                absl::string_view why) {
-  absl::Status s = absl::UnavailableError(absl::StrCat(what, " (", address, "): ", why));
+  absl::Status s = absl::UnavailableError(
+      absl::StrCat(what, " (", transport::DescribeAddress(address), "): ", why));
   s.SetPayload(kFailedAggregatorUrl, absl::Cord(address));
   return s;
 }
