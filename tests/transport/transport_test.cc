@@ -133,7 +133,8 @@ std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
 }
 
 TEST_P(TransportTest, AddressesAreDescribedInPrintableText) {
-  std::unique_ptr<Transport> t = Make(TransportHandlers{});
+  Inbox inbox;
+  std::unique_ptr<Transport> t = Make(&inbox);
   ASSERT_NE(t, nullptr);
   const std::string address = t->address();
   const std::string described = DescribeAddress(address);
