@@ -37,6 +37,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
@@ -163,10 +164,8 @@ inline std::string DescribeAddress(absl::string_view address) {
     hash = (hash ^ static_cast<uint8_t>(c)) * 16777619u;
   }
   if (printable) return std::string(address);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "a " + std::to_string(address.size()) + "-byte address, fingerprint ";
-  for (int shift = 28; shift >= 0; shift -= 4) out.push_back(kHex[(hash >> shift) & 0xf]);
-  return out;
+  return absl::StrCat("a ", address.size(), "-byte address, fingerprint ",
+                      absl::Hex(hash, absl::kZeroPad8));
 }
 
 }  // namespace gift::transport

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/dataplane/chunk_header.h"
 
 namespace gift::server {
@@ -257,15 +256,7 @@ void AggregatorShard::CountSendFailure(uint32_t rank, const ChunkHeader& chunk,
   {
     absl::MutexLock lock(&mu_);
     ++counters_.send_failures;
-    const int64_t now = absl::GetCurrentTimeNanos();
-    if (last_send_failure_report_ns_ != 0 &&
-        now - last_send_failure_report_ns_ <
-            absl::ToInt64Nanoseconds(options_.send_failure_report_interval)) {
-      ++unreported_send_failures_;
-      return;
-    }
-    last_send_failure_report_ns_ = now;
-    unreported = std::exchange(unreported_send_failures_, 0);
+    if (!send_failure_report_.Due(options_.send_failure_report_interval, &unreported)) return;
   }
   if (options_.on_send_failure) options_.on_send_failure(rank, chunk, why, unreported);
 }

@@ -45,12 +45,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/thread_pool.h"
 #include "common/dataplane/chunk_mac.h"
@@ -241,15 +243,31 @@ class AggregatorShard {
   std::shared_ptr<const dataplane::EpochKeys> previous_keys_ ABSL_GUARDED_BY(mu_);
   std::vector<transport::Message> held_ ABSL_GUARDED_BY(mu_);
   uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  struct AuthFailureCount {
-    uint64_t total = 0;
+  // The rate limit of a report callback: at most one call per interval,
+  // telling how many were held back since the last one.
+  struct ReportLimit {
     uint64_t unreported = 0;
     int64_t last_report_ns = 0;
+    // Whether a report is due now (the first always is); if so,
+    // `*held_back` is the count held back since the last one, which
+    // restarts; if not, this one is counted as held back.
+    bool Due(absl::Duration interval, uint64_t* held_back) {
+      const int64_t now = absl::GetCurrentTimeNanos();
+      if (last_report_ns != 0 && now - last_report_ns < absl::ToInt64Nanoseconds(interval)) {
+        ++unreported;
+        return false;
+      }
+      last_report_ns = now;
+      *held_back = std::exchange(unreported, 0);
+      return true;
+    }
+  };
+  struct AuthFailureCount {
+    uint64_t total = 0;
+    ReportLimit report;  // of on_auth_failure, per reason
   };
   std::map<std::string, AuthFailureCount> auth_failures_ ABSL_GUARDED_BY(mu_);
-  // The rate limit of on_send_failure.
-  uint64_t unreported_send_failures_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t last_send_failure_report_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  ReportLimit send_failure_report_ ABSL_GUARDED_BY(mu_);  // of on_send_failure
 };
 
 }  // namespace gift::server

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "server/aggregator/aggregator_shard.h"
 
 namespace gift::server {
@@ -132,16 +131,7 @@ void AggregatorShard::CountAuthFailure(AuthFailure failure, const ChunkHeader& h
     ++rejections_[absl::StatusCodeToString(absl::StatusCode::kUnauthenticated)];
     AuthFailureCount& count = auth_failures_[std::string(dataplane::AuthFailureName(failure))];
     ++count.total;
-    const int64_t now = absl::GetCurrentTimeNanos();
-    if (count.last_report_ns == 0 ||
-        now - count.last_report_ns >= absl::ToInt64Nanoseconds(options_.auth_report_interval)) {
-      report = true;
-      unreported = count.unreported;
-      count.unreported = 0;
-      count.last_report_ns = now;
-    } else {
-      ++count.unreported;
-    }
+    report = count.report.Due(options_.auth_report_interval, &unreported);
   }
   if (report && options_.on_auth_failure) {
     options_.on_auth_failure(dataplane::AuthFailureStatus(failure, header), from, unreported);
