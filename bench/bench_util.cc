@@ -114,6 +114,7 @@ int HardwareThreads() {
 }
 
 double Median(std::vector<double> samples) {
+  if (samples.empty()) return 0;
   std::sort(samples.begin(), samples.end());
   const size_t n = samples.size();
   return n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);

@@ -62,7 +62,7 @@ std::optional<ProcessUsage> ReadProcessUsage(const std::string& pid);
 int HardwareThreads();
 
 // Median of the samples (mean of the two middle ones for an even count).
-// Requires a non-empty vector.
+// 0 for no samples.
 double Median(std::vector<double> samples);
 
 // Nearest-rank percentile (q in [0, 1]) of a non-empty sample.

@@ -94,7 +94,7 @@ struct TrialResult {
 };
 
 // One worker's training process: its client and registered tensor.
-struct Trainer {
+struct TrialTrainer {
   std::unique_ptr<client::WorkerClient> client;
   std::vector<client::SharedTensor> tensors;
 };
@@ -395,19 +395,13 @@ class Trial {
   const std::string dir_;
   TrialResult result_;
   std::unique_ptr<tools::LocalCluster> cluster_;
-  std::vector<Trainer> trainers_;
+  std::vector<TrialTrainer> trainers_;
   std::map<int, Clock::time_point> done_;  // each call's reply time (set by its thread)
   std::future<void> resume_;
   int stopped_worker_ = -1;
   int killed_server_ = -1;
   std::string partitioned_port_;
 };
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 absl::Status RunFaults(const FaultOptions& o) {
   absl::Duration max_stall = absl::InfiniteDuration();

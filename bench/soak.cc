@@ -72,7 +72,7 @@ float GiftGradient(int w, uint64_t step, size_t i) {
 
 // One training process: its client, tensors, and the step it may call next
 // at the earliest (a joiner's admit step).
-struct Trainer {
+struct SoakTrainer {
   std::unique_ptr<client::WorkerClient> client;
   std::vector<client::SharedTensor> tensors;  // soak.exact, soak.gift
   uint64_t admit = 0;
@@ -218,7 +218,7 @@ class Soak {
 
   // A training process attaches to worker w's daemon and registers.
   absl::Status Connect(int w) {
-    Trainer& t = trainers_[w];
+    SoakTrainer& t = trainers_[w];
     t.tensors.clear();
     t.client.reset();
     auto c = client::WorkerClient::Connect(cluster_->worker_socket(w));
@@ -240,7 +240,7 @@ class Soak {
   int Pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(random_); }
 
   StepCall Call(int w) {
-    Trainer& t = trainers_[w];
+    SoakTrainer& t = trainers_[w];
     std::fill_n(t.tensors[0].data(), t.tensors[0].size(), ExactValue(w));
     float* g = t.tensors[1].data();
     for (size_t i = 0; i < t.tensors[1].size(); ++i) g[i] = GiftGradient(w, step_, i);
@@ -252,7 +252,7 @@ class Soak {
   absl::Status Step() {
     std::vector<int> callers;
     for (int w = 0; w < o_.workers; ++w) {
-      const Trainer& t = trainers_[w];
+      const SoakTrainer& t = trainers_[w];
       if (!t.stopped && !t.down && step_ >= t.admit) callers.push_back(w);
     }
     std::optional<Fault> fault;
@@ -356,7 +356,7 @@ class Soak {
   // before later steps, as a supervisor restarts with a backoff, and its
   // worker sits the steps out meanwhile.
   void RestartWorker(int w) {
-    Trainer& t = trainers_[w];
+    SoakTrainer& t = trainers_[w];
     t.rejoining = true;
     absl::Status s = cluster_->RestartWorker(w);
     if (s.ok()) s = Connect(w);
@@ -565,7 +565,7 @@ class Soak {
   std::mt19937_64 random_;
   std::vector<std::string> kinds_;
   std::unique_ptr<tools::LocalCluster> cluster_;
-  std::vector<Trainer> trainers_;
+  std::vector<SoakTrainer> trainers_;
   Clock::time_point start_, next_fault_;
   std::future<void> resume_;
   uint64_t step_ = 0;

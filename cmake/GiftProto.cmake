@@ -38,6 +38,8 @@ function(gift_proto_library target)
   if(P_GRPC)
     target_link_libraries(${target} PUBLIC gRPC::grpc++)
   endif()
-  # Generated code is not ours to warn about.
+  # Generated code is not ours to warn about, and not fit for a unity build
+  # (each .pb.cc defines the same file-local tables).
   target_compile_options(${target} PRIVATE -w)
+  set_target_properties(${target} PROPERTIES UNITY_BUILD OFF)
 endfunction()

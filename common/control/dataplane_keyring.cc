@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/control/member_text.h"
 
 namespace gift::control {
 
@@ -41,19 +42,6 @@ const google::protobuf::RepeatedPtrField<v1::Member>& DataPlaneKeyring::Peers(
     const v1::ClusterState& state) const {
   return role_ == v1::MEMBER_ROLE_SERVER ? state.workers() : state.servers();
 }
-
-namespace {
-
-const v1::Member* FindMember(const v1::ClusterState& state, const std::string& member_id) {
-  for (const auto* members : {&state.workers(), &state.servers()}) {
-    for (const v1::Member& m : *members) {
-      if (m.member_id() == member_id) return &m;
-    }
-  }
-  return nullptr;
-}
-
-}  // namespace
 
 bool DataPlaneKeyring::MissingPeers(const v1::ClusterState& state,
                                     const std::string& member_id) const {

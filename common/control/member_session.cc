@@ -4,23 +4,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/control/member_text.h"
 
 namespace gift::control {
 
 namespace v1 = ::gift::v1;
 
 namespace {
-
-// The member's entry in `state`, or null.
-const v1::Member* FindMember(const v1::ClusterState& state, const std::string& member_id) {
-  for (const v1::Member& m : state.workers()) {
-    if (m.member_id() == member_id) return &m;
-  }
-  for (const v1::Member& m : state.servers()) {
-    if (m.member_id() == member_id) return &m;
-  }
-  return nullptr;
-}
 
 // The coordinator's answer to a heartbeat of a member whose lease is gone.
 bool IsLeaseLost(const absl::Status& status) {

@@ -13,6 +13,7 @@
 #ifndef GIFT_COMMON_TRANSFORM_BLAS_RUNTIME_H_
 #define GIFT_COMMON_TRANSFORM_BLAS_RUNTIME_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -30,6 +31,10 @@ int BlasThreads();
 // The library and its build, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY
 // Zen MAX_THREADS=64" (openblas_get_config() plus the core it chose).
 std::string BlasLibrary();
+
+// A dimension or stride as CBLAS takes it (int). The callers' matrices are
+// far below 2^31 elements a side.
+inline int BlasInt(int64_t v) { return static_cast<int>(v); }
 
 }  // namespace gift::transform
 

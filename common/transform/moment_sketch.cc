@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/finite.h"
 #include "common/base/status_macros.h"
+#include "common/transform/blas_runtime.h"
 #include "common/transform/dense_factorizations.h"
 #include "common/transform/gaussian_sketch.h"
 
@@ -20,7 +21,7 @@ using RowMajorFloatMap =
     Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
 
 // Rows of G widened to double at a time (the double fallback).
-constexpr int64_t kBlock = 64;
+constexpr int64_t kDoubleFallbackRows = 64;
 
 absl::Status CheckGradient(const float* g, int64_t d_out, int64_t d_in, const float* out) {
   if (g == nullptr || out == nullptr) return absl::InvalidArgumentError("null buffer");
@@ -58,8 +59,6 @@ bool WriteDiagonal(const std::vector<double>& diag, double scale, int64_t produc
   out[products + static_cast<int64_t>(diag.size())] = static_cast<float>(trace);
   return FirstNonFinite(out + products, static_cast<int64_t>(diag.size()) + 1) < 0;
 }
-
-int BlasInt(int64_t v) { return static_cast<int>(v); }
 
 // Per-thread scratch of the contributions, kept across calls: a worker
 // sketches the same tensors every collect step, and fresh buffers of a few
@@ -170,8 +169,8 @@ absl::Status MomentSketch::DoubleContribution(const float* g, int64_t d_out, int
   if (input_side) {
     Eigen::MatrixXd y = Eigen::MatrixXd::Zero(d_in, sketch_size());
     Eigen::VectorXd diag = Eigen::VectorXd::Zero(d_in);
-    for (int64_t r = 0; r < d_out; r += kBlock) {
-      const int64_t b = std::min(kBlock, d_out - r);
+    for (int64_t r = 0; r < d_out; r += kDoubleFallbackRows) {
+      const int64_t b = std::min(kDoubleFallbackRows, d_out - r);
       const Eigen::MatrixXd block = map.middleRows(r, b).cast<double>();
       const Eigen::MatrixXd t = block * omega_;  // b x k
       y.noalias() += block.transpose() * t;
@@ -183,14 +182,14 @@ absl::Status MomentSketch::DoubleContribution(const float* g, int64_t d_out, int
   }
   // G^T Omega (d_in x k), accumulated over blocks of rows.
   Eigen::MatrixXd gt_omega = Eigen::MatrixXd::Zero(d_in, sketch_size());
-  for (int64_t r = 0; r < d_out; r += kBlock) {
-    const int64_t b = std::min(kBlock, d_out - r);
+  for (int64_t r = 0; r < d_out; r += kDoubleFallbackRows) {
+    const int64_t b = std::min(kDoubleFallbackRows, d_out - r);
     gt_omega.noalias() += map.middleRows(r, b).cast<double>().transpose() * omega_.middleRows(r, b);
   }
   Eigen::MatrixXd y(d_out, sketch_size());
   Eigen::VectorXd diag(d_out);
-  for (int64_t r = 0; r < d_out; r += kBlock) {
-    const int64_t b = std::min(kBlock, d_out - r);
+  for (int64_t r = 0; r < d_out; r += kDoubleFallbackRows) {
+    const int64_t b = std::min(kDoubleFallbackRows, d_out - r);
     const Eigen::MatrixXd block = map.middleRows(r, b).cast<double>();
     y.middleRows(r, b).noalias() = block * gt_omega;
     diag.segment(r, b) = block.rowwise().squaredNorm();

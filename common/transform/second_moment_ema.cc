@@ -11,7 +11,7 @@ namespace gift::transform {
 namespace {
 
 // Rows (or columns) widened to double at a time (a BLAS-friendly depth).
-constexpr int64_t kBlock = 256;
+constexpr int64_t kWidenedRows = 256;
 
 absl::Status CheckGradients(absl::Span<const float* const> grads, int64_t d_out, int64_t d_in) {
   if (grads.empty()) return absl::InvalidArgumentError("no gradients given");
@@ -49,8 +49,8 @@ absl::Status SecondMomentEma::UpdateInputSide(absl::Span<const float* const> gra
   const double weight = 1.0 / (static_cast<double>(d_out) * static_cast<double>(grads.size()));
   bool first = true;
   for (const float* g : grads) {
-    for (int64_t r = 0; r < d_out; r += kBlock) {
-      const int64_t b = std::min(kBlock, d_out - r);
+    for (int64_t r = 0; r < d_out; r += kWidenedRows) {
+      const int64_t b = std::min(kWidenedRows, d_out - r);
       // The block's rows widened: a b x n row-major matrix B; M += w B^T B.
       widened_.resize(static_cast<size_t>(b * n_));
       std::copy(g + r * d_in, g + (r + b) * d_in, widened_.begin());
@@ -72,8 +72,8 @@ absl::Status SecondMomentEma::UpdateOutputSide(absl::Span<const float* const> gr
   const double weight = 1.0 / (static_cast<double>(d_in) * static_cast<double>(grads.size()));
   bool first = true;
   for (const float* g : grads) {
-    for (int64_t c = 0; c < d_in; c += kBlock) {
-      const int64_t b = std::min(kBlock, d_in - c);
+    for (int64_t c = 0; c < d_in; c += kWidenedRows) {
+      const int64_t b = std::min(kWidenedRows, d_in - c);
       // The block's columns widened: an n x b row-major matrix B; M += w B B^T.
       widened_.resize(static_cast<size_t>(n_ * b));
       for (int64_t i = 0; i < n_; ++i) {

@@ -7,13 +7,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/transform/blas_runtime.h"
+
 namespace gift::transform {
 namespace {
 
 constexpr int kForward = static_cast<int>(Direction::kForward);
 constexpr int kInverse = static_cast<int>(Direction::kInverse);
-
-int BlasInt(int64_t v) { return static_cast<int>(v); }
 
 // Whether all `size` floats are finite: an exponent field of all ones is
 // Inf or NaN. Branch-free so that it vectorizes.

@@ -14,6 +14,7 @@
 #include "common/dataplane/chunk_rng_key.h"
 #include "gtest/gtest.h"
 #include "server/aggregator/chunk_reducer.h"
+#include "tests/codec/test_util.h"
 
 namespace gift::server {
 namespace {
@@ -25,7 +26,7 @@ constexpr uint64_t kRows = 8, kCols = 1024;
 constexpr uint32_t kWorld = 4;
 constexpr uint64_t kTensor = 7;
 
-codec::CodecSpec Spec(const std::string& text) { return codec::ParseCodecSpec(text).value(); }
+using codec::testing::Spec;
 
 std::vector<float> Gradient(uint32_t seed) {
   std::mt19937 rng(seed);

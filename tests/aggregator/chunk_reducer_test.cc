@@ -11,6 +11,7 @@
 #include "common/codec/payload.h"
 #include "common/codec/reduce.h"
 #include "gtest/gtest.h"
+#include "tests/codec/test_util.h"
 
 namespace gift::server {
 namespace {
@@ -21,7 +22,7 @@ using dataplane::ChunkKind;
 constexpr uint64_t kRows = 8, kCols = 256;
 constexpr uint32_t kWorld = 4;
 
-codec::CodecSpec Spec(const char* text) { return codec::ParseCodecSpec(text).value(); }
+using codec::testing::Spec;
 
 std::vector<float> Gradient(uint32_t seed) {
   std::mt19937 rng(seed);

@@ -25,6 +25,7 @@
 #include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
 #include "server/aggregator/aggregator_shard.h"
+#include "tests/codec/test_util.h"
 
 namespace {
 
@@ -101,7 +102,7 @@ constexpr bool kCountFaults = false;
 constexpr bool kCountFaults = true;
 #endif
 
-codec::CodecSpec Spec(const char* text) { return codec::ParseCodecSpec(text).value(); }
+using codec::testing::Spec;
 
 // A worker's end: result buffers of its own (placed receives), counts.
 struct Worker {

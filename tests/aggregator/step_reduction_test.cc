@@ -9,13 +9,14 @@
 #include "common/codec/payload.h"
 #include "common/codec/reduce.h"
 #include "gtest/gtest.h"
+#include "tests/codec/test_util.h"
 
 namespace gift::server::reducer_internal {
 namespace {
 
 constexpr uint64_t kRows = 4, kCols = 256;
 
-codec::CodecSpec Spec(const char* text) { return codec::ParseCodecSpec(text).value(); }
+using codec::testing::Spec;
 
 // A deterministic gradient of its own for every seed.
 std::vector<float> Gradient(uint32_t seed) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/temp_dir.h"
 
 namespace gift::bench {
 namespace {
@@ -96,7 +97,8 @@ TEST(NpyFileTest, Float16IsDecodedExactly) {
 }
 
 TEST(NpyFileTest, FileRoundTripAndMissingFile) {
-  const std::string path = ::testing::TempDir() + "/npy_file_test_roundtrip.npy";
+  const gift::TempDir dir = test::NewTempDir("gift-npy-file-test");
+  const std::string path = dir.File("npy_file_test_roundtrip.npy");
   ASSERT_TRUE(WriteNpy(path, kValues, 3, 2, NpyDtype::kFloat64).ok());
   absl::StatusOr<NpyMatrix<double>> m = ReadNpyDouble(path);
   ASSERT_TRUE(m.ok()) << m.status();

@@ -20,7 +20,7 @@ struct Inputs {
   std::vector<EncodedView> views;
 };
 
-Inputs Make(const std::vector<std::string>& specs, uint64_t rows, uint64_t cols) {
+Inputs MakeInputs(const std::vector<std::string>& specs, uint64_t rows, uint64_t cols) {
   Inputs in;
   for (size_t k = 0; k < specs.size(); ++k) {
     const std::vector<float> x = testing::GradientLike(rows, cols, 7 + k);
@@ -57,10 +57,11 @@ TEST(ReduceBlocked, MatchesReduceEncodedForEveryOutputSpec) {
   const std::vector<std::pair<uint64_t, uint64_t>> shapes = {
       {16, 1024}, {3, internal::kPieceCols + 300}, {7, 515}};
   const Inputs fp8_block =
-      Make({"e4m3/block128", "e4m3/block128", "e4m3/block128", "e4m3/block128"}, 16, 1024);
+      MakeInputs({"e4m3/block128", "e4m3/block128", "e4m3/block128", "e4m3/block128"}, 16, 1024);
   for (const std::string& spec : testing::AllSpecNames()) {
     for (const auto& [rows, cols] : shapes) {
-      const Inputs mixed = Make({"e4m3/block128/sr", "e5m2/tensor", "nvfp4", "bf16"}, rows, cols);
+      const Inputs mixed =
+          MakeInputs({"e4m3/block128/sr", "e5m2/tensor", "nvfp4", "bf16"}, rows, cols);
       ExpectSameResult(mixed, spec, 0.25f, RngKey{11, 12, 0xFFFFFFFFu}, &pool);
       ExpectSameResult(mixed, spec, 1.0f, RngKey{11, 13, 5}, nullptr);
     }
@@ -71,7 +72,7 @@ TEST(ReduceBlocked, MatchesReduceEncodedForEveryOutputSpec) {
 TEST(ReduceBlocked, ExactFp32SumIsTheSequentialAverage) {
   for (const auto& [rows, cols] :
        std::vector<std::pair<uint64_t, uint64_t>>{{8, 1024}, {2, internal::kPieceCols + 5}}) {
-    const Inputs in = Make({"fp32", "fp32", "fp32", "fp32"}, rows, cols);
+    const Inputs in = MakeInputs({"fp32", "fp32", "fp32", "fp32"}, rows, cols);
     ExpectSameResult(in, "fp32", 0.25f, {}, nullptr);
   }
 }

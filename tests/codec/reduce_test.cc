@@ -19,7 +19,8 @@ struct Contributions {
   std::vector<std::vector<float>> decoded;
 };
 
-Contributions Make(const std::vector<std::string>& specs, uint64_t rows, uint64_t cols) {
+Contributions MakeContributions(const std::vector<std::string>& specs, uint64_t rows,
+                                uint64_t cols) {
   Contributions c;
   for (size_t k = 0; k < specs.size(); ++k) {
     const std::vector<float> x = testing::GradientLike(rows, cols, 100 + k);
@@ -38,7 +39,8 @@ TEST(Reduce, MatchesDoublePrecisionReferenceAndSequentialFp32) {
   const std::vector<std::string> specs = {"e4m3/tensor", "e4m3/block128/sr", "e5m2/mx32", "nvfp4",
                                           "bf16",        "e4m3/block32"};
   for (size_t n = 1; n <= specs.size(); ++n) {
-    Contributions c = Make(std::vector<std::string>(specs.begin(), specs.begin() + n), rows, cols);
+    Contributions c =
+        MakeContributions(std::vector<std::string>(specs.begin(), specs.begin() + n), rows, cols);
     std::vector<float> sum(rows * cols);
     ThreadPool pool(2);
     ASSERT_TRUE(
@@ -62,8 +64,8 @@ TEST(Reduce, MatchesDoublePrecisionReferenceAndSequentialFp32) {
 
 TEST(Reduce, ReencodesTheSumAndAppliesPostScale) {
   const uint64_t rows = 9, cols = 515;
-  Contributions c =
-      Make({"e4m3/block128", "e4m3/block128", "e4m3/block128", "e4m3/block128"}, rows, cols);
+  Contributions c = MakeContributions(
+      {"e4m3/block128", "e4m3/block128", "e4m3/block128", "e4m3/block128"}, rows, cols);
   std::vector<float> sum(rows * cols);
   auto out = EncodedTensor::Create(testing::Spec("e5m2/block32/sr"), rows, cols).value();
   const RngKey key{4, 5, 6};
@@ -100,8 +102,8 @@ TEST(Reduce, ReportsASumThatOverflows) {
 }
 
 TEST(Reduce, RefusesMismatchedOrMissingInputs) {
-  Contributions a = Make({"e4m3/tensor"}, 4, 10);
-  Contributions b = Make({"e4m3/tensor"}, 5, 8);
+  Contributions a = MakeContributions({"e4m3/tensor"}, 4, 10);
+  Contributions b = MakeContributions({"e4m3/tensor"}, 5, 8);
   std::vector<float> sum(40);
   EXPECT_EQ(ReduceEncoded({}, sum.data(), 1.0f, {}).code(), absl::StatusCode::kInvalidArgument);
   std::vector<EncodedView> mixed = {a.views[0], b.views[0]};

@@ -2,14 +2,13 @@
 // and the exit codes of the daemon contract.
 #include "common/daemon/daemon_flags.h"
 
-#include <unistd.h>
-
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/testing/temp_dir.h"
 
 namespace gift::daemon {
 namespace {
@@ -44,8 +43,14 @@ Result Parse(std::vector<std::string> args) {
   return r;
 }
 
+// The directory of this process's config files, removed (with them) at exit.
+const gift::TempDir& ConfigDir() {
+  static const gift::TempDir dir = test::NewTempDir("gift-daemon-flags");
+  return dir;
+}
+
 std::string WriteConfig(const std::string& name, const std::string& text) {
-  const std::string path = absl::StrCat(testing::TempDir(), "/", name, "-", getpid(), ".toml");
+  const std::string path = ConfigDir().File(name + ".toml");
   std::ofstream(path) << text;
   return path;
 }

@@ -4,9 +4,9 @@
 // flag, a vector), then the checks daemons run on the values
 // (ParseDurationFlag, CheckHostPort). Input: the config file text; after an
 // optional NUL byte, extra command-line words, one per line.
+#include <sys/mman.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -17,13 +17,20 @@
 
 namespace {
 
-const std::string& ConfigPath() {
-  static const std::string* path = [] {
-    const char* dir = std::getenv("TMPDIR");
-    return new std::string(
-        absl::StrCat(dir != nullptr ? dir : "/tmp", "/gift-fuzz-daemon-flags-", getpid(), ".toml"));
+// The config file, in memory (a memfd named by its /proc path), so that no
+// file is left behind however the fuzzer exits.
+struct ConfigFile {
+  int fd;
+  std::string path;
+};
+
+const ConfigFile& Config() {
+  static const ConfigFile* file = [] {
+    const int fd = memfd_create("gift-fuzz-daemon-flags.toml", MFD_CLOEXEC);
+    if (fd < 0) gift::fuzz::Fail("memfd_create");
+    return new ConfigFile{fd, absl::StrCat("/proc/self/fd/", fd)};
   }();
-  return *path;
+  return *file;
 }
 
 }  // namespace
@@ -32,13 +39,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);
   const size_t nul = input.find('\0');
   const std::string config = input.substr(0, nul);
-  {
-    FILE* f = std::fopen(ConfigPath().c_str(), "wb");
-    if (f == nullptr) gift::fuzz::Fail("cannot write the config file");
-    std::fwrite(config.data(), 1, config.size(), f);
-    std::fclose(f);
+  if (ftruncate(Config().fd, 0) != 0 ||
+      pwrite(Config().fd, config.data(), config.size(), 0) != static_cast<ssize_t>(config.size())) {
+    gift::fuzz::Fail("cannot write the config file");
   }
-  std::vector<std::string> args = {"gift-fuzz", "--config", ConfigPath()};
+  std::vector<std::string> args = {"gift-fuzz", "--config", Config().path};
   if (nul != std::string::npos) {
     for (absl::string_view word : absl::StrSplit(absl::string_view(input).substr(nul + 1), '\n')) {
       args.emplace_back(word);

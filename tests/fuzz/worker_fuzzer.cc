@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -54,6 +55,13 @@ void MapShmName(gift::v1::SharedBuffer* b) {
 
 // The cluster, built once per process and never destroyed (libFuzzer exits
 // without running destructors of its callers' statics reliably).
+// The worker's buffer socket: one per fuzzer process.
+const std::string& BufferSocketPath() {
+  static const std::string* path =
+      new std::string(absl::StrCat("/tmp/gift-fuzz-worker-", getpid(), ".buffers"));
+  return *path;
+}
+
 struct Cluster {
   gift::transport::InprocHub hub;
   gift::fuzz::InprocCoordinator coordinator;
@@ -96,8 +104,9 @@ struct Cluster {
         gift::worker::WorkerCoreOptions{.step_timeout = absl::Seconds(5)});
     service = std::make_unique<gift::worker::WorkerGrpcService>(worker.get());
 
-    const std::string socket = absl::StrCat("/tmp/gift-fuzz-worker-", getpid(), ".buffers");
+    const std::string& socket = BufferSocketPath();
     unlink(socket.c_str());
+    std::atexit([] { unlink(BufferSocketPath().c_str()); });  // nothing left in /tmp
     if (!worker->ServeBuffers(socket).ok()) gift::fuzz::Fail("buffer socket");
     auto connected = gift::client::BufferChannel::Connect(socket);
     if (!connected.ok()) gift::fuzz::Fail("buffer channel");

@@ -13,7 +13,7 @@
 namespace gift::transform {
 namespace {
 
-constexpr int64_t kOut = 24, kIn = 40;
+constexpr int64_t kSerializedOut = 24, kSerializedIn = 40;
 
 Eigen::MatrixXd Factor(int64_t n, uint32_t seed) {
   Eigen::VectorXd spectrum(n);
@@ -25,16 +25,18 @@ TensorBasis MakeBasis(Sides sides) {
   std::optional<SideBasis> out_side, in_side;
   if (sides != Sides::kInput) {
     out_side.emplace(
-        SideBasis::FromFactor(Factor(kOut, 1), 3, {.residual = ResidualModel::kIsotropic}).value());
+        SideBasis::FromFactor(Factor(kSerializedOut, 1), 3, {.residual = ResidualModel::kIsotropic})
+            .value());
   }
   if (sides != Sides::kOutput) {
     in_side.emplace(
-        SideBasis::FromFactor(Factor(kIn, 2), 5, {.residual = ResidualModel::kDiagonal}).value());
+        SideBasis::FromFactor(Factor(kSerializedIn, 2), 5, {.residual = ResidualModel::kDiagonal})
+            .value());
   }
   return TensorBasis::Create({.tensor_id = 0x1234567890ull,
                               .version = 42,
-                              .d_out = kOut,
-                              .d_in = kIn,
+                              .d_out = kSerializedOut,
+                              .d_in = kSerializedIn,
                               .config = {.sides = sides, .power = 0.25}},
                              std::move(out_side), std::move(in_side))
       .value();
@@ -42,14 +44,15 @@ TensorBasis MakeBasis(Sides sides) {
 
 std::vector<float> Apply(const TensorBasis& basis, const std::vector<float>& g, bool inverse) {
   std::vector<float> out(g.size());
-  const absl::Status s = inverse ? basis.Inverse(g.data(), kOut, kIn, out.data())
-                                 : basis.Forward(g.data(), kOut, kIn, out.data());
+  const absl::Status s = inverse
+                             ? basis.Inverse(g.data(), kSerializedOut, kSerializedIn, out.data())
+                             : basis.Forward(g.data(), kSerializedOut, kSerializedIn, out.data());
   EXPECT_TRUE(s.ok()) << s;
   return out;
 }
 
 TEST(BasisSerialization, RoundTripTransformsBitIdentically) {
-  const std::vector<float> g = testing::AnisotropicMatrix(kOut, kIn, 5);
+  const std::vector<float> g = testing::AnisotropicMatrix(kSerializedOut, kSerializedIn, 5);
   for (Sides sides : {Sides::kInput, Sides::kOutput, Sides::kBoth}) {
     const TensorBasis basis = MakeBasis(sides);
     const std::string bytes = SerializeTensorBasis(basis);
@@ -109,7 +112,7 @@ TEST(BasisSerialization, RejectsInconsistentContentsUnderAValidChecksum) {
   EXPECT_EQ(ParseCode(Reseal(bytes, 0, "XXXX", 4)), absl::StatusCode::kInvalidArgument);
   const uint32_t version = 2;
   EXPECT_EQ(ParseCode(Reseal(bytes, 4, &version, 4)), absl::StatusCode::kInvalidArgument);
-  const uint64_t d_out = kOut + 1;
+  const uint64_t d_out = kSerializedOut + 1;
   EXPECT_EQ(ParseCode(Reseal(bytes, 32, &d_out, 8)), absl::StatusCode::kInvalidArgument);
   const uint8_t sides = 4;
   EXPECT_EQ(ParseCode(Reseal(bytes, 48, &sides, 1)), absl::StatusCode::kInvalidArgument);

@@ -24,20 +24,16 @@
 #include "common/transform/tensor_basis.h"
 #include "common/transform/tensor_basis_transform.h"
 #include "gtest/gtest.h"
+#include "tests/codec/test_util.h"
 #include "tests/transform/test_util.h"
 
 namespace gift::transform {
 namespace {
 
-codec::CodecSpec Spec(const std::string& name) { return codec::ParseCodecSpec(name).value(); }
+using testing::Identity;
+using testing::SameBits;
 
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
-}
-
-std::shared_ptr<const GradientTransform> Identity(int64_t d_out, int64_t d_in) {
-  return std::make_shared<IdentityTransform>(IdentityTransform::Create(d_out, d_in).value());
-}
+using codec::testing::Spec;
 
 // ||F^p||_2 of an isotropic side: its largest model eigenvalue to the p.
 double InverseSideNorm(const SideBasis& side, double p) {

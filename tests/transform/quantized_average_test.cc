@@ -17,7 +17,7 @@
 namespace gift::transform {
 namespace {
 
-constexpr int64_t kOut = 256, kIn = 512, kWorkers = 8;
+constexpr int64_t kAveragedOut = 256, kAveragedIn = 512, kAveragedWorkers = 8;
 constexpr int64_t kDirections = 64;
 constexpr double kNoise = 0.1;  // each worker's noise, relative to ||shared||_F
 
@@ -25,7 +25,8 @@ constexpr double kNoise = 0.1;  // each worker's noise, relative to ||shared||_F
 // directions with s_k = k^-1.5, N_i iid Gaussian with
 // ||N_i||_F ~= 0.1 ||S||_F, drawn afresh at every step (S stays fixed).
 std::vector<std::vector<float>> WorkerGradients(uint32_t step) {
-  return testing::SharedPlusNoiseGradients(kOut, kIn, kWorkers, kDirections, kNoise, step);
+  return testing::SharedPlusNoiseGradients(kAveragedOut, kAveragedIn, kAveragedWorkers, kDirections,
+                                           kNoise, step);
 }
 
 // Encodes each contribution with `spec`, averages them as the servers do
@@ -35,35 +36,36 @@ std::vector<float> QuantizedAverage(const std::vector<std::vector<float>>& contr
   std::vector<codec::EncodedTensor> encoded;
   std::vector<codec::EncodedView> views;
   for (size_t w = 0; w < contributions.size(); ++w) {
-    encoded.push_back(codec::EncodedTensor::Create(spec, kOut, kIn).value());
+    encoded.push_back(codec::EncodedTensor::Create(spec, kAveragedOut, kAveragedIn).value());
     EXPECT_TRUE(codec::Encode(contributions[w].data(), encoded.back().mutable_view(),
                               {.tensor = 1, .step = 1, .rank = static_cast<uint32_t>(w)})
                     .ok());
   }
   for (const auto& t : encoded) views.push_back(t.view());
-  std::vector<float> avg(kOut * kIn);
+  std::vector<float> avg(kAveragedOut * kAveragedIn);
   EXPECT_TRUE(
-      codec::ReduceEncoded(views, avg.data(), 1.0f / kWorkers, codec::MutableEncodedView{}).ok());
+      codec::ReduceEncoded(views, avg.data(), 1.0f / kAveragedWorkers, codec::MutableEncodedView{})
+          .ok());
   return avg;
 }
 
 TEST(QuantizedAverage, TwoSidedQuarterPowerHalvesTheErrorOfTheFp8Average) {
   constexpr uint32_t kStep = 3;
   const std::vector<std::vector<float>> grads = WorkerGradients(kStep);
-  std::vector<float> exact(kOut * kIn);
-  for (int64_t i = 0; i < kOut * kIn; ++i) {
+  std::vector<float> exact(kAveragedOut * kAveragedIn);
+  for (int64_t i = 0; i < kAveragedOut * kAveragedIn; ++i) {
     double sum = 0.0;
     for (const auto& g : grads) sum += g[i];
-    exact[i] = static_cast<float>(sum / kWorkers);
+    exact[i] = static_cast<float>(sum / kAveragedWorkers);
   }
 
   // Per-worker second moments: of this step alone (fresh, not causal, as in
   // the held-out measurement of docs/design.md section 3.2), and the EMA of the steps before
   // it (causal).
-  auto fresh_in = SecondMomentEma::Create(kIn);
-  auto fresh_out = SecondMomentEma::Create(kOut);
-  auto causal_in = SecondMomentEma::Create(kIn);
-  auto causal_out = SecondMomentEma::Create(kOut);
+  auto fresh_in = SecondMomentEma::Create(kAveragedIn);
+  auto fresh_out = SecondMomentEma::Create(kAveragedOut);
+  auto causal_in = SecondMomentEma::Create(kAveragedIn);
+  auto causal_out = SecondMomentEma::Create(kAveragedOut);
   for (uint32_t step = 0; step <= kStep; ++step) {
     const std::vector<std::vector<float>> step_grads =
         step == kStep ? grads : WorkerGradients(step);
@@ -71,8 +73,8 @@ TEST(QuantizedAverage, TwoSidedQuarterPowerHalvesTheErrorOfTheFp8Average) {
     for (const auto& g : step_grads) pointers.push_back(g.data());
     SecondMomentEma& in = step == kStep ? *fresh_in : *causal_in;
     SecondMomentEma& out = step == kStep ? *fresh_out : *causal_out;
-    ASSERT_TRUE(in.UpdateInputSide(pointers, kOut, kIn).ok());
-    ASSERT_TRUE(out.UpdateOutputSide(pointers, kOut, kIn).ok());
+    ASSERT_TRUE(in.UpdateInputSide(pointers, kAveragedOut, kAveragedIn).ok());
+    ASSERT_TRUE(out.UpdateOutputSide(pointers, kAveragedOut, kAveragedIn).ok());
   }
 
   struct Config {
@@ -88,13 +90,13 @@ TEST(QuantizedAverage, TwoSidedQuarterPowerHalvesTheErrorOfTheFp8Average) {
   const SecondMomentEma* fo = &*fresh_out;
   const ResidualModel iso = ResidualModel::kIsotropic;
   const std::vector<Config> configs = {
-      {"fresh full rank", 0.25, kIn, iso, fi, fo, true},
+      {"fresh full rank", 0.25, kAveragedIn, iso, fi, fo, true},
       {"fresh r=64 isotropic", 0.25, 64, iso, fi, fo, true},
       {"fresh r=32 isotropic", 0.25, 32, iso, fi, fo, false},
       {"fresh r=64 diagonal", 0.25, 64, ResidualModel::kDiagonal, fi, fo, false},
       {"causal EMA r=64 isotropic", 0.25, 64, iso, &*causal_in, &*causal_out, true},
       // Whitening, the control: docs/design.md section 3.1 predicts no gain from it.
-      {"fresh full rank (whitening)", 0.5, kIn, iso, fi, fo, false},
+      {"fresh full rank (whitening)", 0.5, kAveragedIn, iso, fi, fo, false},
   };
   for (const std::string spec_name : {"e4m3/block128", "e5m2/tensor"}) {
     const codec::CodecSpec spec = codec::ParseCodecSpec(spec_name).value();
@@ -105,20 +107,20 @@ TEST(QuantizedAverage, TwoSidedQuarterPowerHalvesTheErrorOfTheFp8Average) {
       auto basis = TensorBasis::Create(
           {.tensor_id = 1,
            .version = 1,
-           .d_out = kOut,
-           .d_in = kIn,
+           .d_out = kAveragedOut,
+           .d_in = kAveragedIn,
            .config = {Sides::kBoth, c.power}},
-          SideBasis::FromFactor(c.out->value(), std::min(c.rank, kOut), options).value(),
-          SideBasis::FromFactor(c.in->value(), std::min(c.rank, kIn), options).value());
+          SideBasis::FromFactor(c.out->value(), std::min(c.rank, kAveragedOut), options).value(),
+          SideBasis::FromFactor(c.in->value(), std::min(c.rank, kAveragedIn), options).value());
       ASSERT_TRUE(basis.ok()) << basis.status();
       std::vector<std::vector<float>> transformed;
       for (const auto& g : grads) {
         std::vector<float> t(g.size());
-        ASSERT_TRUE(basis->Forward(g.data(), kOut, kIn, t.data()).ok());
+        ASSERT_TRUE(basis->Forward(g.data(), kAveragedOut, kAveragedIn, t.data()).ok());
         transformed.push_back(std::move(t));
       }
       std::vector<float> avg = QuantizedAverage(transformed, spec);
-      ASSERT_TRUE(basis->Inverse(avg.data(), kOut, kIn, avg.data()).ok());
+      ASSERT_TRUE(basis->Inverse(avg.data(), kAveragedOut, kAveragedIn, avg.data()).ok());
       const double err = RelativeL2(avg, exact);
       const double ratio = err / direct_err;
       ratios.push_back(ratio);

@@ -27,19 +27,14 @@
 namespace gift::transform {
 namespace {
 
-std::shared_ptr<const GradientTransform> Identity(int64_t d_out, int64_t d_in) {
-  return std::make_shared<IdentityTransform>(IdentityTransform::Create(d_out, d_in).value());
-}
+using testing::Identity;
+using testing::SameBits;
 
 std::shared_ptr<const RotatedTransform> Rotated(std::shared_ptr<const GradientTransform> inner,
                                                 int64_t block) {
   auto t = RotatedTransform::Create(std::move(inner), block);
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *t : nullptr;
-}
-
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
 }
 
 // Gradients whose columns differ in scale by orders of magnitude (a

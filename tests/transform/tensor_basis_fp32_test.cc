@@ -21,6 +21,8 @@
 namespace gift::transform {
 namespace {
 
+using testing::SameBits;
+
 using testing::MakeBasis;
 using testing::Name;
 
@@ -32,10 +34,6 @@ std::string Describe(const Shape& s, int64_t rank, ResidualModel residual, Sides
   return "shape " + std::to_string(s.d_out) + "x" + std::to_string(s.d_in) +
          " r=" + std::to_string(rank) + " " + Name(residual) + " " + Name(sides) +
          " p=" + std::to_string(p);
-}
-
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // The shapes and ranks of tensor_basis_test.cc (rank 1, 8 and full: r = n

@@ -14,7 +14,7 @@ namespace {
 
 using testing::SharedPlusNoiseGradients;
 
-constexpr int64_t kOut = 64, kIn = 96;
+constexpr int64_t kGeometryOut = 64, kGeometryIn = 96;
 
 std::vector<const float*> Pointers(const std::vector<std::vector<float>>& grads) {
   std::vector<const float*> ptrs;
@@ -81,19 +81,20 @@ void FeedReducedGradients(TensorGeometry& geo, SecondMomentEma& in, SecondMoment
                           uint32_t steps, int directions, double noise) {
   for (uint32_t step = 0; step < steps; ++step) {
     const std::vector<float> avg =
-        Average(SharedPlusNoiseGradients(kOut, kIn, 4, directions, noise, step));
+        Average(SharedPlusNoiseGradients(kGeometryOut, kGeometryIn, 4, directions, noise, step));
     ASSERT_TRUE(geo.AddReducedGradient(avg.data()).ok());
     const float* p[] = {avg.data()};
-    ASSERT_TRUE(in.UpdateInputSide(p, kOut, kIn).ok());
-    ASSERT_TRUE(out.UpdateOutputSide(p, kOut, kIn).ok());
+    ASSERT_TRUE(in.UpdateInputSide(p, kGeometryOut, kGeometryIn).ok());
+    ASSERT_TRUE(out.UpdateOutputSide(p, kGeometryOut, kGeometryIn).ok());
   }
 }
 
 TEST(TensorGeometryTest, ExactGradientStatisticsMatchTheReducedGradientsEma) {
   auto geo = TensorGeometry::Create(
-      kOut, kIn, {.source = GeometrySource::kGradients, .statistics = StatisticsForm::kExact});
+      kGeometryOut, kGeometryIn,
+      {.source = GeometrySource::kGradients, .statistics = StatisticsForm::kExact});
   ASSERT_TRUE(geo.ok()) << geo.status();
-  auto in = SecondMomentEma::Create(kIn), out = SecondMomentEma::Create(kOut);
+  auto in = SecondMomentEma::Create(kGeometryIn), out = SecondMomentEma::Create(kGeometryOut);
   EXPECT_FALSE(geo->ready());
   EXPECT_EQ(geo->BuildBasis({}).status().code(), absl::StatusCode::kFailedPrecondition);
   FeedReducedGradients(*geo, *in, *out, 3, 4, 0.5);
@@ -102,11 +103,11 @@ TEST(TensorGeometryTest, ExactGradientStatisticsMatchTheReducedGradientsEma) {
   ASSERT_TRUE(basis.ok()) << basis.status();
   EXPECT_EQ(basis->header().tensor_id, 3u);
   EXPECT_EQ(basis->header().version, 2u);
-  auto want = TensorBasis::Create({.d_out = kOut, .d_in = kIn, .config = {Sides::kBoth, 0.25}},
-                                  *SideBasis::FromFactor(out->value(), 8),
-                                  *SideBasis::FromFactor(in->value(), 8));
+  auto want = TensorBasis::Create(
+      {.d_out = kGeometryOut, .d_in = kGeometryIn, .config = {Sides::kBoth, 0.25}},
+      *SideBasis::FromFactor(out->value(), 8), *SideBasis::FromFactor(in->value(), 8));
   ASSERT_TRUE(want.ok());
-  const auto g = SharedPlusNoiseGradients(kOut, kIn, 1, 4, 0.5, 9)[0];
+  const auto g = SharedPlusNoiseGradients(kGeometryOut, kGeometryIn, 1, 4, 0.5, 9)[0];
   EXPECT_EQ(Forward(*basis, g), Forward(*want, g));  // bit-identical
 }
 
@@ -123,9 +124,10 @@ TEST(TensorGeometryTest, SketchedGradientStatisticsAreWithinTheNystromBound) {
   // expectation, a factor 2 for one draw):
   //   ||M - U Lam U^T||_* <= 2 (1 + r / (k - r - 1)) ||M - [M]_r||_*.
   constexpr int64_t kK = 32, kRank = 6;  // the shared directions: a clear gap below them
-  auto geo = TensorGeometry::Create(kOut, kIn, {.sketch_size = kK, .sketch_seed = 5});
+  auto geo =
+      TensorGeometry::Create(kGeometryOut, kGeometryIn, {.sketch_size = kK, .sketch_seed = 5});
   ASSERT_TRUE(geo.ok()) << geo.status();
-  auto in = SecondMomentEma::Create(kIn), out = SecondMomentEma::Create(kOut);
+  auto in = SecondMomentEma::Create(kGeometryIn), out = SecondMomentEma::Create(kGeometryOut);
   FeedReducedGradients(*geo, *in, *out, 4, 6, 0.3);
   auto basis = geo->BuildBasis(Options(1, 1, 0.25, kRank));
   ASSERT_TRUE(basis.ok()) << basis.status();
@@ -147,13 +149,15 @@ TEST(TensorGeometryTest, SketchedGradientStatisticsAreWithinTheNystromBound) {
   // it is as accurate as through the basis of the exact statistics (within
   // 5 %), and better than direct quantization.
   auto exact = TensorGeometry::Create(
-      kOut, kIn, {.source = GeometrySource::kGradients, .statistics = StatisticsForm::kExact});
+      kGeometryOut, kGeometryIn,
+      {.source = GeometrySource::kGradients, .statistics = StatisticsForm::kExact});
   ASSERT_TRUE(exact.ok());
-  auto exact_in = SecondMomentEma::Create(kIn), exact_out = SecondMomentEma::Create(kOut);
+  auto exact_in = SecondMomentEma::Create(kGeometryIn),
+       exact_out = SecondMomentEma::Create(kGeometryOut);
   FeedReducedGradients(*exact, *exact_in, *exact_out, 4, 6, 0.3);
   auto want = exact->BuildBasis(Options(1, 1, 0.25, kRank));
   ASSERT_TRUE(want.ok());
-  const auto grads = SharedPlusNoiseGradients(kOut, kIn, 8, 6, 0.3, 9);
+  const auto grads = SharedPlusNoiseGradients(kGeometryOut, kGeometryIn, 8, 6, 0.3, 9);
   const double sketched = QuantizedAverageError(&*basis, grads);
   const double exact_error = QuantizedAverageError(&*want, grads);
   EXPECT_LT(sketched, 1.05 * exact_error) << "exact statistics " << exact_error;
@@ -163,13 +167,15 @@ TEST(TensorGeometryTest, SketchedGradientStatisticsAreWithinTheNystromBound) {
 TEST(TensorGeometryTest, PerWorkerSketchAtFullSizeMatchesTheExactMoments) {
   // sketch_size >= both dimensions: the sketch holds M Omega for a square
   // orthonormal Omega, so the Nystrom eigenpairs are those of M.
-  auto geo = TensorGeometry::Create(
-      kOut, kIn, {.source = GeometrySource::kPerWorkerGradients, .sketch_size = 128});
+  auto geo =
+      TensorGeometry::Create(kGeometryOut, kGeometryIn,
+                             {.source = GeometrySource::kPerWorkerGradients, .sketch_size = 128});
   ASSERT_TRUE(geo.ok());
-  const auto grads = SharedPlusNoiseGradients(kOut, kIn, 4, 4, 0.5, 1);
+  const auto grads = SharedPlusNoiseGradients(kGeometryOut, kGeometryIn, 4, 4, 0.5, 1);
   auto size = geo->PerWorkerContributionSize();
   ASSERT_TRUE(size.ok());
-  EXPECT_EQ(*size, (kOut * kOut + kOut + 1) + (kIn * kIn + kIn + 1));
+  EXPECT_EQ(*size, (kGeometryOut * kGeometryOut + kGeometryOut + 1) +
+                       (kGeometryIn * kGeometryIn + kGeometryIn + 1));
   std::vector<double> sum(*size, 0.0);
   std::vector<float> c(*size);
   for (const auto& g : grads) {
@@ -185,9 +191,9 @@ TEST(TensorGeometryTest, PerWorkerSketchAtFullSizeMatchesTheExactMoments) {
   auto basis = geo->BuildBasis(Options(0, 0, 0.25, 4));
   ASSERT_TRUE(basis.ok()) << basis.status();
 
-  auto in = SecondMomentEma::Create(kIn), out = SecondMomentEma::Create(kOut);
-  ASSERT_TRUE(in->UpdateInputSide(Pointers(grads), kOut, kIn).ok());
-  ASSERT_TRUE(out->UpdateOutputSide(Pointers(grads), kOut, kIn).ok());
+  auto in = SecondMomentEma::Create(kGeometryIn), out = SecondMomentEma::Create(kGeometryOut);
+  ASSERT_TRUE(in->UpdateInputSide(Pointers(grads), kGeometryOut, kGeometryIn).ok());
+  ASSERT_TRUE(out->UpdateOutputSide(Pointers(grads), kGeometryOut, kGeometryIn).ok());
   // The reference: the same model built from a dense eigendecomposition.
   auto dense_side = [](const Eigen::MatrixXd& m) {
     const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> dense(m);  // ascending
@@ -198,10 +204,11 @@ TEST(TensorGeometryTest, PerWorkerSketchAtFullSizeMatchesTheExactMoments) {
     eig.trace = m.trace();
     return SideBasis::FromEigenpairs(eig, m.diagonal(), n).value();
   };
-  auto want = TensorBasis::Create({.d_out = kOut, .d_in = kIn, .config = {Sides::kBoth, 0.25}},
-                                  dense_side(out->value()), dense_side(in->value()));
+  auto want = TensorBasis::Create(
+      {.d_out = kGeometryOut, .d_in = kGeometryIn, .config = {Sides::kBoth, 0.25}},
+      dense_side(out->value()), dense_side(in->value()));
   ASSERT_TRUE(want.ok());
-  const auto g = SharedPlusNoiseGradients(kOut, kIn, 1, 4, 0.5, 9)[0];
+  const auto g = SharedPlusNoiseGradients(kGeometryOut, kGeometryIn, 1, 4, 0.5, 9)[0];
   // FP32 rounding of the contributions is the only difference.
   EXPECT_LT(RelativeL2(Forward(*basis, g), Forward(*want, g)), 1e-5);
 }
@@ -239,16 +246,18 @@ TEST(TensorGeometryTest, PerWorkerSketchLowersTheQuantizedAverageError) {
 }
 
 TEST(TensorGeometryTest, ActivationSourceFeedsTheInputSide) {
-  auto geo = TensorGeometry::Create(kOut, kIn, {.source = GeometrySource::kActivations});
+  auto geo =
+      TensorGeometry::Create(kGeometryOut, kGeometryIn, {.source = GeometrySource::kActivations});
   ASSERT_TRUE(geo.ok());
-  const std::vector<float> avg = Average(SharedPlusNoiseGradients(kOut, kIn, 2, 4, 0.5, 0));
+  const std::vector<float> avg =
+      Average(SharedPlusNoiseGradients(kGeometryOut, kGeometryIn, 2, 4, 0.5, 0));
   ASSERT_TRUE(geo->AddReducedGradient(avg.data()).ok());
   EXPECT_FALSE(geo->ready());  // the input side waits for activations
-  Eigen::VectorXd spectrum(kIn);
-  for (int64_t i = 0; i < kIn; ++i) spectrum(i) = std::pow(1.0 + i, -1.0);
+  Eigen::VectorXd spectrum(kGeometryIn);
+  for (int64_t i = 0; i < kGeometryIn; ++i) spectrum(i) = std::pow(1.0 + i, -1.0);
   ASSERT_TRUE(geo->AddActivationFactor(testing::FactorWithSpectrum(spectrum, 5)).ok());
   ASSERT_TRUE(geo->ready());
-  auto basis = geo->BuildBasis(Options(0, 0, 0.5, kIn));
+  auto basis = geo->BuildBasis(Options(0, 0, 0.5, kGeometryIn));
   ASSERT_TRUE(basis.ok()) << basis.status();
   // Full rank, p = 1/2, isotropic: the input side whitens the factor.
   const Eigen::MatrixXd f = basis->input_side()->DenseModelFactor();

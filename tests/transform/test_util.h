@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <random>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "common/base/relative_error.h"
+#include "common/transform/identity_transform.h"
 #include "common/transform/second_moment_ema.h"
 #include "common/transform/side_basis.h"
 #include "common/transform/tensor_basis.h"
@@ -22,6 +24,16 @@
 #include "gtest/gtest.h"
 
 namespace gift::transform::testing {
+
+// Whether `a` and `b` hold the same floats bit for bit.
+inline bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
+}
+
+// The identity transform of a d_out x d_in gradient.
+inline std::shared_ptr<const GradientTransform> Identity(int64_t d_out, int64_t d_in) {
+  return std::make_shared<IdentityTransform>(IdentityTransform::Create(d_out, d_in).value());
+}
 
 inline Eigen::MatrixXd Gaussian(int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);

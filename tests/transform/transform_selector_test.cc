@@ -23,14 +23,17 @@
 #include "common/transform/tensor_basis.h"
 #include "common/transform/tensor_basis_transform.h"
 #include "gtest/gtest.h"
+#include "tests/codec/test_util.h"
 #include "tests/transform/test_util.h"
 
 namespace gift::transform {
 namespace {
 
-constexpr int64_t kOut = 256, kIn = 512, kWorkers = 8;
+using testing::Identity;
 
-codec::CodecSpec Spec(const std::string& name) { return codec::ParseCodecSpec(name).value(); }
+constexpr int64_t kSelectorOut = 256, kSelectorIn = 512, kSelectorWorkers = 8;
+
+using codec::testing::Spec;
 
 std::vector<const float*> Pointers(const std::vector<std::vector<float>>& grads) {
   std::vector<const float*> pointers;
@@ -43,23 +46,22 @@ std::vector<const float*> Pointers(const std::vector<std::vector<float>>& grads)
 // one, as a basis owner holds them).
 std::shared_ptr<const GradientTransform> BasisFromHistory(
     const std::vector<std::vector<std::vector<float>>>& history, double p) {
-  auto in = SecondMomentEma::Create(kIn);
-  auto out = SecondMomentEma::Create(kOut);
+  auto in = SecondMomentEma::Create(kSelectorIn);
+  auto out = SecondMomentEma::Create(kSelectorOut);
   EXPECT_TRUE(in.ok() && out.ok());
   for (const auto& step : history) {
-    EXPECT_TRUE(in->UpdateInputSide(Pointers(step), kOut, kIn).ok());
-    EXPECT_TRUE(out->UpdateOutputSide(Pointers(step), kOut, kIn).ok());
+    EXPECT_TRUE(in->UpdateInputSide(Pointers(step), kSelectorOut, kSelectorIn).ok());
+    EXPECT_TRUE(out->UpdateOutputSide(Pointers(step), kSelectorOut, kSelectorIn).ok());
   }
-  auto basis = TensorBasis::Create(
-      {.tensor_id = 1, .version = 1, .d_out = kOut, .d_in = kIn, .config = {Sides::kBoth, p}},
-      SideBasis::FromFactor(out->value(), 64).value(),
-      SideBasis::FromFactor(in->value(), 64).value());
+  auto basis = TensorBasis::Create({.tensor_id = 1,
+                                    .version = 1,
+                                    .d_out = kSelectorOut,
+                                    .d_in = kSelectorIn,
+                                    .config = {Sides::kBoth, p}},
+                                   SideBasis::FromFactor(out->value(), 64).value(),
+                                   SideBasis::FromFactor(in->value(), 64).value());
   EXPECT_TRUE(basis.ok()) << basis.status();
   return std::make_shared<TensorBasisTransform>(*std::move(basis));
-}
-
-std::shared_ptr<const GradientTransform> Identity(int64_t d_out, int64_t d_in) {
-  return std::make_shared<IdentityTransform>(IdentityTransform::Create(d_out, d_in).value());
 }
 
 std::shared_ptr<const GradientTransform> Hadamard(int64_t d_out, int64_t d_in) {
@@ -74,17 +76,17 @@ double DirectErrorByHand(const std::vector<std::vector<float>>& grads, const cod
   std::vector<codec::EncodedTensor> encoded;
   std::vector<codec::EncodedView> views;
   for (size_t w = 0; w < grads.size(); ++w) {
-    encoded.push_back(codec::EncodedTensor::Create(spec, kOut, kIn).value());
+    encoded.push_back(codec::EncodedTensor::Create(spec, kSelectorOut, kSelectorIn).value());
     EXPECT_TRUE(codec::Encode(grads[w].data(), encoded.back().mutable_view(),
                               {.tensor = tensor, .step = step, .rank = static_cast<uint32_t>(w)})
                     .ok());
   }
   for (const auto& t : encoded) views.push_back(t.view());
-  std::vector<float> avg(kOut * kIn), exact(kOut * kIn);
+  std::vector<float> avg(kSelectorOut * kSelectorIn), exact(kSelectorOut * kSelectorIn);
   EXPECT_TRUE(
       codec::ReduceEncoded(views, avg.data(), 1.0f / grads.size(), codec::MutableEncodedView{})
           .ok());
-  for (int64_t i = 0; i < kOut * kIn; ++i) {
+  for (int64_t i = 0; i < kSelectorOut * kSelectorIn; ++i) {
     double sum = 0.0;
     for (const auto& g : grads) sum += g[i];
     exact[i] = static_cast<float>(sum / grads.size());
@@ -110,12 +112,14 @@ class AnisotropicSelection : public ::testing::Test {
   static constexpr uint32_t kStep = 3;
 
   void SetUp() override {
-    grads_ = testing::SharedPlusNoiseGradients(kOut, kIn, kWorkers, 64, 0.1, kStep);
+    grads_ = testing::SharedPlusNoiseGradients(kSelectorOut, kSelectorIn, kSelectorWorkers, 64, 0.1,
+                                               kStep);
     std::vector<std::vector<std::vector<float>>> history;
     for (uint32_t step = 0; step < kStep; ++step) {
-      history.push_back(testing::SharedPlusNoiseGradients(kOut, kIn, kWorkers, 64, 0.1, step));
+      history.push_back(testing::SharedPlusNoiseGradients(kSelectorOut, kSelectorIn,
+                                                          kSelectorWorkers, 64, 0.1, step));
     }
-    candidates_ = {{"hadamard", Hadamard(kOut, kIn)},
+    candidates_ = {{"hadamard", Hadamard(kSelectorOut, kSelectorIn)},
                    {"tensor_basis(both,p=0.25,r=64)", BasisFromHistory(history, 0.25)}};
   }
 
@@ -126,7 +130,7 @@ class AnisotropicSelection : public ::testing::Test {
 TEST_F(AnisotropicSelection, PicksTheQuarterPowerBasisWithAMeasuredErrorBelowDirect) {
   for (const std::string name : {"e4m3/block128", "e5m2/tensor"}) {
     const SelectorOptions options{.spec = Spec(name), .tensor_id = 5, .step = kStep};
-    auto s = SelectTransform(Pointers(grads_), kOut, kIn, candidates_, options);
+    auto s = SelectTransform(Pointers(grads_), kSelectorOut, kSelectorIn, candidates_, options);
     ASSERT_TRUE(s.ok()) << s.status();
     Print("anisotropic " + name, *s);
     EXPECT_EQ(s->reason, SelectionReason::kMeasured) << name;
@@ -149,7 +153,7 @@ TEST_F(AnisotropicSelection, PicksTheQuarterPowerBasisWithAMeasuredErrorBelowDir
 
 TEST_F(AnisotropicSelection, AMarginOfNinetyNinePercentKeepsDirect) {
   const SelectorOptions options{.spec = Spec("e4m3/block128"), .margin = 0.99};
-  auto s = SelectTransform(Pointers(grads_), kOut, kIn, candidates_, options);
+  auto s = SelectTransform(Pointers(grads_), kSelectorOut, kSelectorIn, candidates_, options);
   ASSERT_TRUE(s.ok()) << s.status();
   Print("anisotropic e4m3/block128 margin 0.99", *s);
   EXPECT_EQ(s->chosen, kDirectLabel);
@@ -162,7 +166,8 @@ TEST_F(AnisotropicSelection, AMarginOfNinetyNinePercentKeepsDirect) {
 }
 
 TEST_F(AnisotropicSelection, NoCandidatesMeasuresDirectOnly) {
-  auto s = SelectTransform(Pointers(grads_), kOut, kIn, {}, {.spec = Spec("e5m2/tensor")});
+  auto s = SelectTransform(Pointers(grads_), kSelectorOut, kSelectorIn, {},
+                           {.spec = Spec("e5m2/tensor")});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->chosen, kDirectLabel);
   EXPECT_EQ(s->reason, SelectionReason::kNoCandidateBeatMargin);
@@ -180,14 +185,16 @@ TEST_F(AnisotropicSelection, NoCandidatesMeasuresDirectOnly) {
 // are measured and finite, and the candidate's error is above 0.9x direct's.
 TEST(TransformSelector, IsotropicGradientsKeepDirectAgainstWhitening) {
   auto step_grads = [](uint32_t step) {
-    const Eigen::MatrixXd shared = testing::Gaussian(kOut, kIn, 1000 + step);
+    const Eigen::MatrixXd shared = testing::Gaussian(kSelectorOut, kSelectorIn, 1000 + step);
     std::vector<std::vector<float>> grads;
-    for (int64_t w = 0; w < kWorkers; ++w) {
+    for (int64_t w = 0; w < kSelectorWorkers; ++w) {
       const Eigen::MatrixXd g =
-          shared + 0.1 * testing::Gaussian(kOut, kIn, 2000 + 10 * step + static_cast<uint32_t>(w));
-      std::vector<float> x(kOut * kIn);
-      for (int64_t i = 0; i < kOut; ++i) {
-        for (int64_t j = 0; j < kIn; ++j) x[i * kIn + j] = static_cast<float>(g(i, j));
+          shared + 0.1 * testing::Gaussian(kSelectorOut, kSelectorIn,
+                                           2000 + 10 * step + static_cast<uint32_t>(w));
+      std::vector<float> x(kSelectorOut * kSelectorIn);
+      for (int64_t i = 0; i < kSelectorOut; ++i) {
+        for (int64_t j = 0; j < kSelectorIn; ++j)
+          x[i * kSelectorIn + j] = static_cast<float>(g(i, j));
       }
       grads.push_back(std::move(x));
     }
@@ -199,7 +206,8 @@ TEST(TransformSelector, IsotropicGradientsKeepDirectAgainstWhitening) {
       {"whitening(both,p=0.5,r=64)", BasisFromHistory(history, 0.5)}};
   const std::vector<std::vector<float>> grads = step_grads(4);
   for (const std::string name : {"e4m3/block128", "e5m2/tensor"}) {
-    auto s = SelectTransform(Pointers(grads), kOut, kIn, candidates, {.spec = Spec(name)});
+    auto s = SelectTransform(Pointers(grads), kSelectorOut, kSelectorIn, candidates,
+                             {.spec = Spec(name)});
     ASSERT_TRUE(s.ok()) << s.status();
     Print("isotropic " + name, *s);
     EXPECT_EQ(s->chosen, kDirectLabel) << name;

@@ -26,6 +26,7 @@
 #include "common/control/coordinator_client.h"
 #include "common/dataplane/chunk_shape.h"
 #include "gtest/gtest.h"
+#include "tests/codec/test_util.h"
 #include "tests/testing/cluster_fixture.h"
 #include "tests/testing/warmup_bound.h"
 #include "tools/gift-cluster/local_cluster.h"
@@ -57,7 +58,7 @@ void FillGradient(float* g, const client::TensorSpec& t, size_t n, uint64_t step
   }
 }
 
-codec::CodecSpec Spec(const std::string& text) { return codec::ParseCodecSpec(text).value(); }
+using codec::testing::Spec;
 
 // The worker reports its step's pushed bytes split over the tensors by size;
 // their sum is the step's total (each share rounded).
