@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/coordinator/state_store.h"
@@ -125,6 +127,24 @@ class InprocCoordinator::ForwardingService final : public gift::v1::Coordinator:
   std::atomic<coordinator::CoordinatorService*> target_{nullptr};
 };
 
+namespace {
+
+// Directories of coordinators still alive, removed at exit: the fuzzers keep
+// theirs for the whole run and never destroy it.
+std::vector<std::string>& DirsToRemoveAtExit() {
+  static auto* dirs = new std::vector<std::string>;
+  return *dirs;
+}
+
+void RemoveDirsAtExit() {
+  for (const std::string& dir : DirsToRemoveAtExit()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+}
+
+}  // namespace
+
 InprocCoordinator::InprocCoordinator(const InprocCoordinatorOptions& options)
     : options_(options), forwarder_(std::make_unique<ForwardingService>()) {
   // tmpfs when there is one: the store syncs every commit.
@@ -133,6 +153,8 @@ InprocCoordinator::InprocCoordinator(const InprocCoordinatorOptions& options)
   std::string pattern = absl::StrCat(base, "/gift-fuzz-coord-XXXXXX");
   if (mkdtemp(pattern.data()) == nullptr) Die(absl::StrCat("mkdtemp ", pattern));
   dir_ = pattern;
+  if (DirsToRemoveAtExit().empty()) std::atexit(RemoveDirsAtExit);
+  DirsToRemoveAtExit().push_back(dir_);
   Start();
   grpc::ServerBuilder builder;
   if (options.listen_on_unix_socket) {
@@ -185,6 +207,7 @@ InprocCoordinator::~InprocCoordinator() {
   state_.reset();
   std::error_code ignored;
   std::filesystem::remove_all(dir_, ignored);
+  std::erase(DirsToRemoveAtExit(), dir_);
 }
 
 }  // namespace gift::fuzz

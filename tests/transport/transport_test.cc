@@ -3,6 +3,11 @@
 // bad arguments and peer failure.
 #include "common/transport/transport.h"
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -70,10 +75,10 @@ class Completions {
       if (!s.ok()) last_error_ = s;
     };
   }
-  bool WaitFor(int n) {
+  bool WaitFor(int n, absl::Duration timeout = absl::Seconds(20)) {
     absl::MutexLock lock(&mu_);
     auto enough = [&] { return done_ >= n; };
-    return mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
   }
   absl::Status last_error() {
     absl::MutexLock lock(&mu_);
@@ -386,6 +391,60 @@ TEST(ConnectionCacheTest, ConnectsOncePerAddressUntilForgotten) {
   EXPECT_NE(*second, *first);
   EXPECT_EQ(cache.Get(**a, "garbage").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cache.Get(**a, "inproc:999").status().code(), absl::StatusCode::kUnavailable);
+}
+
+// A send to a peer whose process is stopped (SIGSTOP: it holds its end but
+// takes nothing, and never completes connecting) stays in flight; closing
+// the connection ends it with an error. The worker's retry relies on that
+// (PushPullEngine::AwaitSendBuffers) to reuse a buffer a push to a stopped
+// server of an ended epoch still holds.
+TEST(UcxTransportTest, DisconnectEndsSendsToAStoppedPeer) {
+  int address_pipe[2];
+  ASSERT_EQ(pipe(address_pipe), 0);
+  const pid_t child = fork();  // before this process starts UCX
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    Inbox inbox;
+    auto t = CreateUcxTransport(inbox.Handlers());
+    const std::string address = t.ok() ? (*t)->address() : "";
+    const uint32_t size = static_cast<uint32_t>(address.size());
+    if (write(address_pipe[1], &size, sizeof(size)) != sizeof(size) ||
+        write(address_pipe[1], address.data(), size) != static_cast<ssize_t>(size)) {
+      _exit(1);
+    }
+    for (;;) pause();  // killed by the test
+  }
+  close(address_pipe[1]);
+  struct ChildKiller {
+    pid_t pid;
+    ~ChildKiller() {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } killer{child};
+  pollfd readable{.fd = address_pipe[0], .events = POLLIN};
+  ASSERT_EQ(poll(&readable, 1, 20000), 1) << "the peer process never started";
+  uint32_t size = 0;
+  ASSERT_EQ(read(address_pipe[0], &size, sizeof(size)), static_cast<ssize_t>(sizeof(size)));
+  ASSERT_GT(size, 0u) << "the peer process could not create its transport";
+  std::string address(size, '\0');
+  ASSERT_EQ(read(address_pipe[0], address.data(), size), static_cast<ssize_t>(size));
+  close(address_pipe[0]);
+  ASSERT_EQ(kill(child, SIGSTOP), 0);
+
+  Inbox inbox;
+  auto a = CreateUcxTransport(inbox.Handlers());
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto peer = (*a)->Connect(address);
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  const std::vector<uint8_t> small = Pattern(4096, 1), large = Pattern(16 << 20, 2);
+  Completions sent;
+  ASSERT_TRUE((*a)->Send(*peer, {1}, small, sent.Callback()).ok());
+  ASSERT_TRUE((*a)->Send(*peer, {2}, large, sent.Callback()).ok());
+  EXPECT_FALSE(sent.WaitFor(1, absl::Milliseconds(300))) << "a send to a stopped peer completed";
+  (*a)->Disconnect(*peer);
+  ASSERT_TRUE(sent.WaitFor(2, absl::Seconds(10))) << "closing the connection left sends in flight";
+  EXPECT_FALSE(sent.last_error().ok());
 }
 
 TEST(UcxTransportTest, UnknownTlsIsAnError) {

@@ -25,6 +25,7 @@
 #include "tests/transform/test_util.h"
 #include "tests/worker/engine_rig.h"
 #include "tests/worker/engine_test_util.h"
+#include "tests/worker/hand_server.h"
 
 namespace gift::worker {
 namespace {
@@ -33,6 +34,7 @@ constexpr uint32_t kWorld = 4;
 constexpr int kServers = 2;
 
 using testing::Gradient;
+using testing::HandServer;
 using testing::Routes;
 using testing::Tensor;
 
@@ -337,86 +339,6 @@ TEST_P(PushPullEngineTest, ErrorFeedbackMakesTheTimeAverageConverge) {
             << error[0] << ", with EF " << error[1] << "\n";
   EXPECT_LT(error[1], 0.3 * error[0]);
 }
-
-// A fake server that answers by hand (results, aborts) to an in-process
-// engine, and records the engine's pushes.
-class HandServer {
- public:
-  static constexpr uint64_t kCols = 256;  // per chunk; tensor 5 has two chunks
-
-  void SetUp() {
-    auto server =
-        transport::CreateInprocTransport(&hub_, {.on_receive = [this](transport::Message m) {
-          auto h = dataplane::ParseChunkHeader(m.header);
-          absl::MutexLock lock(&mu_);
-          if (h.ok()) pushes_.push_back(*h);
-        }});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    auto engine = testing::InprocEngine(&hub_, absl::Seconds(10));
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = *std::move(engine);
-    auto to_engine = server_->Connect(engine_->address());
-    ASSERT_TRUE(to_engine.ok()) << to_engine.status();
-    to_engine_ = *to_engine;
-    sent_.reserve(64);
-  }
-  ~HandServer() { engine_.reset(); }
-
-  PushPullEngine& engine() { return *engine_; }
-  // Tensor 5 (1 x 2 kCols, two chunks at this server) over `grad`.
-  StepPlan Plan(uint64_t epoch, uint64_t step, uint32_t world, float* grad) const {
-    StepPlan plan{.epoch = epoch,
-                  .step = step,
-                  .world_size = world,
-                  .tensors = {{.tensor_id = 5,
-                               .rows = 1,
-                               .cols = 2 * kCols,
-                               .data = grad,
-                               .chunks = {{.index = 0, .num_elements = kCols},
-                                          {.index = 1, .offset = kCols, .num_elements = kCols}},
-                               .push_spec = codec::ParseCodecSpec("e4m3/block32").value()}}};
-    plan.tensors[0].chunks[0].server = plan.tensors[0].chunks[1].server = server_->address();
-    return plan;
-  }
-  // A result of chunk `chunk` (every element `value`, bf16) or an abort.
-  void Send(dataplane::ChunkKind kind, uint64_t epoch, uint64_t step, uint32_t world,
-            uint32_t chunk, float value) {
-    if (kind == dataplane::ChunkKind::kResult) {
-      std::vector<float> values(kCols, value);
-      auto t =
-          codec::EncodedTensor::Create(codec::ParseCodecSpec("bf16").value(), 1, kCols).value();
-      ASSERT_TRUE(codec::Encode(values.data(), t.mutable_view()).ok());
-      const uint64_t dims[] = {1, kCols};
-      sent_.push_back(codec::SerializePayload(t.view(), dims).value());
-    } else {
-      const std::string why = "a new epoch replaced the step's epoch";
-      sent_.emplace_back(why.begin(), why.end());
-    }
-    const auto header = dataplane::SerializeChunkHeader({.kind = kind,
-                                                         .epoch = epoch,
-                                                         .step = step,
-                                                         .tensor_id = 5,
-                                                         .chunk_index = chunk,
-                                                         .world_size = world});
-    ASSERT_TRUE(server_->Send(to_engine_, header, sent_.back(), [](const absl::Status&) {}).ok());
-  }
-  // Waits up to 10 s until the engine pushed `n` chunks in all.
-  bool AwaitPushes(size_t n) {
-    absl::MutexLock lock(&mu_);
-    auto done = [&] { return pushes_.size() >= n; };
-    return mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10));
-  }
-
- private:
-  transport::InprocHub hub_;
-  absl::Mutex mu_;
-  std::vector<dataplane::ChunkHeader> pushes_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<transport::Transport> server_;
-  std::unique_ptr<PushPullEngine> engine_;
-  transport::PeerId to_engine_ = 0;
-  std::vector<std::vector<uint8_t>> sent_;  // kept until the end: Send does not copy
-};
 
 // Results of an earlier step and duplicates are strays and never land over
 // a slot's live result, and a second step places results into the slots the
