@@ -432,6 +432,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
                [&]() -> absl::StatusOr<gift::v1::JoinResponse> {
                  auto joined = state_->Join(*request);
                  if (!joined.ok()) return joined;
+                 connections_.Joined(joined->member_id());
                  if (dataplane_keys_ == nullptr) return joined;
                  if (auto s = SetMemberKey(joined->member_id(), joined->mutable_dataplane_key());
                      !s.ok()) {

@@ -4,9 +4,23 @@
 
 namespace gift::coordinator {
 
+void MemberConnections::Joined(const std::string& member_id) {
+  if (member_id.empty()) return;
+  absl::MutexLock lock(&mu_);
+  if (seen_.contains(member_id)) return;
+  if (joined_.size() >= kMaxSeen) {
+    // Forget the oldest joins (their members then wait for their lease).
+    const absl::Time cutoff = absl::Now() - 2 * stream_grace_;
+    std::erase_if(joined_, [cutoff](const auto& j) { return j.second < cutoff; });
+    if (joined_.size() >= kMaxSeen) joined_.clear();
+  }
+  joined_.try_emplace(member_id, absl::Now());
+}
+
 void MemberConnections::Opened(const std::string& member_id) {
   if (member_id.empty()) return;
   absl::MutexLock lock(&mu_);
+  joined_.erase(member_id);
   if (seen_.size() >= kMaxSeen) {
     // Forget the ids without an open stream (members long gone).
     for (auto it = seen_.begin(); it != seen_.end();) {
@@ -36,7 +50,9 @@ std::vector<gift::v1::ReportPeerFailureRequest> MemberConnections::Closed(
 }
 
 bool MemberConnections::DisconnectedLocked(const std::string& member_id) const {
-  return seen_.contains(member_id) && !open_.contains(member_id);
+  if (seen_.contains(member_id)) return !open_.contains(member_id);
+  const auto joined = joined_.find(member_id);
+  return joined != joined_.end() && absl::Now() - joined->second >= stream_grace_;
 }
 
 bool MemberConnections::Disconnected(const std::string& member_id) const {

@@ -8,9 +8,12 @@
 // gRPC ends the stream at once; that, not the reporter's word, confirms a
 // report. So:
 //   - Disconnected(id): id opened a stream in this process and none of its
-//     streams is open now. A member not seen since this process started
-//     (e.g. right after a coordinator restart, before it reconnected) is not
-//     disconnected: reports about it wait for its lease.
+//     streams is open now; or it joined through this process (Joined) and
+//     opened none within `stream_grace` (a process killed between its Join
+//     and its Watch: its daemon opens the stream right after joining). A
+//     member not seen since this process started (e.g. right after a
+//     coordinator restart, before it reconnected) is not disconnected:
+//     reports about it wait for its lease.
 //   - CheckOrRemember(report): Disconnected(suspect), or else remembers the
 //     report for `window`, atomically with respect to Closed, so a report
 //     that arrives just before the stream closes is not lost.
@@ -41,8 +44,12 @@ namespace gift::coordinator {
 
 class MemberConnections {
  public:
-  explicit MemberConnections(absl::Duration window = absl::Seconds(2)) : window_(window) {}
+  explicit MemberConnections(absl::Duration window = absl::Seconds(2),
+                             absl::Duration stream_grace = absl::Seconds(2))
+      : window_(window), stream_grace_(stream_grace) {}
 
+  // `member_id` joined through this process just now.
+  void Joined(const std::string& member_id);
   void Opened(const std::string& member_id);
   std::vector<gift::v1::ReportPeerFailureRequest> Closed(const std::string& member_id);
   bool Disconnected(const std::string& member_id) const;
@@ -61,9 +68,11 @@ class MemberConnections {
   static constexpr size_t kMaxPending = 1024;
 
   const absl::Duration window_;
+  const absl::Duration stream_grace_;
   mutable absl::Mutex mu_;
   std::map<std::string, int> open_ ABSL_GUARDED_BY(mu_);              // open streams by member id
   std::set<std::string> seen_ ABSL_GUARDED_BY(mu_);                   // ids that opened one
+  std::map<std::string, absl::Time> joined_ ABSL_GUARDED_BY(mu_);     // joined, none opened yet
   std::multimap<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);  // by suspect id
 };
 

@@ -33,6 +33,28 @@ TEST(MemberConnectionsTest, OnlyAMemberWhoseStreamsAllClosedIsDisconnected) {
   EXPECT_FALSE(c.Disconnected(""));
 }
 
+// A member killed between its Join and its Watch never opens a stream: it
+// counts as disconnected once the grace for opening one has passed (not
+// after its lease), and one that opens its stream in time is connected.
+TEST(MemberConnectionsTest, AJoinedMemberThatOpensNoStreamIsDisconnectedAfterTheGrace) {
+  MemberConnections c(absl::Seconds(2), /*stream_grace=*/absl::Milliseconds(50));
+  c.Joined("m1");
+  c.Joined("m2");
+  EXPECT_FALSE(c.Disconnected("m1")) << "within the grace";
+  EXPECT_FALSE(c.CheckOrRemember(Report("m3", "m1")));
+  c.Opened("m2");
+  absl::SleepFor(absl::Milliseconds(80));
+  EXPECT_TRUE(c.Disconnected("m1"));
+  EXPECT_TRUE(c.CheckOrRemember(Report("m3", "m1")));
+  EXPECT_FALSE(c.Disconnected("m2")) << "its stream is open";
+  c.Opened("m1");  // late, but alive after all
+  EXPECT_FALSE(c.Disconnected("m1"));
+  EXPECT_TRUE(c.Closed("m2").empty());
+  EXPECT_TRUE(c.Disconnected("m2"));
+  c.Joined("m2");  // a Join answered twice does not undo what the streams said
+  EXPECT_TRUE(c.Disconnected("m2"));
+}
+
 TEST(MemberConnectionsTest, AReportBeforeTheStreamClosesIsConfirmedWhenItCloses) {
   MemberConnections c;
   c.Opened("m2");

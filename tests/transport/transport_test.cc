@@ -394,10 +394,10 @@ TEST(ConnectionCacheTest, ConnectsOncePerAddressUntilForgotten) {
 }
 
 // A send to a peer whose process is stopped (SIGSTOP: it holds its end but
-// takes nothing, and never completes connecting) stays in flight; closing
-// the connection ends it with an error. The worker's retry relies on that
-// (PushPullEngine::AwaitSendBuffers) to reuse a buffer a push to a stopped
-// server of an ended epoch still holds.
+// takes nothing, and never completes connecting) stays in flight, holding
+// its buffer (docs/design.md 6.4); closing the connection ends it with an
+// error (UCP_EP_CLOSE_FLAG_FORCE), so a transport being torn down never
+// waits for a stopped peer.
 TEST(UcxTransportTest, DisconnectEndsSendsToAStoppedPeer) {
   int address_pipe[2];
   ASSERT_EQ(pipe(address_pipe), 0);

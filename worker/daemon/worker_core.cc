@@ -163,18 +163,7 @@ absl::StatusOr<WorkerCore::Exchanged> WorkerCore::Exchange(
       }
     }
     plan->result_timeout = result_timeout;
-    const uint64_t stalled_before = engine_->stalled_peers_disconnected();
     auto report = engine_->Run(*plan);
-    if (const uint64_t stalled = engine_->stalled_peers_disconnected() - stalled_before;
-        stalled > 0) {
-      Log(Level::kWarning, "stalled_push_cancelled",
-          {{"step", static_cast<int64_t>(step)},
-           {"epoch", static_cast<int64_t>(plan->epoch)},
-           {"connections_closed", static_cast<int64_t>(stalled)},
-           {"why",
-            "a push of the attempt before was still in flight to a server this epoch "
-            "no longer uses"}});
-    }
     if (report.ok()) {
       Exchanged done{.report = *report, .epoch = plan->epoch, .world_size = plan->world_size};
       done.AddVersions(plan->tensors);

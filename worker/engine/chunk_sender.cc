@@ -46,16 +46,11 @@ absl::StatusOr<transport::PeerId> ChunkSender::ConnectToNodeMate(const std::stri
   return *peer;
 }
 
-void ChunkSender::Disconnect(transport::PeerId peer) {
-  connections_.Forget(peer);
-  transport_.Disconnect(peer);
-}
-
 absl::Status ChunkSender::Send(transport::PeerId peer, absl::Span<const uint8_t> header,
                                absl::Span<const uint8_t> payload, ChunkSlot* slot,
                                std::shared_ptr<const void> owned, bool to_server, uint64_t run,
                                const char* what) {
-  inbox_.SendStarted(slot, peer, to_server);
+  inbox_.SendStarted(slot, to_server);
   ResultInbox* inbox = &inbox_;
   const absl::Status s = transport_.Send(
       peer, header, payload,

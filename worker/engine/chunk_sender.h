@@ -52,10 +52,6 @@ class ChunkSender {
   absl::StatusOr<transport::PeerId> ConnectToNodeMate(const std::string& address);
   // Drops `peer`'s cached connection (it failed). Any thread.
   void Forget(transport::PeerId peer) { connections_.Forget(peer); }
-  // Closes the connection to `peer` and drops it from the cache: its sends
-  // still in flight end with an error (the transport cancels them), and the
-  // next ConnectTo* of its address connects anew.
-  void Disconnect(transport::PeerId peer);
 
   // Encodes chunk `slot` of `t` through `stage` into slot.send with t's
   // push codec (stochastic rounding keyed dataplane::ChunkRngKey), seals it

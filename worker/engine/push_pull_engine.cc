@@ -195,15 +195,6 @@ absl::Status PushPullEngine::Begin(const StepPlan& step) {
   return absl::OkStatus();
 }
 
-bool PushPullEngine::AwaitSendBuffers(absl::Span<ChunkSlot* const> slots) {
-  if (inbox_.Expect(slots, std::min(kStalledSendGrace, options_.timeout))) return true;
-  for (const transport::PeerId peer : inbox_.StalledSendPeers(slots)) {
-    sender_->Disconnect(peer);
-    stalled_peers_disconnected_.fetch_add(1, std::memory_order_relaxed);
-  }
-  return inbox_.Expect(slots, options_.timeout);
-}
-
 void PushPullEngine::Cancel() {
   if (open_) EndStep();
 }
@@ -248,7 +239,7 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
   }
   const absl::Span<ChunkSlot* const> added =
       absl::MakeConstSpan(step_chunks_).subspan(chunks_before);
-  if (!AwaitSendBuffers(added)) {
+  if (!inbox_.Expect(added, options_.timeout)) {
     return fail(absl::UnavailableError("pushes of an earlier step have not completed"));
   }
 

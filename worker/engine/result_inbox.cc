@@ -3,7 +3,6 @@
 #include <optional>
 #include <utility>
 
-#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/dataplane/chunk_header.h"
@@ -91,21 +90,6 @@ bool ResultInbox::Expect(absl::Span<ChunkSlot* const> slots, absl::Duration time
   return true;
 }
 
-std::vector<transport::PeerId> ResultInbox::StalledSendPeers(
-    absl::Span<ChunkSlot* const> slots) const {
-  absl::MutexLock lock(&mu_);
-  std::vector<transport::PeerId> peers;
-  for (const ChunkSlot* slot : slots) {
-    const transport::PeerId peer = slot->send_peer;
-    if (!slot->send_in_flight || servers_.contains(peer) || node_mate_peers_.contains(peer) ||
-        absl::c_linear_search(peers, peer)) {
-      continue;
-    }
-    peers.push_back(peer);
-  }
-  return peers;
-}
-
 void ResultInbox::ExpectNoMore() {
   absl::MutexLock lock(&mu_);
   expect_no_more_ = true;
@@ -166,12 +150,9 @@ std::vector<ChunkSlot*> ResultInbox::Close(absl::Span<ChunkSlot* const> slots) {
   return grow;
 }
 
-void ResultInbox::SendStarted(ChunkSlot* slot, transport::PeerId peer, bool to_server) {
+void ResultInbox::SendStarted(ChunkSlot* slot, bool to_server) {
   absl::MutexLock lock(&mu_);
-  if (slot != nullptr) {
-    slot->send_in_flight = true;
-    slot->send_peer = peer;
-  }
+  if (slot != nullptr) slot->send_in_flight = true;
   ++sends_in_flight_;
   if (to_server) pushed_ = true;
 }

@@ -81,12 +81,6 @@ class ResultInbox {
   // (their payloads are rewritten next). False when an earlier send is still
   // in flight after `timeout`.
   bool Expect(absl::Span<ChunkSlot* const> slots, absl::Duration timeout);
-  // The peers that sends from `slots` are still in flight to and that the
-  // step in flight does not use (UseServer, UseNodeMate): servers of an
-  // ended epoch. Such a send holds its slot's buffer until the peer takes
-  // it, which a stopped or cut-off server never does (Expect would wait
-  // for it until its timeout).
-  std::vector<transport::PeerId> StalledSendPeers(absl::Span<ChunkSlot* const> slots) const;
   // Every chunk of the step is expected (Finish: no more Expect). From now
   // on the step may complete with the results of an earlier epoch's attempt
   // at it (see EarlierAttempt below).
@@ -108,8 +102,8 @@ class ResultInbox {
   std::vector<ChunkSlot*> Close(absl::Span<ChunkSlot* const> slots);
 
   // Sends (ChunkSender). `slot` (may be null: an owned payload) is being
-  // sent to `peer`; `to_server`: a push of the step left for a server.
-  void SendStarted(ChunkSlot* slot, transport::PeerId peer, bool to_server);
+  // sent; `to_server`: a push of the step left for a server.
+  void SendStarted(ChunkSlot* slot, bool to_server);
   // A send to `peer` ended with `done`; when it failed while the step of
   // `run` is in flight and not yet aborted, SendFailure(peer, what, ...)
   // aborts it.

@@ -58,7 +58,6 @@ struct ChunkSlot {
 
   // Inbox mutex (result_inbox.h):
   bool send_in_flight = false;         // its payload is being sent
-  transport::PeerId send_peer = 0;     // to this peer (while send_in_flight)
   bool placed = false;                 // this step's result was placed in `result`
   bool placement_outstanding = false;  // placed, but not delivered yet
   bool arrived = false;                // this step's result is in
