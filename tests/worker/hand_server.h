@@ -15,6 +15,7 @@
 #define GIFT_TESTS_WORKER_HAND_SERVER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -28,7 +29,6 @@
 #include "common/dataplane/chunk_header.h"
 #include "common/transport/inproc/inproc_transport.h"
 #include "gtest/gtest.h"
-#include "tests/worker/engine_test_util.h"
 #include "worker/engine/push_pull_engine.h"
 
 namespace gift::worker::testing {
@@ -36,8 +36,13 @@ namespace gift::worker::testing {
 class HandServer {
  public:
   static constexpr uint64_t kCols = 256;  // per chunk; tensor 5 has two chunks
-  // Starts the server and the engine (whose steps time out after 10 s).
-  void SetUp() {
+  // Decorates the engine's transport (a test's fault on its sends).
+  using TransportWrapper =
+      std::function<std::unique_ptr<transport::Transport>(std::unique_ptr<transport::Transport>)>;
+
+  // Starts the server and the engine (whose steps time out after
+  // `engine_timeout`; `wrap`, when set, decorates its transport).
+  void SetUp(absl::Duration engine_timeout = absl::Seconds(10), TransportWrapper wrap = nullptr) {
     auto server =
         transport::CreateInprocTransport(&hub_, {.on_receive = [this](transport::Message m) {
           auto h = dataplane::ParseChunkHeader(m.header);
@@ -46,7 +51,14 @@ class HandServer {
         }});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    auto engine = testing::InprocEngine(&hub_, absl::Seconds(10));
+    auto engine = PushPullEngine::Create(
+        [this, wrap](transport::TransportHandlers h)
+            -> absl::StatusOr<std::unique_ptr<transport::Transport>> {
+          auto t = transport::CreateInprocTransport(&hub_, std::move(h));
+          if (!t.ok() || wrap == nullptr) return t;
+          return wrap(*std::move(t));
+        },
+        {.timeout = engine_timeout});
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = *std::move(engine);
     auto to_engine = server_->Connect(engine_->address());
@@ -57,6 +69,9 @@ class HandServer {
   ~HandServer() { engine_.reset(); }
 
   PushPullEngine& engine() { return *engine_; }
+  // The hub the server and the engine are on (for more in-process peers).
+  transport::InprocHub& hub() { return hub_; }
+  std::string address() const { return server_->address(); }
   // Tensor 5 (1 x 2 kCols, two chunks at this server) over `grad`.
   StepPlan Plan(uint64_t epoch, uint64_t step, uint32_t world, float* grad) const {
     StepPlan plan{.epoch = epoch,

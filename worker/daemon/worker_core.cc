@@ -163,7 +163,18 @@ absl::StatusOr<WorkerCore::Exchanged> WorkerCore::Exchange(
       }
     }
     plan->result_timeout = result_timeout;
+    const uint64_t stalled_before = engine_->stalled_send_arenas_renewed();
     auto report = engine_->Run(*plan);
+    if (const uint64_t stalled = engine_->stalled_send_arenas_renewed() - stalled_before;
+        stalled > 0) {
+      Log(Level::kWarning, "stalled_push_left_behind",
+          {{"step", static_cast<int64_t>(step)},
+           {"epoch", static_cast<int64_t>(plan->epoch)},
+           {"tensors", static_cast<int64_t>(stalled)},
+           {"why",
+            "a push of the attempt before was still in flight to a server this epoch no "
+            "longer uses; the tensor encodes into a fresh send buffer"}});
+    }
     if (report.ok()) {
       Exchanged done{.report = *report, .epoch = plan->epoch, .world_size = plan->world_size};
       done.AddVersions(plan->tensors);

@@ -50,15 +50,15 @@ absl::Status ChunkSender::Send(transport::PeerId peer, absl::Span<const uint8_t>
                                absl::Span<const uint8_t> payload, ChunkSlot* slot,
                                std::shared_ptr<const void> owned, bool to_server, uint64_t run,
                                const char* what) {
-  inbox_.SendStarted(slot, to_server);
+  const uint64_t serial = inbox_.SendStarted(slot, peer, to_server);
   ResultInbox* inbox = &inbox_;
   const absl::Status s = transport_.Send(
       peer, header, payload,
-      [inbox, slot, run, peer, what, owned = std::move(owned)](const absl::Status& done) {
-        inbox->SendEnded(slot, run, peer, done, what);
+      [inbox, slot, serial, run, peer, what, owned = std::move(owned)](const absl::Status& done) {
+        inbox->SendEnded(slot, serial, run, peer, done, what);
       });
   if (s.ok()) return s;
-  inbox_.SendEnded(slot, run, peer, absl::OkStatus(), what);  // never started
+  inbox_.SendEnded(slot, serial, run, peer, absl::OkStatus(), what);  // never started
   return inbox_.SendFailure(peer, what, s.message());
 }
 

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/codec/payload.h"
 #include "worker/engine/chunk_sender.h"
 #include "worker/engine/node_route.h"
@@ -195,6 +197,28 @@ absl::Status PushPullEngine::Begin(const StepPlan& step) {
   return absl::OkStatus();
 }
 
+absl::Status PushPullEngine::AwaitSendBuffers(absl::Span<ChunkSlot* const> slots) {
+  if (inbox_.Expect(slots, std::min(kStalledSendGrace, options_.timeout))) {
+    return absl::OkStatus();
+  }
+  std::vector<size_t> tensors;  // positions in the step
+  for (const ChunkSlot* slot : inbox_.StalledSends(slots)) {
+    if (!absl::c_linear_search(tensors, slot->tensor)) tensors.push_back(slot->tensor);
+  }
+  for (const size_t i : tensors) {
+    TensorBuffers& buffers = *step_buffers_[i];
+    GIFT_RETURN_IF_ERROR(buffers.RenewSendArena());
+    std::vector<ChunkSlot*> chunks;
+    for (ChunkSlot& c : buffers.chunks()) chunks.push_back(&c);
+    inbox_.DetachSends(chunks);
+    stalled_send_arenas_renewed_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (!inbox_.Expect(slots, options_.timeout)) {
+    return absl::UnavailableError("pushes of an earlier step have not completed");
+  }
+  return absl::OkStatus();
+}
+
 void PushPullEngine::Cancel() {
   if (open_) EndStep();
 }
@@ -239,9 +263,7 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
   }
   const absl::Span<ChunkSlot* const> added =
       absl::MakeConstSpan(step_chunks_).subspan(chunks_before);
-  if (!inbox_.Expect(added, options_.timeout)) {
-    return fail(absl::UnavailableError("pushes of an earlier step have not completed"));
-  }
+  if (auto s = AwaitSendBuffers(added); !s.ok()) return fail(s);
 
   StepReport& report = open_report_;
   const double decode_before = report.decode_seconds;

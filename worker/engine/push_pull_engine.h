@@ -71,6 +71,7 @@
 #ifndef GIFT_WORKER_ENGINE_PUSH_PULL_ENGINE_H_
 #define GIFT_WORKER_ENGINE_PUSH_PULL_ENGINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -167,6 +168,13 @@ class PushPullEngine {
   // thread).
   const ResultInbox& inbox() const { return inbox_; }
 
+  // Send arenas renewed because a send of an earlier step from them, to a
+  // server that the step in flight no longer uses, did not complete
+  // (AwaitSendBuffers). Any thread.
+  uint64_t stalled_send_arenas_renewed() const {
+    return stalled_send_arenas_renewed_.load(std::memory_order_relaxed);
+  }
+
   // Bytes held by error feedback residuals (each tensor's current and
   // pending residual, FP32), as of the end of the last Run. Any thread.
   uint64_t error_feedback_bytes() const;
@@ -185,6 +193,17 @@ class PushPullEngine {
   // for something to happen: ResultInbox::Take), then lets the route send
   // what became ready. False on timeout.
   absl::StatusOr<bool> DrainArrivals(bool wait, absl::Time deadline);
+  // Waits until no send of an earlier step holds the buffers of `slots`
+  // (their payloads are rewritten next); Unavailable after
+  // options_.timeout. A send still in flight after kStalledSendGrace to a
+  // peer this step does not use went to a server of an ended epoch, stopped
+  // or cut off (a live one takes it in far less): its tensor moves to a
+  // fresh send arena (TensorBuffers::RenewSendArena), and the send goes on
+  // from the old one, untouched, until the server takes it or fails. Its
+  // connection stays: closing it would also cut that server's way back to
+  // this worker if it resumes (seen in the soak).
+  absl::Status AwaitSendBuffers(absl::Span<ChunkSlot* const> slots);
+  static constexpr absl::Duration kStalledSendGrace = absl::Milliseconds(250);
   // Ends the step in flight (late results become strays), grows the result
   // slots that were too small, frees buffers unused for long.
   void EndStep();
@@ -210,6 +229,7 @@ class PushPullEngine {
   std::vector<ChunkSlot*> step_chunks_;                          // every chunk
   std::vector<ChunkSlot*> draining_;                             // taken from the inbox
   uint64_t runs_ = 0;
+  std::atomic<uint64_t> stalled_send_arenas_renewed_{0};
   // The (world_size, worker_set) of the last plan run; nullopt before the first.
   std::optional<std::pair<uint32_t, uint64_t>> world_;
 };

@@ -90,6 +90,28 @@ bool ResultInbox::Expect(absl::Span<ChunkSlot* const> slots, absl::Duration time
   return true;
 }
 
+std::vector<ChunkSlot*> ResultInbox::StalledSends(absl::Span<ChunkSlot* const> slots) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<ChunkSlot*> stalled;
+  for (ChunkSlot* slot : slots) {
+    if (slot->send_in_flight && !servers_.contains(slot->send_peer) &&
+        !node_mate_peers_.contains(slot->send_peer)) {
+      stalled.push_back(slot);
+    }
+  }
+  return stalled;
+}
+
+void ResultInbox::DetachSends(absl::Span<ChunkSlot* const> slots) {
+  absl::MutexLock lock(&mu_);
+  for (ChunkSlot* slot : slots) {
+    if (!slot->send_in_flight) continue;
+    slot->send_in_flight = false;
+    ++slot->send_serial;  // its SendEnded no longer matches
+    ++slot->detached_sends;
+  }
+}
+
 void ResultInbox::ExpectNoMore() {
   absl::MutexLock lock(&mu_);
   expect_no_more_ = true;
@@ -150,17 +172,26 @@ std::vector<ChunkSlot*> ResultInbox::Close(absl::Span<ChunkSlot* const> slots) {
   return grow;
 }
 
-void ResultInbox::SendStarted(ChunkSlot* slot, bool to_server) {
+uint64_t ResultInbox::SendStarted(ChunkSlot* slot, transport::PeerId peer, bool to_server) {
   absl::MutexLock lock(&mu_);
-  if (slot != nullptr) slot->send_in_flight = true;
   ++sends_in_flight_;
   if (to_server) pushed_ = true;
+  if (slot == nullptr) return 0;
+  slot->send_in_flight = true;
+  slot->send_peer = peer;
+  return ++slot->send_serial;
 }
 
-void ResultInbox::SendEnded(ChunkSlot* slot, uint64_t run, transport::PeerId peer,
+void ResultInbox::SendEnded(ChunkSlot* slot, uint64_t serial, uint64_t run, transport::PeerId peer,
                             const absl::Status& done, absl::string_view what) {
   absl::MutexLock lock(&mu_);
-  if (slot != nullptr) slot->send_in_flight = false;
+  if (slot != nullptr) {
+    if (serial == slot->send_serial) {
+      slot->send_in_flight = false;
+    } else {
+      --slot->detached_sends;  // a send DetachSends gave up waiting for
+    }
+  }
   --sends_in_flight_;
   if (!done.ok() && active_ && run_ == run && aborted_.ok()) {
     aborted_ = SendFailureLocked(peer, what, done.message());

@@ -81,6 +81,16 @@ class ResultInbox {
   // (their payloads are rewritten next). False when an earlier send is still
   // in flight after `timeout`.
   bool Expect(absl::Span<ChunkSlot* const> slots, absl::Duration timeout);
+  // Those of `slots` whose send is still in flight to a peer that the step
+  // in flight does not use (UseServer, UseNodeMate): a server of an ended
+  // epoch. Such a send holds its slot's buffer until the peer takes it,
+  // which a stopped or cut-off server never does (Expect would wait for it
+  // until its timeout).
+  std::vector<ChunkSlot*> StalledSends(absl::Span<ChunkSlot* const> slots) const;
+  // Stops waiting for the sends in flight from `slots`, whose buffers moved
+  // (TensorBuffers::RenewSendArena): they no longer hold their slot for
+  // Expect, but keep it Busy until they end.
+  void DetachSends(absl::Span<ChunkSlot* const> slots);
   // Every chunk of the step is expected (Finish: no more Expect). From now
   // on the step may complete with the results of an earlier epoch's attempt
   // at it (see EarlierAttempt below).
@@ -102,13 +112,14 @@ class ResultInbox {
   std::vector<ChunkSlot*> Close(absl::Span<ChunkSlot* const> slots);
 
   // Sends (ChunkSender). `slot` (may be null: an owned payload) is being
-  // sent; `to_server`: a push of the step left for a server.
-  void SendStarted(ChunkSlot* slot, bool to_server);
-  // A send to `peer` ended with `done`; when it failed while the step of
-  // `run` is in flight and not yet aborted, SendFailure(peer, what, ...)
-  // aborts it.
-  void SendEnded(ChunkSlot* slot, uint64_t run, transport::PeerId peer, const absl::Status& done,
-                 absl::string_view what);
+  // sent to `peer`; `to_server`: a push of the step left for a server.
+  // Returns the send's serial, for SendEnded.
+  uint64_t SendStarted(ChunkSlot* slot, transport::PeerId peer, bool to_server);
+  // The send `serial` to `peer` ended with `done`; when it failed while the
+  // step of `run` is in flight and not yet aborted, SendFailure(peer, what,
+  // ...) aborts it.
+  void SendEnded(ChunkSlot* slot, uint64_t serial, uint64_t run, transport::PeerId peer,
+                 const absl::Status& done, absl::string_view what);
   // Unavailable "<what>: <why>", naming the server when `peer` is one the
   // step uses (AggregatorFailure).
   absl::Status SendFailure(transport::PeerId peer, absl::string_view what,

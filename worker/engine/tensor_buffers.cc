@@ -140,8 +140,22 @@ void TensorBuffers::GrowResult(ChunkSlot& slot, size_t bytes) {
   slot.result_region = Register(transport_, absl::MakeSpan(slot.result));
 }
 
+absl::Status TensorBuffers::RenewSendArena() {
+  std::vector<uint8_t> fresh(send_arena_.size());
+  for (ChunkSlot& slot : chunks_) {
+    const size_t at = static_cast<size_t>(slot.send.data() - send_arena_.data());
+    slot.send = absl::MakeSpan(fresh.data() + at, slot.send.size());
+  }
+  // Moving a vector keeps its bytes where they are: the sends still read them.
+  retired_arenas_.push_back({std::move(send_arena_), std::move(send_region_)});
+  send_arena_ = std::move(fresh);
+  send_region_ = Register(transport_, absl::MakeSpan(send_arena_));
+  return stage_->AttachSendBuffer(absl::MakeSpan(send_arena_));
+}
+
 void TensorBuffers::ReleaseRegions() {
   send_region_.reset();
+  for (RetiredArena& retired : retired_arenas_) retired.region.reset();
   for (ChunkSlot& slot : chunks_) slot.result_region.reset();
 }
 

@@ -58,13 +58,16 @@ struct ChunkSlot {
 
   // Inbox mutex (result_inbox.h):
   bool send_in_flight = false;         // its payload is being sent
+  transport::PeerId send_peer = 0;     // to this peer (while send_in_flight)
+  uint64_t send_serial = 0;            // of the latest send (ResultInbox::SendStarted)
+  uint32_t detached_sends = 0;         // sends from an arena given up (RenewSendArena)
   bool placed = false;                 // this step's result was placed in `result`
   bool placement_outstanding = false;  // placed, but not delivered yet
   bool arrived = false;                // this step's result is in
   uint64_t result_bytes = 0;           // the arrived result's size
   std::vector<uint8_t> unplaced;       // the arrived result, when not placed
 
-  bool Busy() const { return send_in_flight || placement_outstanding; }
+  bool Busy() const { return send_in_flight || detached_sends > 0 || placement_outstanding; }
   // The arrived result, wherever it landed (inbox mutex, or after arrival).
   absl::Span<const uint8_t> result_bytes_view() const {
     return placed ? absl::Span<const uint8_t>(result.data(), result_bytes)
@@ -105,6 +108,14 @@ class TensorBuffers {
   // be placed) and registers it again. Only while the slot is not Busy.
   void GrowResult(ChunkSlot& slot, size_t bytes);
 
+  // Moves the chunks' send buffers to a fresh arena (registered and given to
+  // the stage like the first), and keeps the old one, unwritten, until these
+  // buffers are destroyed: sends still reading it (a push to a stopped
+  // server: PushPullEngine::AwaitSendBuffers) go on while the next step
+  // encodes. The caller detaches those sends (ResultInbox::DetachSends).
+  // Errors: the stage's.
+  absl::Status RenewSendArena();
+
   // Unregisters every buffer (before the transport goes away).
   void ReleaseRegions();
 
@@ -139,6 +150,12 @@ class TensorBuffers {
   bool error_feedback_ = false;  // as requested by the plan
   std::vector<uint8_t> send_arena_;
   std::unique_ptr<transport::MemoryRegion> send_region_;
+  // Arenas given up by RenewSendArena, with their registrations.
+  struct RetiredArena {
+    std::vector<uint8_t> bytes;
+    std::unique_ptr<transport::MemoryRegion> region;
+  };
+  std::vector<RetiredArena> retired_arenas_;
   std::vector<ChunkSlot> chunks_;
   // After the arena: a device stage unpins it when destroyed.
   std::unique_ptr<TensorCodecStage> stage_;
