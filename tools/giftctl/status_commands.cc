@@ -29,17 +29,9 @@ std::string StateName(v1::MemberState state) {
   }
 }
 
-// The worker `member_id` of `state`, or null.
-const v1::Member* FindWorker(const v1::ClusterState& state, const std::string& member_id) {
-  for (const v1::Member& m : state.workers()) {
-    if (m.member_id() == member_id) return &m;
-  }
-  return nullptr;
-}
-
 // "rank 2 (worker-2, m5 on node-b)", or the id of a worker not in `state`.
 std::string DescribeWorker(const v1::ClusterState& state, const std::string& member_id) {
-  const v1::Member* m = FindWorker(state, member_id);
+  const v1::Member* m = control::FindMember(state, member_id);
   return m != nullptr ? control::DescribeMember(*m) : member_id;
 }
 
@@ -94,7 +86,7 @@ absl::Status StatusCommand(const CommandContext& ctx, const std::string& address
     j["waiting_for"] = json::array();
     if (status->max_begun_step() >= status->slowest_step()) {
       for (const std::string& id : status->slowest_member_ids()) {
-        const v1::Member* m = FindWorker(s, id);
+        const v1::Member* m = control::FindMember(s, id);
         if (m == nullptr) continue;
         j["waiting_for"].push_back({{"rank", m->rank()},
                                     {"name", m->name()},

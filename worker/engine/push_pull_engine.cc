@@ -206,11 +206,8 @@ absl::Status PushPullEngine::AwaitSendBuffers(absl::Span<ChunkSlot* const> slots
     if (!absl::c_linear_search(tensors, slot->tensor)) tensors.push_back(slot->tensor);
   }
   for (const size_t i : tensors) {
-    TensorBuffers& buffers = *step_buffers_[i];
-    GIFT_RETURN_IF_ERROR(buffers.RenewSendArena());
-    std::vector<ChunkSlot*> chunks;
-    for (ChunkSlot& c : buffers.chunks()) chunks.push_back(&c);
-    inbox_.DetachSends(chunks);
+    GIFT_RETURN_IF_ERROR(step_buffers_[i]->RenewSendArena());
+    inbox_.DetachSends(*step_buffers_[i]);
     stalled_send_arenas_renewed_.fetch_add(1, std::memory_order_relaxed);
   }
   if (!inbox_.Expect(slots, options_.timeout)) {

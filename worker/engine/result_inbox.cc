@@ -102,13 +102,13 @@ std::vector<ChunkSlot*> ResultInbox::StalledSends(absl::Span<ChunkSlot* const> s
   return stalled;
 }
 
-void ResultInbox::DetachSends(absl::Span<ChunkSlot* const> slots) {
+void ResultInbox::DetachSends(TensorBuffers& buffers) {
   absl::MutexLock lock(&mu_);
-  for (ChunkSlot* slot : slots) {
-    if (!slot->send_in_flight) continue;
-    slot->send_in_flight = false;
-    ++slot->send_serial;  // its SendEnded no longer matches
-    ++slot->detached_sends;
+  for (ChunkSlot& slot : buffers.chunks()) {
+    if (!slot.send_in_flight) continue;
+    slot.send_in_flight = false;
+    ++slot.send_serial;  // its SendEnded no longer matches
+    ++slot.detached_sends;
   }
 }
 

@@ -87,10 +87,11 @@ class ResultInbox {
   // which a stopped or cut-off server never does (Expect would wait for it
   // until its timeout).
   std::vector<ChunkSlot*> StalledSends(absl::Span<ChunkSlot* const> slots) const;
-  // Stops waiting for the sends in flight from `slots`, whose buffers moved
-  // (TensorBuffers::RenewSendArena): they no longer hold their slot for
-  // Expect, but keep it Busy until they end.
-  void DetachSends(absl::Span<ChunkSlot* const> slots);
+  // Stops waiting for the sends in flight from `buffers`, which moved to a
+  // fresh arena (TensorBuffers::RenewSendArena): they no longer hold their
+  // slot for Expect, but keep it Busy (and `buffers` not Idle) until they
+  // end.
+  void DetachSends(TensorBuffers& buffers);
   // Every chunk of the step is expected (Finish: no more Expect). From now
   // on the step may complete with the results of an earlier epoch's attempt
   // at it (see EarlierAttempt below).
