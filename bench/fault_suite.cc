@@ -27,6 +27,7 @@
 #include "bench/bench_util.h"
 #include "bench/exact_counts.h"
 #include "bench/fault_spoofer.h"
+#include "bench/fault_tools.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
@@ -44,14 +45,6 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kFaultStep = 3;
 constexpr uint64_t kSteps = 6;
 constexpr int64_t kRows = 64, kCols = 256;
-
-const std::vector<std::string>& AllKinds() {
-  static const auto* kinds = new std::vector<std::string>{
-      "worker-kill",      "worker-stop",      "server-kill",           "server-stop",
-      "coordinator-kill", "coordinator-stop", "coordinator-disk-full", "spoof",
-      "worker-partition", "server-partition"};
-  return *kinds;
-}
 
 struct FaultOptions {
   std::string kinds = "all";
@@ -72,8 +65,6 @@ struct FaultOptions {
   std::string placement;
   std::string bridge_netns;
 };
-
-bool NeedsNetlab(absl::string_view kind) { return absl::EndsWith(kind, "-partition"); }
 
 // Kinds that report what happened without failing the suite: forged pushes
 // are accepted when data-plane authentication is off.
@@ -157,18 +148,14 @@ class Trial {
       options.ucx_tls = "tcp";
     }
     if (result_.kind == "coordinator-disk-full") {
-      // The state file on a 4 MiB tmpfs over the run directory, mounted in
-      // the coordinator's own mount namespace (nothing changes outside it);
-      // Inject fills it through /proc/PID/root.
-      options.placement.coordinator.prefix = {
-          "/usr/bin/unshare",
-          "-m",
-          "--propagation",
-          "private",
-          "/bin/sh",
-          "-c",
-          "mount -t tmpfs -o size=4m gift-faults \"$0\" && exec \"$@\"",
-          dir_};
+      // The state file on a 4 MiB tmpfs over the run directory, in a mount
+      // namespace of its own (nothing changes outside it); Inject fills it.
+      absl::StatusOr<std::unique_ptr<PrivateTmpfs>> tmpfs = PrivateTmpfs::Mount(dir_, 4);
+      if (!tmpfs.ok()) return tmpfs.status();
+      tmpfs_ = *std::move(tmpfs);
+      std::vector<std::string>& prefix = options.placement.coordinator.prefix;
+      const std::vector<std::string> enter = tmpfs_->enter_prefix();
+      prefix.insert(prefix.begin(), enter.begin(), enter.end());
     }
     absl::StatusOr<std::unique_ptr<tools::LocalCluster>> cluster =
         tools::LocalCluster::Start(options);
@@ -307,17 +294,16 @@ class Trial {
       });
       return absl::OkStatus();
     }
-    if (NeedsNetlab(kind)) {
+    if (IsPartition(kind)) {
       // The host's port on the bridge goes down: its packets are dropped
       // both ways, its connections stay open.
       partitioned_port_ = kind == "worker-partition" ? absl::StrCat("w", late) : "s0";
-      return SetPort(partitioned_port_, "down");
+      return SetBridgePort(o_.bridge_netns, partitioned_port_, false);
     }
     if (kind == "coordinator-disk-full") {
       // Full disk under the coordinator, then a worker dies: its eviction
       // needs a commit. Space comes back 1 s later.
-      const std::string fill =
-          absl::StrCat("/proc/", cluster_->coordinator()->pid(), "/root", dir_, "/fill");
+      const std::string fill = tmpfs_->path("fill");
       if (absl::Status s = FillDisk(fill); !s.ok()) return s;
       resume_ = std::async(std::launch::async, [fill] {
         absl::SleepFor(absl::Seconds(1));
@@ -326,35 +312,6 @@ class Trial {
       return cluster_->KillWorker(late);
     }
     return absl::InvalidArgumentError(absl::StrCat("unknown fault kind '", kind, "'"));
-  }
-
-  // `ip -n BRIDGE link set PORT up|down`.
-  absl::Status SetPort(const std::string& port, const std::string& state) {
-    absl::StatusOr<std::unique_ptr<tools::Subprocess>> ip = tools::Subprocess::Start(
-        {"/usr/sbin/ip", "-n", o_.bridge_netns, "link", "set", port, state});
-    if (!ip.ok()) return ip.status();
-    absl::StatusOr<int> code = (*ip)->WaitForExit(absl::Seconds(10));
-    if (!code.ok()) return code.status();
-    if (*code != 0) {
-      return absl::InternalError(
-          absl::StrCat("ip link set ", port, " ", state, ": ", (*ip)->stderr_text()));
-    }
-    return absl::OkStatus();
-  }
-
-  // Writes `path` until the file system is full (ENOSPC).
-  static absl::Status FillDisk(const std::string& path) {
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    if (f == nullptr) return absl::InternalError(absl::StrCat("cannot create ", path));
-    const std::vector<char> block(64 << 10, 0);
-    size_t written = 0;
-    while (written < (size_t{1} << 30) &&
-           std::fwrite(block.data(), 1, block.size(), f) == block.size()) {
-      written += block.size();
-    }
-    std::fclose(f);
-    if (written >= (size_t{1} << 30)) return absl::InternalError("the disk did not fill up");
-    return absl::OkStatus();
   }
 
   // A non-member's forged pushes for the fault step: rank 0, 4^workers.
@@ -380,7 +337,7 @@ class Trial {
     if (resume_.valid()) resume_.wait();
     if (cluster_ == nullptr) return;
     if (stopped_worker_ >= 0) (void)cluster_->KillWorker(stopped_worker_);
-    if (!partitioned_port_.empty()) (void)SetPort(partitioned_port_, "up");
+    if (!partitioned_port_.empty()) (void)SetBridgePort(o_.bridge_netns, partitioned_port_, true);
     if (killed_server_ >= 0) {
       (void)cluster_->server(killed_server_)->Signal(SIGKILL);
       (void)cluster_->server(killed_server_)->WaitForExit(absl::Seconds(10));
@@ -388,6 +345,7 @@ class Trial {
     trainers_.clear();
     (void)cluster_->Stop(absl::Seconds(10));  // a killed daemon makes it fail: not counted
     cluster_.reset();
+    tmpfs_.reset();
   }
 
   const FaultOptions& o_;
@@ -401,6 +359,7 @@ class Trial {
   int stopped_worker_ = -1;
   int killed_server_ = -1;
   std::string partitioned_port_;
+  std::unique_ptr<PrivateTmpfs> tmpfs_;  // coordinator-disk-full: under the state file
 };
 
 absl::Status RunFaults(const FaultOptions& o) {
@@ -411,28 +370,10 @@ absl::Status RunFaults(const FaultOptions& o) {
           absl::StrCat("--max-stall: '", o.max_stall, "' is not a duration (e.g. 3s)"));
     }
   }
-  std::vector<std::string> kinds;
-  if (o.kinds == "all") {
-    for (const std::string& k : AllKinds()) {
-      if (NeedsNetlab(k) && o.bridge_netns.empty()) continue;
-      if (k == "coordinator-disk-full" && geteuid() != 0) {  // unshare -m and mount
-        std::cerr << "coordinator-disk-full: skipped (needs root)\n";
-        continue;
-      }
-      kinds.push_back(k);
-    }
-  } else {
-    for (absl::string_view k : absl::StrSplit(o.kinds, ',', absl::SkipEmpty())) {
-      if (std::find(AllKinds().begin(), AllKinds().end(), k) == AllKinds().end()) {
-        return absl::InvalidArgumentError(absl::StrCat("--kinds: unknown fault kind '", k, "'"));
-      }
-      if (NeedsNetlab(k) && (o.bridge_netns.empty() || o.placement.empty())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            k, " needs --placement and --bridge-netns (run under scripts/netlab.sh exec)"));
-      }
-      kinds.emplace_back(k);
-    }
-  }
+  absl::StatusOr<std::vector<std::string>> selected =
+      SelectFaultKinds(o.kinds, !o.placement.empty() && !o.bridge_netns.empty());
+  if (!selected.ok()) return selected.status();
+  const std::vector<std::string>& kinds = *selected;
   absl::StatusOr<tools::LocalClusterBinaries> binaries =
       tools::LocalClusterBinaries::NextTo(SelfPath());
   if (!binaries.ok()) return binaries.status();

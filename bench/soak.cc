@@ -1,14 +1,13 @@
 #include "bench/soak.h"
 
-#include <dirent.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <map>
 #include <memory>
@@ -28,12 +27,13 @@
 #include "bench/bench_util.h"
 #include "bench/exact_counts.h"
 #include "bench/fault_spoofer.h"
+#include "bench/fault_tools.h"
+#include "bench/soak_report.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
 #include "common/control/coordinator_client.h"
 #include "common/daemon/daemon_flags.h"
 #include "gift/v1/policy.pb.h"
-#include "nlohmann/json.hpp"
 #include "tools/gift-cluster/local_cluster.h"
 #include "tools/gift-cluster/subprocess.h"
 #include "worker/client/worker_client.h"
@@ -42,7 +42,12 @@ namespace gift::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using StepCall = std::future<absl::StatusOr<client::PushPullResult>>;
+// A PushPull's reply and when it came.
+struct StepReply {
+  absl::StatusOr<client::PushPullResult> result;
+  Clock::time_point at;
+};
+using StepCall = std::future<StepReply>;
 
 constexpr int64_t kExactRows = 64, kExactCols = 256, kGiftDim = 256;
 
@@ -52,15 +57,23 @@ struct SoakOptions {
   int workers = 4;
   int servers = 2;
   double fault_every_s = 6;
-  std::string kinds =
-      "worker-kill,worker-stop,server-kill,server-stop,coordinator-kill,coordinator-stop,spoof";
+  std::string kinds = "all";
   std::string hierarchy = "node";
   uint64_t seed = 1;
   double gift_bound = 0.25;
   double sample_s = 10;
   std::string json;
   std::string dir;
+  // Partitions: the daemons' placement and the namespace of the bridge whose
+  // ports ("s<i>", "w<i>") are taken down (scripts/netlab.sh).
+  std::string placement;
+  std::string bridge_netns;
 };
+
+// Kinds whose victim is a worker that does not call the fault's step.
+bool HitsAWorker(absl::string_view kind) {
+  return absl::StartsWith(kind, "worker-") || kind == "coordinator-disk-full";
+}
 
 // Worker w's gradient of soak.gift at `step`, element i: fixed, so the
 // exact average of any set of workers is known.
@@ -82,43 +95,6 @@ struct SoakTrainer {
   // since: its calls are refused with the step it is admitted at.
   bool rejoining = false;
 };
-
-struct Fault {
-  std::string kind;
-  int victim = -1;  // worker or server index
-  double stall_s = 0;
-  uint64_t step = 0;
-};
-
-struct Sample {
-  double t_s = 0;
-  std::string daemon;
-  int pid = 0;
-  int64_t rss_kib = 0;
-  int fds = 0;
-};
-
-int64_t RssKib(int pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "VmRSS:")) {
-      int64_t kib = 0;
-      std::sscanf(line.c_str(), "VmRSS: %ld", &kib);
-      return kib;
-    }
-  }
-  return -1;
-}
-
-int OpenFds(int pid) {
-  DIR* dir = opendir(absl::StrCat("/proc/", pid, "/fd").c_str());
-  if (dir == nullptr) return -1;
-  int n = 0;
-  while (dirent* e = readdir(dir)) n += e->d_name[0] != '.' ? 1 : 0;
-  closedir(dir);
-  return n;
-}
 
 absl::StatusOr<gift::v1::Policy> SoakPolicy(bool node) {
   absl::StatusOr<codec::CodecSpec> fp8 = codec::ParseCodecSpec("e4m3/block128");
@@ -147,22 +123,20 @@ absl::StatusOr<gift::v1::Policy> SoakPolicy(bool node) {
 class Soak {
  public:
   Soak(const SoakOptions& o, tools::LocalClusterBinaries binaries, std::string dir)
-      : o_(o), binaries_(std::move(binaries)), dir_(std::move(dir)), random_(o.seed) {}
+      : o_(o), binaries_(std::move(binaries)), dir_(std::move(dir)), random_(o.seed) {
+    totals_.hierarchy = o.hierarchy;
+    totals_.gift_bound = o.gift_bound;
+  }
 
   absl::Status Run() {
     absl::Duration duration;
     if (!absl::ParseDuration(o_.duration, &duration) || duration <= absl::ZeroDuration()) {
       return absl::InvalidArgumentError(absl::StrCat("--duration: '", o_.duration, "'"));
     }
-    kinds_ = absl::StrSplit(o_.kinds, ',', absl::SkipEmpty());
-    for (const std::string& k : kinds_) {
-      static const std::vector<std::string> known = {
-          "worker-kill",      "worker-stop",      "server-kill", "server-stop",
-          "coordinator-kill", "coordinator-stop", "spoof"};
-      if (std::find(known.begin(), known.end(), k) == known.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("--kinds: unknown kind '", k, "'"));
-      }
-    }
+    absl::StatusOr<std::vector<std::string>> kinds =
+        SelectFaultKinds(o_.kinds, !o_.placement.empty() && !o_.bridge_netns.empty());
+    if (!kinds.ok()) return kinds.status();
+    kinds_ = *std::move(kinds);
     if (o_.hierarchy != "node" && o_.hierarchy != "none") {
       return absl::InvalidArgumentError("--hierarchy: node or none");
     }
@@ -180,12 +154,18 @@ class Soak {
       if (absl::Status s = Step(); !s.ok()) return s;
     }
     SampleDaemons();
-    Report();
+    totals_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    totals_.coordinator_rollbacks =
+        CountLogEvents(absl::StrCat(dir_, "/logs/coordinator.log"), "rolled_back");
+    PrintSoakReport(totals_, faults_, samples_);
+    if (!o_.json.empty()) {
+      if (absl::Status s = WriteSoakJson(o_.json, totals_, faults_, samples_); !s.ok()) return s;
+    }
     (void)cluster_->Stop(absl::Seconds(10));
-    return Clean() ? absl::OkStatus()
-                   : absl::DataLossError(
-                         "the soak found lost, double, failed or out-of-bound "
-                         "steps (above)");
+    return totals_.clean() ? absl::OkStatus()
+                           : absl::DataLossError(
+                                 "the soak found lost, double, failed or out-of-bound "
+                                 "steps (above)");
   }
 
  private:
@@ -198,6 +178,24 @@ class Soak {
     options.lease_ttl = absl::Seconds(10);
     options.step_timeout = absl::Seconds(60);
     options.coordinator_args = {"--chunk-bytes", "16384", "--dataplane-auth"};
+    if (!o_.placement.empty()) {
+      absl::StatusOr<tools::ClusterPlacement> placement =
+          tools::ClusterPlacement::FromJsonFile(o_.placement);
+      if (!placement.ok()) return placement.status();
+      options.placement = *std::move(placement);
+      options.ucx_tls = "tcp";
+    }
+    if (std::find(kinds_.begin(), kinds_.end(), "coordinator-disk-full") != kinds_.end()) {
+      // The coordinator's state (and its data-plane secret) on a tmpfs over
+      // the run directory, in a mount namespace of its own that outlives
+      // each coordinator process, so a restart finds its state.
+      absl::StatusOr<std::unique_ptr<PrivateTmpfs>> tmpfs = PrivateTmpfs::Mount(dir_, 16);
+      if (!tmpfs.ok()) return tmpfs.status();
+      tmpfs_ = *std::move(tmpfs);
+      std::vector<std::string>& prefix = options.placement.coordinator.prefix;
+      const std::vector<std::string> enter = tmpfs_->enter_prefix();
+      prefix.insert(prefix.begin(), enter.begin(), enter.end());
+    }
     for (int w = 0; w < o_.workers; ++w) options.worker_nodes.push_back(absl::StrCat("n", w / 2));
     absl::StatusOr<std::unique_ptr<tools::LocalCluster>> cluster =
         tools::LocalCluster::Start(options);
@@ -245,7 +243,10 @@ class Soak {
     float* g = t.tensors[1].data();
     for (size_t i = 0; i < t.tensors[1].size(); ++i) g[i] = GiftGradient(w, step_, i);
     const uint64_t step = step_;
-    return std::async(std::launch::async, [&t, step] { return t.client->PushPull(step); });
+    return std::async(std::launch::async, [&t, step] {
+      absl::StatusOr<client::PushPullResult> r = t.client->PushPull(step);
+      return StepReply{std::move(r), Clock::now()};
+    });
   }
 
   // One step on the workers that may call it, with a fault if one is due.
@@ -255,34 +256,29 @@ class Soak {
       const SoakTrainer& t = trainers_[w];
       if (!t.stopped && !t.down && step_ >= t.admit) callers.push_back(w);
     }
-    std::optional<Fault> fault;
+    std::optional<SoakFault> fault;
     if (Clock::now() >= next_fault_ && callers.size() >= 3) {
-      fault = Fault{.kind = kinds_[Pick(static_cast<int>(kinds_.size()))], .step = step_};
+      fault = SoakFault{.kind = kinds_[Pick(static_cast<int>(kinds_.size()))], .step = step_};
       ScheduleNextFault();
     }
     std::map<int, StepCall> calls;
     Clock::time_point t0 = Clock::now();
     if (!fault) {
       for (int w : callers) calls[w] = Call(w);
-    } else if (absl::StartsWith(fault->kind, "worker-")) {
+    } else if (HitsAWorker(fault->kind)) {
       fault->victim = callers[Pick(static_cast<int>(callers.size()))];
       callers.erase(std::find(callers.begin(), callers.end(), fault->victim));
       for (int w : callers) calls[w] = Call(w);
       absl::SleepFor(absl::Milliseconds(100));
       t0 = Clock::now();
-      if (fault->kind == "worker-kill") {
-        if (absl::Status s = cluster_->KillWorker(fault->victim); !s.ok()) return s;
-      } else {
-        if (absl::Status s = cluster_->worker(fault->victim)->Signal(SIGSTOP); !s.ok()) return s;
-        trainers_[fault->victim].stopped = true;
-      }
+      if (absl::Status s = InjectIntoWorker(*fault); !s.ok()) return s;
     } else if (fault->kind == "spoof") {
       absl::StatusOr<std::unique_ptr<FaultSpoofer>> spoofer = FaultSpoofer::Create();
       if (!spoofer.ok()) return spoofer.status();
       absl::StatusOr<int> sent = (*spoofer)->SendForgedPushes(
           cluster_->coordinator_address(), trainers_[callers[0]].tensors[0].tensor_id(), step_, 0,
           ExactValue(o_.workers));
-      if (!sent.ok()) ++spoof_errors_;
+      if (!sent.ok()) ++totals_.spoof_errors;
       for (int w : callers) calls[w] = Call(w);
     } else {
       // server-* and coordinator-*: all but the last caller wait in the step.
@@ -292,12 +288,22 @@ class Soak {
       if (absl::Status s = Inject(*fault); !s.ok()) return s;
       calls[callers.back()] = Call(callers.back());
     }
-    Clock::time_point last = t0;
+    // The stall: from the fault to the step's last result. A call refused
+    // because its worker must join again (a victim of an earlier fault) is
+    // not waited for by anyone, so it counts only when no call got a result.
+    Clock::time_point last_result = t0, last_reply = t0;
+    bool any_result = false;
     std::map<int, absl::StatusOr<client::PushPullResult>> results;
     for (auto& [w, call] : calls) {
-      results.emplace(w, call.get());
-      last = std::max(last, Clock::now());
+      StepReply reply = call.get();
+      last_reply = std::max(last_reply, reply.at);
+      if (reply.result.ok()) {
+        any_result = true;
+        last_result = std::max(last_result, reply.at);
+      }
+      results.emplace(w, std::move(reply.result));
     }
+    const Clock::time_point last = any_result ? last_result : last_reply;
     Check(results);
     if (fault) {
       fault->stall_s = std::chrono::duration<double>(last - t0).count();
@@ -307,9 +313,39 @@ class Soak {
     return absl::OkStatus();
   }
 
-  absl::Status Inject(Fault& fault) {
-    if (fault.kind == "server-kill" || fault.kind == "server-stop") {
+  // The victim worker is killed, stopped or partitioned while the others
+  // wait in the step. coordinator-disk-full: the coordinator's disk fills
+  // up, then the victim is killed (its eviction needs a commit); space
+  // comes back 1 s later.
+  absl::Status InjectIntoWorker(const SoakFault& fault) {
+    const int w = fault.victim;
+    if (fault.kind == "worker-kill") return cluster_->KillWorker(w);
+    if (fault.kind == "worker-stop") {
+      trainers_[w].stopped = true;
+      return cluster_->worker(w)->Signal(SIGSTOP);
+    }
+    if (fault.kind == "worker-partition") {
+      trainers_[w].stopped = true;
+      return SetBridgePort(o_.bridge_netns, absl::StrCat("w", w), false);
+    }
+    const std::string fill = tmpfs_->path("fill");
+    if (absl::Status s = FillDisk(fill); !s.ok()) return s;
+    resume_ = std::async(std::launch::async, [fill] {
+      absl::SleepFor(absl::Seconds(1));
+      std::error_code ec;
+      std::filesystem::remove(fill, ec);
+    });
+    return cluster_->KillWorker(w);
+  }
+
+  // A server (killed, stopped or partitioned) or the coordinator (killed
+  // and restarted, or stopped) while all but one worker wait in the step.
+  absl::Status Inject(SoakFault& fault) {
+    if (absl::StartsWith(fault.kind, "server-")) {
       fault.victim = Pick(o_.servers);
+      if (fault.kind == "server-partition") {
+        return SetBridgePort(o_.bridge_netns, absl::StrCat("s", fault.victim), false);
+      }
       return cluster_->server(fault.victim)
           ->Signal(fault.kind == "server-kill" ? SIGKILL : SIGSTOP);
     }
@@ -346,8 +382,8 @@ class Soak {
   }
 
   void RecordCrash(const std::string& daemon, int code) {
-    crashes_.push_back(absl::StrCat("step ", step_, ": ", daemon, " exited with ", code,
-                                    " (log: ", dir_, "/logs/", daemon, ".log)"));
+    totals_.crashes.push_back(absl::StrCat("step ", step_, ": ", daemon, " exited with ", code,
+                                           " (log: ", dir_, "/logs/", daemon, ".log)"));
   }
 
   // A supervisor's restart of worker w's daemon and its training process.
@@ -360,7 +396,7 @@ class Soak {
     t.rejoining = true;
     absl::Status s = cluster_->RestartWorker(w);
     if (s.ok()) s = Connect(w);
-    if (!t.down && !s.ok()) ++restart_retries_;
+    if (!t.down && !s.ok()) ++totals_.restart_retries;
     t.down = !s.ok();
   }
 
@@ -369,33 +405,39 @@ class Soak {
     if (ok) {
       servers_down_.erase(i);
     } else if (servers_down_.insert(i).second) {
-      ++restart_retries_;
+      ++totals_.restart_retries;
     }
   }
 
   // What an operator's supervisor does after the fault. A stopped daemon
   // that exited meanwhile is restarted by RestartExited before the next
   // step.
-  absl::Status Repair(const Fault& fault) {
+  // A partition is mended by bringing the host's port up again.
+  absl::Status Repair(const SoakFault& fault) {
     if (resume_.valid()) resume_.wait();
-    if (fault.kind == "worker-kill") {
+    const std::string& kind = fault.kind;
+    if (kind == "worker-kill" || kind == "coordinator-disk-full") {
       RestartWorker(fault.victim);
       return absl::OkStatus();
     }
-    if (fault.kind == "worker-stop") {
+    if (kind == "worker-stop" || kind == "worker-partition") {
       trainers_[fault.victim].stopped = false;
       trainers_[fault.victim].rejoining = true;
-      (void)cluster_->worker(fault.victim)->Signal(SIGCONT);
+      if (kind == "worker-stop") return cluster_->worker(fault.victim)->Signal(SIGCONT);
+      return SetBridgePort(o_.bridge_netns, absl::StrCat("w", fault.victim), true);
     }
-    if (fault.kind == "server-kill") RestartServer(fault.victim);
-    if (fault.kind == "server-stop") (void)cluster_->server(fault.victim)->Signal(SIGCONT);
+    if (kind == "server-kill") RestartServer(fault.victim);
+    if (kind == "server-stop") return cluster_->server(fault.victim)->Signal(SIGCONT);
+    if (kind == "server-partition") {
+      return SetBridgePort(o_.bridge_netns, absl::StrCat("s", fault.victim), true);
+    }
     return absl::OkStatus();
   }
 
   // The step's replies: every worker that returned a result must see every
   // caller that returned one counted once, and no one else.
   void Check(std::map<int, absl::StatusOr<client::PushPullResult>>& results) {
-    ++steps_;
+    ++totals_.steps;
     std::vector<int> answered, callers;
     for (auto& [w, r] : results) {
       callers.push_back(w);
@@ -414,14 +456,14 @@ class Soak {
         // A victim may be refused more than once before its first step (a
         // coordinator restart forgets a joiner, which then joins again).
         if (trainers_[w].rejoining) {
-          ++rejoins_;
+          ++totals_.rejoins;
         } else {
-          ++refused_;
+          ++totals_.refused;
           RecordError(w, r.status());
         }
         continue;
       }
-      ++failed_;
+      ++totals_.failed;
       RecordError(w, r.status());
     }
     // Every worker that got a result must be counted once in it; a caller
@@ -433,14 +475,14 @@ class Soak {
       absl::StatusOr<std::vector<std::vector<int>>> counts =
           Counts(trainers_[w].tensors[0], r.world_size, o_.workers);
       if (!counts.ok()) {
-        ++doubled_;
+        ++totals_.doubled;
         step_bad = true;
         RecordError(w, counts.status());
         continue;
       }
       const CountCheck check = CheckCounts(*counts, answered, o_.workers, callers);
-      lost_ += check.lost;
-      doubled_ += check.doubled + (check.spoofed > 0 ? 1 : 0);
+      totals_.lost += check.lost;
+      totals_.doubled += check.doubled + (check.spoofed > 0 ? 1 : 0);
       step_bad |= check.lost + check.doubled > 0 || check.spoofed > 0;
       // soak.gift against the exact average of the workers counted (the
       // digits of soak.exact's first element).
@@ -459,104 +501,27 @@ class Soak {
         norm += want * want;
       }
       const double rel = norm > 0 ? std::sqrt(err / norm) : 0;
-      max_gift_error_ = std::max(max_gift_error_, rel);
-      if (rel > o_.gift_bound) ++gift_out_of_bound_;
+      totals_.gift_max_rel_error = std::max(totals_.gift_max_rel_error, rel);
+      if (rel > o_.gift_bound) ++totals_.gift_out_of_bound;
     }
-    if (step_bad) bad_steps_.push_back(step_);
-    steps_completed_ += answered.empty() ? 0 : 1;
+    if (step_bad) totals_.bad_steps.push_back(step_);
+    totals_.steps_completed += answered.empty() ? 0 : 1;
   }
 
   void RecordError(int w, const absl::Status& s) {
-    if (errors_.size() < 20) {
-      errors_.push_back(absl::StrCat("step ", step_, " worker ", w, ": ", s.ToString()));
+    if (totals_.errors.size() < 20) {
+      totals_.errors.push_back(absl::StrCat("step ", step_, " worker ", w, ": ", s.ToString()));
     }
   }
 
   void SampleDaemons() {
     const double t = std::chrono::duration<double>(Clock::now() - start_).count();
     auto add = [&](const std::string& name, int pid) {
-      samples_.push_back({t, name, pid, RssKib(pid), OpenFds(pid)});
+      samples_.push_back(SampleDaemon(t, name, pid));
     };
     add("coordinator", cluster_->coordinator()->pid());
     for (int s = 0; s < o_.servers; ++s) add(cluster_->server_name(s), cluster_->server(s)->pid());
     for (int w = 0; w < o_.workers; ++w) add(cluster_->worker_name(w), cluster_->worker(w)->pid());
-  }
-
-  bool Clean() const {
-    return lost_ == 0 && doubled_ == 0 && failed_ == 0 && refused_ == 0 &&
-           gift_out_of_bound_ == 0 && crashes_.empty();
-  }
-
-  void Report() {
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
-    std::printf("soak: %.0f s, %llu steps (%llu completed), %zu faults, hierarchy %s\n", elapsed,
-                static_cast<unsigned long long>(steps_),
-                static_cast<unsigned long long>(steps_completed_), faults_.size(),
-                o_.hierarchy.c_str());
-    std::printf(
-        "lost %d, double %d, failed %d, refused without a fault %d, rejoins after a "
-        "fault %d, soak.gift max rel error %.4f (bound %.2f, %d over)\n",
-        lost_, doubled_, failed_, refused_, rejoins_, max_gift_error_, o_.gift_bound,
-        gift_out_of_bound_);
-    std::map<std::string, std::vector<double>> stalls;
-    for (const Fault& f : faults_) stalls[f.kind].push_back(f.stall_s);
-    std::printf("%-18s %6s %12s %12s\n", "fault", "count", "max stall", "median");
-    for (auto& [kind, s] : stalls) {
-      std::sort(s.begin(), s.end());
-      std::printf("%-18s %6zu %11.3fs %11.3fs\n", kind.c_str(), s.size(), s.back(),
-                  s[s.size() / 2]);
-    }
-    // Each daemon's process (a restarted daemon is a new process): its
-    // first sample after warm-up (a tenth of the run) and its last.
-    std::map<std::pair<std::string, int>, std::pair<const Sample*, const Sample*>> by_process;
-    for (const Sample& s : samples_) {
-      if (s.t_s < elapsed / 10 || s.rss_kib < 0) continue;
-      auto& [first, last] = by_process[{s.daemon, s.pid}];
-      if (first == nullptr) first = &s;
-      last = &s;
-    }
-    std::printf("%-14s %8s %10s %10s %7s %6s %6s\n", "daemon", "pid", "rss_kib", "rss_end",
-                "span_s", "fds", "fds_end");
-    for (const auto& [key, span] : by_process) {
-      std::printf("%-14s %8d %10ld %10ld %7.0f %6d %6d\n", key.first.c_str(), key.second,
-                  span.first->rss_kib, span.second->rss_kib, span.second->t_s - span.first->t_s,
-                  span.first->fds, span.second->fds);
-    }
-    std::printf(
-        "daemons that exited on their own (restarted): %zu; restarts that failed and were "
-        "retried: %d; spoofs that could not be sent: %d\n",
-        crashes_.size(), restart_retries_, spoof_errors_);
-    for (const std::string& c : crashes_) std::printf("  %s\n", c.c_str());
-    for (const std::string& e : errors_) std::printf("  %s\n", e.c_str());
-    if (o_.json.empty()) return;
-    nlohmann::json j;
-    j["seconds"] = elapsed;
-    j["steps"] = steps_;
-    j["steps_completed"] = steps_completed_;
-    j["lost"] = lost_;
-    j["double"] = doubled_;
-    j["failed"] = failed_;
-    j["refused"] = refused_;
-    j["rejoins"] = rejoins_;
-    j["gift_max_rel_error"] = max_gift_error_;
-    j["gift_out_of_bound"] = gift_out_of_bound_;
-    j["bad_steps"] = bad_steps_;
-    j["errors"] = errors_;
-    j["crashes"] = crashes_;
-    j["restart_retries"] = restart_retries_;
-    j["spoof_errors"] = spoof_errors_;
-    for (const Fault& f : faults_) {
-      j["faults"].push_back(
-          {{"kind", f.kind}, {"victim", f.victim}, {"step", f.step}, {"stall_s", f.stall_s}});
-    }
-    for (const Sample& s : samples_) {
-      j["samples"].push_back({{"t_s", s.t_s},
-                              {"daemon", s.daemon},
-                              {"pid", s.pid},
-                              {"rss_kib", s.rss_kib},
-                              {"fds", s.fds}});
-    }
-    std::ofstream(o_.json) << j.dump(1) << "\n";
   }
 
   const SoakOptions o_;
@@ -564,22 +529,16 @@ class Soak {
   const std::string dir_;
   std::mt19937_64 random_;
   std::vector<std::string> kinds_;
+  std::unique_ptr<PrivateTmpfs> tmpfs_;  // coordinator-disk-full: under the state file
   std::unique_ptr<tools::LocalCluster> cluster_;
   std::vector<SoakTrainer> trainers_;
   Clock::time_point start_, next_fault_;
   std::future<void> resume_;
   uint64_t step_ = 0;
-  uint64_t steps_ = 0, steps_completed_ = 0;
-  int lost_ = 0, doubled_ = 0, failed_ = 0, refused_ = 0, rejoins_ = 0;
-  int gift_out_of_bound_ = 0, spoof_errors_ = 0;
-  double max_gift_error_ = 0;
-  std::vector<uint64_t> bad_steps_;
-  std::vector<std::string> errors_;
-  std::vector<std::string> crashes_;
   std::set<int> servers_down_;  // servers that could not be restarted yet
-  int restart_retries_ = 0;
-  std::vector<Fault> faults_;
-  std::vector<Sample> samples_;
+  SoakTotals totals_;
+  std::vector<SoakFault> faults_;
+  std::vector<DaemonSample> samples_;
 };
 
 absl::Status RunSoak(const SoakOptions& o) {
@@ -619,7 +578,9 @@ Command AddSoakCommand(CLI::App& parent) {
   app->add_option("--fault-every", o->fault_every_s, "mean seconds between faults")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
-  app->add_option("--kinds", o->kinds, "comma-separated fault kinds drawn from")
+  app->add_option("--kinds", o->kinds,
+                  "comma-separated fault kinds drawn from, or all: every kind this run can "
+                  "inject (coordinator-disk-full needs root, partitions --bridge-netns)")
       ->capture_default_str();
   app->add_option("--hierarchy", o->hierarchy,
                   "node: node-local aggregation, error feedback off (the policy refuses both); "
@@ -634,6 +595,12 @@ Command AddSoakCommand(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--json", o->json, "write the results (every fault and sample) to this file");
   app->add_option("--dir", o->dir, "run directory (default: a new one under /tmp, kept)");
+  app->add_option("--placement", o->placement,
+                  "the daemons' placement JSON (scripts/netlab.sh exec's NETLAB_PLACEMENT); "
+                  "UCX over TCP");
+  app->add_option("--bridge-netns", o->bridge_netns,
+                  "the netlab bridge namespace (PREFIX-br): enables worker-partition and "
+                  "server-partition, which take a host's bridge port down for the step");
   return {app, [o] { return RunSoak(*o); }};
 }
 

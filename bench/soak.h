@@ -1,7 +1,7 @@
 // `gift-bench soak`: one cluster, every feature on, random faults for a set
 // time, each followed by the repair a supervisor would make, and every step
-// checked exactly. Real processes on loopback (tools/gift-cluster
-// LocalCluster).
+// checked exactly. Real processes (tools/gift-cluster LocalCluster) on
+// loopback, or on a netlab testbed with --placement.
 //
 // The cluster: --workers gift-worker daemons (two per node group, the
 // policy's hierarchy NODE unless --hierarchy none), --servers gift-server
@@ -27,17 +27,31 @@
 //                               registration) / resumed (SIGCONT); either
 //                               way it joins again at the step the
 //                               coordinator admits it at.
+//   worker-partition            a random worker's netlab host is cut off (its
+//                               bridge port down; --bridge-netns) instead of
+//                               calling the step; mended after it, and the
+//                               worker joins again as above.
 //   server-kill / server-stop   a random server, while all but one worker
-//                               wait in the step; restarted / resumed after.
+//   / server-partition          wait in the step; restarted / resumed /
+//                               mended after.
 //   coordinator-kill            SIGKILL and restart on its state file.
 //   coordinator-stop            SIGSTOP, SIGCONT 1 s later.
+//   coordinator-disk-full       the coordinator's disk fills up (a 16 MiB
+//                               tmpfs under its state, in a mount namespace
+//                               of its own; needs root), then a random
+//                               worker is killed (its eviction needs a
+//                               commit); space comes back 1 s later and the
+//                               worker is restarted.
 //   spoof                       forged pushes of a non-member for the step.
+// --kinds all (the default) draws from every kind the run can inject.
 // Each step's replies are checked: "lost" (a worker that called was missing
 // from a result), "double" (counted twice, or counted without calling, or
 // a forged push counted), "failed" (a call that returned an error other
 // than the admission refusal of a worker that was evicted by a fault),
 // "gift_bound" (the transformed tensor outside its bound). The stall of a
-// fault is from the fault to the step's last reply. Every --sample
+// fault is from the fault to the step's last result (a call refused because
+// its worker must join again after an earlier fault keeps no one waiting,
+// so it counts only in a step where no call got a result). Every --sample
 // seconds the RSS and open descriptors of every daemon are read from /proc.
 //
 // A worker or server that exits on its own is restarted before the next

@@ -12,6 +12,11 @@ namespace gift::coordinator {
 namespace {
 
 constexpr int kApplicationId = 0x47494654;  // "GIFT"
+// The WAL is truncated to empty whenever a checkpoint rewinds it, so the
+// state file's disk use does not keep its peak (up to the 1,000-page
+// auto-checkpoint, about 4 MiB), and a full disk fails the next commit as
+// it would any growing file, instead of only once the WAL outgrows its peak.
+constexpr const char* kWalSizeLimit = "PRAGMA journal_size_limit = 0";
 
 constexpr const char* kSchema[] = {
     "CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 1), cluster_id TEXT NOT NULL,"
@@ -143,6 +148,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
     // A new (empty) file: create the schema.
     absl::Status s = store->Exec("PRAGMA locking_mode = EXCLUSIVE");
     if (s.ok()) s = store->Exec("PRAGMA journal_mode = WAL");
+    if (s.ok()) s = store->Exec(kWalSizeLimit);
     if (s.ok()) s = store->Exec("BEGIN IMMEDIATE");
     for (const char* sql : kSchema) {
       if (s.ok()) s = store->Exec(sql);
@@ -161,6 +167,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
   } else {
     absl::Status s = store->Exec("PRAGMA locking_mode = EXCLUSIVE");
     if (s.ok()) s = store->Exec("PRAGMA journal_mode = WAL");
+    if (s.ok()) s = store->Exec(kWalSizeLimit);
     // Takes the exclusive lock now, so a second coordinator fails here.
     if (s.ok()) s = store->Exec("BEGIN IMMEDIATE");
     if (s.ok() && *user_version == 1) {

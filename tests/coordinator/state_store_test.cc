@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -192,6 +193,30 @@ TEST(StateStoreTest, SecondOpenWhileInUseFails) {
   ASSERT_TRUE((*first)->Commit(SampleMutation()).ok());
   auto second = StateStore::Open(path);
   EXPECT_FALSE(second.ok());
+}
+
+// The WAL does not keep its peak size after a checkpoint: a full disk then
+// fails the next commit as it would any growing file (the soak's
+// coordinator-disk-full fault), instead of being absorbed by a WAL that
+// once grew.
+TEST(StateStoreTest, TheWalIsTruncatedWhenACheckpointRewindsIt) {
+  const gift::TempDir dir = test::NewTempDir("gift-coord");
+  const std::string path = dir.File("s.db");
+  auto store = StateStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  // 2 x 2 MiB of basis bytes pass the 1,000-page auto-checkpoint (4 MiB),
+  // which runs after the second commit.
+  for (uint64_t version = 1; version <= 2; ++version) {
+    StoreMutation m = SampleMutation();
+    m.put_basis_bytes = {{1, version, std::make_shared<const std::string>(2 << 20, 'b')}};
+    ASSERT_TRUE((*store)->Commit(m).ok());
+  }
+  // The next commit rewinds the WAL (4.3 MB without the size limit).
+  StoreMutation small = SampleMutation();
+  small.put_basis_bytes.clear();
+  ASSERT_TRUE((*store)->Commit(small).ok());
+  const std::uintmax_t wal = std::filesystem::file_size(path + "-wal");
+  EXPECT_LT(wal, std::uintmax_t{1} << 20) << "the WAL kept " << wal << " bytes";
 }
 
 }  // namespace
