@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -445,6 +447,44 @@ TEST(UcxTransportTest, DisconnectEndsSendsToAStoppedPeer) {
   (*a)->Disconnect(*peer);
   ASSERT_TRUE(sent.WaitFor(2, absl::Seconds(10))) << "closing the connection left sends in flight";
   EXPECT_FALSE(sent.last_error().ok());
+}
+
+// Connects refused by peers that are gone (a worker dialing the address of a
+// killed server on its host, as in the soak) leave no descriptors behind once
+// their peers are dropped. With UCX 1.13.1's blocking TCP connect each one
+// kept a socket (ucx_context.cc).
+TEST(UcxTransportTest, RefusedConnectsLeaveNoDescriptors) {
+  auto open_fds = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                         std::filesystem::directory_iterator{});
+  };
+  // The addresses of transports that no longer exist: nothing listens there.
+  std::vector<std::string> dead;
+  for (int i = 0; i < 20; ++i) {
+    Inbox inbox;
+    auto b = CreateUcxTransport(inbox.Handlers());
+    ASSERT_TRUE(b.ok()) << b.status();
+    dead.push_back((*b)->address());
+  }
+  Inbox inbox;
+  auto a = CreateUcxTransport(inbox.Handlers());
+  ASSERT_TRUE(a.ok()) << a.status();
+  const long before = open_fds();
+  const std::vector<uint8_t> small = Pattern(4096, 1);
+  for (const std::string& address : dead) {
+    auto peer = (*a)->Connect(address);
+    if (!peer.ok()) continue;  // refused at once
+    Completions sent;
+    // The peer may have failed already (the send is refused), or fails the
+    // send when the connect is refused.
+    if ((*a)->Send(*peer, {1}, small, sent.Callback()).ok()) {
+      ASSERT_TRUE(sent.WaitFor(1, absl::Seconds(20))) << "a send to a dead peer never completed";
+      EXPECT_FALSE(sent.last_error().ok());
+    }
+    (*a)->Disconnect(*peer);
+  }
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_LE(open_fds(), before + 2) << "before the connects: " << before;
 }
 
 TEST(UcxTransportTest, UnknownTlsIsAnError) {

@@ -56,6 +56,20 @@ absl::StatusOr<ucp_context_h> CreateUcpContext(const UcxTransportOptions& option
       return UcxError(absl::StrCat("UCX rendezvous threshold '", rndv, "'"), status);
     }
   }
+  // Non-blocking TCP connects (unless UCX_TCP_CONN_NB says otherwise). UCX
+  // 1.13.1's blocking connect leaks its socket when the connect is refused
+  // at once, as it is for an address on this host where nothing listens
+  // any more (a killed server's, dialed again after its failure):
+  // uct_tcp_ep_create returns the error without destroying the endpoint it
+  // made. A non-blocking connect fails later, through the endpoint's error
+  // path, which closes it (UcxTransportTest.RefusedConnectsLeaveNoDescriptors).
+  if (std::getenv("UCX_TCP_CONN_NB") == nullptr) {
+    status = ucp_config_modify(config, "CONN_NB", "y");  // the tcp iface's
+    if (status != UCS_OK) {
+      ucp_config_release(config);
+      return UcxError("UCX TCP_CONN_NB", status);
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
