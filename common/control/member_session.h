@@ -24,7 +24,10 @@
 //   - the watch thread keeps a Watch stream open and stores each ClusterState
 //     it receives. When the stream breaks (coordinator restarted, network) it
 //     reconnects with exponential backoff (options.min_backoff ..
-//     options.max_backoff) and gets a fresh snapshot first.
+//     options.max_backoff) and gets a fresh snapshot first. A state of a
+//     later epoch that no longer names the member (evicted while it was
+//     stopped or cut off) wakes the lease thread to beat at once, so the
+//     re-join starts when the member hears of its eviction.
 // The member's rank and epoch follow the latest state (or heartbeat answer)
 // that names the member.
 //
@@ -216,6 +219,9 @@ class MemberSession {
   void InstallStateLocked(gift::v1::ClusterState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits up to `d` unless closing; returns false when closing.
   bool SleepUnlessClosing(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);
+  // The lease thread's wait for its next beat: up to `d`, less when a state
+  // says this member was evicted (beat_now_); false when closing.
+  bool SleepUntilBeat(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Duration HeartbeatInterval() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void LeaseLoop();
@@ -234,6 +240,10 @@ class MemberSession {
   uint64_t rejoins_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status lease_lost_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  // A state named this member (since its last join); a later one without it
+  // sets beat_now_, which wakes the lease thread.
+  bool named_in_state_ ABSL_GUARDED_BY(mu_) = false;
+  bool beat_now_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<const gift::v1::ClusterState> state_ ABSL_GUARDED_BY(mu_);
   DataPlaneKeyring keyring_ ABSL_GUARDED_BY(mu_);

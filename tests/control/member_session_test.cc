@@ -150,6 +150,14 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     live_.clear();
     state_.clear_workers();
   }
+  // ... and tells the watchers: a new epoch without them.
+  void EvictAllMembers() {
+    absl::MutexLock lock(&mu_);
+    live_.clear();
+    state_.clear_workers();
+    state_.set_epoch(state_.epoch() + 1);
+    state_.set_revision(state_.revision() + 1);
+  }
   void ShutDown() {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
@@ -305,6 +313,25 @@ TEST(MemberSessionTest, RejoinsWhenTheLeaseIsLost) {
   absl::MutexLock lock(&mu);
   EXPECT_TRUE(absl::IsNotFound(reported)) << reported;
   EXPECT_NE(reported.message().find("Heartbeat"), absl::string_view::npos) << reported;
+}
+
+TEST(MemberSessionTest, RejoinsAsSoonAsAStateSaysItWasEvicted) {
+  FakeServer server;
+  MemberSessionOptions options = Options("host-0/gpu0");
+  // No beat within the test: only the evicting state can start the re-join.
+  options.heartbeat_interval = absl::Minutes(10);
+  auto session =
+      MemberSession::Start(CoordinatorClient::MakeChannel(server.address()), std::move(options));
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->WaitForRevision(1, absl::Seconds(5)).ok());
+  server.service().EvictAllMembers();
+  ASSERT_TRUE(Eventually([&] { return (*session)->rejoins() == 1; }));
+  EXPECT_EQ((*session)->member_id(), "m2");
+  // A state without the new member that is not of a later epoch (it has not
+  // been named by any state since its join) starts nothing.
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ((*session)->rejoins(), 1u);
+  EXPECT_EQ(server.service().joins(), 2);
 }
 
 TEST(MemberSessionTest, WatchReconnectsAfterACoordinatorRestart) {
