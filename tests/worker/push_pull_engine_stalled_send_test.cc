@@ -182,6 +182,20 @@ TEST_F(StalledSendTest, TheRetryUnderAnEpochWithoutTheServerEncodesIntoAFreshAre
   // left alone, and they end.
   EXPECT_EQ(engine_transport_->held(), 2u);
   EXPECT_TRUE(engine_transport_->Resume()) << "a held push was overwritten";
+  EXPECT_EQ(rig_.engine().stalled_send_arenas_freed(), 0u);
+  // Their arena is freed by the next step, once nothing reads it.
+  absl::StatusOr<StepReport> report = absl::UnknownError("not run");
+  std::thread run([&] { report = rig_.engine().Run(rig_.Plan(2, 9, 1, grad_.data())); });
+  const bool pushed = rig_.AwaitPushes(6);
+  if (pushed) {
+    rig_.Send(dataplane::ChunkKind::kResult, 2, 9, 1, 0, 27.0f);
+    rig_.Send(dataplane::ChunkKind::kResult, 2, 9, 1, 1, 36.0f);
+  }
+  run.join();
+  ASSERT_TRUE(pushed) << "step 9 never pushed: " << report.status();
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(grad_[0], 27.0f);
+  EXPECT_EQ(rig_.engine().stalled_send_arenas_freed(), 1u);
 }
 
 TEST_F(StalledSendTest, ASendToAServerTheRetryStillUsesIsWaitedFor) {

@@ -199,6 +199,7 @@ absl::Status PushPullEngine::Begin(const StepPlan& step) {
 
 absl::Status PushPullEngine::AwaitSendBuffers(absl::Span<ChunkSlot* const> slots) {
   if (inbox_.Expect(slots, std::min(kStalledSendGrace, options_.timeout))) {
+    FreeRetiredArenas();
     return absl::OkStatus();
   }
   std::vector<size_t> tensors;  // positions in the step
@@ -213,7 +214,16 @@ absl::Status PushPullEngine::AwaitSendBuffers(absl::Span<ChunkSlot* const> slots
   if (!inbox_.Expect(slots, options_.timeout)) {
     return absl::UnavailableError("pushes of an earlier step have not completed");
   }
+  FreeRetiredArenas();
   return absl::OkStatus();
+}
+
+void PushPullEngine::FreeRetiredArenas() {
+  for (TensorBuffers* buffers : step_buffers_) {
+    if (buffers->retired_arenas() == 0 || !inbox_.DetachedSendsEnded(*buffers)) continue;
+    stalled_send_arenas_freed_.fetch_add(buffers->retired_arenas(), std::memory_order_relaxed);
+    buffers->FreeRetiredArenas();
+  }
 }
 
 void PushPullEngine::Cancel() {

@@ -174,6 +174,11 @@ class PushPullEngine {
   uint64_t stalled_send_arenas_renewed() const {
     return stalled_send_arenas_renewed_.load(std::memory_order_relaxed);
   }
+  // Those arenas freed again, once every send from them had ended (checked
+  // when a later step's send buffers are free). Any thread.
+  uint64_t stalled_send_arenas_freed() const {
+    return stalled_send_arenas_freed_.load(std::memory_order_relaxed);
+  }
 
   // Bytes held by error feedback residuals (each tensor's current and
   // pending residual, FP32), as of the end of the last Run. Any thread.
@@ -203,6 +208,9 @@ class PushPullEngine {
   // connection stays: closing it would also cut that server's way back to
   // this worker if it resumes (seen in the soak).
   absl::Status AwaitSendBuffers(absl::Span<ChunkSlot* const> slots);
+  // Frees the renewed arenas of the step's tensors whose left-behind sends
+  // have all ended.
+  void FreeRetiredArenas();
   static constexpr absl::Duration kStalledSendGrace = absl::Milliseconds(250);
   // Ends the step in flight (late results become strays), grows the result
   // slots that were too small, frees buffers unused for long.
@@ -230,6 +238,7 @@ class PushPullEngine {
   std::vector<ChunkSlot*> draining_;                             // taken from the inbox
   uint64_t runs_ = 0;
   std::atomic<uint64_t> stalled_send_arenas_renewed_{0};
+  std::atomic<uint64_t> stalled_send_arenas_freed_{0};
   // The (world_size, worker_set) of the last plan run; nullopt before the first.
   std::optional<std::pair<uint32_t, uint64_t>> world_;
 };

@@ -3,6 +3,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/dataplane/chunk_header.h"
@@ -110,6 +111,12 @@ void ResultInbox::DetachSends(TensorBuffers& buffers) {
     ++slot.send_serial;  // its SendEnded no longer matches
     ++slot.detached_sends;
   }
+}
+
+bool ResultInbox::DetachedSendsEnded(TensorBuffers& buffers) const {
+  absl::MutexLock lock(&mu_);
+  return absl::c_none_of(buffers.chunks(),
+                         [](const ChunkSlot& slot) { return slot.detached_sends > 0; });
 }
 
 void ResultInbox::ExpectNoMore() {

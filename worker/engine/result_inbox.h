@@ -92,6 +92,8 @@ class ResultInbox {
   // slot for Expect, but keep it Busy (and `buffers` not Idle) until they
   // end.
   void DetachSends(TensorBuffers& buffers);
+  // Every send DetachSends stopped waiting for from `buffers` has ended.
+  bool DetachedSendsEnded(TensorBuffers& buffers) const;
   // Every chunk of the step is expected (Finish: no more Expect). From now
   // on the step may complete with the results of an earlier epoch's attempt
   // at it (see EarlierAttempt below).

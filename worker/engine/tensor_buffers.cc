@@ -153,6 +153,8 @@ absl::Status TensorBuffers::RenewSendArena() {
   return stage_->AttachSendBuffer(absl::MakeSpan(send_arena_));
 }
 
+void TensorBuffers::FreeRetiredArenas() { retired_arenas_.clear(); }
+
 void TensorBuffers::ReleaseRegions() {
   send_region_.reset();
   for (RetiredArena& retired : retired_arenas_) retired.region.reset();

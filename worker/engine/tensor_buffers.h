@@ -115,6 +115,11 @@ class TensorBuffers {
   // encodes. The caller detaches those sends (ResultInbox::DetachSends).
   // Errors: the stage's.
   absl::Status RenewSendArena();
+  // Arenas RenewSendArena kept.
+  size_t retired_arenas() const { return retired_arenas_.size(); }
+  // Unregisters and frees them. Only once no detached send reads them
+  // (ResultInbox::DetachedSendsEnded).
+  void FreeRetiredArenas();
 
   // Unregisters every buffer (before the transport goes away).
   void ReleaseRegions();
