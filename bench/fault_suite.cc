@@ -141,21 +141,14 @@ class Trial {
     options.coordinator_args = {"--chunk-bytes", "16384"};
     if (o_.dataplane_auth) options.coordinator_args.push_back("--dataplane-auth");
     if (!o_.placement.empty()) {
-      absl::StatusOr<tools::ClusterPlacement> placement =
-          tools::ClusterPlacement::FromJsonFile(o_.placement);
-      if (!placement.ok()) return placement.status();
-      options.placement = *std::move(placement);
-      options.ucx_tls = "tcp";
+      if (absl::Status s = PlaceCluster(o_.placement, options); !s.ok()) return s;
     }
     if (result_.kind == "coordinator-disk-full") {
       // The state file on a 4 MiB tmpfs over the run directory, in a mount
       // namespace of its own (nothing changes outside it); Inject fills it.
-      absl::StatusOr<std::unique_ptr<PrivateTmpfs>> tmpfs = PrivateTmpfs::Mount(dir_, 4);
+      absl::StatusOr<std::unique_ptr<PrivateTmpfs>> tmpfs = PutCoordinatorOnTmpfs(4, options);
       if (!tmpfs.ok()) return tmpfs.status();
       tmpfs_ = *std::move(tmpfs);
-      std::vector<std::string>& prefix = options.placement.coordinator.prefix;
-      const std::vector<std::string> enter = tmpfs_->enter_prefix();
-      prefix.insert(prefix.begin(), enter.begin(), enter.end());
     }
     absl::StatusOr<std::unique_ptr<tools::LocalCluster>> cluster =
         tools::LocalCluster::Start(options);

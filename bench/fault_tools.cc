@@ -104,6 +104,24 @@ absl::StatusOr<std::unique_ptr<PrivateTmpfs>> PrivateTmpfs::Mount(const std::str
   return std::unique_ptr<PrivateTmpfs>(new PrivateTmpfs(*std::move(holder), dir));
 }
 
+absl::Status PlaceCluster(const std::string& path, tools::LocalClusterOptions& options) {
+  absl::StatusOr<tools::ClusterPlacement> placement = tools::ClusterPlacement::FromJsonFile(path);
+  if (!placement.ok()) return placement.status();
+  options.placement = *std::move(placement);
+  options.ucx_tls = "tcp";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<PrivateTmpfs>> PutCoordinatorOnTmpfs(
+    int64_t size_mib, tools::LocalClusterOptions& options) {
+  absl::StatusOr<std::unique_ptr<PrivateTmpfs>> tmpfs = PrivateTmpfs::Mount(options.dir, size_mib);
+  if (!tmpfs.ok()) return tmpfs.status();
+  std::vector<std::string>& prefix = options.placement.coordinator.prefix;
+  const std::vector<std::string> enter = (*tmpfs)->enter_prefix();
+  prefix.insert(prefix.begin(), enter.begin(), enter.end());
+  return tmpfs;
+}
+
 std::vector<std::string> PrivateTmpfs::enter_prefix() const {
   return {"/usr/bin/nsenter", "-t", absl::StrCat(holder_->pid()), "-m", "--"};
 }

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "tools/gift-cluster/local_cluster.h"
 #include "tools/gift-cluster/subprocess.h"
 
 namespace gift::bench {
@@ -50,6 +51,19 @@ absl::StatusOr<std::vector<std::string>> SelectFaultKinds(const std::string& kin
 // by a sleeping child. Daemons started under enter_prefix() see the tmpfs
 // at `dir`, and so does a daemon restarted later under the same prefix:
 // what it wrote there survives the restart. Needs root (unshare -m, mount).
+class PrivateTmpfs;
+
+// Places the daemons of `options` by the placement file at `path`
+// (scripts/netlab.sh's NETLAB_PLACEMENT), UCX over TCP. Errors: the file's.
+absl::Status PlaceCluster(const std::string& path, tools::LocalClusterOptions& options);
+
+// Mounts a PrivateTmpfs of `size_mib` MiB over options.dir and runs the
+// coordinator of `options` in its mount namespace (before any placement
+// prefix), so that its state file is on it. The caller keeps the tmpfs for
+// as long as the coordinator runs.
+absl::StatusOr<std::unique_ptr<PrivateTmpfs>> PutCoordinatorOnTmpfs(
+    int64_t size_mib, tools::LocalClusterOptions& options);
+
 class PrivateTmpfs {
  public:
   static absl::StatusOr<std::unique_ptr<PrivateTmpfs>> Mount(const std::string& dir,

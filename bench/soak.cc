@@ -179,22 +179,15 @@ class Soak {
     options.step_timeout = absl::Seconds(60);
     options.coordinator_args = {"--chunk-bytes", "16384", "--dataplane-auth"};
     if (!o_.placement.empty()) {
-      absl::StatusOr<tools::ClusterPlacement> placement =
-          tools::ClusterPlacement::FromJsonFile(o_.placement);
-      if (!placement.ok()) return placement.status();
-      options.placement = *std::move(placement);
-      options.ucx_tls = "tcp";
+      if (absl::Status s = PlaceCluster(o_.placement, options); !s.ok()) return s;
     }
     if (std::find(kinds_.begin(), kinds_.end(), "coordinator-disk-full") != kinds_.end()) {
       // The coordinator's state (and its data-plane secret) on a tmpfs over
-      // the run directory, in a mount namespace of its own that outlives
-      // each coordinator process, so a restart finds its state.
-      absl::StatusOr<std::unique_ptr<PrivateTmpfs>> tmpfs = PrivateTmpfs::Mount(dir_, 16);
+      // the run directory, in a mount namespace that outlives each
+      // coordinator process, so a restart finds its state.
+      absl::StatusOr<std::unique_ptr<PrivateTmpfs>> tmpfs = PutCoordinatorOnTmpfs(16, options);
       if (!tmpfs.ok()) return tmpfs.status();
       tmpfs_ = *std::move(tmpfs);
-      std::vector<std::string>& prefix = options.placement.coordinator.prefix;
-      const std::vector<std::string> enter = tmpfs_->enter_prefix();
-      prefix.insert(prefix.begin(), enter.begin(), enter.end());
     }
     for (int w = 0; w < o_.workers; ++w) options.worker_nodes.push_back(absl::StrCat("n", w / 2));
     absl::StatusOr<std::unique_ptr<tools::LocalCluster>> cluster =

@@ -69,11 +69,17 @@ void PrintSoakReport(const SoakTotals& totals, const std::vector<SoakFault>& fau
     std::sort(s.begin(), s.end());
     std::printf("%-22s %6zu %11.3fs %11.3fs\n", kind.c_str(), s.size(), s.back(), s[s.size() / 2]);
   }
-  // A restarted daemon is a new process.
+  // A restarted daemon is a new process. Its warm-up ends a tenth into the
+  // run, and not before it has run kProcessWarmUpS itself (its first
+  // samples are of a daemon still connecting to its peers).
+  constexpr double kProcessWarmUpS = 30;
+  std::map<std::pair<std::string, int>, double> started;
+  for (const DaemonSample& s : samples) started.try_emplace({s.daemon, s.pid}, s.t_s);
   std::map<std::pair<std::string, int>, std::pair<const DaemonSample*, const DaemonSample*>>
       by_process;
   for (const DaemonSample& s : samples) {
-    if (s.t_s < totals.seconds / 10 || s.rss_kib < 0) continue;
+    const double warm = std::max(totals.seconds / 10, started[{s.daemon, s.pid}] + kProcessWarmUpS);
+    if (s.t_s < warm || s.rss_kib < 0) continue;
     auto& [first, last] = by_process[{s.daemon, s.pid}];
     if (first == nullptr) first = &s;
     last = &s;

@@ -61,7 +61,7 @@ struct SoakTotals {
 
 // The counts, the stalls per fault kind (count, max, median) and, per daemon
 // process, RSS and fds at its first sample after warm-up (a tenth of the
-// run) and at its last.
+// run, and 30 s of the process's own life) and at its last.
 void PrintSoakReport(const SoakTotals& totals, const std::vector<SoakFault>& faults,
                      const std::vector<DaemonSample>& samples);
 

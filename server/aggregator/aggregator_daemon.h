@@ -10,7 +10,7 @@
 //   daemon.Stop();
 //
 // An epoch that fails to apply (its data-plane keys are not there yet, as
-// after a re-join) is applied again at every tick (500 ms) until it succeeds
+// after a re-join) is applied again at every tick (100 ms) until it succeeds
 // or a newer revision replaces it.
 //
 // Logs (common/base/logging.h): `serving` (epoch, shard, workers, chunks)
@@ -50,7 +50,7 @@ class AggregatorDaemon {
   // Of the last epoch applied successfully (0 before the first).
   uint64_t chunks() const { return chunks_.load(); }
   uint64_t workers() const { return workers_.load(); }
-  // When the follower loop last turned (it wakes at least every 500 ms):
+  // When the follower loop last turned (it wakes at least every 100 ms):
   // the watchdog's heartbeat.
   absl::Time last_tick() const { return absl::FromUnixNanos(last_tick_ns_.load()); }
 
@@ -70,7 +70,7 @@ class AggregatorDaemon {
   // follower's thread, at every tick).
   void RetryUnapplied();
 
-  static constexpr absl::Duration kTick = absl::Milliseconds(500);
+  static constexpr absl::Duration kTick = absl::Milliseconds(100);
 
   AggregatorShard* const shard_;
   control::MemberSession* const session_;
