@@ -166,7 +166,8 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
   // Only the command named is built (CLI11 builds each option in time
   // linear in the options before it, which made building every command most
   // of a short command's run); every command when none or an unknown one is
-  // named (the top-level help, the suggestions) and for `completion`.
+  // named (the top-level help, the suggestions: without `policy set`'s
+  // options, below) and for `completion`.
   const std::string command = CommandWord(app, args);
   static constexpr absl::string_view kCommands[] = {"status",  "members",   "tensors", "policy",
                                                     "refresh", "rank",      "drain",   "run",
@@ -192,7 +193,10 @@ int RunOrThrow(const std::vector<std::string>& args, const std::string& default_
     policy_get = policy->add_subcommand("get", "print the policy");
     policy_set = policy->add_subcommand(
         "set", "change the given fields of the policy (or of one tensor override)");
-    AddPolicySetFlags(policy_set, &policy_flags);
+    // Its 25 options only when they can be used or listed: not for the
+    // top-level help or an unknown command's suggestions, which name the
+    // commands only (building them was a third of such a run).
+    if (known) AddPolicySetFlags(policy_set, &policy_flags);
   }
   CLI::App* refresh = add(&app, "refresh", "ask the basis owners to refresh now");
   std::string refresh_glob;
