@@ -545,8 +545,17 @@ absl::Status RunSoak(const SoakOptions& o) {
     dir = pattern;
   }
   std::printf("soak: run directory %s (daemon logs under logs/)\n", dir.c_str());
-  Soak soak(o, *std::move(binaries), dir);
-  return soak.Run();
+  absl::Status status;
+  {
+    Soak soak(o, *std::move(binaries), dir);
+    status = soak.Run();
+  }  // its daemons and its tmpfs are gone
+  if (o.dir.empty() && status.ok()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    std::printf("soak: clean; run directory removed\n");
+  }
+  return status;
 }
 
 }  // namespace
@@ -587,7 +596,8 @@ Command AddSoakCommand(CLI::App& parent) {
       ->check(CLI::Range(0.5, 3600.0))
       ->capture_default_str();
   app->add_option("--json", o->json, "write the results (every fault and sample) to this file");
-  app->add_option("--dir", o->dir, "run directory (default: a new one under /tmp, kept)");
+  app->add_option("--dir", o->dir,
+                  "run directory (default: a new one under /tmp, removed after a clean run)");
   app->add_option("--placement", o->placement,
                   "the daemons' placement JSON (scripts/netlab.sh exec's NETLAB_PLACEMENT); "
                   "UCX over TCP");

@@ -109,6 +109,19 @@ void MemberSession::RefreshPeerKeys(const v1::ClusterState& state, const std::st
   keyring_.AddPeers(*keys).IgnoreError();  // a malformed answer adds nothing
 }
 
+void MemberSession::FetchMissingKeys() {
+  std::shared_ptr<const v1::ClusterState> state;
+  std::string member_id;
+  {
+    absl::MutexLock lock(&mu_);
+    state = state_;
+    member_id = identity_.member_id;
+  }
+  RefreshPeerKeys(*state, member_id);
+  absl::MutexLock lock(&mu_);
+  RebuildChunkKeysLocked();
+}
+
 void MemberSession::RebuildChunkKeysLocked() {
   absl::StatusOr<std::shared_ptr<const dataplane::EpochKeys>> keys =
       keyring_.Build(*state_, identity_.member_id);

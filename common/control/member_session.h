@@ -192,6 +192,12 @@ class MemberSession {
   // This member's data-plane keys of `epoch` (one of the last few states'
   // epochs); null when authentication is off or the epoch is unknown here.
   std::shared_ptr<const dataplane::EpochKeys> chunk_keys(uint64_t epoch) const;
+  // Fetches the keys the latest state names that this member lacks (a
+  // peer's, or its node key once it is in a node group) and rebuilds that
+  // state's epoch keys. The watch thread does so for every state it
+  // receives, best effort; a step that finds a key missing calls this (one
+  // RPC when something is missing, none otherwise).
+  void FetchMissingKeys();
 
   const CoordinatorClient& client() const { return client_; }
 

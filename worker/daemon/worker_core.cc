@@ -104,9 +104,22 @@ absl::StatusOr<StepPlan> WorkerCore::PlanWithKeys(const gift::v1::ClusterState& 
   auto plan = PlanStep(state, session_->member_id(), step, tensors, lookup);
   if (!plan.ok()) return plan;
   plan->keys = session_->chunk_keys(plan->epoch);
-  if (plan->keys == nullptr && session_->dataplane_auth()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no data-plane keys of epoch ", plan->epoch, " yet"));
+  // A node group's member seals its chunks with the node key, which it
+  // fetches once a state puts it in the group; that fetch may have failed
+  // or not run (a re-joined worker's first state in the group came before
+  // its Watch stream was open again): fetch now, else wait for it.
+  auto missing = [&] {
+    return session_->dataplane_auth() &&
+           (plan->keys == nullptr || (plan->node != nullptr && !plan->keys->node.has_value()));
+  };
+  if (missing()) {
+    session_->FetchMissingKeys();
+    plan->keys = session_->chunk_keys(plan->epoch);
+  }
+  if (missing()) {
+    return absl::FailedPreconditionError(absl::StrCat("no data-plane keys of epoch ", plan->epoch,
+                                                      plan->keys == nullptr ? "" : " (node key)",
+                                                      " yet"));
   }
   return plan;
 }
