@@ -46,11 +46,6 @@ absl::Status SetBridgePort(const std::string& bridge_netns, const std::string& p
 // unknown kind, an empty list or a partition without netlab.
 absl::StatusOr<std::vector<std::string>> SelectFaultKinds(const std::string& kinds, bool netlab);
 
-// A tmpfs of `size_mib` MiB mounted over `dir` (created if missing) in a mount namespace of its
-// own (private propagation: nothing changes for any other process), held
-// by a sleeping child. Daemons started under enter_prefix() see the tmpfs
-// at `dir`, and so does a daemon restarted later under the same prefix:
-// what it wrote there survives the restart. Needs root (unshare -m, mount).
 class PrivateTmpfs;
 
 // Places the daemons of `options` by the placement file at `path`
@@ -64,6 +59,12 @@ absl::Status PlaceCluster(const std::string& path, tools::LocalClusterOptions& o
 absl::StatusOr<std::unique_ptr<PrivateTmpfs>> PutCoordinatorOnTmpfs(
     int64_t size_mib, tools::LocalClusterOptions& options);
 
+// A tmpfs of `size_mib` MiB mounted over `dir` (created if missing) in a
+// mount namespace of its own (private propagation: nothing changes for any
+// other process), held by a sleeping child. Daemons started under
+// enter_prefix() see the tmpfs at `dir`, and so does a daemon restarted
+// later under the same prefix: what it wrote there survives the restart.
+// Needs root (unshare -m, mount).
 class PrivateTmpfs {
  public:
   static absl::StatusOr<std::unique_ptr<PrivateTmpfs>> Mount(const std::string& dir,

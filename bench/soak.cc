@@ -402,10 +402,10 @@ class Soak {
     }
   }
 
-  // What an operator's supervisor does after the fault. A stopped daemon
-  // that exited meanwhile is restarted by RestartExited before the next
-  // step.
-  // A partition is mended by bringing the host's port up again.
+  // What an operator's supervisor does after the fault; a partition is
+  // mended by bringing the host's port up again. A stopped daemon that
+  // exited meanwhile (SIGCONT then fails) is restarted by RestartExited
+  // before the next step.
   absl::Status Repair(const SoakFault& fault) {
     if (resume_.valid()) resume_.wait();
     const std::string& kind = fault.kind;
@@ -416,11 +416,13 @@ class Soak {
     if (kind == "worker-stop" || kind == "worker-partition") {
       trainers_[fault.victim].stopped = false;
       trainers_[fault.victim].rejoining = true;
-      if (kind == "worker-stop") return cluster_->worker(fault.victim)->Signal(SIGCONT);
-      return SetBridgePort(o_.bridge_netns, absl::StrCat("w", fault.victim), true);
+      if (kind == "worker-partition") {
+        return SetBridgePort(o_.bridge_netns, absl::StrCat("w", fault.victim), true);
+      }
+      (void)cluster_->worker(fault.victim)->Signal(SIGCONT);
     }
     if (kind == "server-kill") RestartServer(fault.victim);
-    if (kind == "server-stop") return cluster_->server(fault.victim)->Signal(SIGCONT);
+    if (kind == "server-stop") (void)cluster_->server(fault.victim)->Signal(SIGCONT);
     if (kind == "server-partition") {
       return SetBridgePort(o_.bridge_netns, absl::StrCat("s", fault.victim), true);
     }

@@ -17,7 +17,7 @@ namespace gift::bench {
 struct SoakFault {
   std::string kind;
   int victim = -1;     // worker or server index; -1 for the coordinator and spoofs
-  double stall_s = 0;  // from the fault to the step's last reply
+  double stall_s = 0;  // from the fault to the step's last result (bench/soak.h)
   uint64_t step = 0;
 };
 

@@ -202,7 +202,6 @@ absl::Status MemberSession::SendHeartbeat(absl::Duration timeout) {
   }
   absl::StatusOr<v1::HeartbeatResponse> response = client_.Heartbeat(request, timeout);
   if (!response.ok()) return response.status();
-  std::shared_ptr<const v1::ClusterState> state;
   {
     absl::MutexLock lock(&mu_);
     // A re-join may have replaced the identity while the call was in flight.
@@ -217,11 +216,8 @@ absl::Status MemberSession::SendHeartbeat(absl::Duration timeout) {
     if (!changed.ok()) return changed.status();
     if (!*changed) return absl::OkStatus();
     chunk_keys_.clear();
-    state = state_;
   }
-  RefreshPeerKeys(*state, request.member_id());
-  absl::MutexLock lock(&mu_);
-  RebuildChunkKeysLocked();
+  FetchMissingKeys();
   return absl::OkStatus();
 }
 
