@@ -136,12 +136,16 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
   // cluster's Stop status in `stopped`.
   auto run_cluster = [&](bool auth, ClusterRun& r, absl::Status& stopped) -> absl::Status {
     tools::LocalClusterOptions options = cluster_options;
-    if (auth) options.coordinator_args.push_back("--dataplane-auth");
+    if (auth) {
+      options.coordinator_args.push_back("--dataplane-auth");
+      options.coordinator_args.push_back("--dataplane-mac");
+      options.coordinator_args.push_back(o.mac);
+    }
     const Clock::time_point t0 = Clock::now();
     GIFT_ASSIGN_OR_RETURN(std::unique_ptr<tools::LocalCluster> cluster,
                           tools::LocalCluster::Start(options));
     os << absl::StrFormat("cluster up in %.1f s (%s), data-plane authentication %s\n",
-                          SecondsSince(t0), options.dir, auth ? "on" : "off")
+                          SecondsSince(t0), options.dir, auth ? "on (" + o.mac + ")" : "off")
        << std::flush;
     absl::Status status =
         SetClusterPolicy(cluster->coordinator_address(), o, r.push_spec, r.pull_spec);
@@ -199,25 +203,11 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
   const double pp_gbps = GigabytesPerSecond(run.fp32_bytes, slowest_median);
   const double wire_gbps = GigabytesPerSecond(bytes_pushed, slowest_median);
 
-  // ---- the cost of data-plane authentication: the same steps on a second
-  // cluster with the other setting
-  json auth = {{"on", o.auth}};
+  // ---- the cost of data-plane authentication: the same steps on more
+  // clusters, the setting alternating in pairs (ABBA: on/off, off/on, ...)
+  // so that neither setting always runs first or on a warmer machine.
+  json auth = {{"on", o.auth}, {"mac", o.auth ? o.mac : "off"}};
   if (o.auth_compare) {
-    ClusterRun other;
-    init_run(other);
-    absl::Status other_stopped;
-    GIFT_RETURN_IF_ERROR(run_cluster(!o.auth, other, other_stopped));
-    const double other_gbps = GigabytesPerSecond(other.fp32_bytes, SlowestMedian(other));
-    const double on_gbps = o.auth ? pp_gbps : other_gbps;
-    const double off_gbps = o.auth ? other_gbps : pp_gbps;
-    auth["gbps_fp32_with_macs"] = on_gbps;
-    auth["gbps_fp32_without_macs"] = off_gbps;
-    auth["ratio_with_to_without"] = Ratio(on_gbps, off_gbps);
-    auth["identical_bits_with_other"] = other.identical_bits;
-    os << absl::StrFormat(
-        "data-plane authentication (AES-256-GMAC on every chunk): push-pull %.3f GB/s FP32 with "
-        "MACs, %.3f GB/s without (slowest worker's median step); with / without = %s\n",
-        on_gbps, off_gbps, RatioText(auth["ratio_with_to_without"]));
     // The daemons' CPU per step: what the MACs cost where the daemons' CPU
     // is the bottleneck, far less sensitive than wall time to other load.
     auto daemon_cpu = [&](const ClusterRun& r) {
@@ -225,15 +215,58 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
               Growth(r.cpu_start.servers, r.cpu_end.servers, &ProcessUsage::cpu_s)) /
              std::max(1, o.steps);
     };
-    const double on_cpu = daemon_cpu(o.auth ? run : other);
-    const double off_cpu = daemon_cpu(o.auth ? other : run);
-    auth["daemon_cpu_s_per_step_with_macs"] = on_cpu;
-    auth["daemon_cpu_s_per_step_without_macs"] = off_cpu;
-    auth["cpu_ratio_without_to_with"] = Ratio(off_cpu, on_cpu);
+    struct Measured {
+      double gbps, cpu_s;
+    };
+    const Measured first = {pp_gbps, daemon_cpu(run)};
+    std::vector<double> wall_ratios, cpu_ratios;
+    bool others_identical = true;  // every rank got the same bits in every compared cluster
+    json pairs = json::array();
+    for (int pair = 0; pair < o.auth_rounds; ++pair) {
+      // Pair k runs o.auth first when k is even; the first pair's first
+      // run is `run` above.
+      Measured m[2];
+      bool setting[2] = {pair % 2 == 0 ? o.auth : !o.auth, pair % 2 == 0 ? !o.auth : o.auth};
+      for (int i = 0; i < 2; ++i) {
+        if (pair == 0 && i == 0) {
+          m[0] = first;
+          continue;
+        }
+        ClusterRun other;
+        init_run(other);
+        absl::Status other_stopped;
+        GIFT_RETURN_IF_ERROR(run_cluster(setting[i], other, other_stopped));
+        others_identical = others_identical && other.identical_bits;
+        m[i] = {GigabytesPerSecond(other.fp32_bytes, SlowestMedian(other)), daemon_cpu(other)};
+      }
+      const Measured& on = setting[0] ? m[0] : m[1];
+      const Measured& off = setting[0] ? m[1] : m[0];
+      wall_ratios.push_back(on.gbps / off.gbps);
+      cpu_ratios.push_back(off.cpu_s / on.cpu_s);
+      pairs.push_back({{"first", setting[0] ? "with" : "without"},
+                       {"gbps_fp32_with_macs", on.gbps},
+                       {"gbps_fp32_without_macs", off.gbps},
+                       {"ratio_with_to_without", wall_ratios.back()},
+                       {"daemon_cpu_s_per_step_with_macs", on.cpu_s},
+                       {"daemon_cpu_s_per_step_without_macs", off.cpu_s},
+                       {"cpu_ratio_without_to_with", cpu_ratios.back()}});
+      os << absl::StrFormat(
+          "data-plane authentication, pair %d of %d (%s first): push-pull %.3f GB/s FP32 with "
+          "MACs, %.3f without; with / without = %.3f; daemons' CPU per timed step %.1f ms with, "
+          "%.1f ms without; without / with = %.3f\n",
+          pair + 1, o.auth_rounds, setting[0] ? "with" : "without", on.gbps, off.gbps,
+          wall_ratios.back(), 1e3 * on.cpu_s, 1e3 * off.cpu_s, cpu_ratios.back());
+    }
+    auth["mac"] = o.mac;
+    auth["pairs"] = pairs;
+    auth["ratio_with_to_without"] = Median(wall_ratios);
+    auth["cpu_ratio_without_to_with"] = Median(cpu_ratios);
+    auth["identical_bits_with_other"] = others_identical;
     os << absl::StrFormat(
-        "  workers' and servers' CPU per timed step: %.1f ms with MACs, %.1f ms without; "
-        "without / with = %s\n",
-        1e3 * on_cpu, 1e3 * off_cpu, RatioText(auth["cpu_ratio_without_to_with"]));
+        "data-plane authentication (%s on every chunk): with / without = %.3f (the median of "
+        "%d pairs' push-pull throughput, slowest worker's median step); daemons' CPU without / "
+        "with = %.3f\n",
+        o.mac, Median(wall_ratios), o.auth_rounds, Median(cpu_ratios));
   }
 
   // Where the CPU went during the timed steps.
@@ -544,6 +577,14 @@ Command AddClusterCommand(CLI::App& parent) {
   app->add_flag("--auth-compare", o->auth_compare,
                 "then a second cluster with the other --auth setting, the same steps, and the "
                 "throughput ratio with / without MACs");
+  app->add_option("--auth-rounds", o->auth_rounds,
+                  "--auth-compare: pairs of clusters, the setting alternating (on/off, off/on, "
+                  "...); the ratio is the pairs' median")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  app->add_option("--mac", o->mac, "the MAC with --auth (gift-coordinator --dataplane-mac)")
+      ->check(CLI::IsMember({"chacha20-poly1305", "aes-256-gmac"}))
+      ->capture_default_str();
   app->add_option("--json", o->json_path,
                   "write the numbers as JSON to this file ('-': stdout, table on stderr)");
   return Command{app, [o] { return RunClusterBench(*o); }};

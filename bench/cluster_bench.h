@@ -32,10 +32,13 @@
 // A baseline that cannot run is reported as skipped, with the reason.
 //
 // --auth runs the cluster with data-plane authentication (gift-coordinator
-// --dataplane-auth: every chunk sealed and checked, docs/design.md section
-// 8.2); --auth-compare then starts a second cluster with the other setting,
-// runs the same steps and prints the push-pull throughput with MACs over
-// that without (the cost of authentication, measured in the same run).
+// --dataplane-auth and --dataplane-mac MAC: every chunk sealed and checked,
+// docs/design.md section 8.2); --auth-compare then starts a second cluster
+// with the other setting, runs the same steps and prints the push-pull
+// throughput with MACs over that without (the cost of authentication,
+// measured in the same run); --auth-rounds N runs N such pairs, the setting
+// alternating (on/off, off/on, ...), and reports each pair's ratio and
+// their median.
 //
 // With --placement FILE (tools/gift-cluster/local_cluster.h ClusterPlacement;
 // scripts/netlab.sh writes one for its network namespaces) the daemons run
@@ -107,6 +110,8 @@ struct ClusterBenchOptions {
   std::string json_path;                     // "" none, "-" stdout
   bool auth = false;                         // data-plane MACs
   bool auth_compare = false;                 // also the other auth setting, and the ratio
+  int auth_rounds = 1;                       // pairs of clusters for auth_compare
+  std::string mac = "chacha20-poly1305";     // with auth: gift-coordinator --dataplane-mac
   bool device_tensors = false;               // gradients in device memory, by CUDA IPC
 };
 

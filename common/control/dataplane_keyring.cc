@@ -21,6 +21,19 @@ absl::StatusOr<dataplane::MacKey> ToKey(const std::string& bytes) {
   return key;
 }
 
+absl::StatusOr<dataplane::MacAlgorithm> ToAlgorithm(v1::MacAlgorithm algorithm) {
+  switch (algorithm) {
+    case v1::MAC_ALGORITHM_UNSPECIFIED:
+    case v1::MAC_ALGORITHM_AES_256_GMAC:
+      return dataplane::MacAlgorithm::kAes256Gmac;
+    case v1::MAC_ALGORITHM_CHACHA20_POLY1305:
+      return dataplane::MacAlgorithm::kChaCha20Poly1305;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data-plane MAC algorithm ", static_cast<int>(algorithm), " is unknown to this build"));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<bool> DataPlaneKeyring::SetMemberKey(const v1::DataPlaneKey& key) {
@@ -30,8 +43,11 @@ absl::StatusOr<bool> DataPlaneKeyring::SetMemberKey(const v1::DataPlaneKey& key)
     if (!k.ok()) return k.status();
     next = *k;
   }
-  if (next == member_key_) return false;
+  absl::StatusOr<dataplane::MacAlgorithm> algorithm = ToAlgorithm(key.algorithm());
+  if (!algorithm.ok()) return algorithm.status();
+  if (next == member_key_ && *algorithm == algorithm_) return false;
   member_key_ = next;
+  algorithm_ = *algorithm;
   peers_.clear();
   node_.clear();
   node_key_.reset();
@@ -82,20 +98,21 @@ absl::StatusOr<std::shared_ptr<const dataplane::EpochKeys>> DataPlaneKeyring::Bu
   if (me == nullptr) return nullptr;
   auto keys = std::make_shared<dataplane::EpochKeys>();
   keys->epoch = state.epoch();
+  keys->algorithm = algorithm_;
   keys->signer = me->rank();
-  auto own = dataplane::DeriveEpochKey(*member_key_, state.epoch());
+  auto own = dataplane::DeriveEpochKey(*member_key_, state.epoch(), algorithm_);
   if (!own.ok()) return own.status();
   keys->own = *own;
   for (const v1::Member& peer : Peers(state)) {
     auto it = peers_.find(peer.member_id());
     if (it == peers_.end()) continue;
-    auto k = dataplane::DeriveEpochKey(it->second, state.epoch());
+    auto k = dataplane::DeriveEpochKey(it->second, state.epoch(), algorithm_);
     if (!k.ok()) return k.status();
     if (keys->peers.size() <= peer.rank()) keys->peers.resize(peer.rank() + 1);
     keys->peers[peer.rank()] = *k;
   }
   if (node_key_.has_value() && !me->node().empty() && me->node() == node_) {
-    auto k = dataplane::DeriveEpochKey(*node_key_, state.epoch());
+    auto k = dataplane::DeriveEpochKey(*node_key_, state.epoch(), algorithm_);
     if (!k.ok()) return k.status();
     keys->node = *k;
   }

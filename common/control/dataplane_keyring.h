@@ -32,10 +32,11 @@ class DataPlaneKeyring {
  public:
   explicit DataPlaneKeyring(gift::v1::MemberRole role) : role_(role) {}
 
-  // Installs the member's key from a Join or Heartbeat answer (no key:
-  // authentication off). True when it changed; the peers' keys are
-  // forgotten then (the coordinator's secret changed, so did theirs).
-  // InvalidArgument for a key that is not kMacKeyBytes long.
+  // Installs the member's key and the cluster's MAC algorithm from a Join
+  // or Heartbeat answer (no key: authentication off). True when either
+  // changed; the peers' keys are forgotten then (the coordinator's secret
+  // changed, so did theirs). InvalidArgument for a key that is not
+  // kMacKeyBytes long or an algorithm this build does not know.
   absl::StatusOr<bool> SetMemberKey(const gift::v1::DataPlaneKey& key);
   bool enabled() const { return member_key_.has_value(); }
 
@@ -58,6 +59,7 @@ class DataPlaneKeyring {
 
   const gift::v1::MemberRole role_;
   std::optional<dataplane::MacKey> member_key_;
+  dataplane::MacAlgorithm algorithm_ = dataplane::MacAlgorithm::kAes256Gmac;
   absl::flat_hash_map<std::string, dataplane::MacKey> peers_;  // by member id
   // A worker's node and its key (GetDataPlaneKeys); empty: none.
   std::string node_;

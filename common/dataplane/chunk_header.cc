@@ -76,11 +76,21 @@ std::array<uint8_t, kChunkHeaderBytes> SerializeChunkHeader(const ChunkHeader& h
   return out;
 }
 
-std::array<uint8_t, kSealedChunkHeaderBytes> SerializeSealedChunkHeaderPrefix(const ChunkHeader& h,
-                                                                              uint32_t signer) {
+const char* MacAlgorithmName(MacAlgorithm algorithm) {
+  switch (algorithm) {
+    case MacAlgorithm::kAes256Gmac:
+      return "aes-256-gmac";
+    case MacAlgorithm::kChaCha20Poly1305:
+      return "chacha20-poly1305";
+  }
+  return "unknown";
+}
+
+std::array<uint8_t, kSealedChunkHeaderBytes> SerializeSealedChunkHeaderPrefix(
+    const ChunkHeader& h, uint32_t signer, MacAlgorithm algorithm) {
   std::array<uint8_t, kSealedChunkHeaderBytes> out{};
   SerializeFields(h, kSealedChunkHeaderVersion, out.data());
-  out[kSealAlgorithmOffset] = kMacAes256Gmac;
+  out[kSealAlgorithmOffset] = static_cast<uint8_t>(algorithm);
   Put(signer, out.data() + kSealSignerOffset);
   return out;
 }
@@ -112,7 +122,9 @@ absl::StatusOr<ChunkHeader> ParseChunkHeader(absl::Span<const uint8_t> bytes) {
     return absl::InvalidArgumentError("chunk header reserved bytes are not zero");
   }
   if (version == kSealedChunkHeaderVersion) {
-    if (p[kSealAlgorithmOffset] != kMacAes256Gmac) {
+    const uint8_t algorithm = p[kSealAlgorithmOffset];
+    if (algorithm != static_cast<uint8_t>(MacAlgorithm::kAes256Gmac) &&
+        algorithm != static_cast<uint8_t>(MacAlgorithm::kChaCha20Poly1305)) {
       return absl::InvalidArgumentError(
           absl::StrCat("chunk header MAC algorithm ", int{p[kSealAlgorithmOffset]}));
     }

@@ -26,14 +26,14 @@
 // Version 2 (sealed, 112 bytes: bytes 0..59 as version 1 with version 2,
 // then the seal that common/dataplane/chunk_mac.h writes and checks):
 //
-//       60    1 MAC algorithm (kMacAes256Gmac)
+//       60    1 MAC algorithm (MacAlgorithm: 1 AES-256-GMAC, 2 ChaCha20-Poly1305)
 //       61    3 reserved, 0
 //       64    4 signer: the sender's rank (kPush, kNodePush, kNodeMember) or shard id (kResult,
 //                 kAbort); its key of the epoch made the tags
 //       68   12 nonce (random, lowest bit of byte 79 zero)
-//       80   16 header tag: AES-256-GMAC, IV = nonce, over bytes 0..79
-//       96   16 chunk tag: AES-256-GMAC, IV = nonce with its lowest bit set,
-//                 over bytes 0..95 followed by the payload
+//       80   16 header tag: the MAC with IV (nonce) = nonce, over bytes 0..79
+//       96   16 chunk tag: the MAC with the nonce's lowest bit set, over
+//                 bytes 0..95 followed by the payload
 //
 // ParseChunkHeader reads both versions and checks neither tag; a receiver
 // with authentication on refuses version 1 (chunk_mac.h).
@@ -67,7 +67,15 @@ inline constexpr uint16_t kSealedChunkHeaderVersion = 2;
 inline constexpr size_t kChunkHeaderBytes = 64;         // version 1
 inline constexpr size_t kSealedChunkHeaderBytes = 112;  // version 2
 // The seal's fields (version 2).
-inline constexpr uint8_t kMacAes256Gmac = 1;
+// The MAC of a sealed header (byte 60); values are on the wire. Both are an
+// AEAD with every byte as additional data and no plaintext; the coordinator
+// chooses one for the whole cluster (coordinator.proto DataPlaneKey).
+enum class MacAlgorithm : uint8_t {
+  kAes256Gmac = 1,
+  kChaCha20Poly1305 = 2,
+};
+// "aes-256-gmac", "chacha20-poly1305".
+const char* MacAlgorithmName(MacAlgorithm algorithm);
 inline constexpr size_t kSealAlgorithmOffset = 60;
 inline constexpr size_t kSealSignerOffset = 64;
 inline constexpr size_t kSealNonceOffset = 68;
@@ -133,10 +141,10 @@ std::string ToString(const ChunkHeader& header);
 // Version 1.
 std::array<uint8_t, kChunkHeaderBytes> SerializeChunkHeader(const ChunkHeader& header);
 
-// Version 2 with the algorithm and `signer` set, nonce and tags zero: what
+// Version 2 with `algorithm` and `signer` set, nonce and tags zero: what
 // chunk_mac.h's SealChunk completes.
 std::array<uint8_t, kSealedChunkHeaderBytes> SerializeSealedChunkHeaderPrefix(
-    const ChunkHeader& header, uint32_t signer);
+    const ChunkHeader& header, uint32_t signer, MacAlgorithm algorithm);
 
 // Either version. InvalidArgument naming the bad field (size for the
 // version, magic, kind, reserved bytes, MAC algorithm, world size 0, a kPush,

@@ -19,35 +19,47 @@ namespace {
 
 using Tag = std::array<uint8_t, kSealTagBytes>;
 
-const EVP_CIPHER* Gcm() {
-  static const EVP_CIPHER* const cipher = EVP_CIPHER_fetch(nullptr, "AES-256-GCM", nullptr);
-  return cipher;
+// The AEAD whose tag over additional data alone is `algorithm`'s MAC.
+const EVP_CIPHER* Cipher(MacAlgorithm algorithm) {
+  static const EVP_CIPHER* const gcm = EVP_CIPHER_fetch(nullptr, "AES-256-GCM", nullptr);
+  static const EVP_CIPHER* const chacha = EVP_CIPHER_fetch(nullptr, "ChaCha20-Poly1305", nullptr);
+  switch (algorithm) {
+    case MacAlgorithm::kAes256Gmac:
+      return gcm;
+    case MacAlgorithm::kChaCha20Poly1305:
+      return chacha;
+  }
+  return nullptr;
 }
 
-// One AES-256-GCM context per thread, keyed with the last key it used: a
-// chunk's two tags, and the next chunk under the same epoch key, only set a
-// new IV instead of building a context and its key schedule and GHASH tables
-// each time. The cached key is wiped when the thread exits.
-class GmacContext {
+// One AEAD context per thread, keyed with the last algorithm and key it
+// used: a chunk's two tags, and the next chunk under the same epoch key,
+// only set a new IV instead of building a context (and GCM's key schedule
+// and GHASH tables) each time. The cached key is wiped when the thread
+// exits.
+class MacContext {
  public:
-  GmacContext() : ctx_(EVP_CIPHER_CTX_new()) {}
-  ~GmacContext() {
+  MacContext() : ctx_(EVP_CIPHER_CTX_new()) {}
+  ~MacContext() {
     OPENSSL_cleanse(key_.data(), key_.size());
     EVP_CIPHER_CTX_free(ctx_);
   }
-  GmacContext(const GmacContext&) = delete;
-  GmacContext& operator=(const GmacContext&) = delete;
+  MacContext(const MacContext&) = delete;
+  MacContext& operator=(const MacContext&) = delete;
 
-  // Ready for a message under `key` with `iv`; false on an OpenSSL failure.
-  bool Start(const MacKey& key, const uint8_t* iv) {
-    const EVP_CIPHER* cipher = Gcm();
+  // Ready for a message under (`algorithm`, `key`) with `iv`; false on an
+  // OpenSSL failure.
+  bool Start(MacAlgorithm algorithm, const MacKey& key, const uint8_t* iv) {
+    const EVP_CIPHER* cipher = Cipher(algorithm);
     if (ctx_ == nullptr || cipher == nullptr) return false;
-    if (keyed_ && std::memcmp(key_.data(), key.data(), key.size()) == 0) {
+    if (keyed_ && algorithm_ == algorithm &&
+        std::memcmp(key_.data(), key.data(), key.size()) == 0) {
       if (EVP_EncryptInit_ex2(ctx_, nullptr, nullptr, iv, nullptr) == 1) return true;
     }
     keyed_ = false;
     if (EVP_EncryptInit_ex2(ctx_, cipher, key.data(), iv, nullptr) != 1) return false;
     key_ = key;
+    algorithm_ = algorithm;
     keyed_ = true;
     return true;
   }
@@ -58,16 +70,17 @@ class GmacContext {
  private:
   EVP_CIPHER_CTX* const ctx_;
   MacKey key_{};
+  MacAlgorithm algorithm_ = MacAlgorithm::kAes256Gmac;
   bool keyed_ = false;
 };
 
-// AES-256-GMAC: GCM with everything as additional data and no plaintext.
-absl::StatusOr<Tag> Gmac(const MacKey& key, const uint8_t* iv,
-                         std::initializer_list<absl::Span<const uint8_t>> parts) {
-  thread_local GmacContext context;
-  if (!context.Start(key, iv)) {
+// The AEAD's tag with everything as additional data and no plaintext.
+absl::StatusOr<Tag> Mac(MacAlgorithm algorithm, const MacKey& key, const uint8_t* iv,
+                        std::initializer_list<absl::Span<const uint8_t>> parts) {
+  thread_local MacContext context;
+  if (!context.Start(algorithm, key, iv)) {
     context.Reset();
-    return absl::InternalError("AES-256-GCM unavailable");
+    return absl::InternalError(absl::StrCat(MacAlgorithmName(algorithm), " unavailable"));
   }
   EVP_CIPHER_CTX* ctx = context.get();
   int out = 0;
@@ -77,7 +90,7 @@ absl::StatusOr<Tag> Gmac(const MacKey& key, const uint8_t* iv,
       const size_t n = std::min<size_t>(part.size() - done, size_t{1} << 30);
       if (EVP_EncryptUpdate(ctx, nullptr, &out, part.data() + done, static_cast<int>(n)) != 1) {
         context.Reset();
-        return absl::InternalError("GMAC update failed");
+        return absl::InternalError("MAC update failed");
       }
       done += n;
     }
@@ -86,7 +99,7 @@ absl::StatusOr<Tag> Gmac(const MacKey& key, const uint8_t* iv,
   if (EVP_EncryptFinal_ex(ctx, nullptr, &out) != 1 ||
       EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, kSealTagBytes, tag.data()) != 1) {
     context.Reset();
-    return absl::InternalError("GMAC final failed");
+    return absl::InternalError("MAC final failed");
   }
   return tag;
 }
@@ -132,25 +145,33 @@ absl::StatusOr<MacKey> DeriveKey(absl::Span<const uint8_t> secret, absl::string_
   return key;
 }
 
-absl::StatusOr<MacKey> DeriveEpochKey(const MacKey& member_key, uint64_t epoch) {
+absl::StatusOr<MacKey> DeriveEpochKey(const MacKey& member_key, uint64_t epoch,
+                                      MacAlgorithm algorithm) {
   uint8_t info[8];
   for (int i = 0; i < 8; ++i) info[i] = static_cast<uint8_t>(epoch >> (8 * i));
-  return DeriveKey(member_key, "gift-dataplane-epoch-v1", info);
+  // AES-256-GMAC keeps the format's first salt; each algorithm has its own,
+  // so no key ever serves two.
+  return DeriveKey(member_key,
+                   algorithm == MacAlgorithm::kAes256Gmac
+                       ? "gift-dataplane-epoch-v1"
+                       : "gift-dataplane-epoch-chacha20-poly1305-v1",
+                   info);
 }
 
 absl::StatusOr<std::array<uint8_t, kSealedChunkHeaderBytes>> SealChunk(
     const ChunkHeader& header, uint32_t signer, absl::Span<const uint8_t> payload,
-    const MacKey& key) {
-  auto out = SerializeSealedChunkHeaderPrefix(header, signer);
+    const MacKey& key, MacAlgorithm algorithm) {
+  auto out = SerializeSealedChunkHeaderPrefix(header, signer, algorithm);
   uint8_t* nonce = out.data() + kSealNonceOffset;
   if (RAND_bytes(nonce, kSealNonceBytes) != 1) return absl::InternalError("RAND_bytes failed");
   nonce[kSealNonceBytes - 1] &= 0xFE;
-  auto header_tag = Gmac(key, nonce, {absl::MakeConstSpan(out.data(), kSealHeaderTagOffset)});
+  auto header_tag =
+      Mac(algorithm, key, nonce, {absl::MakeConstSpan(out.data(), kSealHeaderTagOffset)});
   if (!header_tag.ok()) return header_tag.status();
   std::memcpy(out.data() + kSealHeaderTagOffset, header_tag->data(), kSealTagBytes);
   const auto chunk_iv = ChunkIv(nonce);
-  auto chunk_tag =
-      Gmac(key, chunk_iv.data(), {absl::MakeConstSpan(out.data(), kSealChunkTagOffset), payload});
+  auto chunk_tag = Mac(algorithm, key, chunk_iv.data(),
+                       {absl::MakeConstSpan(out.data(), kSealChunkTagOffset), payload});
   if (!chunk_tag.ok()) return chunk_tag.status();
   std::memcpy(out.data() + kSealChunkTagOffset, chunk_tag->data(), kSealTagBytes);
   return out;
@@ -185,19 +206,21 @@ std::optional<AuthFailure> CheckChunk(const EpochKeys& keys, const ChunkHeader& 
   // its signer's.
   const bool node_member = parsed.kind == ChunkKind::kNodeMember;
   if (parsed.epoch != keys.epoch ||
+      p[kSealAlgorithmOffset] != static_cast<uint8_t>(keys.algorithm) ||
       (node_member ? !keys.node.has_value()
                    : signer >= keys.peers.size() || !keys.peers[signer].has_value())) {
     return AuthFailure::kUnknownKey;
   }
   const MacKey& key = node_member ? *keys.node : *keys.peers[signer];
   const uint8_t* nonce = p + kSealNonceOffset;
-  if (!TagMatches(Gmac(key, nonce, {header_bytes.first(kSealHeaderTagOffset)}),
+  if (!TagMatches(Mac(keys.algorithm, key, nonce, {header_bytes.first(kSealHeaderTagOffset)}),
                   p + kSealHeaderTagOffset)) {
     return AuthFailure::kBadMac;
   }
   if (payload.has_value()) {
     const auto chunk_iv = ChunkIv(nonce);
-    if (!TagMatches(Gmac(key, chunk_iv.data(), {header_bytes.first(kSealChunkTagOffset), *payload}),
+    if (!TagMatches(Mac(keys.algorithm, key, chunk_iv.data(),
+                        {header_bytes.first(kSealChunkTagOffset), *payload}),
                     p + kSealChunkTagOffset)) {
       return AuthFailure::kBadMac;
     }

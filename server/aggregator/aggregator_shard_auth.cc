@@ -169,7 +169,7 @@ std::vector<uint8_t> AggregatorShard::HeaderFor(const ChunkHeader& header,
     }
   }
   if (keys == nullptr) return {};
-  auto sealed = dataplane::SealChunk(header, keys->signer, payload, keys->own);
+  auto sealed = dataplane::SealChunk(header, keys->signer, payload, keys->own, keys->algorithm);
   if (!sealed.ok()) return {};
   return {sealed->begin(), sealed->end()};
 }

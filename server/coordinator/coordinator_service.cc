@@ -546,9 +546,14 @@ grpc::ServerUnaryReactor* CoordinatorService::Drain(grpc::CallbackServerContext*
 
 absl::Status CoordinatorService::SetMemberKey(const std::string& member_id,
                                               gift::v1::DataPlaneKey* key) const {
+  static_assert(static_cast<int>(dataplane::MacAlgorithm::kAes256Gmac) ==
+                    gift::v1::MAC_ALGORITHM_AES_256_GMAC &&
+                static_cast<int>(dataplane::MacAlgorithm::kChaCha20Poly1305) ==
+                    gift::v1::MAC_ALGORITHM_CHACHA20_POLY1305);
   auto k = dataplane_keys_->MemberKey(member_id);
   if (!k.ok()) return k.status();
   key->set_key(k->data(), k->size());
+  key->set_algorithm(static_cast<gift::v1::MacAlgorithm>(dataplane_keys_->mac_algorithm()));
   return absl::OkStatus();
 }
 

@@ -41,6 +41,7 @@
 #include "common/daemon/systemd_notify.h"
 #include "server/coordinator/cluster_state.h"
 #include "server/coordinator/coordinator_service.h"
+#include "server/coordinator/dataplane_key_issuer.h"
 #include "server/coordinator/state_store.h"
 
 namespace gift::coordinator {
@@ -156,6 +157,7 @@ int Main(int argc, char** argv) {
   std::string metrics_listen = "127.0.0.1:9470";
   daemon::TlsFlags tls;
   bool dataplane_auth = false;
+  std::string dataplane_mac = "chacha20-poly1305";
   std::string dataplane_secret_file;
   app.add_option("--listen", listen, "HOST:PORT to serve on; port 0 picks a free port")
       ->capture_default_str();
@@ -186,6 +188,11 @@ int Main(int argc, char** argv) {
   app.add_flag("--dataplane-auth", dataplane_auth,
                "MACs on every data-plane chunk without TLS too (always on with TLS; "
                "docs/design.md section 8.2)");
+  app.add_option("--dataplane-mac", dataplane_mac,
+                 "the MAC of every data-plane chunk when authentication is on (every member "
+                 "uses the one named here)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"chacha20-poly1305", "aes-256-gmac"}));
   app.add_option("--dataplane-secret-file", dataplane_secret_file,
                  "file of at least 32 secret bytes the members' data-plane keys derive from "
                  "(default: drawn once and kept in STATE.dataplane-secret next to --state, "
@@ -224,6 +231,9 @@ int Main(int argc, char** argv) {
                       : DataPlaneKeyIssuer::FromFile(dataplane_secret_file);
     if (!issuer.ok()) return daemon.Fail(issuer.status().ToString());
     dataplane_keys = *std::move(issuer);
+    dataplane_keys->set_mac_algorithm(dataplane_mac == "aes-256-gmac"
+                                          ? dataplane::MacAlgorithm::kAes256Gmac
+                                          : dataplane::MacAlgorithm::kChaCha20Poly1305);
   }
   CoordinatorService service(state->get(), GIFT_VERSION, dataplane_keys.get());
   daemon::GrpcEndpointOptions endpoint_options;
@@ -243,6 +253,7 @@ int Main(int argc, char** argv) {
        {"state", state_file},
        {"tls", tls.files.enabled()},
        {"dataplane_auth", dataplane_keys != nullptr},
+       {"dataplane_mac", dataplane_keys != nullptr ? dataplane_mac : "off"},
        {"lease_ttl_ms", absl::ToInt64Milliseconds(options.lease_ttl)}});
 
   // The lease thread doubles as the main loop's heartbeat for the watchdog.

@@ -3,7 +3,8 @@
 // on loopback; a process that never joined (this test's own UCX transport,
 // holding no key) reads the server's address from the cluster state and
 // pushes chunks claiming rank 0 before the real workers do: unsealed, sealed
-// with a key of its own, and with a signer that is not the claimed rank.
+// with a key of its own, with a signer that is not the claimed rank, and
+// with the MAC the cluster does not use.
 // Each is refused and counted on the server's /metrics page by reason, and
 // the two real workers (sessions + push-pull engines in this process) then
 // get the exact FP32 average, bit for bit, and their PushPull succeeds.
@@ -115,28 +116,33 @@ TEST(DataPlaneAuthTest, ForgedRankFromANonMemberIsRefusedAndTheAverageIsExact) {
   dataplane::MacKey own_key;
   own_key.fill(0x5a);
   const auto unsealed = dataplane::SerializeChunkHeader(claim);
-  const auto sealed = dataplane::SealChunk(claim, 0, forged, own_key).value();
-  const auto wrong_signer = dataplane::SealChunk(claim, 1, forged, own_key).value();
+  // The cluster's MAC is the coordinator's default, ChaCha20-Poly1305.
+  constexpr auto kChaCha = dataplane::MacAlgorithm::kChaCha20Poly1305;
+  const auto sealed = dataplane::SealChunk(claim, 0, forged, own_key, kChaCha).value();
+  const auto wrong_signer = dataplane::SealChunk(claim, 1, forged, own_key, kChaCha).value();
+  const auto other_algorithm =
+      dataplane::SealChunk(claim, 0, forged, own_key, dataplane::MacAlgorithm::kAes256Gmac).value();
   for (absl::Span<const uint8_t> header :
        {absl::Span<const uint8_t>(unsealed), absl::Span<const uint8_t>(sealed),
-        absl::Span<const uint8_t>(wrong_signer)}) {
+        absl::Span<const uint8_t>(wrong_signer), absl::Span<const uint8_t>(other_algorithm)}) {
     ASSERT_TRUE((*intruder)->Send(*peer, header, forged, [](const absl::Status&) {}).ok());
   }
-  // All three refused, by reason, before any real push.
+  // All four refused, by reason, before any real push.
   std::string page;
   for (const absl::Time until = absl::Now() + absl::Seconds(30); absl::Now() < until;
        absl::SleepFor(absl::Milliseconds(50))) {
     page = daemon::testing::HttpGet(metrics, "/metrics");
     if (Series(page, AuthSeries("missing")) == 1 && Series(page, AuthSeries("bad_mac")) == 1 &&
-        Series(page, AuthSeries("wrong_signer")) == 1) {
+        Series(page, AuthSeries("wrong_signer")) == 1 &&
+        Series(page, AuthSeries("unknown_key")) == 1) {
       break;
     }
   }
   EXPECT_EQ(Series(page, AuthSeries("missing")), 1) << page;
   EXPECT_EQ(Series(page, AuthSeries("bad_mac")), 1) << page;
   EXPECT_EQ(Series(page, AuthSeries("wrong_signer")), 1) << page;
-  EXPECT_EQ(Series(page, AuthSeries("unknown_key")), 0) << page;
-  EXPECT_EQ(Series(page, "gift_server_rejected_messages_total{reason=\"UNAUTHENTICATED\"}"), 3);
+  EXPECT_EQ(Series(page, AuthSeries("unknown_key")), 1) << page;  // the other algorithm
+  EXPECT_EQ(Series(page, "gift_server_rejected_messages_total{reason=\"UNAUTHENTICATED\"}"), 4);
   EXPECT_EQ(Series(page, "gift_server_pushes_total"), 0) << page;
   EXPECT_TRUE((*server)
                   ->WaitForLine(

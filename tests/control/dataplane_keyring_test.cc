@@ -92,5 +92,37 @@ TEST(DataPlaneKeyringTest, AServerNeverWantsANodeKey) {
   EXPECT_EQ((*keys)->peers.size(), 2u);
 }
 
+// The coordinator names the cluster's MAC with the member key; the epoch
+// keys are derived for it (a key of one algorithm is never another's), and
+// a change of algorithm is a change of key: the peers' keys are fetched
+// again.
+TEST(DataPlaneKeyringTest, EpochKeysAreOfTheAlgorithmTheCoordinatorNamed) {
+  DataPlaneKeyring ring(v1::MEMBER_ROLE_WORKER);
+  v1::DataPlaneKey own;
+  own.set_key(Bytes(1));  // no algorithm: a coordinator before the field
+  ASSERT_TRUE(ring.SetMemberKey(own).ok());
+  ASSERT_TRUE(ring.AddPeers(ServerKeys()).ok());
+  auto gmac = ring.Build(State(), "w1");
+  ASSERT_TRUE(gmac.ok() && *gmac != nullptr);
+  EXPECT_EQ((*gmac)->algorithm, dataplane::MacAlgorithm::kAes256Gmac);
+  EXPECT_EQ((*gmac)->own, dataplane::DeriveEpochKey(Key(1), 7).value());
+
+  own.set_algorithm(v1::MAC_ALGORITHM_CHACHA20_POLY1305);
+  EXPECT_EQ(ring.SetMemberKey(own).value_or(false), true);
+  EXPECT_TRUE(ring.MissingPeers(State(), "w1")) << "a new algorithm forgets the peers' keys";
+  ASSERT_TRUE(ring.AddPeers(ServerKeys()).ok());
+  auto chacha = ring.Build(State(), "w1");
+  ASSERT_TRUE(chacha.ok() && *chacha != nullptr);
+  constexpr auto kChaCha = dataplane::MacAlgorithm::kChaCha20Poly1305;
+  EXPECT_EQ((*chacha)->algorithm, kChaCha);
+  EXPECT_EQ((*chacha)->own, dataplane::DeriveEpochKey(Key(1), 7, kChaCha).value());
+  EXPECT_EQ((*chacha)->peers[0], dataplane::DeriveEpochKey(Key(100), 7, kChaCha).value());
+  EXPECT_NE((*chacha)->own, (*gmac)->own);
+  EXPECT_EQ(ring.SetMemberKey(own).value_or(true), false) << "the same key and algorithm";
+
+  own.set_algorithm(static_cast<v1::MacAlgorithm>(9));
+  EXPECT_EQ(ring.SetMemberKey(own).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace gift::control

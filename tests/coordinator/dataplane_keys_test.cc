@@ -75,12 +75,17 @@ TEST_F(DataPlaneKeysTest, MembersGetTheirKeyAndTheirPeers) {
   }
   EXPECT_NE(w0.dataplane_key().key(), w1.dataplane_key().key());
   EXPECT_NE(w0.dataplane_key().key(), s0.dataplane_key().key());
+  // Every member is told the cluster's MAC: ChaCha20-Poly1305 by default.
+  for (const auto* j : {&w0, &w1, &s0}) {
+    EXPECT_EQ(j->dataplane_key().algorithm(), gift::v1::MAC_ALGORITHM_CHACHA20_POLY1305);
+  }
   // The heartbeat answer carries the same key.
   gift::v1::HeartbeatRequest beat;
   beat.set_member_id(w1.member_id());
   gift::v1::HeartbeatResponse beat_response;
   ASSERT_TRUE(stub_->Heartbeat(Context().get(), beat, &beat_response).ok());
   EXPECT_EQ(beat_response.dataplane_key().key(), w1.dataplane_key().key());
+  EXPECT_EQ(beat_response.dataplane_key().algorithm(), gift::v1::MAC_ALGORITHM_CHACHA20_POLY1305);
 
   // The server gets the workers' keys, by rank; a worker the server's.
   gift::v1::DataPlaneKeys for_server;
@@ -100,6 +105,23 @@ TEST_F(DataPlaneKeysTest, MembersGetTheirKeyAndTheirPeers) {
   EXPECT_EQ(for_worker.epoch(), state_->Snapshot()->epoch());
   gift::v1::DataPlaneKeys unknown;
   EXPECT_EQ(Keys("nobody", &unknown).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// gift-coordinator --dataplane-mac aes-256-gmac: the issuer's algorithm is
+// what every Join and Heartbeat answer names.
+TEST_F(DataPlaneKeysTest, MembersAreToldTheMacTheIssuerNames) {
+  auto issuer = DataPlaneKeyIssuer::Random();
+  ASSERT_TRUE(issuer.ok());
+  issuer_ = *std::move(issuer);
+  issuer_->set_mac_algorithm(dataplane::MacAlgorithm::kAes256Gmac);
+  Start(issuer_.get());
+  const auto w0 = Join("w0", gift::v1::MEMBER_ROLE_WORKER);
+  EXPECT_EQ(w0.dataplane_key().algorithm(), gift::v1::MAC_ALGORITHM_AES_256_GMAC);
+  gift::v1::HeartbeatRequest beat;
+  beat.set_member_id(w0.member_id());
+  gift::v1::HeartbeatResponse beat_response;
+  ASSERT_TRUE(stub_->Heartbeat(Context().get(), beat, &beat_response).ok());
+  EXPECT_EQ(beat_response.dataplane_key().algorithm(), gift::v1::MAC_ALGORITHM_AES_256_GMAC);
 }
 
 // Node-local aggregation runs with authentication: SetPolicy accepts it, and

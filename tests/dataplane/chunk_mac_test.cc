@@ -31,12 +31,24 @@ MacKey KeyOf(uint8_t seed) {
 }
 
 // A server's keys of `epoch`: the workers' epoch keys by rank.
-EpochKeys ServerKeys(uint64_t epoch) {
-  EpochKeys keys{.epoch = epoch, .signer = 0, .own = DeriveEpochKey(KeyOf(100), epoch).value()};
+EpochKeys ServerKeys(uint64_t epoch, MacAlgorithm algorithm) {
+  EpochKeys keys{.epoch = epoch,
+                 .algorithm = algorithm,
+                 .signer = 0,
+                 .own = DeriveEpochKey(KeyOf(100), epoch, algorithm).value()};
   for (uint8_t rank = 0; rank < 4; ++rank)
-    keys.peers.push_back(DeriveEpochKey(KeyOf(rank), epoch).value());
+    keys.peers.push_back(DeriveEpochKey(KeyOf(rank), epoch, algorithm).value());
   return keys;
 }
+
+// The tests below run with each algorithm.
+class ChunkMacTest : public ::testing::TestWithParam<MacAlgorithm> {};
+INSTANTIATE_TEST_SUITE_P(Algorithms, ChunkMacTest,
+                         ::testing::Values(MacAlgorithm::kAes256Gmac,
+                                           MacAlgorithm::kChaCha20Poly1305),
+                         [](const auto& info) {
+                           return info.param == MacAlgorithm::kAes256Gmac ? "Gmac" : "ChaCha";
+                         });
 
 std::vector<uint8_t> Payload() {
   std::vector<uint8_t> p(4096 + 13);
@@ -58,11 +70,11 @@ std::optional<AuthFailure> Check(const EpochKeys& keys, absl::Span<const uint8_t
   return CheckChunk(keys, *parsed, header, payload);
 }
 
-TEST(ChunkMacTest, SealedChunksVerifyAndParse) {
-  const EpochKeys keys = ServerKeys(5);
+TEST_P(ChunkMacTest, SealedChunksVerifyAndParse) {
+  const EpochKeys keys = ServerKeys(5, GetParam());
   const std::vector<uint8_t> payload = Payload();
   for (uint32_t rank = 0; rank < 4; ++rank) {
-    auto sealed = SealChunk(Push(rank), rank, payload, *keys.peers[rank]);
+    auto sealed = SealChunk(Push(rank), rank, payload, *keys.peers[rank], GetParam());
     ASSERT_TRUE(sealed.ok()) << sealed.status();
     auto parsed = ParseChunkHeader(*sealed);
     ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -72,28 +84,30 @@ TEST(ChunkMacTest, SealedChunksVerifyAndParse) {
     EXPECT_EQ(CheckChunk(keys, *parsed, *sealed, std::nullopt), std::nullopt);  // header tag
   }
   // An empty payload (an abort without reason) is sealed too.
-  auto empty = SealChunk(Push(1), 1, {}, *keys.peers[1]);
+  auto empty = SealChunk(Push(1), 1, {}, *keys.peers[1], GetParam());
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(Check(keys, *empty, {}), std::nullopt);
   // Two seals of one chunk draw different nonces.
-  auto again = SealChunk(Push(1), 1, {}, *keys.peers[1]);
+  auto again = SealChunk(Push(1), 1, {}, *keys.peers[1], GetParam());
   ASSERT_TRUE(again.ok());
   EXPECT_NE(std::memcmp(empty->data() + kSealNonceOffset, again->data() + kSealNonceOffset,
                         kSealNonceBytes),
             0);
 }
 
-TEST(ChunkMacTest, TamperedHeaderByteIsRefused) {
-  const EpochKeys keys = ServerKeys(5);
+TEST_P(ChunkMacTest, TamperedHeaderByteIsRefused) {
+  const EpochKeys keys = ServerKeys(5, GetParam());
   const std::vector<uint8_t> payload = Payload();
-  const auto good = SealChunk(Push(2), 2, payload, *keys.peers[2]).value();
+  const auto good = SealChunk(Push(2), 2, payload, *keys.peers[2], GetParam()).value();
   const ChunkHeader parsed = ParseChunkHeader(good).value();
   for (size_t byte = 0; byte < kSealedChunkHeaderBytes; ++byte) {
     auto bad = good;
     bad[byte] ^= 0x10;
     const auto failure = CheckChunk(keys, parsed, bad, payload);
     ASSERT_TRUE(failure.has_value()) << "byte " << byte;
-    if (byte < kSealSignerOffset || byte >= kSealSignerOffset + 4) {
+    if (byte == kSealAlgorithmOffset) {
+      EXPECT_EQ(*failure, AuthFailure::kUnknownKey) << "another algorithm";
+    } else if (byte < kSealSignerOffset || byte >= kSealSignerOffset + 4) {
       EXPECT_EQ(*failure, AuthFailure::kBadMac) << "byte " << byte;
     } else {
       EXPECT_EQ(*failure, AuthFailure::kWrongSigner) << "byte " << byte;
@@ -105,10 +119,10 @@ TEST(ChunkMacTest, TamperedHeaderByteIsRefused) {
   }
 }
 
-TEST(ChunkMacTest, TamperedPayloadByteIsRefused) {
-  const EpochKeys keys = ServerKeys(5);
+TEST_P(ChunkMacTest, TamperedPayloadByteIsRefused) {
+  const EpochKeys keys = ServerKeys(5, GetParam());
   std::vector<uint8_t> payload = Payload();
-  const auto sealed = SealChunk(Push(0), 0, payload, *keys.peers[0]).value();
+  const auto sealed = SealChunk(Push(0), 0, payload, *keys.peers[0], GetParam()).value();
   for (size_t at : {size_t{0}, payload.size() / 2, payload.size() - 1}) {
     std::vector<uint8_t> bad = payload;
     bad[at] ^= 1;
@@ -118,43 +132,48 @@ TEST(ChunkMacTest, TamperedPayloadByteIsRefused) {
   EXPECT_EQ(Check(keys, sealed, payload), AuthFailure::kBadMac);
 }
 
-TEST(ChunkMacTest, WrongKeyAndWrongRankAreRefused) {
-  const EpochKeys keys = ServerKeys(5);
+TEST_P(ChunkMacTest, WrongKeyAndWrongRankAreRefused) {
+  const EpochKeys keys = ServerKeys(5, GetParam());
   const std::vector<uint8_t> payload = Payload();
   // A key nobody was given.
-  const MacKey stranger = DeriveEpochKey(KeyOf(200), 5).value();
-  EXPECT_EQ(Check(keys, SealChunk(Push(1), 1, payload, stranger).value(), payload),
+  const MacKey stranger = DeriveEpochKey(KeyOf(200), 5, GetParam()).value();
+  EXPECT_EQ(Check(keys, SealChunk(Push(1), 1, payload, stranger, GetParam()).value(), payload),
             AuthFailure::kBadMac);
   // Rank 1's key, claiming rank 3 as signer and rank: the red team's forgery.
-  EXPECT_EQ(Check(keys, SealChunk(Push(3), 3, payload, *keys.peers[1]).value(), payload),
-            AuthFailure::kBadMac);
+  EXPECT_EQ(
+      Check(keys, SealChunk(Push(3), 3, payload, *keys.peers[1], GetParam()).value(), payload),
+      AuthFailure::kBadMac);
   // Rank 1's honest signer on a push that claims rank 3.
-  EXPECT_EQ(Check(keys, SealChunk(Push(3), 1, payload, *keys.peers[1]).value(), payload),
-            AuthFailure::kWrongSigner);
+  EXPECT_EQ(
+      Check(keys, SealChunk(Push(3), 1, payload, *keys.peers[1], GetParam()).value(), payload),
+      AuthFailure::kWrongSigner);
   // A node sum (leader -> server) is signed by its leader's rank like a
   // push: honest, and claiming another rank.
   ChunkHeader node_sum = Push(1);
   node_sum.kind = ChunkKind::kNodePush;
   node_sum.status_code = 2;
-  EXPECT_EQ(Check(keys, SealChunk(node_sum, 1, payload, *keys.peers[1]).value(), payload),
-            std::nullopt);
+  EXPECT_EQ(
+      Check(keys, SealChunk(node_sum, 1, payload, *keys.peers[1], GetParam()).value(), payload),
+      std::nullopt);
   node_sum.rank = 3;
-  EXPECT_EQ(Check(keys, SealChunk(node_sum, 1, payload, *keys.peers[1]).value(), payload),
-            AuthFailure::kWrongSigner);
+  EXPECT_EQ(
+      Check(keys, SealChunk(node_sum, 1, payload, *keys.peers[1], GetParam()).value(), payload),
+      AuthFailure::kWrongSigner);
   // A signer the receiver holds no key for.
   EpochKeys partial = keys;
   partial.peers[3].reset();
-  EXPECT_EQ(Check(partial, SealChunk(Push(3), 3, payload, *keys.peers[3]).value(), payload),
-            AuthFailure::kUnknownKey);
+  EXPECT_EQ(
+      Check(partial, SealChunk(Push(3), 3, payload, *keys.peers[3], GetParam()).value(), payload),
+      AuthFailure::kUnknownKey);
 }
 
-TEST(ChunkMacTest, ReplayFromAnotherEpochOrStepIsRefused) {
-  const EpochKeys epoch4 = ServerKeys(4);
-  const EpochKeys epoch5 = ServerKeys(5);
+TEST_P(ChunkMacTest, ReplayFromAnotherEpochOrStepIsRefused) {
+  const EpochKeys epoch4 = ServerKeys(4, GetParam());
+  const EpochKeys epoch5 = ServerKeys(5, GetParam());
   const std::vector<uint8_t> payload = Payload();
   ChunkHeader old = Push(1);
   old.epoch = 4;
-  const auto sealed = SealChunk(old, 1, payload, *epoch4.peers[1]).value();
+  const auto sealed = SealChunk(old, 1, payload, *epoch4.peers[1], GetParam()).value();
   EXPECT_EQ(Check(epoch4, sealed, payload), std::nullopt);
   // As sent: the receiver has no key of epoch 4 any more.
   EXPECT_EQ(Check(epoch5, sealed, payload), AuthFailure::kUnknownKey);
@@ -168,8 +187,8 @@ TEST(ChunkMacTest, ReplayFromAnotherEpochOrStepIsRefused) {
   EXPECT_EQ(Check(epoch4, later, payload), AuthFailure::kBadMac);
 }
 
-TEST(ChunkMacTest, UnsealedHeaderIsMissing) {
-  const EpochKeys keys = ServerKeys(5);
+TEST(ChunkMacFormatTest, UnsealedHeaderIsMissing) {
+  const EpochKeys keys = ServerKeys(5, MacAlgorithm::kChaCha20Poly1305);
   const std::vector<uint8_t> payload = Payload();
   const auto v1 = SerializeChunkHeader(Push(1));
   EXPECT_EQ(Check(keys, v1, payload), AuthFailure::kMissing);
@@ -179,7 +198,7 @@ TEST(ChunkMacTest, UnsealedHeaderIsMissing) {
   EXPECT_EQ(AuthFailureName(AuthFailure::kBadMac), "bad_mac");
 }
 
-TEST(ChunkMacTest, SealedHeaderFieldsAreChecked) {
+TEST(ChunkMacFormatTest, SealedHeaderFieldsAreChecked) {
   auto sealed = SealChunk(Push(1), 1, {}, KeyOf(1)).value();
   auto bad_algorithm = sealed;
   bad_algorithm[kSealAlgorithmOffset] = 9;
@@ -196,7 +215,7 @@ TEST(ChunkMacTest, SealedHeaderFieldsAreChecked) {
   EXPECT_EQ(ParseChunkHeader(padded).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(ChunkMacTest, KeyDerivation) {
+TEST(ChunkMacFormatTest, KeyDerivation) {
   // RFC 5869 test case 1 (the first 32 of its 42 bytes).
   const std::vector<uint8_t> ikm(22, 0x0b);
   std::string salt;
@@ -212,15 +231,46 @@ TEST(ChunkMacTest, KeyDerivation) {
   EXPECT_EQ(DeriveEpochKey(KeyOf(1), 5).value(), DeriveEpochKey(KeyOf(1), 5).value());
   EXPECT_NE(DeriveEpochKey(KeyOf(1), 5).value(), DeriveEpochKey(KeyOf(1), 6).value());
   EXPECT_NE(DeriveEpochKey(KeyOf(1), 5).value(), DeriveEpochKey(KeyOf(2), 5).value());
+  // ... and algorithm: no key serves two.
+  EXPECT_NE(DeriveEpochKey(KeyOf(1), 5, MacAlgorithm::kAes256Gmac).value(),
+            DeriveEpochKey(KeyOf(1), 5, MacAlgorithm::kChaCha20Poly1305).value());
+  // AES-256-GMAC keeps the format's first salt.
+  const std::vector<uint8_t> epoch5 = {5, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(DeriveEpochKey(KeyOf(1), 5, MacAlgorithm::kAes256Gmac).value(),
+            DeriveKey(KeyOf(1), "gift-dataplane-epoch-v1", epoch5).value());
+  EXPECT_EQ(DeriveEpochKey(KeyOf(1), 5, MacAlgorithm::kChaCha20Poly1305).value(),
+            DeriveKey(KeyOf(1), "gift-dataplane-epoch-chacha20-poly1305-v1", epoch5).value());
 }
 
-// The GCM tag over `aad` under `key` and `iv`, from a context of its own.
-std::array<uint8_t, kSealTagBytes> FreshGcmTag(const MacKey& key, const uint8_t* iv,
-                                               absl::Span<const uint8_t> aad) {
+// A receiver checks a chunk with the cluster's algorithm only: a chunk
+// sealed with the other, even under the very key bytes the receiver holds,
+// is refused as sealed with no key it has.
+TEST(ChunkMacFormatTest, AChunkOfTheOtherAlgorithmIsRefused) {
+  const std::vector<uint8_t> payload = Payload();
+  for (MacAlgorithm ours : {MacAlgorithm::kAes256Gmac, MacAlgorithm::kChaCha20Poly1305}) {
+    const MacAlgorithm theirs = ours == MacAlgorithm::kAes256Gmac ? MacAlgorithm::kChaCha20Poly1305
+                                                                  : MacAlgorithm::kAes256Gmac;
+    const EpochKeys keys = ServerKeys(5, ours);
+    const auto sealed = SealChunk(Push(1), 1, payload, *keys.peers[1], theirs).value();
+    ASSERT_TRUE(ParseChunkHeader(sealed).ok());
+    EXPECT_EQ(sealed[kSealAlgorithmOffset], static_cast<uint8_t>(theirs));
+    EXPECT_EQ(Check(keys, sealed, payload), AuthFailure::kUnknownKey);
+    EXPECT_EQ(Check(keys, SealChunk(Push(1), 1, payload, *keys.peers[1], ours).value(), payload),
+              std::nullopt);
+  }
+  EXPECT_STREQ(MacAlgorithmName(MacAlgorithm::kChaCha20Poly1305), "chacha20-poly1305");
+  EXPECT_STREQ(MacAlgorithmName(MacAlgorithm::kAes256Gmac), "aes-256-gmac");
+}
+
+// The AEAD's tag over `aad` under `key` and `iv`, from a context of its own.
+std::array<uint8_t, kSealTagBytes> FreshTag(MacAlgorithm algorithm, const MacKey& key,
+                                            const uint8_t* iv, absl::Span<const uint8_t> aad) {
   EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
   std::array<uint8_t, kSealTagBytes> tag{};
   int out = 0;
-  EXPECT_EQ(EVP_EncryptInit_ex2(ctx, EVP_aes_256_gcm(), key.data(), iv, nullptr), 1);
+  const EVP_CIPHER* cipher =
+      algorithm == MacAlgorithm::kAes256Gmac ? EVP_aes_256_gcm() : EVP_chacha20_poly1305();
+  EXPECT_EQ(EVP_EncryptInit_ex2(ctx, cipher, key.data(), iv, nullptr), 1);
   EXPECT_EQ(EVP_EncryptUpdate(ctx, nullptr, &out, aad.data(), static_cast<int>(aad.size())), 1);
   EXPECT_EQ(EVP_EncryptFinal_ex(ctx, nullptr, &out), 1);
   EXPECT_EQ(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, kSealTagBytes, tag.data()), 1);
@@ -228,25 +278,26 @@ std::array<uint8_t, kSealTagBytes> FreshGcmTag(const MacKey& key, const uint8_t*
   return tag;
 }
 
-// Each thread reuses one GCM context across keys (chunk_mac.cc): the tags
+// Each thread reuses one AEAD context across keys (chunk_mac.cc): the tags
 // must be those of a fresh context whatever the thread sealed before, and
 // a chunk checks under its own key only, on any thread, concurrently.
-TEST(ChunkMacTest, TagsDoNotDependOnWhatTheThreadSealedBefore) {
+TEST_P(ChunkMacTest, TagsDoNotDependOnWhatTheThreadSealedBefore) {
   const std::vector<uint8_t> payload = Payload();
-  const MacKey keys[] = {DeriveEpochKey(KeyOf(0), 5).value(), DeriveEpochKey(KeyOf(1), 5).value()};
+  const MacKey keys[] = {DeriveEpochKey(KeyOf(0), 5, GetParam()).value(),
+                         DeriveEpochKey(KeyOf(1), 5, GetParam()).value()};
   for (int i = 0; i < 6; ++i) {
     const MacKey& key = keys[(i * i + i / 2) % 2];  // both keys, in turns and repeated
-    const auto sealed = SealChunk(Push(0), 0, payload, key).value();
+    const auto sealed = SealChunk(Push(0), 0, payload, key, GetParam()).value();
     std::array<uint8_t, kSealNonceBytes> iv;
     std::memcpy(iv.data(), sealed.data() + kSealNonceOffset, iv.size());
-    const auto header_tag =
-        FreshGcmTag(key, iv.data(), absl::MakeConstSpan(sealed.data(), kSealHeaderTagOffset));
+    const auto header_tag = FreshTag(GetParam(), key, iv.data(),
+                                     absl::MakeConstSpan(sealed.data(), kSealHeaderTagOffset));
     EXPECT_EQ(std::memcmp(header_tag.data(), sealed.data() + kSealHeaderTagOffset, kSealTagBytes),
               0);
     iv.back() |= 1;
     std::vector<uint8_t> aad(sealed.begin(), sealed.begin() + kSealChunkTagOffset);
     aad.insert(aad.end(), payload.begin(), payload.end());
-    const auto chunk_tag = FreshGcmTag(key, iv.data(), aad);
+    const auto chunk_tag = FreshTag(GetParam(), key, iv.data(), aad);
     EXPECT_EQ(std::memcmp(chunk_tag.data(), sealed.data() + kSealChunkTagOffset, kSealTagBytes),
               0);
   }
@@ -254,10 +305,11 @@ TEST(ChunkMacTest, TagsDoNotDependOnWhatTheThreadSealedBefore) {
   std::vector<int> verified(4, 0);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      const EpochKeys server = ServerKeys(5);
+      const EpochKeys server = ServerKeys(5, GetParam());
       for (int i = 0; i < 50; ++i) {
         const uint32_t rank = static_cast<uint32_t>((t + i) % 4);
-        const auto sealed = SealChunk(Push(rank), rank, payload, *server.peers[rank]).value();
+        const auto sealed =
+            SealChunk(Push(rank), rank, payload, *server.peers[rank], GetParam()).value();
         EpochKeys wrong = server;
         wrong.peers[rank] = server.peers[(rank + 1) % 4];
         if (!Check(server, sealed, payload).has_value() &&

@@ -24,7 +24,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (gift::dataplane::IsSealedChunkHeader(in.bytes)) {
     uint32_t signer = 0;
     std::memcpy(&signer, in.bytes.data() + gift::dataplane::kSealSignerOffset, 4);
-    const auto again = gift::dataplane::SerializeSealedChunkHeaderPrefix(*header, signer);
+    const auto algorithm =
+        static_cast<gift::dataplane::MacAlgorithm>(in.bytes[gift::dataplane::kSealAlgorithmOffset]);
+    const auto again =
+        gift::dataplane::SerializeSealedChunkHeaderPrefix(*header, signer, algorithm);
     if (std::memcmp(again.data(), in.bytes.data(), gift::dataplane::kSealNonceOffset) != 0) {
       gift::fuzz::Fail("parse + serialize changed the sealed chunk header bytes");
     }

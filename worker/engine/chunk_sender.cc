@@ -80,7 +80,8 @@ absl::Status ChunkSender::PushChunk(const StepPlan& plan, const TensorStep& t,
     const auto plain = dataplane::SerializeChunkHeader(header);
     return Send(peer, plain, slot.send, &slot, nullptr, /*to_server=*/true, run, "push failed");
   }
-  auto sealed = dataplane::SealChunk(header, plan.rank, slot.send, plan.keys->own);
+  auto sealed =
+      dataplane::SealChunk(header, plan.rank, slot.send, plan.keys->own, plan.keys->algorithm);
   if (!sealed.ok()) return sealed.status();
   return Send(peer, *sealed, slot.send, &slot, nullptr, /*to_server=*/true, run, "push failed");
 }
@@ -106,7 +107,8 @@ absl::Status ChunkSender::PushNodeSum(const StepPlan& plan, const TensorStep& t,
     return Send(peer, plain, slot.send, &slot, nullptr, /*to_server=*/true, run,
                 "node push failed");
   }
-  auto sealed = dataplane::SealChunk(header, plan.rank, slot.send, plan.keys->own);
+  auto sealed =
+      dataplane::SealChunk(header, plan.rank, slot.send, plan.keys->own, plan.keys->algorithm);
   if (!sealed.ok()) return sealed.status();
   return Send(peer, *sealed, slot.send, &slot, nullptr, /*to_server=*/true, run,
               "node push failed");
@@ -135,7 +137,8 @@ absl::Status ChunkSender::SendToLeader(const StepPlan& plan, const TensorStep& t
     if (!plan.keys->node.has_value()) {
       return absl::FailedPreconditionError("no node key to seal a chunk to the leader with");
     }
-    auto sealed = dataplane::SealChunk(h, plan.rank, *payload, *plan.keys->node);
+    auto sealed =
+        dataplane::SealChunk(h, plan.rank, *payload, *plan.keys->node, plan.keys->algorithm);
     if (!sealed.ok()) return sealed.status();
     header = std::make_shared<const std::vector<uint8_t>>(sealed->begin(), sealed->end());
   }
