@@ -86,7 +86,7 @@ void WatchOnce(gift::v1::Coordinator::Stub* stub, gift::v1::WatchRequest request
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  gift::fuzz::PrependDefaultFlags(argc, argv, {"-detect_leaks=0", "-entropic=0"});
+  gift::fuzz::PrependDefaultFlags(argc, argv, {"-detect_leaks=0", "-entropic=0", "-reload=0"});
   return 0;
 }
 

@@ -8,7 +8,12 @@
 // within it and libFuzzer would run a full leak scan after nearly every
 // input (-detect_leaks=0); and they touch tens of thousands of coverage
 // features per input, where the entropic scheduler's per-feature bookkeeping
-// costs more than the input (-entropic=0). docs/fuzzing.md has the figures.
+// costs more than the input (-entropic=0); and each runs as the only process
+// on its corpus (run_fuzzers.sh runs different fuzzers side by side), so
+// re-listing the corpus every second for other processes' finds, 3 % of
+// giftctl's samples deep in its corpus, buys nothing (-reload=0; give
+// -reload=1 to share a corpus between -jobs). docs/fuzzing.md has the
+// figures.
 //
 // GIFT_FUZZ_LIGHT_ASAN_STACKS() (at namespace scope in a harness) sets
 // AddressSanitizer's default malloc_context_size to 0: ASan then records no

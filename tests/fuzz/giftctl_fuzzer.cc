@@ -25,7 +25,7 @@ constexpr int kMaxOverrides = 8;
 GIFT_FUZZ_LIGHT_ASAN_STACKS()
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  gift::fuzz::PrependDefaultFlags(argc, argv, {"-detect_leaks=0", "-entropic=0"});
+  gift::fuzz::PrependDefaultFlags(argc, argv, {"-detect_leaks=0", "-entropic=0", "-reload=0"});
   return 0;
 }
 

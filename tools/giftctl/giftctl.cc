@@ -50,22 +50,30 @@ int ExitCodeFor(const absl::Status& status) {
 
 namespace {
 
-// Edit distance between two short words (insertions, deletions,
-// substitutions and swaps of neighbours each count one).
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+// Whether the edit distance between `a` and `b` (insertions, deletions,
+// substitutions and swaps of neighbours each count one) is at most `limit`.
+// Three rolling rows; a length difference above `limit` answers at once
+// (fuzzed words run to hundreds of letters).
+bool WithinEditDistance(absl::string_view a, absl::string_view b, size_t limit) {
+  if ((a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) > limit) return false;
+  std::vector<size_t> rows(3 * (b.size() + 1));
+  size_t* before = rows.data();               // row i - 2
+  size_t* previous = before + b.size() + 1;   // row i - 1
+  size_t* current = previous + b.size() + 1;  // row i
+  for (size_t j = 0; j <= b.size(); ++j) previous[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
+    current[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      d[i][j] = std::min(
-          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      current[j] = std::min(
+          {previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+        current[j] = std::min(current[j], before[j - 2] + 1);
       }
     }
+    std::swap(before, previous);  // the old i - 2 row becomes the next row
+    std::swap(previous, current);
   }
-  return d[a.size()][b.size()];
+  return previous[b.size()] <= limit;
 }
 
 // The option `name` of `app` or of an app above it (giftctl's options fall
@@ -134,7 +142,7 @@ std::optional<std::string> UnknownCommandError(const CLI::App& app,
     const size_t max_distance = std::max<size_t>(1, word.size() / 3);
     std::vector<std::string> close;
     for (const std::string& name : names) {
-      if (EditDistance(word, name) <= max_distance || absl::StartsWith(name, word)) {
+      if (WithinEditDistance(word, name, max_distance) || absl::StartsWith(name, word)) {
         close.push_back(name);
       }
     }
