@@ -419,6 +419,43 @@ TEST(PushPullEngineResults, ARetryCompletesWithTheResultsOfTheEpochItGaveUp) {
   }
 }
 
+// Two epochs a millisecond apart (a member admitted, then evicted at once):
+// a step planned from the first state, whose newer epoch this worker saw
+// before the step opened, ends at once instead of waiting out its timeout
+// for results the servers, already in the newer epoch, never send; its
+// retry under the newer epoch runs. (Found in a 30-minute soak: three
+// workers waited a minute for one such step.)
+TEST(PushPullEngineResults, AStepOfAnEpochAlreadyReplacedEndsAtOnce) {
+  constexpr uint64_t kCols = HandServer::kCols;
+  HandServer rig;
+  ASSERT_NO_FATAL_FAILURE(rig.SetUp());
+  std::vector<float> grad(2 * kCols, 0.5f);
+  StepPlan plan = rig.Plan(1, 7, 1, grad.data());
+  plan.result_timeout = absl::Seconds(30);
+  rig.engine().AbortEpochsBefore(2, "the cluster moved to epoch 2");
+  const absl::Time start = absl::Now();
+  absl::StatusOr<StepReport> stale = rig.engine().Run(plan);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kAborted) << stale.status();
+  EXPECT_NE(stale.status().message().find("step 7 of epoch 1: the cluster moved to epoch 2"),
+            std::string::npos)
+      << stale.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(rig.engine().inbox().pushed(), false) << "nothing pushed under the replaced epoch";
+
+  plan.epoch = 2;
+  plan.result_timeout = absl::Seconds(10);
+  absl::StatusOr<StepReport> retry = absl::UnknownError("not run");
+  std::thread run([&] { retry = rig.engine().Run(plan); });
+  ASSERT_TRUE(rig.AwaitPushes(2));
+  rig.Send(dataplane::ChunkKind::kResult, 2, 7, 1, 0, 3.0f);
+  rig.Send(dataplane::ChunkKind::kResult, 2, 7, 1, 1, 4.0f);
+  run.join();
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_EQ(grad[0], 3.0f);
+  EXPECT_EQ(grad[kCols], 4.0f);
+}
+
 // A step opened with Begin and fed with Add in different batches and orders
 // on every worker (one tensor at a time, reversed, all at once, or the
 // basis tensor last), with results arriving meanwhile, ends with Run's bits

@@ -244,6 +244,9 @@ absl::Status PushPullEngine::Add(absl::Span<const TensorStep> tensors) {
           absl::InvalidArgumentError(absl::StrCat("tensor ", t.tensor_id, " appears twice")));
     }
   }
+  // A step aborted already (opened under an epoch a newer state replaced)
+  // sends nothing.
+  if (absl::Status aborted = inbox_.aborted(); !aborted.ok()) return fail(aborted);
   // Connections first: Connect waits for the progress thread.
   for (size_t k = 0; k < tensors.size(); ++k) {
     std::vector<transport::PeerId>& peers = step_peers_[first + k];

@@ -37,6 +37,11 @@ void ResultInbox::Open(uint64_t epoch, uint64_t step, uint64_t run,
   remaining_ = 0;
   aborted_ = absl::OkStatus();
   aborted_for_newer_epoch_ = false;
+  if (epoch < newest_epoch_) {  // planned from a state a newer one replaced
+    aborted_ = absl::AbortedError(
+        absl::StrCat("step ", step, " of epoch ", epoch, ": ", newest_epoch_why_));
+    aborted_for_newer_epoch_ = true;
+  }
   server_aborted_ = false;
   expect_no_more_ = false;
   // Only a retry of the same step under a later epoch may use an earlier
@@ -400,6 +405,10 @@ void ResultInbox::OnPeerFailure(transport::PeerId peer, const absl::Status& why)
 
 void ResultInbox::AbortEpochsBefore(uint64_t epoch, absl::string_view why) {
   absl::MutexLock lock(&mu_);
+  // The latest state's, not the highest ever: a coordinator that starts
+  // over with a new state file numbers its epochs from the start again.
+  newest_epoch_ = epoch;
+  newest_epoch_why_ = std::string(why);
   if (active_ && epoch_ < epoch && aborted_.ok()) {
     aborted_ = absl::AbortedError(absl::StrCat("step ", step_, " of epoch ", epoch_, ": ", why));
     aborted_for_newer_epoch_ = true;
@@ -409,6 +418,11 @@ void ResultInbox::AbortEpochsBefore(uint64_t epoch, absl::string_view why) {
 void ResultInbox::AbortStep(absl::Status why) {
   absl::MutexLock lock(&mu_);
   if (active_ && aborted_.ok() && !why.ok()) aborted_ = std::move(why);
+}
+
+absl::Status ResultInbox::aborted() const {
+  absl::MutexLock lock(&mu_);
+  return aborted_;
 }
 
 uint64_t ResultInbox::stray_messages() const {

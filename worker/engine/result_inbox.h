@@ -110,6 +110,8 @@ class ResultInbox {
   absl::Status IncompleteAbort() const;
   // Whether a push left for a server this step.
   bool pushed() const;
+  // Why the step in flight was aborted; OK when it was not.
+  absl::Status aborted() const;
   // Ends the step (later results are strays) and returns those of `slots`
   // whose result was too big to be placed and that are no longer busy.
   std::vector<ChunkSlot*> Close(absl::Span<ChunkSlot* const> slots);
@@ -146,7 +148,11 @@ class ResultInbox {
 
   // Any thread. Aborts the step in flight if its epoch is below `epoch`
   // (Aborted with `why`), or whatever its epoch (`why`, not OK); nothing
-  // when no step is in flight or it is already aborted.
+  // when it is already aborted. A step of an epoch below the one of
+  // AbortEpochsBefore's last call opens aborted: a step planned from a state
+  // that a newer one replaced before the step opened (two epochs a
+  // millisecond apart) would otherwise wait out its timeout for results
+  // its servers, already in the newer epoch, never send.
   void AbortEpochsBefore(uint64_t epoch, absl::string_view why);
   void AbortStep(absl::Status why);
   // Messages received that belonged to no step in flight (late, duplicate
@@ -216,6 +222,9 @@ class ResultInbox {
   size_t remaining_ ABSL_GUARDED_BY(mu_) = 0;           // expected, not arrived
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);           // non-OK once aborted
   bool aborted_for_newer_epoch_ ABSL_GUARDED_BY(mu_) = false;  // by AbortEpochsBefore
+  // The epoch of AbortEpochsBefore's last call (the latest state's), and why.
+  uint64_t newest_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string newest_epoch_why_ ABSL_GUARDED_BY(mu_);
   bool server_aborted_ ABSL_GUARDED_BY(mu_) = false;           // a server's kAbort came
   bool expect_no_more_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<EarlierAttempt> earlier_ ABSL_GUARDED_BY(mu_);
