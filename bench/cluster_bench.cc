@@ -241,32 +241,38 @@ absl::Status RunClusterBench(const ClusterBenchOptions& o) {
       }
       const Measured& on = setting[0] ? m[0] : m[1];
       const Measured& off = setting[0] ? m[1] : m[0];
-      wall_ratios.push_back(on.gbps / off.gbps);
-      cpu_ratios.push_back(off.cpu_s / on.cpu_s);
+      // Ratio: null where a figure is not positive (no step timed).
+      const json wall = Ratio(on.gbps, off.gbps), cpu = Ratio(off.cpu_s, on.cpu_s);
+      if (wall.is_number()) wall_ratios.push_back(wall.get<double>());
+      if (cpu.is_number()) cpu_ratios.push_back(cpu.get<double>());
       pairs.push_back({{"first", setting[0] ? "with" : "without"},
                        {"gbps_fp32_with_macs", on.gbps},
                        {"gbps_fp32_without_macs", off.gbps},
-                       {"ratio_with_to_without", wall_ratios.back()},
+                       {"ratio_with_to_without", wall},
                        {"daemon_cpu_s_per_step_with_macs", on.cpu_s},
                        {"daemon_cpu_s_per_step_without_macs", off.cpu_s},
-                       {"cpu_ratio_without_to_with", cpu_ratios.back()}});
+                       {"cpu_ratio_without_to_with", cpu}});
       os << absl::StrFormat(
           "data-plane authentication, pair %d of %d (%s first): push-pull %.3f GB/s FP32 with "
-          "MACs, %.3f without; with / without = %.3f; daemons' CPU per timed step %.1f ms with, "
-          "%.1f ms without; without / with = %.3f\n",
+          "MACs, %.3f without; with / without = %s; daemons' CPU per timed step %.1f ms with, "
+          "%.1f ms without; without / with = %s\n",
           pair + 1, o.auth_rounds, setting[0] ? "with" : "without", on.gbps, off.gbps,
-          wall_ratios.back(), 1e3 * on.cpu_s, 1e3 * off.cpu_s, cpu_ratios.back());
+          RatioText(wall), 1e3 * on.cpu_s, 1e3 * off.cpu_s, RatioText(cpu));
     }
+    auto median = [](const std::vector<double>& ratios) {
+      return ratios.empty() ? json(nullptr) : json(Median(ratios));
+    };
     auth["mac"] = o.mac;
     auth["pairs"] = pairs;
-    auth["ratio_with_to_without"] = Median(wall_ratios);
-    auth["cpu_ratio_without_to_with"] = Median(cpu_ratios);
+    auth["ratio_with_to_without"] = median(wall_ratios);
+    auth["cpu_ratio_without_to_with"] = median(cpu_ratios);
     auth["identical_bits_with_other"] = others_identical;
     os << absl::StrFormat(
-        "data-plane authentication (%s on every chunk): with / without = %.3f (the median of "
+        "data-plane authentication (%s on every chunk): with / without = %s (the median of "
         "%d pairs' push-pull throughput, slowest worker's median step); daemons' CPU without / "
-        "with = %.3f\n",
-        o.mac, Median(wall_ratios), o.auth_rounds, Median(cpu_ratios));
+        "with = %s\n",
+        o.mac, RatioText(auth["ratio_with_to_without"]), o.auth_rounds,
+        RatioText(auth["cpu_ratio_without_to_with"]));
   }
 
   // Where the CPU went during the timed steps.
