@@ -24,6 +24,7 @@
 #include "common/base/temp_dir.h"
 #include "common/codec/codec.h"
 #include "common/codec/codec_spec.h"
+#include "common/dataplane/chunk_header.h"
 #include "nlohmann/json.hpp"
 #include "tools/gift-cluster/local_cluster.h"
 
@@ -589,7 +590,7 @@ Command AddClusterCommand(CLI::App& parent) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   app->add_option("--mac", o->mac, "the MAC with --auth (gift-coordinator --dataplane-mac)")
-      ->check(CLI::IsMember({"chacha20-poly1305", "aes-256-gmac"}))
+      ->check(CLI::IsMember(dataplane::MacAlgorithmNames()))
       ->capture_default_str();
   app->add_option("--json", o->json_path,
                   "write the numbers as JSON to this file ('-': stdout, table on stderr)");

@@ -78,8 +78,7 @@ absl::Status RunMacBench(const MacBenchOptions& o) {
       EVP_MAC_fetch(nullptr, "BLAKE2BMAC", nullptr), EVP_MAC_free);
   const dataplane::MacKey key = dataplane::DeriveEpochKey(dataplane::MacKey{}, 1).value();
   const dataplane::ChunkHeader header{.kind = dataplane::ChunkKind::kPush, .world_size = 1};
-  constexpr dataplane::MacAlgorithm kAlgorithms[] = {dataplane::MacAlgorithm::kAes256Gmac,
-                                                     dataplane::MacAlgorithm::kChaCha20Poly1305};
+  constexpr auto& kAlgorithms = dataplane::kMacAlgorithms;
   auto keys_of = [&](dataplane::MacAlgorithm a) {
     return dataplane::EpochKeys{.epoch = 0, .algorithm = a, .own = key, .peers = {key}};
   };

@@ -22,16 +22,16 @@ absl::StatusOr<dataplane::MacKey> ToKey(const std::string& bytes) {
 }
 
 absl::StatusOr<dataplane::MacAlgorithm> ToAlgorithm(v1::MacAlgorithm algorithm) {
-  switch (algorithm) {
-    case v1::MAC_ALGORITHM_UNSPECIFIED:
-    case v1::MAC_ALGORITHM_AES_256_GMAC:
-      return dataplane::MacAlgorithm::kAes256Gmac;
-    case v1::MAC_ALGORITHM_CHACHA20_POLY1305:
-      return dataplane::MacAlgorithm::kChaCha20Poly1305;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "data-plane MAC algorithm ", static_cast<int>(algorithm), " is unknown to this build"));
+  // A coordinator before the field: AES-256-GMAC, the format's first.
+  if (algorithm == v1::MAC_ALGORITHM_UNSPECIFIED) return dataplane::MacAlgorithm::kAes256Gmac;
+  // The proto's values are the wire's (static_assert in coordinator_service.cc).
+  std::optional<dataplane::MacAlgorithm> known =
+      dataplane::MacAlgorithmOf(static_cast<uint32_t>(algorithm));
+  if (!known.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data-plane MAC algorithm ", static_cast<int>(algorithm), " is unknown to this build"));
   }
+  return *known;
 }
 
 }  // namespace

@@ -86,6 +86,26 @@ const char* MacAlgorithmName(MacAlgorithm algorithm) {
   return "unknown";
 }
 
+std::optional<MacAlgorithm> ParseMacAlgorithm(absl::string_view name) {
+  for (MacAlgorithm a : kMacAlgorithms) {
+    if (name == MacAlgorithmName(a)) return a;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> MacAlgorithmNames() {
+  std::vector<std::string> names;
+  for (MacAlgorithm a : kMacAlgorithms) names.emplace_back(MacAlgorithmName(a));
+  return names;
+}
+
+std::optional<MacAlgorithm> MacAlgorithmOf(uint32_t value) {
+  for (MacAlgorithm a : kMacAlgorithms) {
+    if (value == static_cast<uint32_t>(a)) return a;
+  }
+  return std::nullopt;
+}
+
 std::array<uint8_t, kSealedChunkHeaderBytes> SerializeSealedChunkHeaderPrefix(
     const ChunkHeader& h, uint32_t signer, MacAlgorithm algorithm) {
   std::array<uint8_t, kSealedChunkHeaderBytes> out{};
@@ -122,9 +142,7 @@ absl::StatusOr<ChunkHeader> ParseChunkHeader(absl::Span<const uint8_t> bytes) {
     return absl::InvalidArgumentError("chunk header reserved bytes are not zero");
   }
   if (version == kSealedChunkHeaderVersion) {
-    const uint8_t algorithm = p[kSealAlgorithmOffset];
-    if (algorithm != static_cast<uint8_t>(MacAlgorithm::kAes256Gmac) &&
-        algorithm != static_cast<uint8_t>(MacAlgorithm::kChaCha20Poly1305)) {
+    if (!MacAlgorithmOf(p[kSealAlgorithmOffset]).has_value()) {
       return absl::InvalidArgumentError(
           absl::StrCat("chunk header MAC algorithm ", int{p[kSealAlgorithmOffset]}));
     }

@@ -53,9 +53,12 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace gift::dataplane {
@@ -74,8 +77,17 @@ enum class MacAlgorithm : uint8_t {
   kAes256Gmac = 1,
   kChaCha20Poly1305 = 2,
 };
+inline constexpr MacAlgorithm kMacAlgorithms[] = {MacAlgorithm::kAes256Gmac,
+                                                  MacAlgorithm::kChaCha20Poly1305};
 // "aes-256-gmac", "chacha20-poly1305".
 const char* MacAlgorithmName(MacAlgorithm algorithm);
+// The algorithm named `name` (as MacAlgorithmName), or nullopt.
+std::optional<MacAlgorithm> ParseMacAlgorithm(absl::string_view name);
+// Every algorithm's name, in kMacAlgorithms' order (a flag's allowed values).
+std::vector<std::string> MacAlgorithmNames();
+// The algorithm of wire value `value` (a sealed header's byte 60, and
+// coordinator.proto's MacAlgorithm, which has the same values), or nullopt.
+std::optional<MacAlgorithm> MacAlgorithmOf(uint32_t value);
 inline constexpr size_t kSealAlgorithmOffset = 60;
 inline constexpr size_t kSealSignerOffset = 64;
 inline constexpr size_t kSealNonceOffset = 68;

@@ -39,6 +39,7 @@
 #include "common/daemon/polled_metrics.h"
 #include "common/daemon/rpc_metrics.h"
 #include "common/daemon/systemd_notify.h"
+#include "common/dataplane/chunk_header.h"
 #include "server/coordinator/cluster_state.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/dataplane_key_issuer.h"
@@ -157,7 +158,8 @@ int Main(int argc, char** argv) {
   std::string metrics_listen = "127.0.0.1:9470";
   daemon::TlsFlags tls;
   bool dataplane_auth = false;
-  std::string dataplane_mac = "chacha20-poly1305";
+  std::string dataplane_mac =
+      dataplane::MacAlgorithmName(dataplane::MacAlgorithm::kChaCha20Poly1305);
   std::string dataplane_secret_file;
   app.add_option("--listen", listen, "HOST:PORT to serve on; port 0 picks a free port")
       ->capture_default_str();
@@ -192,7 +194,7 @@ int Main(int argc, char** argv) {
                  "the MAC of every data-plane chunk when authentication is on (every member "
                  "uses the one named here)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"chacha20-poly1305", "aes-256-gmac"}));
+      ->check(CLI::IsMember(dataplane::MacAlgorithmNames()));
   app.add_option("--dataplane-secret-file", dataplane_secret_file,
                  "file of at least 32 secret bytes the members' data-plane keys derive from "
                  "(default: drawn once and kept in STATE.dataplane-secret next to --state, "
@@ -231,9 +233,8 @@ int Main(int argc, char** argv) {
                       : DataPlaneKeyIssuer::FromFile(dataplane_secret_file);
     if (!issuer.ok()) return daemon.Fail(issuer.status().ToString());
     dataplane_keys = *std::move(issuer);
-    dataplane_keys->set_mac_algorithm(dataplane_mac == "aes-256-gmac"
-                                          ? dataplane::MacAlgorithm::kAes256Gmac
-                                          : dataplane::MacAlgorithm::kChaCha20Poly1305);
+    // --dataplane-mac's check admits only the names ParseMacAlgorithm knows.
+    dataplane_keys->set_mac_algorithm(*dataplane::ParseMacAlgorithm(dataplane_mac));
   }
   CoordinatorService service(state->get(), GIFT_VERSION, dataplane_keys.get());
   daemon::GrpcEndpointOptions endpoint_options;

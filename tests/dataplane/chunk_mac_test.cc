@@ -260,6 +260,13 @@ TEST(ChunkMacFormatTest, AChunkOfTheOtherAlgorithmIsRefused) {
   }
   EXPECT_STREQ(MacAlgorithmName(MacAlgorithm::kChaCha20Poly1305), "chacha20-poly1305");
   EXPECT_STREQ(MacAlgorithmName(MacAlgorithm::kAes256Gmac), "aes-256-gmac");
+  for (MacAlgorithm a : kMacAlgorithms) {
+    EXPECT_EQ(ParseMacAlgorithm(MacAlgorithmName(a)), a);
+    EXPECT_EQ(MacAlgorithmOf(static_cast<uint32_t>(a)), a);
+  }
+  EXPECT_EQ(ParseMacAlgorithm("md5"), std::nullopt);
+  EXPECT_EQ(MacAlgorithmOf(0), std::nullopt);
+  EXPECT_EQ(MacAlgorithmOf(3), std::nullopt);
 }
 
 // The AEAD's tag over `aad` under `key` and `iv`, from a context of its own.
