@@ -37,11 +37,8 @@ void ResultInbox::Open(uint64_t epoch, uint64_t step, uint64_t run,
   remaining_ = 0;
   aborted_ = absl::OkStatus();
   aborted_for_newer_epoch_ = false;
-  if (epoch < newest_epoch_) {  // planned from a state a newer one replaced
-    aborted_ = absl::AbortedError(
-        absl::StrCat("step ", step, " of epoch ", epoch, ": ", newest_epoch_why_));
-    aborted_for_newer_epoch_ = true;
-  }
+  // Planned from a state a newer one replaced.
+  if (epoch < newest_epoch_) AbortForNewerEpochLocked(newest_epoch_why_);
   server_aborted_ = false;
   expect_no_more_ = false;
   // Only a retry of the same step under a later epoch may use an earlier
@@ -409,10 +406,12 @@ void ResultInbox::AbortEpochsBefore(uint64_t epoch, absl::string_view why) {
   // over with a new state file numbers its epochs from the start again.
   newest_epoch_ = epoch;
   newest_epoch_why_ = std::string(why);
-  if (active_ && epoch_ < epoch && aborted_.ok()) {
-    aborted_ = absl::AbortedError(absl::StrCat("step ", step_, " of epoch ", epoch_, ": ", why));
-    aborted_for_newer_epoch_ = true;
-  }
+  if (active_ && epoch_ < epoch && aborted_.ok()) AbortForNewerEpochLocked(why);
+}
+
+void ResultInbox::AbortForNewerEpochLocked(absl::string_view why) {
+  aborted_ = absl::AbortedError(absl::StrCat("step ", step_, " of epoch ", epoch_, ": ", why));
+  aborted_for_newer_epoch_ = true;
 }
 
 void ResultInbox::AbortStep(absl::Status why) {

@@ -203,6 +203,8 @@ class ResultInbox {
   void FileNodeContributionLocked(const dataplane::ChunkHeader& header, transport::Message& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountAuthFailureLocked(dataplane::AuthFailure failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Aborts the step in flight (step_ of epoch_) for a newer epoch, `why`.
+  void AbortForNewerEpochLocked(absl::string_view why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SendFailureLocked(transport::PeerId peer, absl::string_view what,
                                  absl::string_view why) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
