@@ -57,7 +57,8 @@ demo: build
 
 # The training study (issue 29; not part of `make test`): every codec over 3
 # seeds, about 75 minutes on 2 cores; docs/fidelity.md "The training study".
-#   make study ARGS="--netlab-rate 200mbit"   # + time to FP32's loss (root)
+#   make study ARGS="--netlab-rate 200mbit"   # + every codec's time to FP32's
+#                                             # loss on netlab (root; ~45 min more)
 study: build
 	PYTHONPATH=python /usr/bin/python3 -m gift_ps.demo.study --build-dir $(BUILD_DIR) $(ARGS)
 

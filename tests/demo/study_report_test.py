@@ -2,8 +2,8 @@
 """Unit tests of the training study's report (python/gift_ps/demo/study.py) on
 synthetic per-seed results: the paired gap to FP32 and its Student-t
 interval, the test against FP32's seed-to-seed spread, the choice of the
-best 4-bit configuration, a configuration missing from a seed, and the
-table. Exit 77 (skipped by ctest) without torch, which the gift_ps package
+best 4-bit configuration, the configurations the netlab run times, a
+configuration missing from a seed, and the table. Exit 77 (skipped by ctest) without torch, which the gift_ps package
 imports."""
 
 import json
@@ -14,7 +14,7 @@ import unittest
 
 import demo_test_env  # noqa: F401  (python/ on the path; exit 77 without torch)
 
-from gift_ps.demo.study import best_four_bit, mean_sd, parse_args, summarize, table  # noqa: E402
+from gift_ps.demo.study import best_four_bit, mean_sd, netlab_configs, parse_args, summarize, table  # noqa: E402
 
 
 def config(name, loss, bytes_per_step=1000.0):
@@ -68,6 +68,18 @@ class StudyReportTest(unittest.TestCase):
         self.assertIn("100.0 s (step 500)", text)
         self.assertIn("not reached", text)
         self.assertIn("| fp8 | 2 |", text)
+
+    def test_netlab_run_times_every_configuration_unless_narrowed(self):
+        rows, _ = summarize(self.args)
+        self.assertEqual(netlab_configs(self.args, rows), ["fp32", "fp8", "nvfp4", "gift-nvfp4-rot"])
+        narrowed = parse_args(["--out", self.dir.name, "--configs", "fp32,fp8,nvfp4,gift-nvfp4-rot",
+                               "--netlab-configs", "best-4bit,fp8"])
+        # fp32 always (it sets the loss to reach), in --configs order, best-4bit resolved.
+        self.assertEqual(netlab_configs(narrowed, rows), ["fp32", "fp8", "gift-nvfp4-rot"])
+        with self.assertRaises(SystemExit):
+            parse_args(["--configs", "fp32,fp8", "--netlab-configs", "nvfp4"])  # not a configuration of the study
+        with self.assertRaises(SystemExit):
+            parse_args(["--netlab-only"])  # without --netlab-rate
 
     def test_mean_sd_and_bad_arguments(self):
         self.assertEqual(mean_sd([]), (None, None))

@@ -4,8 +4,9 @@ service, and what each codec did to the model against FP32.
     python3 -m gift_ps.demo.study --out out/study [--runs-only | --report-only] [options]
 
 It runs the demo (python/gift_ps/demo) once per seed with every configuration (out/study/seedS/results.json), then,
-with --netlab-rate (root only), once more through the emulated network with FP32, direct FP8 and the 4-bit
-configuration that ended closest to FP32 (out/study/netlab), and reports per configuration: the final validation loss
+with --netlab-rate (root only), once more through the emulated network with every configuration (or those of
+--netlab-configs; "best-4bit" names the 4-bit configuration that ended closest to FP32) at the first seed
+(out/study/netlab), and reports per configuration: the final validation loss
 over the seeds (mean and sample standard deviation), its gap to FP32 (paired by seed: mean and a 95 % Student-t
 interval), whether that gap lies within FP32's own seed-to-seed spread, bytes pushed per step, the measured gradient
 error, and the time to FP32's final validation loss on the emulated network. Writes out/study/study.json, study.md
@@ -39,8 +40,13 @@ def parse_args(argv):
     p.add_argument("--steps", type=int, default=500, help="training steps per run (default 500)")
     p.add_argument("--measure-every", type=int, default=25, help="the service measures the gradient error every N steps "
                    "(default 25)")
-    p.add_argument("--netlab-rate", default="", help="also run fp32, fp8 and the best 4-bit configuration through "
-                   "scripts/netlab.sh at this rate each way (e.g. 200mbit; root only)")
+    p.add_argument("--netlab-rate", default="", help="also run the configurations through scripts/netlab.sh at this "
+                   "rate each way, at the first seed, for their time to fp32's loss (e.g. 200mbit; root only)")
+    p.add_argument("--netlab-configs", default="all", help="which configurations the netlab run times: 'all' (default: "
+                   "every one of --configs, about 5 minutes each at 200mbit) or a comma list, where 'best-4bit' is the "
+                   "4-bit configuration that ended closest to fp32; fp32 always runs (it sets the loss to reach)")
+    p.add_argument("--netlab-only", action="store_true", help="run only the netlab run (the seed runs already in --out), "
+                   "then report")
     p.add_argument("--runs-only", action="store_true", help="run, do not report")
     p.add_argument("--report-only", action="store_true", help="report the runs already in --out")
     p.add_argument("--python", default=sys.executable, help="the interpreter that runs the demo")
@@ -57,6 +63,17 @@ def parse_args(argv):
         p.error(f"--seeds {args.seeds}: a comma list of integers")
     if not args.seeds:
         p.error("--seeds: at least one")
+    if args.netlab_only and not args.netlab_rate:
+        p.error("--netlab-only needs --netlab-rate")
+    if args.netlab_only and (args.runs_only or args.report_only):
+        p.error("--netlab-only runs the netlab run and reports: not with --runs-only or --report-only")
+    if args.netlab_configs == "all":
+        args.netlab_configs = list(args.configs)
+    else:
+        args.netlab_configs = [c for c in args.netlab_configs.split(",") if c]
+        unknown = [c for c in args.netlab_configs if c != "best-4bit" and c not in args.configs]
+        if unknown:
+            p.error(f"--netlab-configs: {', '.join(unknown)} not in --configs (or 'best-4bit')")
     if args.steps < 1:
         p.error("--steps must be >= 1")
     return args
@@ -135,6 +152,14 @@ def best_four_bit(rows):
     return min(cands, key=lambda r: r["gap_mean"])["name"] if cands else None
 
 
+def netlab_configs(args, rows):
+    """The configurations of the netlab run, in --configs order: fp32 first, 'best-4bit' resolved (dropped when no
+    4-bit configuration has a gap), each once."""
+    best = best_four_bit(rows)
+    wanted = {best if c == "best-4bit" else c for c in args.netlab_configs} | {"fp32"}
+    return [c for c in args.configs if c in wanted]
+
+
 def f(x, spec):
     return "-" if x is None else format(x, spec)
 
@@ -186,15 +211,14 @@ def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     failed = []
-    if not args.report_only:
+    if not args.report_only and not args.netlab_only:
         for s in args.seeds:
             if run_demo(args, args.configs, s, os.path.join(args.out, f"seed{s}")) != 0:
                 failed.append(f"seed {s}")
     rows, fp32_sd = summarize(args)
     netlab_dir = os.path.join(args.out, "netlab")
     if args.netlab_rate and not args.report_only:
-        best = best_four_bit(rows)
-        configs = ["fp32", "fp8"] + ([best] if best else [])
+        configs = netlab_configs(args, rows)
         if run_demo(args, configs, args.seeds[0], netlab_dir, ("--netlab-rate", args.netlab_rate)) != 0:
             failed.append("netlab")
     if args.runs_only:
