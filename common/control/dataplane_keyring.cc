@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/control/member_text.h"
 
 namespace gift::control {
@@ -46,11 +47,15 @@ absl::StatusOr<bool> DataPlaneKeyring::SetMemberKey(const v1::DataPlaneKey& key)
   absl::StatusOr<dataplane::MacAlgorithm> algorithm = ToAlgorithm(key.algorithm());
   if (!algorithm.ok()) return algorithm.status();
   if (next == member_key_ && *algorithm == algorithm_) return false;
-  member_key_ = next;
   algorithm_ = *algorithm;
-  peers_.clear();
-  node_.clear();
-  node_key_.reset();
+  if (next != member_key_) {
+    // A new secret: the peers' keys changed with it. (Their keys do not
+    // depend on the MAC, so a change of MAC alone keeps them.)
+    member_key_ = next;
+    peers_.clear();
+    node_.clear();
+    node_key_.reset();
+  }
   return true;
 }
 
@@ -96,23 +101,29 @@ absl::StatusOr<std::shared_ptr<const dataplane::EpochKeys>> DataPlaneKeyring::Bu
   if (!enabled()) return nullptr;
   const v1::Member* me = FindMember(state, member_id);
   if (me == nullptr) return nullptr;
+  // The epoch's negotiated MAC; from a coordinator before negotiation, the
+  // one of the member key's answer.
+  dataplane::MacAlgorithm algorithm = algorithm_;
+  if (state.dataplane_mac() != v1::MAC_ALGORITHM_UNSPECIFIED) {
+    GIFT_ASSIGN_OR_RETURN(algorithm, ToAlgorithm(state.dataplane_mac()));
+  }
   auto keys = std::make_shared<dataplane::EpochKeys>();
   keys->epoch = state.epoch();
-  keys->algorithm = algorithm_;
+  keys->algorithm = algorithm;
   keys->signer = me->rank();
-  auto own = dataplane::DeriveEpochKey(*member_key_, state.epoch(), algorithm_);
+  auto own = dataplane::DeriveEpochKey(*member_key_, state.epoch(), algorithm);
   if (!own.ok()) return own.status();
   keys->own = *own;
   for (const v1::Member& peer : Peers(state)) {
     auto it = peers_.find(peer.member_id());
     if (it == peers_.end()) continue;
-    auto k = dataplane::DeriveEpochKey(it->second, state.epoch(), algorithm_);
+    auto k = dataplane::DeriveEpochKey(it->second, state.epoch(), algorithm);
     if (!k.ok()) return k.status();
     if (keys->peers.size() <= peer.rank()) keys->peers.resize(peer.rank() + 1);
     keys->peers[peer.rank()] = *k;
   }
   if (node_key_.has_value() && !me->node().empty() && me->node() == node_) {
-    auto k = dataplane::DeriveEpochKey(*node_key_, state.epoch(), algorithm_);
+    auto k = dataplane::DeriveEpochKey(*node_key_, state.epoch(), algorithm);
     if (!k.ok()) return k.status();
     keys->node = *k;
   }

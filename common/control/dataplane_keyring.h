@@ -32,11 +32,13 @@ class DataPlaneKeyring {
  public:
   explicit DataPlaneKeyring(gift::v1::MemberRole role) : role_(role) {}
 
-  // Installs the member's key and the cluster's MAC algorithm from a Join
-  // or Heartbeat answer (no key: authentication off). True when either
-  // changed; the peers' keys are forgotten then (the coordinator's secret
-  // changed, so did theirs). InvalidArgument for a key that is not
-  // kMacKeyBytes long or an algorithm this build does not know.
+  // Installs the member's key and its answer's MAC (used for states
+  // without ClusterState.dataplane_mac, from a coordinator before MAC
+  // negotiation) from a Join or Heartbeat answer (no key: authentication
+  // off). True when either changed; when the key changed the peers' keys
+  // are forgotten (the coordinator's secret changed, so did theirs).
+  // InvalidArgument for a key that is not kMacKeyBytes long or an
+  // algorithm this build does not know.
   absl::StatusOr<bool> SetMemberKey(const gift::v1::DataPlaneKey& key);
   bool enabled() const { return member_key_.has_value(); }
 
@@ -46,10 +48,11 @@ class DataPlaneKeyring {
   // InvalidArgument for a key of the wrong size (nothing installed then).
   absl::Status AddPeers(const gift::v1::DataPlaneKeys& keys);
 
-  // The keys of `state`'s epoch for member `member_id`: its own, its
-  // peers' by rank (a peer without a key is nullopt) and its node's (a
-  // worker whose node's key is here). Null when
-  // authentication is off or the member is not in `state`.
+  // The keys of `state`'s epoch for member `member_id` under the epoch's
+  // MAC (state.dataplane_mac): its own, its peers' by rank (a peer without
+  // a key is nullopt) and its node's (a worker whose node's key is here).
+  // Null when authentication is off or the member is not in `state`;
+  // InvalidArgument for a MAC this build does not know.
   absl::StatusOr<std::shared_ptr<const dataplane::EpochKeys>> Build(
       const gift::v1::ClusterState& state, const std::string& member_id) const;
 

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/base/crc32c.h"
@@ -587,6 +588,20 @@ absl::StatusOr<gift::v1::SetRankResponse> ClusterStateMachine::SetRank(
 
 // ---- views ----------------------------------------------------------------
 
+gift::v1::MacAlgorithm NegotiatedMac(gift::v1::MacAlgorithm preferred,
+                                     const gift::v1::ClusterState& state) {
+  constexpr gift::v1::MacAlgorithm kEveryBuild = gift::v1::MAC_ALGORITHM_AES_256_GMAC;
+  for (const auto* members : {&state.workers(), &state.servers()}) {
+    for (const gift::v1::Member& m : *members) {
+      const bool lists = m.dataplane_macs().empty()
+                             ? preferred == kEveryBuild
+                             : absl::c_linear_search(m.dataplane_macs(), preferred);
+      if (!lists) return kEveryBuild;
+    }
+  }
+  return preferred;
+}
+
 gift::v1::ClusterState ClusterStateMachine::BuildStateLocked() const {
   gift::v1::ClusterState s;
   s.set_revision(meta_.revision);
@@ -604,6 +619,9 @@ gift::v1::ClusterState ClusterStateMachine::BuildStateLocked() const {
   std::sort(servers.begin(), servers.end(), by_rank);
   for (const gift::v1::Member* m : workers) *s.add_workers() = *m;
   for (const gift::v1::Member* m : servers) *s.add_servers() = *m;
+  if (options_.dataplane_mac != gift::v1::MAC_ALGORITHM_UNSPECIFIED) {
+    s.set_dataplane_mac(NegotiatedMac(options_.dataplane_mac, s));
+  }
   for (const auto& [tid, t] : registry_.tensors()) *s.add_tensors() = t;
   *s.mutable_shard_map() = meta_.shard_map;
   for (const auto& [tid, b] : ledger_.bases()) *s.add_bases() = b;

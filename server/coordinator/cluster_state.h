@@ -115,7 +115,20 @@ struct ClusterOptions {
   uint64_t step_window = 8;
   uint64_t chunk_bytes = uint64_t{4} << 20;
   uint64_t max_basis_bytes = uint64_t{256} << 20;
+  // The data-plane MAC the coordinator prefers while data-plane
+  // authentication is on (gift-coordinator --dataplane-mac):
+  // ClusterState.dataplane_mac names it for every epoch whose workers and
+  // servers all list it, AES-256-GMAC otherwise. UNSPECIFIED: authentication
+  // off, the state names no MAC.
+  gift::v1::MacAlgorithm dataplane_mac = gift::v1::MAC_ALGORITHM_UNSPECIFIED;
 };
+
+// The MAC of an epoch's data-plane keys (ClusterState.dataplane_mac):
+// `preferred` when every worker and server of `state` lists it in its
+// dataplane_macs (an empty list: AES-256-GMAC only, a build before
+// negotiation), else AES-256-GMAC, which every build has.
+gift::v1::MacAlgorithm NegotiatedMac(gift::v1::MacAlgorithm preferred,
+                                     const gift::v1::ClusterState& state);
 
 class ClusterStateMachine {
  public:

@@ -13,6 +13,11 @@ namespace gift::coordinator {
 using gift::logging::Level;
 using gift::logging::Log;
 
+namespace {
+// JoinRequest.dataplane_macs: a build knows two; more is not a member's.
+constexpr int kMaxDataPlaneMacs = 8;
+}  // namespace
+
 bool ClusterStateMachine::StartedLocked() const {
   // Not the horizon: it persists across jobs, and the workers of a new job on
   // an old state file must all join at once (the start barrier waits for
@@ -37,6 +42,11 @@ absl::StatusOr<gift::v1::JoinResponse> ClusterStateMachine::Join(
           absl::StrCat("a live member named '", request.name(), "' exists (", m->member_id(),
                        "); it must leave or let its lease expire before the name can join again"));
     }
+    if (request.dataplane_macs_size() > kMaxDataPlaneMacs) {
+      return absl::InvalidArgumentError(absl::StrCat("dataplane_macs names ",
+                                                     request.dataplane_macs_size(),
+                                                     " MACs; at most ", kMaxDataPlaneMacs));
+    }
     gift::v1::Member member;
     member.set_name(request.name());
     member.set_role(request.role());
@@ -44,6 +54,7 @@ absl::StatusOr<gift::v1::JoinResponse> ClusterStateMachine::Join(
     member.set_data_address(request.data_address());
     member.set_control_address(request.control_address());
     member.set_node(request.node());
+    *member.mutable_dataplane_macs() = request.dataplane_macs();
     member.set_lease_expires_unix_ms(absl::ToUnixMillis(clock_->Now() + options_.lease_ttl));
     gift::v1::JoinResponse response;
     std::string id;

@@ -553,7 +553,7 @@ absl::Status CoordinatorService::SetMemberKey(const std::string& member_id,
   auto k = dataplane_keys_->MemberKey(member_id);
   if (!k.ok()) return k.status();
   key->set_key(k->data(), k->size());
-  key->set_algorithm(static_cast<gift::v1::MacAlgorithm>(dataplane_keys_->mac_algorithm()));
+  key->set_algorithm(state_->Snapshot()->dataplane_mac());
   return absl::OkStatus();
 }
 

@@ -10,14 +10,12 @@
 // key from their next heartbeat, at different times, and a step whose chunks
 // were sealed and checked under different secrets waited out its timeout.)
 //
-// The issuer also names the MAC every member seals and checks chunks with
-// (set_mac_algorithm, from gift-coordinator --dataplane-mac; handed out
-// with each member key). Changing it across a restart changes every epoch
-// key, as a new secret would.
+// The keys do not depend on the MAC: each epoch's MAC is negotiated in the
+// cluster state (ClusterState.dataplane_mac), and the epoch keys derive
+// from these with a salt per MAC (common/dataplane/chunk_mac.h).
 //
 // Ownership: owns the secret (wiped on destruction). Thread safety:
-// immutable once serving (set_mac_algorithm before that); MemberKey may be
-// called concurrently.
+// immutable; MemberKey and NodeKey may be called concurrently.
 #ifndef GIFT_SERVER_COORDINATOR_DATAPLANE_KEY_ISSUER_H_
 #define GIFT_SERVER_COORDINATOR_DATAPLANE_KEY_ISSUER_H_
 
@@ -50,15 +48,9 @@ class DataPlaneKeyIssuer {
   // node). Internal only on an OpenSSL failure.
   absl::StatusOr<dataplane::MacKey> NodeKey(absl::string_view node) const;
 
-  // ChaCha20-Poly1305 unless set: 1.5x AES-256-GMAC's speed with OpenSSL
-  // 3.0 on the machines measured (docs/design.md section 8.2).
-  void set_mac_algorithm(dataplane::MacAlgorithm algorithm) { mac_algorithm_ = algorithm; }
-  dataplane::MacAlgorithm mac_algorithm() const { return mac_algorithm_; }
-
  private:
   explicit DataPlaneKeyIssuer(std::string secret) : secret_(std::move(secret)) {}
   std::string secret_;
-  dataplane::MacAlgorithm mac_algorithm_ = dataplane::MacAlgorithm::kChaCha20Poly1305;
 };
 
 }  // namespace gift::coordinator

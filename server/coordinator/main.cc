@@ -191,8 +191,9 @@ int Main(int argc, char** argv) {
                "MACs on every data-plane chunk without TLS too (always on with TLS; "
                "docs/design.md section 8.2)");
   app.add_option("--dataplane-mac", dataplane_mac,
-                 "the MAC of every data-plane chunk when authentication is on (every member "
-                 "uses the one named here)")
+                 "the MAC of every data-plane chunk when authentication is on, for every "
+                 "epoch whose members all have it (members of builds before MAC "
+                 "negotiation have aes-256-gmac only, which the epochs they are in then use)")
       ->capture_default_str()
       ->check(CLI::IsMember(dataplane::MacAlgorithmNames()));
   app.add_option("--dataplane-secret-file", dataplane_secret_file,
@@ -205,6 +206,14 @@ int Main(int argc, char** argv) {
   options.chunk_bytes = chunk_bytes;
   options.max_basis_bytes = max_basis_bytes;
   options.lease_ttl = lease_ttl;
+  // Data-plane authentication: always with TLS, on request without.
+  const bool authenticate_dataplane = dataplane_auth || tls.files.enabled();
+  if (authenticate_dataplane) {
+    // --dataplane-mac's check admits only the names ParseMacAlgorithm knows;
+    // the proto's values are the wire's (static_assert in coordinator_service.cc).
+    options.dataplane_mac =
+        static_cast<gift::v1::MacAlgorithm>(*dataplane::ParseMacAlgorithm(dataplane_mac));
+  }
   if (std::optional<int> exit = daemon.CheckAddressFlag("--listen", listen)) return *exit;
   absl::StatusOr<daemon::DaemonCredentials> credentials =
       daemon::MakeDaemonCredentials(tls, {{"--listen", listen}});
@@ -225,16 +234,13 @@ int Main(int argc, char** argv) {
   if (!metrics.ok()) return daemon.Fail(metrics.status().message());
   AddClusterMetrics(**metrics, state->get());
 
-  // Data-plane authentication: always with TLS, on request without.
   std::unique_ptr<DataPlaneKeyIssuer> dataplane_keys;
-  if (dataplane_auth || tls.files.enabled()) {
+  if (authenticate_dataplane) {
     auto issuer = dataplane_secret_file.empty()
                       ? DataPlaneKeyIssuer::KeptAt(state_file + ".dataplane-secret")
                       : DataPlaneKeyIssuer::FromFile(dataplane_secret_file);
     if (!issuer.ok()) return daemon.Fail(issuer.status().ToString());
     dataplane_keys = *std::move(issuer);
-    // --dataplane-mac's check admits only the names ParseMacAlgorithm knows.
-    dataplane_keys->set_mac_algorithm(*dataplane::ParseMacAlgorithm(dataplane_mac));
   }
   CoordinatorService service(state->get(), GIFT_VERSION, dataplane_keys.get());
   daemon::GrpcEndpointOptions endpoint_options;

@@ -649,6 +649,7 @@ TEST_F(ControlIntegrationTest, GiftctlCommandsAndExitCodes) {
   const nlohmann::json s = nlohmann::json::parse(status.out);
   EXPECT_EQ(s["workers"], 1);
   EXPECT_EQ(s["tensors"], 1);
+  EXPECT_EQ(s["dataplane_mac"], "off");  // no data-plane authentication here
 
   CommandResult members = Giftctl({"--coordinator", addr, "members"});
   ASSERT_EQ(members.code, 0) << members.err;

@@ -92,11 +92,11 @@ TEST(DataPlaneKeyringTest, AServerNeverWantsANodeKey) {
   EXPECT_EQ((*keys)->peers.size(), 2u);
 }
 
-// The coordinator names the cluster's MAC with the member key; the epoch
-// keys are derived for it (a key of one algorithm is never another's), and
-// a change of algorithm is a change of key: the peers' keys are fetched
-// again.
-TEST(DataPlaneKeyringTest, EpochKeysAreOfTheAlgorithmTheCoordinatorNamed) {
+// A coordinator before MAC negotiation names the cluster's MAC with the
+// member key only (no ClusterState.dataplane_mac): the epoch keys are
+// derived for it (a key of one algorithm is never another's). A change of
+// MAC alone keeps the peers' keys: they do not depend on it.
+TEST(DataPlaneKeyringTest, WithoutANegotiatedMacEpochKeysAreOfTheMemberKeysMac) {
   DataPlaneKeyring ring(v1::MEMBER_ROLE_WORKER);
   v1::DataPlaneKey own;
   own.set_key(Bytes(1));  // no algorithm: a coordinator before the field
@@ -109,8 +109,7 @@ TEST(DataPlaneKeyringTest, EpochKeysAreOfTheAlgorithmTheCoordinatorNamed) {
 
   own.set_algorithm(v1::MAC_ALGORITHM_CHACHA20_POLY1305);
   EXPECT_EQ(ring.SetMemberKey(own).value_or(false), true);
-  EXPECT_TRUE(ring.MissingPeers(State(), "w1")) << "a new algorithm forgets the peers' keys";
-  ASSERT_TRUE(ring.AddPeers(ServerKeys()).ok());
+  EXPECT_FALSE(ring.MissingPeers(State(), "w1")) << "a new MAC alone keeps the peers' keys";
   auto chacha = ring.Build(State(), "w1");
   ASSERT_TRUE(chacha.ok() && *chacha != nullptr);
   constexpr auto kChaCha = dataplane::MacAlgorithm::kChaCha20Poly1305;
@@ -120,8 +119,42 @@ TEST(DataPlaneKeyringTest, EpochKeysAreOfTheAlgorithmTheCoordinatorNamed) {
   EXPECT_NE((*chacha)->own, (*gmac)->own);
   EXPECT_EQ(ring.SetMemberKey(own).value_or(true), false) << "the same key and algorithm";
 
+  own.set_key(Bytes(2));  // a new secret: the peers' keys changed too
+  EXPECT_EQ(ring.SetMemberKey(own).value_or(false), true);
+  EXPECT_TRUE(ring.MissingPeers(State(), "w1"));
+
   own.set_algorithm(static_cast<v1::MacAlgorithm>(9));
   EXPECT_EQ(ring.SetMemberKey(own).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A coordinator that negotiates names each epoch's MAC in the state: the
+// epoch keys follow the state, whatever the member key's answer said (a
+// heartbeat may come before or after the state of a new epoch).
+TEST(DataPlaneKeyringTest, EpochKeysAreOfTheStatesNegotiatedMac) {
+  DataPlaneKeyring ring(v1::MEMBER_ROLE_WORKER);
+  v1::DataPlaneKey own;
+  own.set_key(Bytes(1));
+  own.set_algorithm(v1::MAC_ALGORITHM_CHACHA20_POLY1305);
+  ASSERT_TRUE(ring.SetMemberKey(own).ok());
+  ASSERT_TRUE(ring.AddPeers(ServerKeys()).ok());
+  v1::ClusterState state = State();
+  state.set_dataplane_mac(v1::MAC_ALGORITHM_AES_256_GMAC);
+  auto gmac = ring.Build(state, "w1");
+  ASSERT_TRUE(gmac.ok() && *gmac != nullptr);
+  EXPECT_EQ((*gmac)->algorithm, dataplane::MacAlgorithm::kAes256Gmac);
+  EXPECT_EQ((*gmac)->own, dataplane::DeriveEpochKey(Key(1), 7).value());
+  EXPECT_EQ((*gmac)->peers[0], dataplane::DeriveEpochKey(Key(100), 7).value());
+
+  state.set_epoch(8);
+  state.set_dataplane_mac(v1::MAC_ALGORITHM_CHACHA20_POLY1305);
+  auto chacha = ring.Build(state, "w1");
+  ASSERT_TRUE(chacha.ok() && *chacha != nullptr);
+  constexpr auto kChaCha = dataplane::MacAlgorithm::kChaCha20Poly1305;
+  EXPECT_EQ((*chacha)->algorithm, kChaCha);
+  EXPECT_EQ((*chacha)->own, dataplane::DeriveEpochKey(Key(1), 8, kChaCha).value());
+
+  state.set_dataplane_mac(static_cast<v1::MacAlgorithm>(9));
+  EXPECT_EQ(ring.Build(state, "w1").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

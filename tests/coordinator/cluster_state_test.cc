@@ -635,5 +635,27 @@ TEST_F(ClusterStateMachineTest, ChangeCallbackRunsOncePerNewRevision) {
   EXPECT_EQ(calls, 1);  // a failed call changes nothing
 }
 
+// ClusterState.dataplane_mac (docs/design.md section 8.2): the preferred
+// MAC when every worker and server lists it; an empty list (a build before
+// negotiation) or one without it gives AES-256-GMAC, which every build has.
+TEST(NegotiatedMacTest, ThePreferredMacOnlyWhenEveryMemberListsIt) {
+  constexpr auto kGmac = gift::v1::MAC_ALGORITHM_AES_256_GMAC;
+  constexpr auto kChaCha = gift::v1::MAC_ALGORITHM_CHACHA20_POLY1305;
+  gift::v1::ClusterState state;
+  EXPECT_EQ(NegotiatedMac(kChaCha, state), kChaCha);  // no members yet
+  gift::v1::Member* w = state.add_workers();
+  w->add_dataplane_macs(kGmac);
+  w->add_dataplane_macs(kChaCha);
+  gift::v1::Member* s = state.add_servers();
+  s->add_dataplane_macs(kChaCha);
+  EXPECT_EQ(NegotiatedMac(kChaCha, state), kChaCha);
+  EXPECT_EQ(NegotiatedMac(kGmac, state), kGmac);
+  s->clear_dataplane_macs();  // a server of a build before negotiation
+  EXPECT_EQ(NegotiatedMac(kChaCha, state), kGmac);
+  EXPECT_EQ(NegotiatedMac(kGmac, state), kGmac);
+  s->add_dataplane_macs(kGmac);  // lists GMAC only
+  EXPECT_EQ(NegotiatedMac(kChaCha, state), kGmac);
+}
+
 }  // namespace
 }  // namespace gift::coordinator

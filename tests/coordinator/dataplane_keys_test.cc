@@ -25,8 +25,9 @@ using testing::FakeClock;
 
 class DataPlaneKeysTest : public ::testing::Test {
  protected:
-  void Start(const DataPlaneKeyIssuer* keys) {
-    auto server = test::CoordinatorServer::Start({.clock = &clock_, .dataplane_keys = keys});
+  void Start(const DataPlaneKeyIssuer* keys, const ClusterOptions& cluster = {}) {
+    auto server = test::CoordinatorServer::Start(
+        {.cluster = cluster, .clock = &clock_, .dataplane_keys = keys});
     ASSERT_TRUE(server.ok()) << server.status();
     coordinator_ = *std::move(server);
     state_ = coordinator_->state();
@@ -107,21 +108,68 @@ TEST_F(DataPlaneKeysTest, MembersGetTheirKeyAndTheirPeers) {
   EXPECT_EQ(Keys("nobody", &unknown).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-// gift-coordinator --dataplane-mac aes-256-gmac: the issuer's algorithm is
-// what every Join and Heartbeat answer names.
-TEST_F(DataPlaneKeysTest, MembersAreToldTheMacTheIssuerNames) {
+// gift-coordinator --dataplane-mac aes-256-gmac: the preferred MAC is what
+// the state and every Join and Heartbeat answer name.
+TEST_F(DataPlaneKeysTest, MembersAreToldTheMacTheCoordinatorPrefers) {
   auto issuer = DataPlaneKeyIssuer::Random();
   ASSERT_TRUE(issuer.ok());
   issuer_ = *std::move(issuer);
-  issuer_->set_mac_algorithm(dataplane::MacAlgorithm::kAes256Gmac);
-  Start(issuer_.get());
+  Start(issuer_.get(), {.dataplane_mac = gift::v1::MAC_ALGORITHM_AES_256_GMAC});
   const auto w0 = Join("w0", gift::v1::MEMBER_ROLE_WORKER);
   EXPECT_EQ(w0.dataplane_key().algorithm(), gift::v1::MAC_ALGORITHM_AES_256_GMAC);
+  EXPECT_EQ(w0.state().dataplane_mac(), gift::v1::MAC_ALGORITHM_AES_256_GMAC);
   gift::v1::HeartbeatRequest beat;
   beat.set_member_id(w0.member_id());
   gift::v1::HeartbeatResponse beat_response;
   ASSERT_TRUE(stub_->Heartbeat(Context().get(), beat, &beat_response).ok());
   EXPECT_EQ(beat_response.dataplane_key().algorithm(), gift::v1::MAC_ALGORITHM_AES_256_GMAC);
+}
+
+// MAC negotiation (docs/design.md section 8.2): a member of a build before
+// it lists no MACs and can use AES-256-GMAC only, so every epoch it is in
+// uses that, and the members of this build are told so in the state and in
+// their heartbeat answers; once it has left, the next epoch is back on the
+// preferred MAC. A member listing more MACs than any build has is refused.
+TEST_F(DataPlaneKeysTest, AMemberOfAnOlderBuildPutsItsEpochsOnAes256Gmac) {
+  auto issuer = DataPlaneKeyIssuer::Random();
+  ASSERT_TRUE(issuer.ok());
+  issuer_ = *std::move(issuer);
+  Start(issuer_.get());
+  const auto w0 = Join("w0", gift::v1::MEMBER_ROLE_WORKER);
+  const auto s0 = Join("s0", gift::v1::MEMBER_ROLE_SERVER);
+  EXPECT_EQ(s0.state().dataplane_mac(), gift::v1::MAC_ALGORITHM_CHACHA20_POLY1305);
+  EXPECT_EQ(s0.dataplane_key().algorithm(), gift::v1::MAC_ALGORITHM_CHACHA20_POLY1305);
+
+  gift::v1::JoinRequest old_build;  // no dataplane_macs
+  old_build.set_name("w1");
+  old_build.set_role(gift::v1::MEMBER_ROLE_WORKER);
+  gift::v1::JoinResponse old;
+  ASSERT_TRUE(stub_->Join(Context().get(), old_build, &old).ok());
+  EXPECT_EQ(old.dataplane_key().algorithm(), gift::v1::MAC_ALGORITHM_AES_256_GMAC);
+  EXPECT_EQ(old.state().dataplane_mac(), gift::v1::MAC_ALGORITHM_AES_256_GMAC);
+  const uint64_t mixed_epoch = old.state().epoch();
+  gift::v1::HeartbeatRequest beat;
+  beat.set_member_id(w0.member_id());
+  gift::v1::HeartbeatResponse beat_response;
+  ASSERT_TRUE(stub_->Heartbeat(Context().get(), beat, &beat_response).ok());
+  EXPECT_EQ(beat_response.dataplane_key().algorithm(), gift::v1::MAC_ALGORITHM_AES_256_GMAC);
+
+  gift::v1::LeaveRequest leave;
+  leave.set_member_id(old.member_id());
+  gift::v1::LeaveResponse left;
+  ASSERT_TRUE(stub_->Leave(Context().get(), leave, &left).ok());
+  const auto after = state_->Snapshot();
+  EXPECT_GT(after->epoch(), mixed_epoch);
+  EXPECT_EQ(after->dataplane_mac(), gift::v1::MAC_ALGORITHM_CHACHA20_POLY1305);
+  ASSERT_TRUE(stub_->Heartbeat(Context().get(), beat, &beat_response).ok());
+  EXPECT_EQ(beat_response.dataplane_key().algorithm(), gift::v1::MAC_ALGORITHM_CHACHA20_POLY1305);
+
+  gift::v1::JoinRequest too_many = old_build;
+  too_many.set_name("w2");
+  for (int i = 0; i < 9; ++i) too_many.add_dataplane_macs(gift::v1::MAC_ALGORITHM_AES_256_GMAC);
+  gift::v1::JoinResponse refused;
+  EXPECT_EQ(stub_->Join(Context().get(), too_many, &refused).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 // Node-local aggregation runs with authentication: SetPolicy accepts it, and

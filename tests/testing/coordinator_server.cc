@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/dataplane/chunk_header.h"
 #include "common/rpc/grpc_status.h"
 #include "server/coordinator/state_store.h"
 #include "tests/testing/temp_dir.h"
@@ -19,8 +20,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(*std::move(dir)));
   auto store = coordinator::StateStore::Open(s->dir_.File("state.db"));
   if (!store.ok()) return store.status();
+  coordinator::ClusterOptions cluster = options.cluster;
+  if (options.dataplane_keys != nullptr &&
+      cluster.dataplane_mac == gift::v1::MAC_ALGORITHM_UNSPECIFIED) {
+    cluster.dataplane_mac = gift::v1::MAC_ALGORITHM_CHACHA20_POLY1305;  // as gift-coordinator's
+  }
   auto state = coordinator::ClusterStateMachine::Create(
-      options.cluster, *std::move(store),
+      cluster, *std::move(store),
       options.clock != nullptr ? options.clock : coordinator::RealClock());
   if (!state.ok()) return state.status();
   s->state_ = *std::move(state);
@@ -63,6 +69,10 @@ absl::StatusOr<gift::v1::JoinResponse> JoinOverRpc(gift::v1::Coordinator::Stub& 
   request.set_name(name);
   request.set_role(role);
   request.set_node(node);
+  // As a member of this build does (member_session.cc).
+  for (dataplane::MacAlgorithm mac : dataplane::kMacAlgorithms) {
+    request.add_dataplane_macs(static_cast<gift::v1::MacAlgorithm>(mac));
+  }
   gift::v1::JoinResponse response;
   const grpc::Status status = stub.Join(DeadlineContext().get(), request, &response);
   if (!status.ok()) return rpc::FromGrpcStatus(status, "Join");

@@ -36,7 +36,9 @@ namespace gift::test {
 struct CoordinatorServerOptions {
   coordinator::ClusterOptions cluster = {};
   coordinator::Clock* clock = nullptr;  // null: coordinator::RealClock()
-  // Not null: data-plane authentication on (coordinator_service.h).
+  // Not null: data-plane authentication on (coordinator_service.h), with
+  // cluster.dataplane_mac, or ChaCha20-Poly1305 when that is unspecified
+  // (gift-coordinator's default).
   const coordinator::DataPlaneKeyIssuer* dataplane_keys = nullptr;
   // Serve grpc.health.v1 too, reporting SERVING.
   bool health_service = false;

@@ -1,4 +1,5 @@
 // giftctl status, giftctl members.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -6,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/control/member_text.h"
+#include "common/dataplane/chunk_header.h"
 #include "common/rpc/member_role.h"
 #include "nlohmann/json.hpp"
 #include "tools/giftctl/commands.h"
@@ -37,6 +39,16 @@ std::string DescribeWorker(const v1::ClusterState& state, const std::string& mem
 
 // "step 41 for 12.3 s on rank 2 (worker-2, m5 on node-b)"; "-" when no
 // worker has begun a step another has not completed.
+// The epoch's data-plane MAC (ClusterState.dataplane_mac); "off" when the
+// coordinator names none.
+std::string DataPlaneMacText(v1::MacAlgorithm mac) {
+  if (mac == v1::MAC_ALGORITHM_UNSPECIFIED) return "off";
+  const std::optional<dataplane::MacAlgorithm> known =
+      dataplane::MacAlgorithmOf(static_cast<uint32_t>(mac));
+  return known.has_value() ? dataplane::MacAlgorithmName(*known)
+                           : absl::StrCat("unknown (", static_cast<int>(mac), ")");
+}
+
 std::string WaitingText(const v1::StatusResponse& status) {
   if (status.max_begun_step() < status.slowest_step()) return "-";
   const std::string head = absl::StrFormat("step %d for %.1f s", status.slowest_step(),
@@ -69,6 +81,7 @@ absl::Status StatusCommand(const CommandContext& ctx, const std::string& address
               {"cluster_id", s.cluster_id()},
               {"revision", s.revision()},
               {"epoch", s.epoch()},
+              {"dataplane_mac", DataPlaneMacText(s.dataplane_mac())},
               {"workers", s.workers_size()},
               {"draining", draining},
               {"servers", s.servers_size()},
@@ -104,6 +117,7 @@ absl::Status StatusCommand(const CommandContext& ctx, const std::string& address
   t.Add({"cluster", Or(s.cluster_id())});
   t.Add({"revision", absl::StrCat(s.revision())});
   t.Add({"epoch", absl::StrCat(s.epoch())});
+  t.Add({"data-plane MAC", DataPlaneMacText(s.dataplane_mac())});
   t.Add({"workers", absl::StrCat(s.workers_size(), " (", draining, " draining)")});
   t.Add({"servers", absl::StrCat(s.servers_size())});
   t.Add({"tensors", absl::StrCat(s.tensors_size(), " in ", s.shard_map().chunks_size(), " chunks, ",
