@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/control/member_text.h"
-#include "common/dataplane/chunk_header.h"
 
 namespace gift::control {
 
@@ -83,9 +82,7 @@ absl::StatusOr<v1::JoinResponse> MemberSession::SendJoin() const {
   request.set_data_address(options_.data_address);
   request.set_control_address(options_.control_address);
   request.set_node(options_.node);
-  // The MACs this build has; the coordinator picks each epoch's from its
-  // members' lists (ClusterState.dataplane_mac).
-  for (dataplane::MacAlgorithm mac : dataplane::kMacAlgorithms) {
+  for (dataplane::MacAlgorithm mac : options_.dataplane_macs) {
     request.add_dataplane_macs(static_cast<v1::MacAlgorithm>(mac));
   }
   return client_.Join(request);

@@ -51,6 +51,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,6 +66,7 @@
 #include "absl/time/time.h"
 #include "common/control/coordinator_client.h"
 #include "common/control/dataplane_keyring.h"
+#include "common/dataplane/chunk_header.h"
 #include "common/dataplane/chunk_mac.h"
 #include "gift/v1/cluster.pb.h"
 #include "gift/v1/coordinator.pb.h"
@@ -79,6 +81,12 @@ struct MemberSessionOptions {
   // The host it runs on (JoinRequest.node; workers: the node group of
   // node-local aggregation). Empty: a node of its own.
   std::string node;
+  // The data-plane MACs it offers at Join (JoinRequest.dataplane_macs; the
+  // coordinator picks each epoch's from its members' lists): every MAC of
+  // this build by default. Empty: none listed, AES-256-GMAC only, as a
+  // member of a build before MAC negotiation (the tests stand one in so).
+  std::vector<dataplane::MacAlgorithm> dataplane_macs = {std::begin(dataplane::kMacAlgorithms),
+                                                         std::end(dataplane::kMacAlgorithms)};
   // Deadline of each unary call (and of basis publish / fetch).
   absl::Duration rpc_timeout = absl::Seconds(10);
   // Zero: a quarter of the lease TTL the coordinator grants.

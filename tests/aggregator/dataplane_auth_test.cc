@@ -57,6 +57,37 @@ std::string AuthSeries(const std::string& reason) {
   return absl::StrCat("gift_server_chunk_auth_failures_total{reason=\"", reason, "\"}");
 }
 
+// One FP32 step of every worker over `state`, each sealing with its
+// session's keys of the state's epoch, which must be of `mac`: every worker
+// ends with the exact average, bit for bit, and no chunk failed its check.
+void ExpectExactStep(const std::vector<std::unique_ptr<worker::PushPullEngine>>& engines,
+                     const std::vector<std::unique_ptr<control::MemberSession>>& sessions,
+                     const gift::v1::ClusterState& state, uint64_t step,
+                     dataplane::MacAlgorithm mac) {
+  const codec::CodecSpec f32 = codec::ParseCodecSpec("fp32").value();
+  const auto world = static_cast<uint32_t>(engines.size());
+  std::vector<std::vector<std::vector<float>>> buffers(engines.size());
+  std::vector<worker::StepPlan> plans;
+  for (size_t w = 0; w < engines.size(); ++w) {
+    plans.push_back(test::PlanFromState(state, step, sessions[w]->rank(), world, f32, &buffers[w]));
+    plans.back().keys = sessions[w]->chunk_keys(state.epoch());
+    ASSERT_NE(plans.back().keys, nullptr) << "worker " << w;
+    EXPECT_EQ(plans.back().keys->algorithm, mac) << "worker " << w;
+  }
+  std::vector<float> exact(buffers[0][0].size(), 0.0f);
+  for (const auto& b : buffers) {
+    for (size_t k = 0; k < exact.size(); ++k) exact[k] += b[0][k];
+  }
+  for (float& x : exact) x *= 1.0f / static_cast<float>(world);
+  const std::vector<absl::StatusOr<worker::StepReport>> reports = test::RunPlans(engines, plans);
+  for (size_t w = 0; w < engines.size(); ++w) {
+    ASSERT_TRUE(reports[w].ok()) << "worker " << w << ": " << reports[w].status();
+    EXPECT_EQ(buffers[w][0], exact) << "worker " << w;
+    for (const auto& [reason, count] : engines[w]->inbox().auth_failures())
+      EXPECT_EQ(count, 0) << reason;
+  }
+}
+
 TEST(DataPlaneAuthTest, ForgedRankFromANonMemberIsRefusedAndTheAverageIsExact) {
   const gift::TempDir dir = test::NewTempDir("gift-dataplane-auth");
   auto coordinator = tools::CoordinatorProcess::Start({.binary = GIFT_COORDINATOR_BIN,
@@ -197,6 +228,80 @@ TEST(DataPlaneAuthTest, ForgedRankFromANonMemberIsRefusedAndTheAverageIsExact) {
       << page;
 
   for (auto& s : sessions) EXPECT_TRUE(s->Close().ok());
+  ASSERT_TRUE((*server)->Signal(SIGTERM).ok());
+  auto code = (*server)->WaitForExit(absl::Seconds(20));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << (*server)->stderr_text();
+  EXPECT_TRUE((*coordinator)->Stop().ok());
+}
+
+// MAC negotiation on real processes (docs/design.md section 8.2): a worker
+// that lists no MACs, as a member of a build before negotiation does, puts
+// its epochs on AES-256-GMAC; the gift-server daemon and the other worker
+// follow the state, and the step is the exact average. Once it has left, a
+// worker of this build takes its place and the next epoch is back on
+// ChaCha20-Poly1305, its step exact too.
+TEST(DataPlaneAuthTest, AnOlderBuildsMemberPutsItsEpochsOnGmacAndEveryStepIsExact) {
+  const gift::TempDir dir = test::NewTempDir("gift-dataplane-mac");
+  auto coordinator = tools::CoordinatorProcess::Start({.binary = GIFT_COORDINATOR_BIN,
+                                                       .state_file = dir.File("state.db"),
+                                                       .extra_args = {"--dataplane-auth"}});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  const std::string address = (*coordinator)->address();
+  auto server = test::StartServerProcess(
+      {.binary = GIFT_SERVER_BIN, .coordinator = address, .name = "shard-0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+
+  std::vector<std::unique_ptr<worker::PushPullEngine>> engines;
+  std::vector<std::unique_ptr<control::MemberSession>> sessions;
+  control::MemberSessionOptions older_build;
+  older_build.dataplane_macs.clear();
+  for (const auto& [name, options] : {std::pair{"worker-0", control::MemberSessionOptions{}},
+                                      std::pair{"worker-1", older_build}}) {
+    auto worker = test::StartUcxWorker(address, name, absl::Seconds(30), options);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    engines.push_back(std::move(worker->engine));
+    sessions.push_back(std::move(worker->session));
+  }
+  ASSERT_TRUE(sessions[0]->RegisterTensors(test::Float32Specs({{64, 96}})).ok());
+  auto mixed = sessions[0]->WaitFor(test::ClusterReady(kWorkers, 1, 1), absl::Seconds(30));
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_EQ((*mixed)->dataplane_mac(), gift::v1::MAC_ALGORITHM_AES_256_GMAC);
+  for (auto& session : sessions) {
+    const uint64_t epoch = (*mixed)->epoch();
+    ASSERT_TRUE(
+        session
+            ->WaitFor([epoch](const gift::v1::ClusterState& s) { return s.epoch() >= epoch; },
+                      absl::Seconds(30))
+            .ok());
+  }
+  ASSERT_TRUE(test::WaitForServing(**server, (*mixed)->epoch()).ok()) << (*server)->stderr_text();
+  ExpectExactStep(engines, sessions, **mixed, 0, dataplane::MacAlgorithm::kAes256Gmac);
+
+  // The older build's worker leaves; one of this build joins.
+  EXPECT_TRUE(sessions[1]->Close().ok());
+  sessions.pop_back();
+  engines.pop_back();
+  auto newer = test::StartUcxWorker(address, "worker-2");
+  ASSERT_TRUE(newer.ok()) << newer.status();
+  engines.push_back(std::move(newer->engine));
+  sessions.push_back(std::move(newer->session));
+  const uint64_t mixed_epoch = (*mixed)->epoch();
+  auto ready = test::ClusterReady(kWorkers, 1, 1);
+  auto after = sessions[0]->WaitFor(
+      [&](const gift::v1::ClusterState& s) { return s.epoch() > mixed_epoch && ready(s); },
+      absl::Seconds(30));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ((*after)->dataplane_mac(), gift::v1::MAC_ALGORITHM_CHACHA20_POLY1305);
+  const uint64_t epoch = (*after)->epoch();
+  ASSERT_TRUE(sessions[1]
+                  ->WaitFor([epoch](const gift::v1::ClusterState& s) { return s.epoch() >= epoch; },
+                            absl::Seconds(30))
+                  .ok());
+  ASSERT_TRUE(test::WaitForServing(**server, epoch).ok()) << (*server)->stderr_text();
+  ExpectExactStep(engines, sessions, **after, 1, dataplane::MacAlgorithm::kChaCha20Poly1305);
+
+  for (auto& session : sessions) EXPECT_TRUE(session->Close().ok());
   ASSERT_TRUE((*server)->Signal(SIGTERM).ok());
   auto code = (*server)->WaitForExit(absl::Seconds(20));
   ASSERT_TRUE(code.ok()) << code.status();

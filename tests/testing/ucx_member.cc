@@ -8,12 +8,12 @@
 namespace gift::test {
 
 absl::StatusOr<UcxWorker> StartUcxWorker(const std::string& coordinator, const std::string& name,
-                                         absl::Duration step_timeout) {
+                                         absl::Duration step_timeout,
+                                         control::MemberSessionOptions options) {
   auto engine = worker::PushPullEngine::Create(
       [](transport::TransportHandlers h) { return transport::CreateUcxTransport(std::move(h)); },
       {.timeout = step_timeout});
   if (!engine.ok()) return engine.status();
-  control::MemberSessionOptions options;
   options.name = name;
   options.data_address = (*engine)->address();
   auto session =

@@ -34,9 +34,12 @@ struct UcxWorker {
 // A push-pull engine over a UCX transport (steps time out after
 // `step_timeout`) and a worker session named `name` that joined the
 // coordinator at `coordinator` ("127.0.0.1:PORT") with the engine's address.
-// Fails with the engine's or the Join's status.
+// `session_options` (name, data address set here) may set the session's
+// other options, e.g. its dataplane_macs. Fails with the engine's or the
+// Join's status.
 absl::StatusOr<UcxWorker> StartUcxWorker(const std::string& coordinator, const std::string& name,
-                                         absl::Duration step_timeout = absl::Seconds(30));
+                                         absl::Duration step_timeout = absl::Seconds(30),
+                                         control::MemberSessionOptions session_options = {});
 
 }  // namespace gift::test
 
