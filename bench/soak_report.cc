@@ -69,28 +69,30 @@ void PrintSoakReport(const SoakTotals& totals, const std::vector<SoakFault>& fau
     std::sort(s.begin(), s.end());
     std::printf("%-22s %6zu %11.3fs %11.3fs\n", kind.c_str(), s.size(), s.back(), s[s.size() / 2]);
   }
-  // A restarted daemon is a new process. Its warm-up ends a tenth into the
-  // run, and not before it has run kProcessWarmUpS itself (its first
-  // samples are of a daemon still connecting to its peers).
-  constexpr double kProcessWarmUpS = 30;
-  std::map<std::pair<std::string, int>, double> started;
-  for (const DaemonSample& s : samples) started.try_emplace({s.daemon, s.pid}, s.t_s);
-  std::map<std::pair<std::string, int>, std::pair<const DaemonSample*, const DaemonSample*>>
-      by_process;
-  for (const DaemonSample& s : samples) {
-    const double warm = std::max(totals.seconds / 10, started[{s.daemon, s.pid}] + kProcessWarmUpS);
-    if (s.t_s < warm || s.rss_kib < 0) continue;
-    auto& [first, last] = by_process[{s.daemon, s.pid}];
-    if (first == nullptr) first = &s;
-    last = &s;
+  // Per daemon name: a restarted daemon is a new process under its name.
+  const std::vector<DaemonVerdict> verdicts =
+      JudgeDaemons(DaemonSpans(samples, totals.seconds), FlatnessRule{});
+  std::printf("%-14s %9s %7s %10s %10s %5s\n", "daemon", "processes", "judged", "rss change",
+              "fds change", "flat");
+  bool all_flat = true;
+  int judged = 0;
+  for (const DaemonVerdict& v : verdicts) {
+    if (v.judged == 0) {
+      std::printf("%-14s %9d %7d %10s %10s %5s\n", v.daemon.c_str(), v.processes, 0, "-", "-", "-");
+      continue;
+    }
+    std::printf("%-14s %9d %7d %+9.1f%% %+10d %5s\n", v.daemon.c_str(), v.processes, v.judged,
+                100 * v.rss_change, v.fd_change, v.flat ? "yes" : "NO");
+    all_flat = all_flat && v.flat;
+    judged += v.judged;
   }
-  std::printf("%-14s %8s %10s %10s %7s %6s %6s\n", "daemon", "pid", "rss_kib", "rss_end", "span_s",
-              "fds", "fds_end");
-  for (const auto& [key, span] : by_process) {
-    std::printf("%-14s %8d %10ld %10ld %7.0f %6d %6d\n", key.first.c_str(), key.second,
-                span.first->rss_kib, span.second->rss_kib, span.second->t_s - span.first->t_s,
-                span.first->fds, span.second->fds);
-  }
+  const FlatnessRule rule;
+  std::printf(
+      "every daemon flat (each process sampled %.0f s or more after its warm-up ends within "
+      "%.0f %% of its first RSS and fds): %s\n",
+      rule.min_span_s, 100 * rule.tolerance,
+      judged == 0 ? "not judged, no process lived that long (a longer run)"
+                  : (all_flat ? "yes" : "NO"));
   std::printf(
       "daemons that exited on their own (restarted): %zu; restarts that failed and were "
       "retried: %d; spoofs that could not be sent: %d; coordinator commits rolled back: %d\n",
@@ -125,6 +127,25 @@ absl::Status WriteSoakJson(const std::string& path, const SoakTotals& totals,
   for (const SoakFault& f : faults) {
     j["faults"].push_back(
         {{"kind", f.kind}, {"victim", f.victim}, {"step", f.step}, {"stall_s", f.stall_s}});
+  }
+  j["spans"] = nlohmann::json::array();
+  for (const DaemonSpan& span : DaemonSpans(samples, totals.seconds)) {
+    j["spans"].push_back({{"daemon", span.daemon},
+                          {"pid", span.pid},
+                          {"seconds", span.seconds()},
+                          {"rss_kib", span.first.rss_kib},
+                          {"rss_kib_end", span.last.rss_kib},
+                          {"fds", span.first.fds},
+                          {"fds_end", span.last.fds}});
+  }
+  j["daemons"] = nlohmann::json::array();
+  for (const DaemonVerdict& v : JudgeDaemons(DaemonSpans(samples, totals.seconds))) {
+    j["daemons"].push_back({{"daemon", v.daemon},
+                            {"processes", v.processes},
+                            {"judged", v.judged},
+                            {"rss_change", v.rss_change},
+                            {"fd_change", v.fd_change},
+                            {"flat", v.flat}});
   }
   j["samples"] = nlohmann::json::array();
   for (const DaemonSample& s : samples) {

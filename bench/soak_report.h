@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "bench/soak_daemons.h"
 
 namespace gift::bench {
 
@@ -19,14 +20,6 @@ struct SoakFault {
   int victim = -1;     // worker or server index; -1 for the coordinator and spoofs
   double stall_s = 0;  // from the fault to the step's last result (bench/soak.h)
   uint64_t step = 0;
-};
-
-struct DaemonSample {
-  double t_s = 0;  // since the soak started
-  std::string daemon;
-  int pid = 0;
-  int64_t rss_kib = -1;  // -1: the process was gone
-  int fds = -1;
 };
 
 // `pid`'s VmRSS and open descriptors, read from /proc.
@@ -60,12 +53,15 @@ struct SoakTotals {
 };
 
 // The counts, the stalls per fault kind (count, max, median) and, per daemon
-// process, RSS and fds at its first sample after warm-up (a tenth of the
-// run, and 30 s of the process's own life) and at its last.
+// name, whether its RSS and fds stayed flat (JudgeDaemons,
+// bench/soak_daemons.h: every process of it sampled over 200 s or more
+// after warm-up ends within 10 % of its first values), with the largest
+// changes; then a line saying whether every daemon did.
 void PrintSoakReport(const SoakTotals& totals, const std::vector<SoakFault>& faults,
                      const std::vector<DaemonSample>& samples);
 
-// Everything above, every fault and every sample, as JSON.
+// Everything above, every fault, every process's span and every sample,
+// as JSON.
 absl::Status WriteSoakJson(const std::string& path, const SoakTotals& totals,
                            const std::vector<SoakFault>& faults,
                            const std::vector<DaemonSample>& samples);
