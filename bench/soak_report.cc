@@ -70,8 +70,9 @@ void PrintSoakReport(const SoakTotals& totals, const std::vector<SoakFault>& fau
     std::printf("%-22s %6zu %11.3fs %11.3fs\n", kind.c_str(), s.size(), s.back(), s[s.size() / 2]);
   }
   // Per daemon name: a restarted daemon is a new process under its name.
+  const FlatnessRule rule;
   const std::vector<DaemonVerdict> verdicts =
-      JudgeDaemons(DaemonSpans(samples, totals.seconds), FlatnessRule{});
+      JudgeDaemons(DaemonSpans(samples, totals.seconds), rule);
   std::printf("%-14s %9s %7s %10s %10s %5s\n", "daemon", "processes", "judged", "rss change",
               "fds change", "flat");
   bool all_flat = true;
@@ -86,7 +87,6 @@ void PrintSoakReport(const SoakTotals& totals, const std::vector<SoakFault>& fau
     all_flat = all_flat && v.flat;
     judged += v.judged;
   }
-  const FlatnessRule rule;
   std::printf(
       "every daemon flat (each process sampled %.0f s or more after its warm-up ends within "
       "%.0f %% of its first RSS and fds): %s\n",
@@ -128,8 +128,9 @@ absl::Status WriteSoakJson(const std::string& path, const SoakTotals& totals,
     j["faults"].push_back(
         {{"kind", f.kind}, {"victim", f.victim}, {"step", f.step}, {"stall_s", f.stall_s}});
   }
+  const std::vector<DaemonSpan> spans = DaemonSpans(samples, totals.seconds);
   j["spans"] = nlohmann::json::array();
-  for (const DaemonSpan& span : DaemonSpans(samples, totals.seconds)) {
+  for (const DaemonSpan& span : spans) {
     j["spans"].push_back({{"daemon", span.daemon},
                           {"pid", span.pid},
                           {"seconds", span.seconds()},
@@ -139,7 +140,7 @@ absl::Status WriteSoakJson(const std::string& path, const SoakTotals& totals,
                           {"fds_end", span.last.fds}});
   }
   j["daemons"] = nlohmann::json::array();
-  for (const DaemonVerdict& v : JudgeDaemons(DaemonSpans(samples, totals.seconds))) {
+  for (const DaemonVerdict& v : JudgeDaemons(spans)) {
     j["daemons"].push_back({{"daemon", v.daemon},
                             {"processes", v.processes},
                             {"judged", v.judged},

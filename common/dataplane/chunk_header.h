@@ -86,7 +86,7 @@ std::optional<MacAlgorithm> ParseMacAlgorithm(absl::string_view name);
 // Every algorithm's name, in kMacAlgorithms' order (a flag's allowed values).
 std::vector<std::string> MacAlgorithmNames();
 // The algorithm of wire value `value` (a sealed header's byte 60, and
-// coordinator.proto's MacAlgorithm, which has the same values), or nullopt.
+// cluster.proto's MacAlgorithm, which has the same values), or nullopt.
 std::optional<MacAlgorithm> MacAlgorithmOf(uint32_t value);
 inline constexpr size_t kSealAlgorithmOffset = 60;
 inline constexpr size_t kSealSignerOffset = 64;

@@ -10,7 +10,6 @@
 // get the exact FP32 average, bit for bit, and their PushPull succeeds.
 #include <csignal>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -186,43 +185,8 @@ TEST(DataPlaneAuthTest, ForgedRankFromANonMemberIsRefusedAndTheAverageIsExact) {
       << (*server)->stderr_text();
 
   // The real workers' step: sealed pushes, checked results, the exact average.
-  std::vector<std::vector<float>> grads(kWorkers);
-  std::vector<worker::StepPlan> plans(kWorkers);
-  for (int w = 0; w < kWorkers; ++w) {
-    const uint32_t rank = sessions[w]->rank();
-    std::mt19937 rng(17 + rank);
-    std::normal_distribution<float> normal;
-    grads[rank].resize(tensor.num_elements());
-    for (float& x : grads[rank]) x = normal(rng);
-    plans[w] = {.epoch = cs.epoch(),
-                .step = 0,
-                .rank = rank,
-                .world_size = kWorkers,
-                .keys = sessions[w]->chunk_keys(cs.epoch())};
-    ASSERT_NE(plans[w].keys, nullptr);
-    worker::TensorStep ts{.tensor_id = tensor.tensor_id(),
-                          .rows = tensor.num_elements() / cols,
-                          .cols = cols,
-                          .data = grads[rank].data(),
-                          .push_spec = f32};
-    for (const auto& c : cs.shard_map().chunks()) {
-      ts.chunks.push_back({.index = c.index(),
-                           .offset = c.offset(),
-                           .num_elements = c.num_elements(),
-                           .server = server_address});
-    }
-    plans[w].tensors.push_back(std::move(ts));
-  }
-  std::vector<float> exact(tensor.num_elements());
-  for (size_t k = 0; k < exact.size(); ++k) exact[k] = (grads[0][k] + grads[1][k]) * 0.5f;
-  const std::vector<absl::StatusOr<worker::StepReport>> reports = test::RunPlans(engines, plans);
-  for (int w = 0; w < kWorkers; ++w) {
-    ASSERT_TRUE(reports[w].ok()) << "worker " << w << ": " << reports[w].status() << "\n"
-                                 << (*server)->stderr_text();
-    EXPECT_EQ(grads[w], exact) << "worker " << w;
-    for (const auto& [reason, count] : engines[w]->inbox().auth_failures())
-      EXPECT_EQ(count, 0) << reason;
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectExactStep(engines, sessions, cs, 0, kChaCha))
+      << (*server)->stderr_text();
   page = daemon::testing::HttpGet(metrics, "/metrics");
   EXPECT_EQ(Series(page, "gift_server_pushes_total"), kWorkers * cs.shard_map().chunks_size())
       << page;
@@ -276,7 +240,9 @@ TEST(DataPlaneAuthTest, AnOlderBuildsMemberPutsItsEpochsOnGmacAndEveryStepIsExac
             .ok());
   }
   ASSERT_TRUE(test::WaitForServing(**server, (*mixed)->epoch()).ok()) << (*server)->stderr_text();
-  ExpectExactStep(engines, sessions, **mixed, 0, dataplane::MacAlgorithm::kAes256Gmac);
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectExactStep(engines, sessions, **mixed, 0, dataplane::MacAlgorithm::kAes256Gmac))
+      << (*server)->stderr_text();
 
   // The older build's worker leaves; one of this build joins.
   EXPECT_TRUE(sessions[1]->Close().ok());
@@ -299,7 +265,9 @@ TEST(DataPlaneAuthTest, AnOlderBuildsMemberPutsItsEpochsOnGmacAndEveryStepIsExac
                             absl::Seconds(30))
                   .ok());
   ASSERT_TRUE(test::WaitForServing(**server, epoch).ok()) << (*server)->stderr_text();
-  ExpectExactStep(engines, sessions, **after, 1, dataplane::MacAlgorithm::kChaCha20Poly1305);
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectExactStep(engines, sessions, **after, 1, dataplane::MacAlgorithm::kChaCha20Poly1305))
+      << (*server)->stderr_text();
 
   for (auto& session : sessions) EXPECT_TRUE(session->Close().ok());
   ASSERT_TRUE((*server)->Signal(SIGTERM).ok());
