@@ -134,6 +134,11 @@ void MemberSession::RebuildChunkKeysLocked() {
   while (chunk_keys_.size() > kEpochsKept) chunk_keys_.erase(chunk_keys_.begin());
 }
 
+bool MemberSession::keys_missing() const {
+  absl::MutexLock lock(&mu_);
+  return keyring_.MissingPeers(*state_, identity_.member_id);
+}
+
 bool MemberSession::dataplane_auth() const {
   absl::MutexLock lock(&mu_);
   return keyring_.enabled();
@@ -217,9 +222,15 @@ absl::Status MemberSession::SendHeartbeat(absl::Duration timeout) {
     // every key changed.
     absl::StatusOr<bool> changed = keyring_.SetMemberKey(response->dataplane_key());
     if (!changed.ok()) return changed.status();
-    if (!*changed) return absl::OkStatus();
-    chunk_keys_.clear();
+    if (*changed) {
+      chunk_keys_.clear();
+    } else if (!keyring_.MissingPeers(*state_, identity_.member_id)) {
+      return absl::OkStatus();
+    }
   }
+  // A new member key, or a peer's key still missing (its fetch failed, or
+  // ran under an identity a re-join has since replaced): fetched again at
+  // every beat until it is here.
   FetchMissingKeys();
   return absl::OkStatus();
 }
@@ -289,6 +300,10 @@ void MemberSession::WatchLoop() {
       RefreshPeerKeys(state, member_id());
       InstallState(std::move(state));
       state.Clear();
+      // A re-join may have replaced the identity between the fetch and the
+      // install (the fetch under the evicted id is refused): the keys of
+      // the installed state are completed under the current one.
+      if (keys_missing()) FetchMissingKeys();
       backoff = options_.min_backoff;
     }
     reader->Finish().IgnoreError();  // why it ended does not change what we do
@@ -366,6 +381,11 @@ void MemberSession::SetErrorRatios(std::vector<gift::v1::TensorErrorRatio> ratio
 
 void MemberSession::SetLastStep(uint64_t step) {
   absl::MutexLock lock(&mu_);
+  // The first step above 0 goes out at once, not up to a quarter of the
+  // lease later: until some worker reports one, the coordinator takes the
+  // job for one that has not stepped and lets a joining worker straight
+  // into the world.
+  if (last_step_ == 0 && step > 0) beat_now_ = true;
   last_step_ = step;
 }
 

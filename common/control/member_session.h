@@ -152,7 +152,8 @@ class MemberSession {
   absl::StatusOr<std::shared_ptr<const gift::v1::ClusterState>> WaitForRevision(
       uint64_t revision, absl::Duration timeout) const;
 
-  // Records the last completed step; the next heartbeat reports it.
+  // Records the last completed step; the next heartbeat reports it (the
+  // first one above 0 at once).
   void SetLastStep(uint64_t step);
   // Records the step the member has begun and not completed (0: none); the
   // next heartbeat reports it (HeartbeatRequest.waiting_step) and stores
@@ -206,6 +207,11 @@ class MemberSession {
   // receives, best effort; a step that finds a key missing calls this (one
   // RPC when something is missing, none otherwise).
   void FetchMissingKeys();
+  // Whether the current state names a peer (or, for a worker in a node
+  // group, a node) whose key this member has not fetched; false when
+  // authentication is off. The lease thread fetches them again at every
+  // beat while this holds.
+  bool keys_missing() const;
 
   const CoordinatorClient& client() const { return client_; }
 

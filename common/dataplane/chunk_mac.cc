@@ -228,6 +228,19 @@ std::optional<AuthFailure> CheckChunk(const EpochKeys& keys, const ChunkHeader& 
   return std::nullopt;
 }
 
+bool AwaitsSignerKey(const EpochKeys& keys, const ChunkHeader& parsed,
+                     absl::Span<const uint8_t> header_bytes, uint32_t world_size) {
+  if (!IsSealedChunkHeader(header_bytes)) return false;
+  const uint8_t* p = header_bytes.data();
+  const uint32_t signer = GetU32(p + kSealSignerOffset);
+  if (parsed.epoch != keys.epoch ||
+      p[kSealAlgorithmOffset] != static_cast<uint8_t>(keys.algorithm) || signer >= world_size) {
+    return false;
+  }
+  if (parsed.kind == ChunkKind::kNodeMember) return !keys.node.has_value();
+  return signer >= keys.peers.size() || !keys.peers[signer].has_value();
+}
+
 absl::Status AuthFailureStatus(AuthFailure failure, const ChunkHeader& parsed) {
   return absl::UnauthenticatedError(absl::StrCat(
       "chunk authentication failed (", AuthFailureName(failure), "): ", ToString(parsed)));

@@ -105,6 +105,14 @@ std::optional<AuthFailure> CheckChunk(const EpochKeys& keys, const ChunkHeader& 
                                       absl::Span<const uint8_t> header_bytes,
                                       std::optional<absl::Span<const uint8_t>> payload);
 
+// Whether CheckChunk's kUnknownKey for this sealed chunk is one its
+// receiver may still resolve by fetching keys: the chunk is of `keys`' epoch
+// and MAC, its signer is below `world_size` (a rank of the epoch), and the
+// key that checks it (its signer's; a node member's chunk: the node's) is
+// not in `keys` yet. Any other kUnknownKey is final.
+bool AwaitsSignerKey(const EpochKeys& keys, const ChunkHeader& parsed,
+                     absl::Span<const uint8_t> header_bytes, uint32_t world_size);
+
 // Unauthenticated: "chunk authentication failed (bad_mac): push epoch=..."
 absl::Status AuthFailureStatus(AuthFailure failure, const ChunkHeader& parsed);
 

@@ -20,6 +20,7 @@ AggregatorDaemon::AggregatorDaemon(AggregatorShard* shard, control::MemberSessio
                      [this] {
                        last_tick_ns_.store(absl::GetCurrentTimeNanos());
                        RetryUnapplied();
+                       CompleteKeys();
                      },
                  .on_revision = [this](const gift::v1::ClusterState& s) { Apply(s); }}) {}
 
@@ -42,6 +43,7 @@ void AggregatorDaemon::Apply(const gift::v1::ClusterState& state) {
   epoch->keys = session_->chunk_keys(epoch->epoch);
   const uint64_t before = shard_->epoch();
   const absl::Status s = shard_->Apply(*epoch);
+  if (s.ok()) applied_keys_ = epoch->keys;
   if (!s.ok()) {
     // Logged once per epoch and error: the retries at every tick would
     // repeat it.
@@ -79,6 +81,23 @@ void AggregatorDaemon::Apply(const gift::v1::ClusterState& state) {
 // completes.
 void AggregatorDaemon::RetryUnapplied() {
   if (!unapplied_) return;
+  std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
+  if (state != nullptr) Apply(*state);
+}
+
+// A worker's key that the session lacks (its fetch failed or ran under an
+// identity a re-join replaced) leaves that worker's pushes held by the
+// shard: fetched again (at most every kKeyRetry), and once the session's
+// keys of the shard's epoch change, the state is applied again, which
+// installs them and replays the held pushes.
+void AggregatorDaemon::CompleteKeys() {
+  const absl::Time now = absl::Now();
+  if (session_->keys_missing() && now - last_key_fetch_ >= kKeyRetry) {
+    last_key_fetch_ = now;
+    session_->FetchMissingKeys();
+  }
+  if (unapplied_ || applied_keys_ == nullptr) return;
+  if (session_->chunk_keys(applied_keys_->epoch) == applied_keys_) return;
   std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
   if (state != nullptr) Apply(*state);
 }

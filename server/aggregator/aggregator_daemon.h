@@ -12,6 +12,9 @@
 // An epoch that fails to apply (its data-plane keys are not there yet, as
 // after a re-join) is applied again at every tick (100 ms) until it succeeds
 // or a newer revision replaces it.
+// So is the state when the session's keys of the applied epoch changed
+// (a worker's key fetched late: the shard holds that worker's pushes until
+// then); a key the session still lacks is fetched again every 250 ms.
 //
 // Logs (common/base/logging.h): `serving` (epoch, shard, workers, chunks)
 // after every change of the epoch or of this shard's chunk count,
@@ -69,8 +72,12 @@ class AggregatorDaemon {
   // Applies the session's state again when the last Apply failed (the
   // follower's thread, at every tick).
   void RetryUnapplied();
+  // Fetches the keys the session lacks and applies the state again when
+  // the applied epoch's keys changed (the follower's thread, every tick).
+  void CompleteKeys();
 
   static constexpr absl::Duration kTick = absl::Milliseconds(100);
+  static constexpr absl::Duration kKeyRetry = absl::Milliseconds(250);
 
   AggregatorShard* const shard_;
   control::MemberSession* const session_;
@@ -82,6 +89,10 @@ class AggregatorDaemon {
   bool unapplied_ = false;
   uint64_t unapplied_epoch_ = 0;
   std::string unapplied_error_;
+  // The keys of the last epoch applied; when the key fetch was last tried
+  // (follower's thread).
+  std::shared_ptr<const dataplane::EpochKeys> applied_keys_;
+  absl::Time last_key_fetch_ = absl::InfinitePast();
   control::StateFollower follower_;  // last: its thread uses the members above
 };
 

@@ -137,6 +137,7 @@ absl::Status AggregatorShard::Apply(const ShardEpoch& epoch) {
   if (epoch.epoch < current) return absl::OkStatus();
   if (auto s = CheckEpochKeys(epoch); !s.ok()) return s;
   InstallEpochKeys(epoch);  // the same epoch, maybe with more peers' keys
+  ReplayHeld();             // pushes that waited for them
   if (epoch.pull_spec.has_value()) {
     if (auto s = reducer_->SetPullSpec(*epoch.pull_spec); !s.ok()) return s;
   }

@@ -184,7 +184,12 @@ class AggregatorShard {
   void InstallEpochKeys(const ShardEpoch& epoch);
   void CountAuthFailure(dataplane::AuthFailure failure, const dataplane::ChunkHeader& header,
                         transport::PeerId from);
-  // Replays the pushes held for keys up to the current epoch.
+  // Holds a push until the keys that check it are installed (at most
+  // kMaxHeldPushes and the reducer's max_deferred_bytes; past that it is
+  // refused, RESOURCE_EXHAUSTED).
+  void Hold(const dataplane::ChunkHeader& header, transport::Message& message);
+  // Replays the pushes held for keys (SetEpoch, and Apply when the same
+  // epoch's keys grew).
   void ReplayHeld();
   // The header to send `header` + `payload` with: sealed with the keys of
   // its epoch when authenticating; empty when there are none.
@@ -241,6 +246,7 @@ class AggregatorShard {
   std::optional<bool> authenticate_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const dataplane::EpochKeys> keys_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const dataplane::EpochKeys> previous_keys_ ABSL_GUARDED_BY(mu_);
+  uint32_t keys_world_size_ ABSL_GUARDED_BY(mu_) = 0;  // the workers of keys_' epoch
   std::vector<transport::Message> held_ ABSL_GUARDED_BY(mu_);
   uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // The rate limit of a report callback: at most one call per interval,

@@ -43,6 +43,7 @@ void AggregatorShard::InstallEpochKeys(const ShardEpoch& epoch) {
   authenticate_ = true;
   if (keys_ == nullptr || keys_->epoch != epoch.keys->epoch) previous_keys_ = std::move(keys_);
   keys_ = epoch.keys;
+  keys_world_size_ = static_cast<uint32_t>(epoch.workers.size());
 }
 
 bool AggregatorShard::MayPlace(const ChunkHeader& header,
@@ -64,32 +65,17 @@ std::optional<codec::ChecksumCheck> AggregatorShard::Authenticate(const ChunkHea
                                                                   transport::Message& message) {
   if (options_.auth == ShardAuth::kOff) return codec::ChecksumCheck::kVerify;
   std::shared_ptr<const dataplane::EpochKeys> keys;
+  uint32_t world_size = 0;
   {
     absl::MutexLock lock(&mu_);
     if (authenticate_ == false) return codec::ChecksumCheck::kVerify;
     keys = keys_;  // null until the first keyed epoch (or while undecided)
+    world_size = keys_world_size_;
   }
   const bool placed = message.placed.data() != nullptr;
   if (keys == nullptr || header.epoch > keys->epoch) {
-    // An epoch this shard has no keys of yet (a worker saw it first). Never
-    // placed (MayPlace), so the bytes are the message's own.
-    if (placed) {
-      reducer_->DiscardPlaced(header, message.placed);
-      CountAuthFailure(AuthFailure::kUnknownKey, header, message.from);
-      return std::nullopt;
-    }
-    const size_t size = message.payload.size();
-    {
-      absl::MutexLock lock(&mu_);
-      if (held_.size() < kMaxHeldPushes &&
-          held_bytes_ + size <= options_.reducer.max_deferred_bytes) {
-        held_bytes_ += size;
-        held_.push_back(std::move(message));
-        return std::nullopt;
-      }
-    }
-    Reject(absl::ResourceExhaustedError(absl::StrCat(
-        dataplane::ToString(header), ": too many pushes wait for their epoch's keys")));
+    // An epoch this shard has no keys of yet (a worker saw it first).
+    Hold(header, message);
     return std::nullopt;
   }
   if (header.epoch < keys->epoch) {
@@ -99,11 +85,41 @@ std::optional<codec::ChecksumCheck> AggregatorShard::Authenticate(const ChunkHea
     return std::nullopt;
   }
   if (auto failure = dataplane::CheckChunk(*keys, header, message.header, message.bytes())) {
+    // The key of a worker of this epoch that the session has not fetched
+    // yet (a re-joined server, or a worker admitted while the keys were
+    // being built): held until the keys with it are installed.
+    if (*failure == AuthFailure::kUnknownKey &&
+        dataplane::AwaitsSignerKey(*keys, header, message.header, world_size)) {
+      Hold(header, message);
+      return std::nullopt;
+    }
     if (placed) reducer_->DiscardPlaced(header, message.placed);
     CountAuthFailure(*failure, header, message.from);
     return std::nullopt;
   }
   return codec::ChecksumCheck::kCoveredByMac;  // the chunk tag covered the payload
+}
+
+void AggregatorShard::Hold(const ChunkHeader& header, transport::Message& message) {
+  // Never placed (MayPlace refuses what does not verify), so the bytes are
+  // the message's own.
+  if (message.placed.data() != nullptr) {
+    reducer_->DiscardPlaced(header, message.placed);
+    CountAuthFailure(AuthFailure::kUnknownKey, header, message.from);
+    return;
+  }
+  const size_t size = message.payload.size();
+  {
+    absl::MutexLock lock(&mu_);
+    if (held_.size() < kMaxHeldPushes &&
+        held_bytes_ + size <= options_.reducer.max_deferred_bytes) {
+      held_bytes_ += size;
+      held_.push_back(std::move(message));
+      return;
+    }
+  }
+  Reject(absl::ResourceExhaustedError(
+      absl::StrCat(dataplane::ToString(header), ": too many pushes wait for their keys")));
 }
 
 void AggregatorShard::ReplayHeld() {

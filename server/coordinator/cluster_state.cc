@@ -162,7 +162,10 @@ absl::StatusOr<gift::v1::HeartbeatResponse> ClusterStateMachine::Heartbeat(
     if (!joining && request.last_step() > m->last_step()) {
       m->set_last_step(request.last_step());
       uint64_t min_next = 0, max_last = 0;
-      if (IsWorker(*m)) NoteStepReachedLocked(m->last_step());
+      if (IsWorker(*m)) {
+        membership_.NoteStepped();
+        NoteStepReachedLocked(m->last_step());
+      }
       const uint64_t revision = meta_.revision;
       if (IsWorker(*m)) {
         // The member workers have completed the steps below a joiner's

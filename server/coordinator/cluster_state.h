@@ -247,7 +247,8 @@ class ClusterStateMachine {
   // then ranks, owners, shard map, proposals; the horizon after admissions.
   void OnMembershipChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the cluster has stepped: a member worker reported a step above
-  // 0 (a joining worker then waits for its admit step).
+  // 0 since the cluster last had no worker (Membership::stepped; a joining
+  // worker then waits for its admit step).
   bool StartedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AssignOwnersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceFrozenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -22,10 +22,7 @@ bool ClusterStateMachine::StartedLocked() const {
   // Not the horizon: it persists across jobs, and the workers of a new job on
   // an old state file must all join at once (the start barrier waits for
   // them). A restarted coordinator relearns the steps from the next beats.
-  for (const auto& [id, m] : membership_.members()) {
-    if (IsWorker(m) && m.last_step() > 0) return true;
-  }
-  return false;
+  return membership_.stepped();
 }
 
 absl::StatusOr<gift::v1::JoinResponse> ClusterStateMachine::Join(

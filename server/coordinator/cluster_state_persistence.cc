@@ -90,7 +90,10 @@ void ClusterStateMachine::RollBackLocked() {
   }
   // Uncommitted bytes go with the ledger's reset; committed ones are read
   // again on demand.
+  const bool stepped = membership_.stepped();
   ApplyStoredLocked(*std::move(stored));
+  // The job that stepped goes on (its reporter may be gone from the store).
+  if (stepped && membership_.Count(gift::v1::MEMBER_ROLE_WORKER) > 0) membership_.NoteStepped();
   Log(Level::kWarning, "rolled_back",
       {{"revision", meta_.revision}, {"epoch", membership_.epoch()}});
 }

@@ -45,7 +45,9 @@ void Membership::Reset(uint64_t epoch, uint64_t next_member_seq,
   next_member_seq_ = next_member_seq;
   members_.clear();
   joining_.clear();
+  stepped_ = false;
   for (gift::v1::Member& m : members) {
+    if (IsWorker(m) && m.last_step() > 0) stepped_ = true;
     std::string id = m.member_id();
     members_[id] = std::move(m);
   }
@@ -156,6 +158,7 @@ void Membership::Remove(const std::string& member_id, absl::string_view event, i
   if (auto j = joining_.find(member_id); j != joining_.end()) {
     Record(event, j->second, now_ms);
     joining_.erase(j);
+    ForgetStepsWithoutWorkers();
     return;
   }
   auto it = members_.find(member_id);
@@ -169,6 +172,15 @@ void Membership::Remove(const std::string& member_id, absl::string_view event, i
   put_members_.erase(member_id);
   delete_members_.insert(member_id);
   members_.erase(it);
+  ForgetStepsWithoutWorkers();
+}
+
+void Membership::ForgetStepsWithoutWorkers() {
+  if (!joining_.empty()) return;
+  for (const auto& [id, m] : members_) {
+    if (IsWorker(m)) return;
+  }
+  stepped_ = false;  // the next workers start a new job
 }
 
 std::vector<std::string> Membership::Expired(int64_t now_ms) const {

@@ -96,6 +96,11 @@ class Membership {
   bool WorkerSteps(uint64_t* min_next_step, uint64_t* max_last_step) const;
   std::set<std::string> WorkerIds() const;
 
+  // Whether the job has stepped (see Semantics); NoteStepped records that a
+  // member worker reported a completed step.
+  bool stepped() const { return stepped_; }
+  void NoteStepped() { stepped_ = true; }
+
   // Records a history event for `member` (and logs it).
   void Record(absl::string_view event, const gift::v1::Member& member, int64_t now_ms);
   // The member's current record is to be written (not for a joining one).
@@ -108,6 +113,8 @@ class Membership {
 
  private:
   void RerankRole(gift::v1::MemberRole role);
+  // Clears stepped_ when no worker is left, member or joining.
+  void ForgetStepsWithoutWorkers();
 
   uint64_t epoch_ = 0;
   uint64_t next_member_seq_ = 1;
@@ -116,6 +123,7 @@ class Membership {
   std::map<std::string, gift::v1::Member> put_members_;
   std::set<std::string> delete_members_;
   std::vector<MembershipEvent> history_;
+  bool stepped_ = false;
   // The last step of workers whose lease expired or who failed, and the
   // event (in memory, at most kMaxEvicted), for Live's message to a
   // returning one.

@@ -245,6 +245,27 @@ TEST_F(AggregatorShardAuthTest, PushesOfAnEpochWithoutKeysYetAreHeldAndCheckedLa
   EXPECT_EQ(shard_->counters().pushes_accepted, kWorld);
 }
 
+TEST_F(AggregatorShardAuthTest, PushesOfAWorkerWhoseKeyIsNotHereYetAreHeldUntilItIs) {
+  // The epoch's keys lack rank 2's (its fetch failed, or ran under the
+  // identity a re-join replaced): its push is held, not refused, and
+  // counted once the same epoch's keys with it are applied.
+  Start(ShardAuth::kOn);
+  ShardEpoch lacking = Epoch(1, true);
+  auto keys = std::make_shared<EpochKeys>(*lacking.keys);
+  keys->peers[2].reset();
+  lacking.keys = keys;
+  ASSERT_TRUE(shard_->SetEpoch(lacking).ok());
+  for (uint32_t r = 0; r < kWorld; ++r) Push(r, 1, static_cast<float>(r + 1));
+  ASSERT_TRUE(Eventually([&] { return shard_->counters().pushes_accepted == 2; }));
+  ASSERT_TRUE(Eventually([&] { return shard_->deferred_pushes() == 1; }));
+  EXPECT_EQ(shard_->auth_failures()["unknown_key"], 0u);
+  ASSERT_TRUE(shard_->Apply(Epoch(1, true)).ok());
+  ExpectSealedResult(1, 2.0f);
+  EXPECT_EQ(shard_->counters().pushes_accepted, kWorld);
+  EXPECT_EQ(shard_->deferred_pushes(), 0u);
+  EXPECT_EQ(shard_->auth_failures()["unknown_key"], 0u);
+}
+
 TEST_F(AggregatorShardAuthTest, AnEpochWithoutKeysIsRefusedOnceOn) {
   Start(ShardAuth::kOn);
   EXPECT_EQ(shard_->SetEpoch(Epoch(1, false)).code(), absl::StatusCode::kInvalidArgument);

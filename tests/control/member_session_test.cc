@@ -43,7 +43,27 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     response->set_rank(member->rank());
     response->set_epoch(state_.epoch());
     response->set_lease_ttl_ms(200);
+    if (keys_on_) response->mutable_dataplane_key()->set_key(std::string(32, 'k'));
     *response->mutable_state() = state_;
+    return grpc::Status::OK;
+  }
+
+  // The servers' keys (32 bytes of 's'), unless the next refusals are due.
+  grpc::Status GetDataPlaneKeys(grpc::ServerContext*, const v1::GetDataPlaneKeysRequest*,
+                                v1::DataPlaneKeys* response) override {
+    absl::MutexLock lock(&mu_);
+    ++key_fetches_;
+    if (refuse_key_fetches_ > 0) {
+      --refuse_key_fetches_;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "refused for the test");
+    }
+    response->set_epoch(state_.epoch());
+    for (const v1::Member& s : state_.servers()) {
+      v1::PeerDataPlaneKey* peer = response->add_peers();
+      peer->set_member_id(s.member_id());
+      peer->set_rank(s.rank());
+      peer->set_key(std::string(32, 's'));
+    }
     return grpc::Status::OK;
   }
 
@@ -66,6 +86,7 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     }
     ++heartbeats_;
     last_step_ = request->last_step();
+    if (keys_on_) response->mutable_dataplane_key()->set_key(std::string(32, 'k'));
     response->set_epoch(state_.epoch());
     response->set_revision(state_.revision());
     return grpc::Status::OK;
@@ -158,6 +179,26 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     state_.set_epoch(state_.epoch() + 1);
     state_.set_revision(state_.revision() + 1);
   }
+  // Data-plane keys on: members get a key at Join and in every beat.
+  void set_keys_on() {
+    absl::MutexLock lock(&mu_);
+    keys_on_ = true;
+  }
+  // A server joins (a new epoch); the next `refusals` key fetches fail.
+  void AddServer(const std::string& id, int refusals) {
+    absl::MutexLock lock(&mu_);
+    v1::Member* server = state_.add_servers();
+    server->set_member_id(id);
+    server->set_role(v1::MEMBER_ROLE_SERVER);
+    server->set_rank(state_.servers_size() - 1);
+    refuse_key_fetches_ = refusals;
+    state_.set_epoch(state_.epoch() + 1);
+    state_.set_revision(state_.revision() + 1);
+  }
+  int key_fetches() const {
+    absl::MutexLock lock(&mu_);
+    return key_fetches_;
+  }
   void ShutDown() {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
@@ -200,6 +241,9 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   int publish_messages_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool corrupt_fetch_ ABSL_GUARDED_BY(mu_) = false;
+  bool keys_on_ ABSL_GUARDED_BY(mu_) = false;
+  int refuse_key_fetches_ ABSL_GUARDED_BY(mu_) = 0;
+  int key_fetches_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::string> live_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> left_ ABSL_GUARDED_BY(mu_);
   v1::ClusterState state_ ABSL_GUARDED_BY(mu_);
@@ -292,6 +336,42 @@ TEST(MemberSessionTest, HeartbeatsCarryTheLastStep) {
   (*session)->SetLastStep(42);
   EXPECT_TRUE((*session)->HeartbeatNow().ok());
   EXPECT_EQ(server.service().last_step(), 42u);
+}
+
+TEST(MemberSessionTest, HeartbeatsReportTheFirstCompletedStepAtOnce) {
+  FakeServer server;
+  MemberSessionOptions options = Options("w0");
+  options.heartbeat_interval = absl::Minutes(10);  // no beat but the one asked for
+  auto session = MemberSession::Start(CoordinatorClient::MakeChannel(server.address()), options);
+  ASSERT_TRUE(session.ok()) << session.status();
+  (*session)->SetLastStep(1);
+  EXPECT_TRUE(Eventually([&] { return server.service().last_step() == 1; }));
+  EXPECT_EQ(server.service().heartbeats(), 1);
+  // Later steps wait for the next beat.
+  (*session)->SetLastStep(2);
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(server.service().heartbeats(), 1);
+}
+
+TEST(MemberSessionTest, APeersKeyWhoseFetchFailedIsFetchedAgainAtTheNextBeats) {
+  FakeServer server;
+  server.service().set_keys_on();
+  auto session =
+      MemberSession::Start(CoordinatorClient::MakeChannel(server.address()), Options("w0"));
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->dataplane_auth());
+  EXPECT_FALSE((*session)->keys_missing());
+  // A server joins, and the watch thread's fetches of its key fail (the
+  // coordinator was briefly unreachable, or the fetch ran under an identity
+  // a re-join replaced): the epoch's keys lack it until a beat fetches it.
+  server.service().AddServer("s1", /*refusals=*/3);
+  ASSERT_TRUE(Eventually([&] { return (*session)->state()->servers_size() == 1; }));
+  ASSERT_TRUE(Eventually([&] {
+    auto keys = (*session)->chunk_keys((*session)->state()->epoch());
+    return !(*session)->keys_missing() && keys != nullptr && keys->peers.size() == 1 &&
+           keys->peers[0].has_value();
+  }));
+  EXPECT_GE(server.service().key_fetches(), 4);
 }
 
 TEST(MemberSessionTest, RejoinsWhenTheLeaseIsLost) {

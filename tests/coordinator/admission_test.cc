@@ -167,6 +167,26 @@ TEST_F(AdmissionTest, TheWorkersOfANewJobOnAnOldStateJoinAtOnce) {
   EXPECT_EQ(state_->Snapshot()->workers_size(), 2);
 }
 
+TEST_F(AdmissionTest, AWorkerReplacedBeforeTheOthersFirstBeatWaitsForItsAdmitStep) {
+  // Only w0's beat has told of a completed step when w0 is evicted: the
+  // others' first beats come a quarter of the lease after their joins. The
+  // job has stepped all the same; a replacement joining now must not enter
+  // the world at once (its start barrier would wait for a world that is
+  // never complete while another joiner waits for its admit step).
+  const std::string w0 = Join("w0").member_id();
+  const std::string w1 = Join("w1").member_id();
+  const std::string w2 = Join("w2").member_id();
+  ASSERT_TRUE(Heartbeat(w0, 14).ok());
+  ASSERT_TRUE(Leave(w0).ok());
+  const v1::JoinResponse back = Join("w0");
+  EXPECT_FALSE(back.admitted());
+  EXPECT_GT(back.admit_step(), 14u);
+  EXPECT_FALSE(IsWorkerOf(*state_->Snapshot(), back.member_id()));
+  // Once no worker is left, member or joining, the next one starts a new job.
+  for (const std::string& id : {w1, w2, back.member_id()}) ASSERT_TRUE(Leave(id).ok());
+  EXPECT_TRUE(Join("n0").admitted());
+}
+
 TEST_F(AdmissionTest, ServersJoinAtOnce) {
   StartCluster(20);
   const uint64_t epoch = state_->Snapshot()->epoch();

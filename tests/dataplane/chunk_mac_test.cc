@@ -269,6 +269,42 @@ TEST(ChunkMacFormatTest, AChunkOfTheOtherAlgorithmIsRefused) {
   EXPECT_EQ(MacAlgorithmOf(3), std::nullopt);
 }
 
+TEST(ChunkMacFormatTest, OnlyAMissingSignerKeyOfTheEpochMayStillBeAwaited) {
+  const std::vector<uint8_t> payload = Payload();
+  const MacAlgorithm mac = MacAlgorithm::kChaCha20Poly1305;
+  const EpochKeys all = ServerKeys(5, mac);
+  const auto sealed = SealChunk(Push(2), 2, payload, *all.peers[2], mac).value();
+  const ChunkHeader parsed = ParseChunkHeader(sealed).value();
+  EpochKeys lacking = all;
+  lacking.peers[2].reset();
+  ASSERT_EQ(CheckChunk(lacking, parsed, sealed, payload), AuthFailure::kUnknownKey);
+  // Rank 2's key is not here yet: a receiver may hold the chunk for it ...
+  EXPECT_TRUE(AwaitsSignerKey(lacking, parsed, sealed, /*world_size=*/4));
+  lacking.peers.resize(2);  // the last rank's slot not even allocated
+  EXPECT_TRUE(AwaitsSignerKey(lacking, parsed, sealed, 4));
+  // ... but not for a signer outside the epoch's world, another epoch's
+  // chunk, the other MAC's, or one whose key is here.
+  EXPECT_FALSE(AwaitsSignerKey(lacking, parsed, sealed, 2));
+  EpochKeys later = lacking;
+  later.epoch = 6;
+  EXPECT_FALSE(AwaitsSignerKey(later, parsed, sealed, 4));
+  EpochKeys gmac = lacking;
+  gmac.algorithm = MacAlgorithm::kAes256Gmac;
+  EXPECT_FALSE(AwaitsSignerKey(gmac, parsed, sealed, 4));
+  EXPECT_FALSE(AwaitsSignerKey(all, parsed, sealed, 4));
+  EXPECT_FALSE(AwaitsSignerKey(all, parsed, SerializeChunkHeader(parsed), 4));  // unsealed
+  // A node member's chunk waits for the node key, whoever signed it.
+  ChunkHeader member = Push(1);
+  member.kind = ChunkKind::kNodeMember;
+  const MacKey node = KeyOf(50);
+  const auto to_leader = SealChunk(member, 1, payload, node, mac).value();
+  const ChunkHeader member_parsed = ParseChunkHeader(to_leader).value();
+  EXPECT_TRUE(AwaitsSignerKey(all, member_parsed, to_leader, 4));
+  EpochKeys leader = all;
+  leader.node = node;
+  EXPECT_FALSE(AwaitsSignerKey(leader, member_parsed, to_leader, 4));
+}
+
 // The AEAD's tag over `aad` under `key` and `iv`, from a context of its own.
 std::array<uint8_t, kSealTagBytes> FreshTag(MacAlgorithm algorithm, const MacKey& key,
                                             const uint8_t* iv, absl::Span<const uint8_t> aad) {

@@ -199,5 +199,60 @@ TEST_F(StalledPeerTest, ALateWorkerWhoseDaemonLivesIsWaitedForNotEvicted) {
   StepExact({0, 1, 2}, 2);
 }
 
+// A worker killed and replaced 5 steps into a run, long before the regular
+// beats (a quarter of the 60 s lease) would have told the coordinator of any
+// completed step: each member beats at once when its first step completes,
+// so the replacement is admitted at a step instead of entering the world
+// as at a start (the soak's stall of December 2026, operations.md).
+class EarlyReplacementTest : public RejoinIntegrationTest {
+ protected:
+  tools::LocalClusterOptions Options() override {
+    tools::LocalClusterOptions options = test::ShortLeaseOptions(1, kWorkers);
+    options.lease_ttl = absl::Seconds(60);
+    return options;
+  }
+
+  // Worker w's daemon restarted (a new member) and its client connected
+  // again with the same tensor.
+  void Replace(int w) {
+    ASSERT_TRUE(cluster_->RestartWorker(w).ok());
+    tensors_[w].clear();
+    clients_[w].reset();
+    auto c = client::WorkerClient::Connect(cluster_->worker_socket(w));
+    ASSERT_TRUE(c.ok()) << c.status();
+    clients_[w] = *std::move(c);
+    auto tensors = clients_[w]->Register({{"rejoin.grad", {kRows, kCols}}});
+    ASSERT_TRUE(tensors.ok()) << tensors.status();
+    tensors_[w] = *std::move(tensors);
+  }
+};
+
+TEST_F(EarlyReplacementTest, AWorkerReplacedBeforeTheRegularBeatsIsAdmittedAtAStep) {
+  const int victim = kWorkers - 1;
+  for (uint64_t step = 0; step < 5; ++step) StepExact({0, 1, 2}, step);
+  ASSERT_TRUE(cluster_->KillWorker(victim).ok());
+  at_tear_down_ = AtTearDown::kStopAnyhow;
+  // The others complete step 5 without it once its eviction is confirmed.
+  StepExact({0, 1}, 5);
+  Replace(victim);
+  if (HasFatalFailure()) return;
+  // Its training loop goes on at the cluster's step, 6: refused with a step
+  // the others may not have begun, while they complete step 6 without it.
+  uint64_t step = 6;
+  auto w0 = Start(0, step), w1 = Start(1, step);
+  const absl::StatusOr<client::PushPullResult> first = Start(victim, step).get();
+  ASSERT_TRUE(absl::IsFailedPrecondition(first.status())) << first.status();
+  std::smatch m;
+  const std::string message(first.status().message());
+  ASSERT_TRUE(std::regex_search(message, m, std::regex("admitted at step ([0-9]+)"))) << message;
+  const uint64_t admit = std::stoull(m[1]);
+  EXPECT_GT(admit, step);
+  ExpectExact(0, w0.get(), {0, 1}, step);
+  ExpectExact(1, w1.get(), {0, 1}, step);
+  ++step;
+  for (; step < admit; ++step) StepExact({0, 1}, step);
+  for (; step < admit + 3; ++step) StepExact({0, 1, 2}, step);
+}
+
 }  // namespace
 }  // namespace gift::worker

@@ -107,12 +107,14 @@ absl::StatusOr<StepPlan> WorkerCore::PlanWithKeys(const gift::v1::ClusterState& 
   // A node group's member seals its chunks with the node key, which it
   // fetches once a state puts it in the group; that fetch may have failed
   // or not run (a re-joined worker's first state in the group came before
-  // its Watch stream was open again): fetch now, else wait for it.
+  // its Watch stream was open again): fetch now, else wait for it. A
+  // server's key missing (its results would be refused) is fetched now too,
+  // but the step goes on without it.
   auto missing = [&] {
     return session_->dataplane_auth() &&
            (plan->keys == nullptr || (plan->node != nullptr && !plan->keys->node.has_value()));
   };
-  if (missing()) {
+  if (missing() || session_->keys_missing()) {
     session_->FetchMissingKeys();
     plan->keys = session_->chunk_keys(plan->epoch);
   }
