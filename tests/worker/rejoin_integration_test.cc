@@ -160,14 +160,18 @@ TEST_F(RejoinIntegrationTest, AStoppedWorkerPastItsLeaseIsAdmittedAheadAndNeverB
 // (gift-coordinator --keepalive: 0.5 s pings, 0.5 s to answer) while the
 // others wait for it, not at its lease's end; a late worker whose daemon
 // lives answers the pings and is waited for, however long.
-class StalledPeerTest : public RejoinIntegrationTest {
+// The same cluster with a lease of kLeaseSeconds.
+template <int kLeaseSeconds>
+class RejoinWithLeaseTest : public RejoinIntegrationTest {
  protected:
   tools::LocalClusterOptions Options() override {
     tools::LocalClusterOptions options = test::ShortLeaseOptions(1, kWorkers);
-    options.lease_ttl = absl::Seconds(10);
+    options.lease_ttl = absl::Seconds(kLeaseSeconds);
     return options;
   }
 };
+
+class StalledPeerTest : public RejoinWithLeaseTest<10> {};
 
 TEST_F(StalledPeerTest, AStoppedWorkerIsEvictedWhenItsConnectionDiesNotWhenItsLeaseEnds) {
   const int stopped = kWorkers - 1;
@@ -204,14 +208,8 @@ TEST_F(StalledPeerTest, ALateWorkerWhoseDaemonLivesIsWaitedForNotEvicted) {
 // completed step: each member beats at once when its first step completes,
 // so the replacement is admitted at a step instead of entering the world
 // as at a start (the soak's stall of December 2026, operations.md).
-class EarlyReplacementTest : public RejoinIntegrationTest {
+class EarlyReplacementTest : public RejoinWithLeaseTest<60> {
  protected:
-  tools::LocalClusterOptions Options() override {
-    tools::LocalClusterOptions options = test::ShortLeaseOptions(1, kWorkers);
-    options.lease_ttl = absl::Seconds(60);
-    return options;
-  }
-
   // Worker w's daemon restarted (a new member) and its client connected
   // again with the same tensor.
   void Replace(int w) {
