@@ -29,7 +29,10 @@ namespace {
 std::atomic<bool> g_stop{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "g_stop is written by a signal handler");
 
-void OnStopSignal(int /*signal*/) { g_stop.store(true, std::memory_order_relaxed); }
+// Installed only where gift-bench has CUDA (without it the roles refuse to run).
+[[maybe_unused]] void OnStopSignal(int /*signal*/) {
+  g_stop.store(true, std::memory_order_relaxed);
+}
 
 constexpr int kNoDeviceExitCode = 2;
 

@@ -89,9 +89,10 @@ absl::StatusOr<CpuShape> RunCpuShape(int64_t d_out, int64_t d_in, const std::vec
   return cpu;
 }
 
-// Relative Frobenius error of gpu's forward of g against cpu's.
-absl::StatusOr<double> ActionError(const TensorBasis& gpu, const TensorBasis& cpu,
-                                   const std::vector<float>& g) {
+// Relative Frobenius error of gpu's forward of g against cpu's (used only
+// where gift-bench has CUDA).
+[[maybe_unused]] absl::StatusOr<double> ActionError(const TensorBasis& gpu, const TensorBasis& cpu,
+                                                    const std::vector<float>& g) {
   const int64_t d_out = cpu.header().d_out, d_in = cpu.header().d_in;
   std::vector<float> a(g.size()), b(g.size());
   GIFT_RETURN_IF_ERROR(gpu.Forward(g.data(), d_out, d_in, a.data()));
