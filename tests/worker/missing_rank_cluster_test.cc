@@ -138,6 +138,32 @@ TEST_F(MissingRankClusterTest, ARankThatNeverPushesIsNamedInLogStatusMetricAndEr
   EXPECT_TRUE(absl::StrContains(r.status().message(), "has not begun step 2")) << r.status();
 }
 
+TEST_F(MissingRankClusterTest, AWorkerInItsStartBarrierSaysSoAndHasNotBegunTheStep) {
+  // Worker 1 dies before the first step and its lease (3 s) ends: worker 0's
+  // first step waits in its start barrier (--min-workers 2) for a world of
+  // two. It logs that, and it does not report the step as begun: its wait
+  // is not "every rank began step 1 (the servers' results are missing)".
+  ASSERT_NO_FATAL_FAILURE(Start(gift::v1::ON_MEMBER_LOSS_CONTINUE, absl::Seconds(6)));
+  ASSERT_NO_FATAL_FAILURE(RegisterAll());
+  ASSERT_TRUE(cluster_->KillWorker(1).ok());
+  const absl::Time killed = absl::Now();
+  bool alone = false;
+  while (!alone && absl::Now() - killed < absl::Seconds(20)) {
+    absl::SleepFor(absl::Milliseconds(100));
+    auto status = coordinator_->GetStatus();
+    alone = status.ok() && status->state().workers_size() == 1;
+  }
+  ASSERT_TRUE(alone) << Logs();
+  auto r = Step(0, 1).get();
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "the first step waits for 2 workers"))
+      << r.status();
+  const std::string logs = Logs();
+  EXPECT_TRUE(absl::StrContains(logs, "\"event\":\"start_barrier_waiting\"")) << logs;
+  EXPECT_FALSE(absl::StrContains(logs, "\"event\":\"step_waiting\"")) << logs;
+  EXPECT_FALSE(absl::StrContains(r.status().message(), "every rank began")) << r.status();
+}
+
 TEST_F(MissingRankClusterTest, APeerRefusedAtRegistrationFailsTheOthersStepAtOnce) {
   ASSERT_NO_FATAL_FAILURE(Start(gift::v1::ON_MEMBER_LOSS_CONTINUE, absl::Seconds(60)));
   auto t0 = clients_[0]->Register({{"layer.w", {32, 16}}});
@@ -222,7 +248,9 @@ TEST_F(MissingRankClusterTest, ANewRunStartsAtStepZeroInNewShapes) {
       for (auto& f : calls) {
         auto r = f.get();
         EXPECT_TRUE(r.ok()) << "run " << id << " step " << step << ": " << r.status();
-        if (r.ok()) EXPECT_EQ(r->step, step);
+        if (r.ok()) {
+          EXPECT_EQ(r->step, step);
+        }
       }
     }
     return clients;

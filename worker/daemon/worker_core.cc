@@ -274,7 +274,8 @@ absl::StatusOr<std::vector<const RegisteredTensor*>> WorkerCore::Select(
   return selected;
 }
 
-absl::Status WorkerCore::AwaitStartBarrier(absl::Time deadline) {
+absl::Status WorkerCore::AwaitStartBarrier(uint64_t step, absl::Time deadline) {
+  if (open_.has_value() && open_->step == step) return absl::OkStatus();
   bool first;
   {
     absl::MutexLock lock(&mu_);
@@ -286,6 +287,11 @@ absl::Status WorkerCore::AwaitStartBarrier(absl::Time deadline) {
     return absl::OkStatus();
   }
   const uint32_t want = options_.min_workers;
+  const int joined = session_->state()->workers_size();
+  if (static_cast<uint32_t>(joined) < want) {
+    Log(Level::kInfo, "start_barrier_waiting",
+        {{"step", step}, {"workers", joined}, {"min_workers", want}});
+  }
   auto ready = session_->WaitFor(
       [want](const gift::v1::ClusterState& s) {
         return static_cast<uint32_t>(s.workers_size()) >= want;
@@ -322,8 +328,15 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::PushPull(
   } done{this};
 
   absl::MutexLock step_lock(&step_mu_);
-  waits_.Begin(request.step());
-  absl::StatusOr<gift::v1::PushPullResponse> result = RunStep(request, start, deadline);
+  // A worker in its start barrier has not begun the step: it reports the
+  // step only once past it, so the others' reports name it as the rank that
+  // has not begun instead of saying that every rank has.
+  absl::StatusOr<gift::v1::PushPullResponse> result =
+      [&]() -> absl::StatusOr<gift::v1::PushPullResponse> {
+    if (absl::Status s = AwaitStartBarrier(request.step(), deadline); !s.ok()) return s;
+    waits_.Begin(request.step());
+    return RunStep(request, start, deadline);
+  }();
   if (absl::IsDeadlineExceeded(result.status())) {
     // Name who the step waited for (the coordinator's view, asked now).
     const std::string who = waits_.Describe(request.step());
@@ -360,7 +373,6 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::RunStep(
     if (absl::Status s = r->Widen(); !s.ok()) return s;
     tensors.push_back(r->local);
   }
-  if (auto s = AwaitStartBarrier(deadline); !s.ok()) return s;
 
   // What the owner wants of this step (decided on the state before it).
   const std::shared_ptr<const gift::v1::ClusterState> before = session_->state();

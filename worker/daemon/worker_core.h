@@ -306,8 +306,11 @@ class WorkerCore {
   absl::StatusOr<std::vector<const RegisteredTensor*>> Select(
       const google::protobuf::RepeatedField<uint64_t>& ids) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
-  // The first step waits for min_workers workers.
-  absl::Status AwaitStartBarrier(absl::Time deadline);
+  // The first step (`step`, the cluster's number) waits for min_workers
+  // workers; logs `start_barrier_waiting` when it has to. A step already
+  // open (StartTensors) has passed it.
+  absl::Status AwaitStartBarrier(uint64_t step, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   // Appends what the owner wants of `step` for `tensors` (decided on `before`);
   // a tensor whose copy fails is left out (logged: statistics are best effort).
   void AddOwnedSteps(const gift::v1::ClusterState& before, uint64_t step,

@@ -45,7 +45,7 @@ absl::Status WorkerCore::StartTensors(const gift::v1::StartTensorsRequest& run_r
   }
   if (!open_.has_value()) {
     const absl::Time deadline = absl::Now() + options_.step_timeout;
-    if (auto s = AwaitStartBarrier(deadline); !s.ok()) return s;
+    if (auto s = AwaitStartBarrier(request.step(), deadline); !s.ok()) return s;
     OpenStep o;
     o.step = request.step();
     o.start = std::chrono::steady_clock::now();
