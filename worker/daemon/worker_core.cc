@@ -130,11 +130,13 @@ absl::StatusOr<WorkerCore::Exchanged> WorkerCore::Exchange(
     uint64_t step, const std::vector<LocalTensor>& tensors, ExchangeKind exchange,
     absl::Time deadline, std::optional<absl::Duration> result_timeout) {
   int same_epoch_retries = 0;
+  absl::Status unreachable;  // the last plan that could not reach the coordinator
   while (true) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(
-          absl::StrCat("step ", step, " did not complete within the step timeout"));
+          absl::StrCat("step ", step, " did not complete within the step timeout",
+                       unreachable.ok() ? "" : "; last: ", unreachable.message()));
     }
     // Re-joined during the step (its lease was lost): not at this step.
     const RunSteps run = run_steps();
@@ -148,6 +150,18 @@ absl::StatusOr<WorkerCore::Exchanged> WorkerCore::Exchange(
     }
     // Not plannable yet (or no data-plane keys of the epoch yet): wait.
     auto plan = PlanWithKeys(*state, step, tensors);
+    if (absl::IsUnavailable(plan.status())) {
+      // A basis fetch that found the coordinator down for a moment (a
+      // restart): tried again within the step's time, as the other ranks
+      // wait for this one.
+      if (unreachable.ok()) {
+        Log(Level::kWarning, "step_plan_retry",
+            {{"step", static_cast<int64_t>(step)}, {"error", plan.status().ToString()}});
+      }
+      unreachable = plan.status();
+      absl::SleepFor(std::min(left, absl::Milliseconds(100)));
+      continue;
+    }
     if (!plan.ok()) {
       if (plan.status().code() != absl::StatusCode::kFailedPrecondition) return plan.status();
       if (step > state->frozen_through_step()) {
