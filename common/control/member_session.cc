@@ -101,15 +101,15 @@ absl::Status MemberSession::InstallJoin(v1::JoinResponse joined) {
   return absl::OkStatus();
 }
 
-void MemberSession::RefreshPeerKeys(const v1::ClusterState& state, const std::string& member_id) {
+bool MemberSession::RefreshPeerKeys(const v1::ClusterState& state, const std::string& member_id) {
   {
     absl::MutexLock lock(&mu_);
-    if (!keyring_.MissingPeers(state, member_id)) return;
+    if (!keyring_.MissingPeers(state, member_id)) return false;
   }
   absl::StatusOr<v1::DataPlaneKeys> keys = client_.GetDataPlaneKeys(member_id);
-  if (!keys.ok()) return;
+  if (!keys.ok()) return false;
   absl::MutexLock lock(&mu_);
-  keyring_.AddPeers(*keys).IgnoreError();  // a malformed answer adds nothing
+  return keyring_.AddPeers(*keys).ok();  // a malformed answer adds nothing
 }
 
 void MemberSession::FetchMissingKeys() {
@@ -120,9 +120,11 @@ void MemberSession::FetchMissingKeys() {
     state = state_;
     member_id = identity_.member_id;
   }
-  RefreshPeerKeys(*state, member_id);
+  const bool added = RefreshPeerKeys(*state, member_id);
   absl::MutexLock lock(&mu_);
-  RebuildChunkKeysLocked();
+  // Unchanged keys are not rebuilt: a new object would make the server
+  // daemon apply its epoch again for nothing (AggregatorDaemon::CompleteKeys).
+  if (added || !chunk_keys_.contains(state_->epoch())) RebuildChunkKeysLocked();
 }
 
 void MemberSession::RebuildChunkKeysLocked() {

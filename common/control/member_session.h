@@ -203,9 +203,9 @@ class MemberSession {
   std::shared_ptr<const dataplane::EpochKeys> chunk_keys(uint64_t epoch) const;
   // Fetches the keys the latest state names that this member lacks (a
   // peer's, or its node key once it is in a node group) and rebuilds that
-  // state's epoch keys. The watch thread does so for every state it
-  // receives, best effort; a step that finds a key missing calls this (one
-  // RPC when something is missing, none otherwise).
+  // state's epoch keys when it got some (or has none of that epoch yet). The watch thread does so
+  // for every state it receives, best effort; a step that finds a key missing calls this (one RPC
+  // when something is missing, none otherwise).
   void FetchMissingKeys();
   // Whether the current state names a peer (or, for a worker in a node
   // group, a node) whose key this member has not fetched; false when
@@ -226,7 +226,8 @@ class MemberSession {
   void InstallJoinLocked(gift::v1::JoinResponse joined) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fetches the peers' data-plane keys when `state` names one without a key
   // here (best effort: a peer still without a key gets its chunks refused).
-  void RefreshPeerKeys(const gift::v1::ClusterState& state, const std::string& member_id)
+  // True when it added keys.
+  bool RefreshPeerKeys(const gift::v1::ClusterState& state, const std::string& member_id)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The epoch keys of the stored state (after the state or a key changed).
   void RebuildChunkKeysLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
