@@ -396,6 +396,8 @@ absl::StatusOr<std::vector<MethodResult>> MeasureMethodGrid(const WorkerGradient
   if (stats.pw_gram_in) fallback_in = {&*stats.pw_gram_in, "ema-per-worker"};
   SideStat dense_stat = fallback_in;
   if (stats.factor) {
+    // With the per-worker EMA as the fallback this is the product's
+    // GEOMETRY_SOURCE_ACTIVATIONS_PER_WORKER ("activations+ema-per-worker").
     sources.push_back({{&*stats.factor, "activations"},
                        fallback_out,
                        /*allow_output_only=*/false});

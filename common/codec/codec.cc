@@ -210,8 +210,11 @@ bool PieceEncoder::EncodePiece(const float* x_row, const Piece& piece) const {
   for (uint64_t j = 0; j < nblocks; ++j) {
     if (amax[j] >= scalar::kInfBits) return false;
   }
-  loops_.block_scales(spec, amax, nblocks, tensor_scale_, inv_tensor_scale_,
-                      out_.scales + (spec.scaling == Scaling::kPerBlockFp32 ? 4 * q0 : q0), inv);
+  uint8_t* scales = out_.scales + (spec.scaling == Scaling::kPerBlockFp32 ? 4 * q0 : q0);
+  loops_.block_scales(spec, amax, nblocks, tensor_scale_, inv_tensor_scale_, scales, inv);
+  if (spec.block_scale_fit == BlockScaleFit::kLeastSquares) {
+    loops_.fit_nvfp4_scales(xp, len, tensor_scale_, scales, inv);
+  }
   loops_.quantize(spec.format, xp, len, bsize, inv, sr_, first, codes);
   return true;
 }

@@ -92,6 +92,19 @@ absl::Status Validate(const CodecSpec& spec) {
         absl::StrCat("unknown rounding mode ", static_cast<int>(spec.rounding)));
   }
   const std::string name(FormatName(spec.format));
+  switch (spec.block_scale_fit) {
+    case BlockScaleFit::kAmax:
+      break;
+    case BlockScaleFit::kLeastSquares:
+      if (spec.scaling != Scaling::kNvfp4) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("least-squares block scales (\"mse\") apply to nvfp4 only, not ", name));
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown block scale fit ", static_cast<int>(spec.block_scale_fit)));
+  }
   if (spec.format == Format::kF32) {
     // Exact passthrough: no scaling, no blocks, nothing to round.
     if (spec.scaling != Scaling::kNone) {
@@ -169,6 +182,7 @@ std::string ToString(const CodecSpec& spec) {
     case Scaling::kNvfp4:
       break;
   }
+  if (spec.block_scale_fit == BlockScaleFit::kLeastSquares) absl::StrAppend(&out, "/mse");
   if (spec.rounding == Rounding::kStochastic) absl::StrAppend(&out, "/sr");
   return out;
 }
@@ -199,6 +213,8 @@ absl::StatusOr<CodecSpec> ParseCodecSpec(absl::string_view text) {
       spec.rounding = Rounding::kNearestEven;
     } else if (p == "sr") {
       spec.rounding = Rounding::kStochastic;
+    } else if (p == "mse") {
+      spec.block_scale_fit = BlockScaleFit::kLeastSquares;
     } else if (p == "none") {
       spec.scaling = Scaling::kNone;
       spec.block_size = 0;
@@ -214,7 +230,7 @@ absl::StatusOr<CodecSpec> ParseCodecSpec(absl::string_view text) {
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown part '", p, "' in codec spec '", text,
-                       "' (want none, tensor, blockN, mxN, rne or sr)"));
+                       "' (want none, tensor, blockN, mxN, mse, rne or sr)"));
     }
   }
   if (absl::Status s = Validate(spec); !s.ok()) {
@@ -266,7 +282,15 @@ double ElementErrorBound(Format format, Rounding rounding, double scale, double 
   if (format == Format::kF32) return 0.0;  // a bit copy
   const scalar::MiniFloat& f = internal::MiniFloatOf(format);
   const int emin = 1 - f.bias;
-  const double ax = std::fabs(x);
+  // An element beyond the format's range at this scale saturates: its error
+  // is the excess plus the rounding error of the largest value.
+  const double top = static_cast<double>(FormatMax(format)) * scale;
+  double excess = 0.0;
+  double ax = std::fabs(x);
+  if (scale > 0 && ax > top) {
+    excess = ax - top;
+    ax = top;
+  }
   // Spacing of the target format at |x| / scale (subnormal spacing below emin).
   int e = emin;
   if (scale > 0 && ax > 0) e = std::max(emin, static_cast<int>(std::floor(std::log2(ax / scale))));
@@ -274,8 +298,8 @@ double ElementErrorBound(Format format, Rounding rounding, double scale, double 
   const double rounding_err = rounding == Rounding::kStochastic ? spacing : 0.5 * spacing;
   // FP32 roundings around the quantizer: the reciprocal of the scale, the
   // scaled value, and the decoded product (each <= 2^-24 relative).
-  const double fp32_slop = 8.0 * std::ldexp(ax + rounding_err, -24);
-  return rounding_err + fp32_slop;
+  const double fp32_slop = 8.0 * std::ldexp(ax + excess + rounding_err, -24);
+  return excess + rounding_err + fp32_slop;
 }
 
 }  // namespace gift::codec

@@ -55,6 +55,17 @@ enum class Rounding : uint8_t {
                      // counter-based generator keyed by RngKey.
 };
 
+// How an encoder picks each block's scale. An encoder-only choice: the
+// decoder reads the stored scales whatever picked them, so it is not part of
+// the payload (a parsed payload says kAmax) and changes no wire format.
+enum class BlockScaleFit : uint8_t {
+  kAmax = 0,          // From the block's amax alone (see Scaling).
+  kLeastSquares = 1,  // NVFP4 only: the amax code or one of the few E4M3
+                      // codes below it, whichever gives the block the least
+                      // squared error (clipping its largest elements when
+                      // that pays); common/codec/scalar.h, Nvfp4FitBlockScaleCode.
+};
+
 // The key of the stochastic-rounding stream. The same key and element index
 // give the same random bits on every host and device, so runs reproduce.
 struct RngKey {
@@ -70,6 +81,7 @@ struct CodecSpec {
   // 16 for kNvfp4; ignored (0) otherwise.
   uint32_t block_size = 0;
   Rounding rounding = Rounding::kNearestEven;
+  BlockScaleFit block_scale_fit = BlockScaleFit::kAmax;
 
   friend bool operator==(const CodecSpec&, const CodecSpec&) = default;
 };
@@ -78,7 +90,8 @@ struct CodecSpec {
 absl::Status Validate(const CodecSpec& spec);
 
 // Human-readable and parseable names, e.g. "e4m3/block128/rne",
-// "e5m2/tensor/sr", "nvfp4", "bf16", "e4m3/mx32/rne", "fp32".
+// "e5m2/tensor/sr", "nvfp4", "nvfp4/mse" (least-squares block scales), "bf16",
+// "e4m3/mx32/rne", "fp32".
 std::string ToString(const CodecSpec& spec);
 absl::StatusOr<CodecSpec> ParseCodecSpec(absl::string_view text);
 
@@ -114,10 +127,11 @@ absl::StatusOr<EncodedLayout> ComputeLayout(const CodecSpec& spec, uint64_t rows
 
 // Rounding error bound for one element: |decode(encode(x)) - x| <= bound for
 // an element x whose effective scale (the factor its code is multiplied by
-// on decode) is `scale` (1 for unscaled formats), provided x / scale is
-// within the format's range (always true with amax-derived scales).
-// Stochastic rounding has twice the nearest-rounding bound. 0 for kF32
-// (exact).
+// on decode) is `scale` (1 for unscaled formats). Where |x| / scale exceeds
+// the format's range (never with amax-derived scales; the largest elements
+// of a block under BlockScaleFit::kLeastSquares may) the element saturates
+// and the bound adds the excess. Stochastic rounding has twice the
+// nearest-rounding bound. 0 for kF32 (exact).
 double ElementErrorBound(Format format, Rounding rounding, double scale, double x);
 
 }  // namespace gift::codec

@@ -57,6 +57,17 @@ absl::StatusOr<CodecSpec> FromProto(const gift::v1::CodecSpec& proto) {
       return absl::InvalidArgumentError(
           absl::StrCat("codec spec: rounding ", proto.rounding(), " is unspecified or unknown"));
   }
+  switch (proto.block_scale_fit()) {
+    case gift::v1::BLOCK_SCALE_FIT_AMAX:
+      spec.block_scale_fit = BlockScaleFit::kAmax;
+      break;
+    case gift::v1::BLOCK_SCALE_FIT_LEAST_SQUARES:
+      spec.block_scale_fit = BlockScaleFit::kLeastSquares;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("codec spec: block scale fit ", proto.block_scale_fit(), " is unknown"));
+  }
   spec.block_size = proto.block_size();
   if (absl::Status s = Validate(spec); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("codec spec: ", s.message()));
@@ -102,6 +113,9 @@ gift::v1::CodecSpec ToProto(const CodecSpec& spec) {
   }
   p.set_rounding(spec.rounding == Rounding::kStochastic ? gift::v1::ROUNDING_STOCHASTIC
                                                         : gift::v1::ROUNDING_NEAREST_EVEN);
+  p.set_block_scale_fit(spec.block_scale_fit == BlockScaleFit::kLeastSquares
+                            ? gift::v1::BLOCK_SCALE_FIT_LEAST_SQUARES
+                            : gift::v1::BLOCK_SCALE_FIT_AMAX);
   p.set_block_size(spec.block_size);
   return p;
 }

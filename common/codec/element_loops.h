@@ -44,6 +44,13 @@ struct ElementLoops {
   void (*block_scales)(const CodecSpec& spec, const uint32_t* amax, size_t n, float tensor_scale,
                        float inv_tensor_scale, uint8_t* scales, float* inv);
 
+  // NVFP4 with BlockScaleFit::kLeastSquares: replaces the amax-derived
+  // block-scale codes scales[j] of the n elements x (blocks of 16 from
+  // x[0]) by their least-squares fits (scalar::Nvfp4FitBlockScaleCode) and
+  // inv[j] by the matching multipliers.
+  void (*fit_nvfp4_scales)(const float* x, size_t n, float tensor_scale, uint8_t* scales,
+                           float* inv);
+
   // out[k] = value(code k) * scale[k / block], or out[k] + that product
   // when `accumulate` (two FP32 roundings, never fused). FP32 (kF32, always
   // unscaled) ignores `scale`: out[k] = the code's bit pattern, or
@@ -106,6 +113,18 @@ inline void BlockScalesRange(const CodecSpec& spec, const uint32_t* amax, size_t
         break;
       }
     }
+  }
+}
+
+// The portable ElementLoops::fit_nvfp4_scales; the vector loops use it for
+// their tails.
+inline void FitNvfp4BlockScales(const float* x, size_t n, float tensor_scale, uint8_t* scales,
+                                float* inv) {
+  for (size_t j = 0; 16 * j < n; ++j) {
+    const uint32_t len = static_cast<uint32_t>(n - 16 * j < 16 ? n - 16 * j : 16);
+    const uint32_t code = scalar::Nvfp4FitBlockScaleCode(x + 16 * j, len, scales[j], tensor_scale);
+    scales[j] = static_cast<uint8_t>(code);
+    inv[j] = scalar::InverseScale(scalar::Nvfp4EffectiveScale(code, tensor_scale));
   }
 }
 

@@ -454,8 +454,6 @@ void BlockScales(const CodecSpec& spec, const uint32_t* amax, size_t n, float te
   BlockScalesRange(spec, amax, j, n, tensor_scale, inv_tensor_scale, scales, inv);
 }
 
-// ---- decoding --------------------------------------------------------------------
-
 // The eight E2M1 magnitudes, built once.
 struct Fp4Table {
   alignas(32) float value[8];
@@ -463,6 +461,62 @@ struct Fp4Table {
     for (uint32_t c = 0; c < 8; ++c) value[c] = scalar::Dequantize(scalar::kE2M1, c);
   }
 };
+
+// scalar::Nvfp4SquaredError of eight elements: E2M1 nearest codes of x * inv,
+// their values (magnitude from the table, the code's sign) times the scale,
+// minus x, squared.
+inline __m256 Nvfp4SquaredErrors(const VecFormat& e2m1, __m256 table, __m256 x, __m256 scale,
+                                 __m256 inv) {
+  const __m256i code = QuantizeRneSmall<22>(e2m1, _mm256_mul_ps(x, inv));
+  const __m256 mag = _mm256_permutevar8x32_ps(table, code);  // the low three bits
+  const __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(code, 3), 31);
+  const __m256 value = _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(mag), sign));
+  const __m256 d = _mm256_sub_ps(_mm256_mul_ps(value, scale), x);
+  return _mm256_mul_ps(d, d);
+}
+
+// The sum of a block's sixteen squared errors (elements 0-7 in a, 8-15 in
+// b) in scalar::Nvfp4FitBlockScaleCode's order: hadd(a, b) holds the pairs
+// (0+1, 2+3, 8+9, 10+11 | 4+5, 6+7, 12+13, 14+15), a second hadd the quads
+// (q0, q2, . , . | q1, q3, . , .), then (q0 + q1) + (q2 + q3).
+inline float BlockSquaredError(__m256 a, __m256 b) {
+  const __m256 pairs = _mm256_hadd_ps(a, b);
+  const __m256 quads = _mm256_hadd_ps(pairs, pairs);
+  const __m128 halves =
+      _mm_add_ps(_mm256_castps256_ps128(quads), _mm256_extractf128_ps(quads, 1));  // q0+q1, q2+q3
+  return _mm_cvtss_f32(halves) + _mm_cvtss_f32(_mm_shuffle_ps(halves, halves, 1));
+}
+
+void FitNvfp4Scales(const float* x, size_t n, float tensor_scale, uint8_t* scales, float* inv) {
+  static const Fp4Table fp4;
+  const VecFormat e2m1 = MakeVecFormat(scalar::kE2M1);
+  const __m256 table = _mm256_load_ps(fp4.value);
+  size_t j = 0;
+  for (; 16 * j + 16 <= n; ++j) {
+    const __m256 a = _mm256_loadu_ps(x + 16 * j);
+    const __m256 b = _mm256_loadu_ps(x + 16 * j + 8);
+    const uint32_t c0 = scales[j];
+    uint32_t best = c0;
+    float best_err = 0.0f;
+    for (uint32_t k = 0; k < scalar::kNvfp4FitCandidates && k < c0; ++k) {
+      const uint32_t code = c0 - k;
+      const float scale = scalar::Nvfp4EffectiveScale(code, tensor_scale);
+      const __m256 vs = _mm256_set1_ps(scale);
+      const __m256 vi = _mm256_set1_ps(scalar::InverseScale(scale));
+      const float err = BlockSquaredError(Nvfp4SquaredErrors(e2m1, table, a, vs, vi),
+                                          Nvfp4SquaredErrors(e2m1, table, b, vs, vi));
+      if (k == 0 || err < best_err) {
+        best = code;
+        best_err = err;
+      }
+    }
+    scales[j] = static_cast<uint8_t>(best);
+    inv[j] = scalar::InverseScale(scalar::Nvfp4EffectiveScale(best, tensor_scale));
+  }
+  if (16 * j < n) FitNvfp4BlockScales(x + 16 * j, n - 16 * j, tensor_scale, scales + j, inv + j);
+}
+
+// ---- decoding --------------------------------------------------------------------
 
 // Eight decoded (unscaled) values of elements [k, k + 8).
 inline __m256 DecodeVec(Format format, const uint8_t* codes, size_t k, const float* table) {
@@ -556,7 +610,8 @@ void Dequantize(Format format, const uint8_t* codes, size_t n, size_t block, con
 }  // namespace
 
 const ElementLoops* Avx2Loops() {
-  static const ElementLoops loops{&BlockAmax, &Quantize, &BlockScales, &Dequantize};
+  static const ElementLoops loops{&BlockAmax, &Quantize, &BlockScales, &FitNvfp4Scales,
+                                  &Dequantize};
   static const bool supported = __builtin_cpu_supports("avx2");
   return supported ? &loops : nullptr;
 }

@@ -34,7 +34,8 @@ void BlockScales(const CodecSpec& spec, const uint32_t* amax, size_t n, float te
 }  // namespace
 
 const ElementLoops& ScalarLoops() {
-  static const ElementLoops loops{&BlockAmax, &Quantize, &BlockScales, &Dequantize};
+  static const ElementLoops loops{&BlockAmax, &Quantize, &BlockScales, &FitNvfp4BlockScales,
+                                  &Dequantize};
   return loops;
 }
 

@@ -231,6 +231,55 @@ GIFT_HD float Nvfp4EffectiveScale(uint32_t block_code, float tensor_scale) {
   return Dequantize(kE4M3, block_code) * tensor_scale;
 }
 
+// NVFP4 with fitted block scales (BlockScaleFit::kLeastSquares): the
+// encoder tries the amax code c0 of Nvfp4BlockScaleCode and the
+// kNvfp4FitCandidates - 1 codes below it (never code 0), and keeps the one
+// whose nearest-rounded block has the least squared error, the larger code
+// on a tie. A smaller scale clips the block's largest elements to +-6 but
+// resolves the small ones better. Every implementation sums a block's 16
+// squared errors in one order: within each quad of four consecutive
+// elements (a + b) + (c + d), then the quads (q0 + q1) + (q2 + q3); elements
+// past a short block's end count as 0. With no contraction into FMAs
+// (CMakeLists.txt) the choice is then the same on every host and device.
+constexpr uint32_t kNvfp4FitCandidates = 4;
+
+// The squared error of element x encoded as E2M1 with the block's effective
+// scale `scale` (inverse `inv`), rounding to nearest.
+GIFT_HD float Nvfp4SquaredError(float x, float scale, float inv) {
+  const float d = Dequantize(kE2M1, Quantize(kE2M1, x * inv, false, 0)) * scale - x;
+  return d * d;
+}
+
+GIFT_HD float Nvfp4QuadSum(float a, float b, float c, float d) { return (a + b) + (c + d); }
+
+// The fitted E4M3 block-scale code of the `len` (<= 16) elements x of one
+// block whose amax code is c0 (see above); c0 itself for an all-zero block.
+GIFT_HD uint32_t Nvfp4FitBlockScaleCode(const float* x, uint32_t len, uint32_t c0,
+                                        float tensor_scale) {
+  uint32_t best = c0;
+  float best_err = 0.0f;
+  for (uint32_t k = 0; k < kNvfp4FitCandidates && k < c0; ++k) {
+    const uint32_t code = c0 - k;
+    const float scale = Nvfp4EffectiveScale(code, tensor_scale);
+    const float inv = InverseScale(scale);
+    float quad[4];
+    for (uint32_t q = 0; q < 4; ++q) {
+      float e[4];
+      for (uint32_t j = 0; j < 4; ++j) {
+        const uint32_t i = 4 * q + j;
+        e[j] = i < len ? Nvfp4SquaredError(x[i], scale, inv) : 0.0f;
+      }
+      quad[q] = Nvfp4QuadSum(e[0], e[1], e[2], e[3]);
+    }
+    const float err = Nvfp4QuadSum(quad[0], quad[1], quad[2], quad[3]);
+    if (k == 0 || err < best_err) {
+      best = code;
+      best_err = err;
+    }
+  }
+  return best;
+}
+
 // ---- counter-based random numbers (Philox4x32-10) ------------------------------
 
 struct Uint4 {

@@ -11,7 +11,7 @@ namespace {
 
 bool ValidSource(GeometrySource source) {
   return source == GeometrySource::kGradients || source == GeometrySource::kPerWorkerGradients ||
-         source == GeometrySource::kActivations;
+         source == GeometrySource::kActivations || source == GeometrySource::kActivationsPerWorker;
 }
 
 bool ValidSides(Sides sides) {
@@ -36,7 +36,7 @@ absl::StatusOr<TensorGeometry> TensorGeometry::Create(int64_t d_out, int64_t d_i
       options.statistics != StatisticsForm::kExact) {
     return absl::InvalidArgumentError("invalid statistics form");
   }
-  const bool per_worker = options.source == GeometrySource::kPerWorkerGradients;
+  const bool per_worker = UsesPerWorkerMoments(options.source);
   const bool sketched = per_worker || options.statistics == StatisticsForm::kSketch;
   if (sketched && options.sketch_size < 1) {
     return absl::InvalidArgumentError(
@@ -60,7 +60,7 @@ absl::StatusOr<TensorGeometry> TensorGeometry::Create(int64_t d_out, int64_t d_i
     }
   }
   if (geo.has_input()) {
-    if (sketched && options.source != GeometrySource::kActivations) {
+    if (sketched && !UsesActivationFactor(options.source)) {
       auto s = make_sketch(d_in, 1);
       if (!s.ok()) return s.status();
       geo.in_sketch_.emplace(*std::move(s));
@@ -72,7 +72,7 @@ absl::StatusOr<TensorGeometry> TensorGeometry::Create(int64_t d_out, int64_t d_i
 }
 
 absl::Status TensorGeometry::AddReducedGradient(const float* avg) {
-  if (options_.source == GeometrySource::kPerWorkerGradients) return absl::OkStatus();
+  if (UsesPerWorkerMoments(options_.source)) return absl::OkStatus();
   const float* grads[] = {avg};
   if (out_ema_.has_value()) {
     if (auto s = out_ema_->UpdateOutputSide(grads, d_out_, d_in_); !s.ok()) return s;
@@ -97,8 +97,8 @@ absl::Status TensorGeometry::AddSketchOf(const float* avg, bool input_side) {
 }
 
 absl::StatusOr<int64_t> TensorGeometry::PerWorkerContributionSize() const {
-  if (options_.source != GeometrySource::kPerWorkerGradients) {
-    return absl::FailedPreconditionError("per-worker contributions need the per-worker source");
+  if (!UsesPerWorkerMoments(options_.source)) {
+    return absl::FailedPreconditionError("per-worker contributions need a per-worker source");
   }
   int64_t size = 0;
   if (out_sketch_.has_value()) size += out_sketch_->sketch().contribution_size();
@@ -107,8 +107,8 @@ absl::StatusOr<int64_t> TensorGeometry::PerWorkerContributionSize() const {
 }
 
 absl::Status TensorGeometry::PerWorkerContribution(const float* g, float* out) const {
-  if (options_.source != GeometrySource::kPerWorkerGradients) {
-    return absl::FailedPreconditionError("per-worker contributions need the per-worker source");
+  if (!UsesPerWorkerMoments(options_.source)) {
+    return absl::FailedPreconditionError("per-worker contributions need a per-worker source");
   }
   if (out == nullptr) return absl::InvalidArgumentError("null output buffer");
   if (out_sketch_.has_value()) {
@@ -146,8 +146,8 @@ absl::Status TensorGeometry::AddPerWorkerAverage(absl::Span<const float> average
 }
 
 absl::Status TensorGeometry::AddActivationFactor(const Eigen::Ref<const Eigen::MatrixXd>& factor) {
-  if (options_.source != GeometrySource::kActivations) {
-    return absl::FailedPreconditionError("activation factors need the activation source");
+  if (!UsesActivationFactor(options_.source)) {
+    return absl::FailedPreconditionError("activation factors need an activation source");
   }
   if (!in_ema_.has_value()) {
     return absl::FailedPreconditionError(

@@ -15,6 +15,9 @@
 //   kActivations         input side from the layer inputs' X^T X / N handed
 //                        in by the training loop (AddActivationFactor); the
 //                        output side, when enabled, from the reduced gradient.
+//   kActivationsPerWorker  input side as kActivations, output side as
+//                        kPerWorkerGradients (the workers' contributions
+//                        hold the output side's sketch only).
 //
 // Statistics of the reduced gradient (kGradients: both sides; kActivations:
 // the output side) take one of two forms (policy.proto StatisticsForm):
@@ -58,7 +61,21 @@ enum class GeometrySource : uint8_t {
   kGradients = 1,
   kPerWorkerGradients = 2,
   kActivations = 3,
+  kActivationsPerWorker = 4,
 };
+
+// Whether the input side comes from activation factors (AddActivationFactor).
+inline bool UsesActivationFactor(GeometrySource source) {
+  return source == GeometrySource::kActivations || source == GeometrySource::kActivationsPerWorker;
+}
+
+// Whether the statistics come from per-worker contributions
+// (PerWorkerContribution / AddPerWorkerAverage) rather than the reduced
+// gradient.
+inline bool UsesPerWorkerMoments(GeometrySource source) {
+  return source == GeometrySource::kPerWorkerGradients ||
+         source == GeometrySource::kActivationsPerWorker;
+}
 
 // Values match gift.v1.StatisticsForm; never renumber.
 enum class StatisticsForm : uint8_t {
@@ -70,8 +87,8 @@ struct TensorGeometryOptions {
   Sides sides = Sides::kBoth;
   GeometrySource source = GeometrySource::kGradients;
   double ema_decay = SecondMomentEma::kDefaultDecay;  // in [0, 1)
-  // The form of the reduced gradient's statistics (ignored by
-  // kPerWorkerGradients, which is always sketched).
+  // The form of the reduced gradient's statistics (per-worker moments are
+  // always sketched).
   StatisticsForm statistics = StatisticsForm::kSketch;
   // Columns of each sketched side, clamped to the side's dimension (where it
   // equals the dimension the sketch is exact). Bases built with a larger
@@ -106,20 +123,21 @@ class TensorGeometry {
 
   // The reduced gradient (d_out x d_in, row-major FP32) of a collect step.
   // Used by kGradients (both sides) and kActivations (output side); a no-op
-  // returning OK for kPerWorkerGradients.
+  // returning OK for the per-worker sources (UsesPerWorkerMoments).
   absl::Status AddReducedGradient(const float* avg);
 
-  // kPerWorkerGradients only (FailedPrecondition otherwise): the number of
-  // floats a worker contributes per collect step (output side's sketch, then
-  // input side's, for the enabled sides), and that contribution from the
-  // worker's own gradient.
+  // The per-worker sources only (UsesPerWorkerMoments; FailedPrecondition
+  // otherwise): the number of floats a worker contributes per collect step
+  // (output side's sketch, then input side's, for the enabled sides that
+  // are sketched; 0 for kActivationsPerWorker without an output side), and
+  // that contribution from the worker's own gradient.
   absl::StatusOr<int64_t> PerWorkerContributionSize() const;
   absl::Status PerWorkerContribution(const float* g, float* out) const;
   // The servers' average of the workers' contributions.
   absl::Status AddPerWorkerAverage(absl::Span<const float> average);
 
-  // kActivations only (FailedPrecondition otherwise): X^T X / N of the
-  // layer's inputs, d_in x d_in.
+  // The activation sources only (UsesActivationFactor; FailedPrecondition
+  // otherwise): X^T X / N of the layer's inputs, d_in x d_in.
   absl::Status AddActivationFactor(const Eigen::Ref<const Eigen::MatrixXd>& factor);
 
   // Whether every enabled side has statistics.
@@ -143,9 +161,10 @@ class TensorGeometry {
   int64_t d_in_;
   TensorGeometryOptions options_;
   // Each enabled side has exactly one of the two. Exact: the reduced
-  // gradient's sides with StatisticsForm::kExact, and kActivations' input
-  // side (from the activation factor). Sketched: kPerWorkerGradients, and
-  // the reduced gradient's sides with StatisticsForm::kSketch.
+  // gradient's sides with StatisticsForm::kExact, and the activation
+  // sources' input side (from the activation factor). Sketched: the
+  // per-worker moments' sides, and the reduced gradient's sides with
+  // StatisticsForm::kSketch.
   std::optional<SecondMomentEma> out_ema_;
   std::optional<SecondMomentEma> in_ema_;
   std::optional<SketchedMomentEma> out_sketch_;

@@ -119,6 +119,7 @@ absl::Status EnqueueWithLayout(const char* fn, const float* x, const codec::Muta
   args.codes = out.codes;
   args.scales = out.scales;
   args.stochastic = out.spec.rounding == codec::Rounding::kStochastic;
+  args.fit_scales = out.spec.block_scale_fit == codec::BlockScaleFit::kLeastSquares;
   const codec::scalar::PhiloxKey philox = codec::scalar::MakePhiloxKey(key.tensor, key.rank);
   args.philox_k0 = philox.k0;
   args.philox_k1 = philox.k1;

@@ -177,9 +177,47 @@ struct BlockEncodeParams {
   bool stochastic;
   sc::PhiloxKey key;
   uint64_t step;
+  bool fit_scales;       // NVFP4: least-squares block scales (BlockScaleFit)
   const uint32_t* amax;  // NVFP4: the tensor amax from the amax pass
   uint32_t* flag;        // set to 1 on non-finite input
 };
+
+// sc::Nvfp4FitBlockScaleCode over one NVFP4 block spread across the lanes
+// of its group (v: this lane's elements, zeros past the block's end; c0:
+// the amax code, the same in every lane). Its sums follow the scalar
+// function's order: a lane's quad (or single element) first, then the
+// butterfly over lanes 1, 2 (, 4, 8) apart, which adds (q0 + q1) + (q2 + q3)
+// in every lane. Every lane takes every step, so the shuffles stay
+// converged; a candidate below code 1 repeats c0, which never wins.
+template <typename Geo>
+__device__ __forceinline__ uint32_t FitNvfp4BlockScaleCode(const float* v, uint32_t c0, float g) {
+  static_assert(Geo::kLanes * Geo::kPerLane == 16 && (Geo::kPerLane == 4 || Geo::kPerLane == 1));
+  uint32_t best = c0;
+  float best_err = 0.0f;
+#pragma unroll 1
+  for (uint32_t k = 0; k < sc::kNvfp4FitCandidates; ++k) {
+    const uint32_t code = k < c0 ? c0 - k : c0;
+    const float scale = sc::Nvfp4EffectiveScale(code, g);
+    const float inv = sc::InverseScale(scale);
+    float err;
+    if constexpr (Geo::kPerLane == 4) {
+      err = sc::Nvfp4QuadSum(
+          sc::Nvfp4SquaredError(v[0], scale, inv), sc::Nvfp4SquaredError(v[1], scale, inv),
+          sc::Nvfp4SquaredError(v[2], scale, inv), sc::Nvfp4SquaredError(v[3], scale, inv));
+    } else {
+      err = sc::Nvfp4SquaredError(v[0], scale, inv);
+    }
+#pragma unroll
+    for (int off = 1; off < Geo::kLanes; off *= 2) {
+      err = __fadd_rn(err, sc::BitsToFloat(__shfl_xor_sync(kFullMask, sc::FloatToBits(err), off)));
+    }
+    if (k == 0 || err < best_err) {
+      best = code;
+      best_err = err;
+    }
+  }
+  return best;
+}
 
 template <ElementFormat F, ScaleKind K, int kB, bool kQuad>
 __global__ void __launch_bounds__(kThreads) EncodeBlocksKernel(BlockEncodeParams p) {
@@ -243,7 +281,8 @@ __global__ void __launch_bounds__(kThreads) EncodeBlocksKernel(BlockEncodeParams
       inv = sc::E8M0Inverse(e);
       if (b.active && t == 0) p.scales[b.q] = static_cast<uint8_t>(e);
     } else {
-      const uint32_t c = sc::Nvfp4BlockScaleCode(amax, ginv);
+      uint32_t c = sc::Nvfp4BlockScaleCode(amax, ginv);
+      if (p.fit_scales) c = FitNvfp4BlockScaleCode<Geo>(v, c, g);
       inv = sc::InverseScale(sc::Nvfp4EffectiveScale(c, g));
       if (b.active && t == 0) p.scales[b.q] = static_cast<uint8_t>(c);
     }
@@ -337,6 +376,7 @@ cudaError_t EnqueueEncode(const EncodeArgs& a, cudaStream_t stream, uint32_t* ch
                               a.stochastic,
                               key,
                               a.step,
+                              a.fit_scales,
                               amax,
                               flag};
     DispatchBlocks(

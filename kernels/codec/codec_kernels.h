@@ -48,6 +48,7 @@ struct EncodeArgs {
   uint32_t philox_k0 = 0;
   uint32_t philox_k1 = 0;
   uint64_t step = 0;
+  bool fit_scales = false;  // NVFP4: codec::BlockScaleFit::kLeastSquares
 };
 
 struct DecodeArgs {

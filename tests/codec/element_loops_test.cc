@@ -1,6 +1,7 @@
 // The AVX2 inner loops give the same bits as the portable ones.
 #include "common/codec/element_loops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -219,6 +220,31 @@ TEST(ElementLoops, BlockScalesMatchScalar) {
       EXPECT_EQ(s1, s2) << name;
       EXPECT_EQ(std::memcmp(i1.data(), i2.data(), 4 * n), 0) << name;
     }
+  }
+}
+
+TEST(ElementLoops, FittedNvfp4ScalesMatchScalar) {
+  if (Avx2Loops() == nullptr) GTEST_SKIP() << "CPU has no AVX2";
+  for (const size_t n : {size_t{16}, size_t{1000}, size_t{8192}, size_t{37}}) {
+    const std::vector<float> x = testing::GradientLike(1, n, static_cast<uint32_t>(n));
+    uint32_t tensor_amax = 0;
+    for (float v : x) tensor_amax = std::max(tensor_amax, testing::Bits(v) & scalar::kAbsMask);
+    const float g = scalar::Nvfp4TensorScale(tensor_amax);
+    const size_t blocks = (n + 15) / 16;
+    std::vector<uint32_t> amax(blocks);
+    ScalarLoops().block_amax(x.data(), n, 16, amax.data());
+    const CodecSpec spec = ParseCodecSpec("nvfp4").value();
+    std::vector<uint8_t> s1(blocks);
+    std::vector<float> i1(blocks);
+    ScalarLoops().block_scales(spec, amax.data(), blocks, g, 1.0f / g, s1.data(), i1.data());
+    std::vector<uint8_t> s2 = s1;
+    std::vector<float> i2 = i1;
+    const std::vector<uint8_t> before = s1;
+    ScalarLoops().fit_nvfp4_scales(x.data(), n, g, s1.data(), i1.data());
+    Avx2Loops()->fit_nvfp4_scales(x.data(), n, g, s2.data(), i2.data());
+    EXPECT_EQ(s1, s2) << n;
+    EXPECT_EQ(std::memcmp(i1.data(), i2.data(), 4 * blocks), 0) << n;
+    if (n >= 1000) EXPECT_NE(s1, before) << "some block took a lower scale";
   }
 }
 

@@ -24,7 +24,10 @@ inline std::vector<std::string> AllSpecNames() {
       }
     }
   }
-  for (const char* s : {"nvfp4", "nvfp4/sr", "bf16", "bf16/sr", "fp32"}) names.emplace_back(s);
+  for (const char* s :
+       {"nvfp4", "nvfp4/sr", "nvfp4/mse", "nvfp4/mse/sr", "bf16", "bf16/sr", "fp32"}) {
+    names.emplace_back(s);
+  }
   return names;
 }
 

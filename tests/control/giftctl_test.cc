@@ -229,7 +229,7 @@ TEST(PolicyEditTest, HierarchyAndAZeroDriftAreSetOnTheGlobalPolicy) {
 
 TEST(PolicyEditTest, EnumNamesRoundTrip) {
   for (const char* name : {"both", "in", "out"}) EXPECT_EQ(SidesName(*ParseSides(name)), name);
-  for (const char* name : {"gradients", "per-worker", "activations"}) {
+  for (const char* name : {"gradients", "per-worker", "activations", "activations-per-worker"}) {
     EXPECT_EQ(SourceName(*ParseSource(name)), name);
   }
   EXPECT_EQ(ResidualName(*ParseResidual("diagonal")), "diagonal");

@@ -264,6 +264,56 @@ TEST(TensorGeometryTest, ActivationSourceFeedsTheInputSide) {
   EXPECT_NEAR(f.trace(), spectrum.sum() * (1.0 + 1e-3), 1e-6 * spectrum.sum());
 }
 
+TEST(TensorGeometryTest, ActivationsPerWorkerSourceTakesEachSideFromItsOwnStatistics) {
+  // Output side from the workers' sketches (exactly as the per-worker
+  // source), input side from the activation factor (as the activation
+  // source); the reduced gradient feeds nothing.
+  auto geo =
+      TensorGeometry::Create(kGeometryOut, kGeometryIn,
+                             {.source = GeometrySource::kActivationsPerWorker, .sketch_size = 128});
+  auto pw =
+      TensorGeometry::Create(kGeometryOut, kGeometryIn,
+                             {.source = GeometrySource::kPerWorkerGradients, .sketch_size = 128});
+  ASSERT_TRUE(geo.ok() && pw.ok());
+  auto size = geo->PerWorkerContributionSize();
+  ASSERT_TRUE(size.ok()) << size.status();
+  EXPECT_EQ(*size, kGeometryOut * kGeometryOut + kGeometryOut + 1);  // the output side only
+  const auto grads = SharedPlusNoiseGradients(kGeometryOut, kGeometryIn, 4, 4, 0.5, 1);
+  const std::vector<float> avg = Average(grads);
+  ASSERT_TRUE(geo->AddReducedGradient(avg.data()).ok());
+  EXPECT_FALSE(geo->ready());
+  // The same workers' contributions, averaged, into both geometries.
+  const int64_t pw_size = *pw->PerWorkerContributionSize();
+  std::vector<double> sum(*size, 0.0), pw_sum(pw_size, 0.0);
+  std::vector<float> c(*size), pw_c(pw_size);
+  for (const auto& g : grads) {
+    ASSERT_TRUE(geo->PerWorkerContribution(g.data(), c.data()).ok());
+    ASSERT_TRUE(pw->PerWorkerContribution(g.data(), pw_c.data()).ok());
+    for (int64_t i = 0; i < *size; ++i) sum[i] += c[i];
+    for (int64_t i = 0; i < pw_size; ++i) pw_sum[i] += pw_c[i];
+  }
+  std::vector<float> c_avg(*size), pw_avg(pw_size);
+  for (int64_t i = 0; i < *size; ++i) c_avg[i] = static_cast<float>(sum[i] / grads.size());
+  for (int64_t i = 0; i < pw_size; ++i) pw_avg[i] = static_cast<float>(pw_sum[i] / grads.size());
+  ASSERT_TRUE(geo->AddPerWorkerAverage(c_avg).ok());
+  ASSERT_TRUE(pw->AddPerWorkerAverage(pw_avg).ok());
+  EXPECT_FALSE(geo->ready());  // the input side waits for activations
+  Eigen::VectorXd spectrum(kGeometryIn);
+  for (int64_t i = 0; i < kGeometryIn; ++i) spectrum(i) = std::pow(1.0 + i, -1.0);
+  ASSERT_TRUE(geo->AddActivationFactor(testing::FactorWithSpectrum(spectrum, 5)).ok());
+  ASSERT_TRUE(geo->ready());
+
+  auto basis = geo->BuildBasis(Options(0, 0, 0.5, kGeometryIn));
+  auto pw_basis = pw->BuildBasis(Options(0, 0, 0.5, kGeometryIn));
+  ASSERT_TRUE(basis.ok()) << basis.status();
+  ASSERT_TRUE(pw_basis.ok()) << pw_basis.status();
+  EXPECT_NEAR(basis->input_side()->DenseModelFactor().trace(), spectrum.sum() * (1.0 + 1e-3),
+              1e-6 * spectrum.sum());
+  const Eigen::MatrixXd out = basis->output_side()->DenseModelFactor();
+  const Eigen::MatrixXd want = pw_basis->output_side()->DenseModelFactor();
+  EXPECT_LT((out - want).norm(), 1e-9 * want.norm());
+}
+
 TEST(TensorGeometryTest, RejectsMisuse) {
   EXPECT_EQ(TensorGeometry::Create(1, 64, {}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(TensorGeometry::Create(8, 8, {.ema_decay = 1.0}).status().code(),

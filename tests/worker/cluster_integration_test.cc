@@ -399,6 +399,93 @@ TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketche
   EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
 }
 
+// X^T X of 64 anisotropic input rows (columns scaled over two orders of
+// magnitude), d_in x d_in, into g.
+void FillGram(float* g, int64_t d_in, uint64_t step, int worker) {
+  constexpr int kSamples = 64;
+  std::mt19937 rng(static_cast<uint32_t>(step * 7919 + worker * 101 + d_in));
+  std::normal_distribution<double> normal;
+  std::vector<double> x(kSamples * d_in);
+  for (int r = 0; r < kSamples; ++r) {
+    for (int64_t c = 0; c < d_in; ++c) {
+      x[r * d_in + c] = normal(rng) * std::pow(10.0, -2.0 * static_cast<double>(c) / d_in);
+    }
+  }
+  for (int64_t i = 0; i < d_in; ++i) {
+    for (int64_t j = 0; j < d_in; ++j) {
+      double sum = 0.0;
+      for (int r = 0; r < kSamples; ++r) sum += x[r * d_in + i] * x[r * d_in + j];
+      g[i * d_in + j] = static_cast<float>(sum);
+    }
+  }
+}
+
+TEST_F(ClusterIntegrationTest, ActivationsPerWorkerSourceBuildsBasesUnderAFittedNvfp4Push) {
+  Start();
+  // The input side can only come from the activation statistics handed in
+  // below and the output side only from the servers' sums of the workers'
+  // output-side sketches: a transformed result needs both to have travelled.
+  SetPolicyWithGiftctl({"--push-codec", "nvfp4/mse", "--pull-codec", "bf16", "--selection", "list",
+                        "--include", "*", "--period", "10", "--source", "activations-per-worker",
+                        "--rotation-block", "16"});
+  const std::string policy = Giftctl({"policy", "get"});
+  EXPECT_NE(policy.find("nvfp4/mse"), std::string::npos) << policy;
+  EXPECT_NE(policy.find("activations-per-worker"), std::string::npos) << policy;
+  RegisterOverGrpc();
+  // Each worker's Gram buffers, one per weight matrix.
+  std::vector<std::vector<std::unique_ptr<HandedBuffer>>> grams(kWorkers);
+  for (int w = 0; w < kWorkers; ++w) {
+    for (const TensorShape& s : Shapes()) {
+      const size_t d_in = static_cast<size_t>(s.shape.back());
+      grams[w].push_back(s.shape.size() != 2 ? nullptr
+                                             : std::make_unique<HandedBuffer>(
+                                                   cluster_->worker_socket(w), d_in * d_in));
+    }
+  }
+  bool saw_transformed = false;
+  for (uint64_t step = 0; step < 25; ++step) {
+    for (int w = 0; w < kWorkers; ++w) {
+      for (size_t i = 0; i < Shapes().size(); ++i) {
+        const TensorShape& s = Shapes()[i];
+        FillGradient(trainers_[w].buffers[i]->data(), s, step, w);
+        if (s.shape.size() != 2) continue;
+        FillGram(grams[w][i]->data(), s.shape[1], step, w);
+        grpc::ClientContext context;
+        gift::v1::SubmitActivationStatsRequest request;
+        request.set_tensor_id(trainers_[w].ids[i]);
+        request.set_step(step);
+        request.set_num_samples(64);
+        request.mutable_gram()->set_handle(grams[w][i]->handle());
+        request.mutable_gram()->set_size_bytes(grams[w][i]->bytes());
+        gift::v1::SubmitActivationStatsResponse response;
+        const grpc::Status submitted =
+            trainers_[w].stub->SubmitActivationStats(&context, request, &response);
+        ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+      }
+    }
+    for (const auto& [status, response] : Step({0, 1, 2, 3}, step)) {
+      ASSERT_TRUE(status.ok()) << "step " << step << ": " << status.error_message() << Logs();
+      for (const gift::v1::TensorResult& t : response.tensors()) {
+        saw_transformed = saw_transformed || t.transformed();
+      }
+    }
+  }
+  EXPECT_TRUE(saw_transformed) << Logs();
+  const std::string logs = Logs();
+  EXPECT_EQ(logs.find("sketch_exchange_failed"), std::string::npos) << logs;
+  control::CoordinatorClient client(
+      control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()), absl::Seconds(10));
+  auto status = client.GetStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  std::set<std::string> names;
+  for (const gift::v1::TensorInfo& t : status->state().tensors()) names.insert(t.name());
+  for (const TensorShape& s : Shapes()) {
+    EXPECT_EQ(names.count(s.name + "#sketch.output"), s.shape.size() == 2 ? 1u : 0u) << s.name;
+    EXPECT_EQ(names.count(s.name + "#sketch.both"), 0u) << s.name;
+  }
+  EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
+}
+
 TEST_F(ClusterIntegrationTest, TrainingGoesOnThroughACoordinatorCrash) {
   Start(/*servers=*/1, /*workers=*/2);
   SetPolicyWithGiftctl({"--push-codec", "fp32", "--pull-codec", "fp32", "--selection", "list"});

@@ -103,6 +103,42 @@ TEST(SketchExchangeTest, NamesAndLayoutFollowTheSettings) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(SketchExchangeTest, ActivationsPerWorkerSourceSketchesTheOutputSideOnly) {
+  gift::v1::ClusterState state = StateWithPerWorkerSource();
+  state.mutable_policy()->mutable_transform()->set_source(
+      gift::v1::GEOMETRY_SOURCE_ACTIVATIONS_PER_WORKER);
+  const std::vector<int64_t> shape = {kRows, kCols};
+  const policy::TensorSettings settings =
+      policy::ResolveTensorSettings(policy::WithDefaults(state.policy()), "layers.0.w", shape);
+  EXPECT_TRUE(UsesPerWorkerSketches(settings, shape));
+  EXPECT_EQ(StatisticsTensorName("layers.0.w", settings), "layers.0.w#sketch.output");
+  gift::v1::TensorSpec registered;
+  SketchExchange sketches([&](const gift::v1::TensorSpec& spec) -> absl::StatusOr<uint64_t> {
+    registered = spec;
+    return kStatsId;
+  });
+  std::vector<float> g = Gradient(0);
+  const std::vector<LocalTensor> tensors = {{.tensor_id = kTensorId,
+                                             .name = "layers.0.w",
+                                             .rows = kRows,
+                                             .cols = kCols,
+                                             .data = g.data()}};
+  auto stats = sketches.Prepare(state, /*step=*/3, tensors);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->size(), 1u);
+  EXPECT_EQ(registered.name(), "layers.0.w#sketch.output");
+  EXPECT_EQ(sketches.Average(kTensorId).size(), static_cast<size_t>(96 * 96 + 96 + 1));
+
+  // Input side only: nothing of it is sketched, so nothing is exchanged.
+  state.mutable_policy()->mutable_transform()->set_sides(gift::v1::SIDES_INPUT);
+  const policy::TensorSettings input_only =
+      policy::ResolveTensorSettings(policy::WithDefaults(state.policy()), "layers.0.w", shape);
+  EXPECT_FALSE(UsesPerWorkerSketches(input_only, shape));
+  auto none = sketches.Prepare(state, 4, tensors);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
 TEST(SketchExchangeTest, ServersSumTheWorkersSketchesInFp32) {
   testing::EngineRig rig;
   ASSERT_TRUE(rig.Start({.servers = kServers,

@@ -144,7 +144,8 @@ void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* f) {
                    ->delimiter(',');
   o["sides"] = cmd->add_option("--sides", f->sides, "transformed sides: both|in|out");
   o["source"] =
-      cmd->add_option("--source", f->source, "geometry source: gradients|per-worker|activations");
+      cmd->add_option("--source", f->source,
+                      "geometry source: gradients|per-worker|activations|activations-per-worker");
   o["residual"] = cmd->add_option("--residual", f->residual, "residual model: isotropic|diagonal");
   o["enabled"] = cmd->add_option("--enabled", f->enabled,
                                  "with --tensor: true (always transformed) or false (always "

@@ -31,7 +31,8 @@ constexpr Choice<v1::Sides> kSides[] = {
 constexpr Choice<v1::GeometrySource> kSources[] = {
     {"gradients", v1::GEOMETRY_SOURCE_GRADIENTS},
     {"per-worker", v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS},
-    {"activations", v1::GEOMETRY_SOURCE_ACTIVATIONS}};
+    {"activations", v1::GEOMETRY_SOURCE_ACTIVATIONS},
+    {"activations-per-worker", v1::GEOMETRY_SOURCE_ACTIVATIONS_PER_WORKER}};
 constexpr Choice<v1::ResidualModel> kResiduals[] = {{"isotropic", v1::RESIDUAL_MODEL_ISOTROPIC},
                                                     {"diagonal", v1::RESIDUAL_MODEL_DIAGONAL}};
 constexpr Choice<v1::SelectionMode> kSelections[] = {{"measured", v1::SELECTION_MODE_MEASURED},

@@ -172,7 +172,7 @@ absl::Status BasisOwner::ObserveTensor(const gift::v1::ClusterState& state,
                                                    data.average.size(), " values)"));
   }
   if (owned->schedule->ShouldCollect(data.step)) {
-    if (owned->geometry->options().source == transform::GeometrySource::kPerWorkerGradients) {
+    if (transform::UsesPerWorkerMoments(owned->geometry->options().source)) {
       // A step whose sketch exchange failed adds nothing.
       if (!data.sketch.empty()) {
         if (auto s = owned->geometry->AddPerWorkerAverage(data.sketch); !s.ok()) return s;
@@ -433,8 +433,7 @@ absl::Status BasisOwner::AddActivationFactor(const gift::v1::ClusterState& state
   if (tensor == nullptr) return absl::OkStatus();
   Owned* owned = Entry(state, *tensor);
   SyncView(tensor_id);
-  if (owned == nullptr ||
-      owned->geometry->options().source != transform::GeometrySource::kActivations) {
+  if (owned == nullptr || !transform::UsesActivationFactor(owned->geometry->options().source)) {
     return absl::OkStatus();
   }
   const int64_t n = owned->geometry->d_in();

@@ -14,7 +14,8 @@
 // kPerWorkerGradients (the servers' average of the workers' sketches of
 // collect steps, exchanged by the daemon: sketch_exchange.h) and
 // kActivations (X^T X / N handed in through SubmitActivationStats, output
-// side from the reduced gradient).
+// side from the reduced gradient) and kActivationsPerWorker (input side as
+// kActivations, output side from the workers' sketches).
 //
 // Bounded work: a refresh builds one basis per candidate power, each of a
 // rank clamped to the tensor's dimensions (the coordinator also refuses
@@ -100,7 +101,7 @@ struct OwnedTensorStep {
   // This worker's gradient: on refresh steps, and on collect steps when
   // WantsStep said needs_own (the drift measurement).
   std::vector<float> own;
-  // kPerWorkerGradients, collect steps: the servers' average of the
+  // The per-worker sources, collect steps: the servers' average of the
   // workers' sketch contributions (TensorGeometry::PerWorkerContribution
   // layout); empty when the step's sketch exchange did not complete.
   std::vector<float> sketch;

@@ -16,24 +16,33 @@ const gift::v1::TensorInfo* FindTensor(const gift::v1::ClusterState& state, uint
   return nullptr;
 }
 
+transform::GeometrySource SourceOf(gift::v1::GeometrySource source) {
+  switch (source) {
+    case gift::v1::GEOMETRY_SOURCE_ACTIVATIONS:
+      return transform::GeometrySource::kActivations;
+    case gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS:
+      return transform::GeometrySource::kPerWorkerGradients;
+    case gift::v1::GEOMETRY_SOURCE_ACTIVATIONS_PER_WORKER:
+      return transform::GeometrySource::kActivationsPerWorker;
+    default:
+      return transform::GeometrySource::kGradients;
+  }
+}
+
 }  // namespace
 
 transform::TensorGeometryOptions GeometryOptionsFor(const policy::TensorSettings& settings,
                                                     uint64_t tensor_id) {
-  const gift::v1::GeometrySource source = settings.transform.source();
+  const transform::GeometrySource source = SourceOf(settings.transform.source());
   return {.sides = static_cast<transform::Sides>(settings.transform.sides()),
-          .source = source == gift::v1::GEOMETRY_SOURCE_ACTIVATIONS
-                        ? transform::GeometrySource::kActivations
-                    : source == gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS
-                        ? transform::GeometrySource::kPerWorkerGradients
-                        : transform::GeometrySource::kGradients,
+          .source = source,
           .ema_decay = settings.transform.ema_decay(),
           .statistics = settings.transform.statistics() == gift::v1::STATISTICS_FORM_EXACT
                             ? transform::StatisticsForm::kExact
                             : transform::StatisticsForm::kSketch,
           // Per-worker sketches travel as tensors of a fixed shape; the
           // owner's own sketch of the reduced gradient follows the rank.
-          .sketch_size = source == gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS
+          .sketch_size = transform::UsesPerWorkerMoments(source)
                              ? kPerWorkerSketchSize
                              : OwnerSketchSize(settings.transform.rank()),
           .sketch_seed = tensor_id};
@@ -41,14 +50,27 @@ transform::TensorGeometryOptions GeometryOptionsFor(const policy::TensorSettings
 
 bool UsesPerWorkerSketches(const policy::TensorSettings& settings,
                            absl::Span<const int64_t> shape) {
-  return settings.selection != policy::Selection::kDirect && policy::IsTransformable(shape) &&
-         settings.transform.source() == gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS;
+  if (settings.selection == policy::Selection::kDirect || !policy::IsTransformable(shape)) {
+    return false;
+  }
+  switch (settings.transform.source()) {
+    case gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS:
+      return true;
+    case gift::v1::GEOMETRY_SOURCE_ACTIVATIONS_PER_WORKER:  // the output side's sketch
+      return settings.transform.sides() != gift::v1::SIDES_INPUT;
+    default:
+      return false;
+  }
 }
 
 std::string StatisticsTensorName(const std::string& name, const policy::TensorSettings& settings) {
+  // Named by the sides the sketch holds, which fix its layout.
   const char* sides = "both";
   if (settings.transform.sides() == gift::v1::SIDES_INPUT) sides = "input";
-  if (settings.transform.sides() == gift::v1::SIDES_OUTPUT) sides = "output";
+  if (settings.transform.sides() == gift::v1::SIDES_OUTPUT ||
+      settings.transform.source() == gift::v1::GEOMETRY_SOURCE_ACTIVATIONS_PER_WORKER) {
+    sides = "output";
+  }
   return absl::StrCat(name, "#sketch.", sides);
 }
 

@@ -1,5 +1,6 @@
 // Per-worker gradient statistics on the data path: for the tensors whose
-// resolved geometry source is GEOMETRY_SOURCE_PER_WORKER_GRADIENTS, every
+// resolved geometry source is GEOMETRY_SOURCE_PER_WORKER_GRADIENTS (or
+// GEOMETRY_SOURCE_ACTIVATIONS_PER_WORKER, output side only), every
 // worker computes, on the tensor's collect steps, the Nystrom sketches of its
 // own G_i G_i^T / d_in and G_i^T G_i / d_out (transform::TensorGeometry::
 // PerWorkerContribution, moment_sketch.h) and the servers average them like

@@ -38,7 +38,18 @@ CONFIGS = {
     "gift-nvfp4": ("nvfp4", "e4m3/block128", True, "GIFT NVFP4 push, E4M3/block128 pull, both in the GIFT basis"),
     "nvfp4-rot": ("nvfp4", "e4m3/block128", False, "nvfp4, each row rotated in blocks of 8 before the push (giftctl policy set --rotation-block 8)"),
     "gift-nvfp4-rot": ("nvfp4", "e4m3/block128", True, "gift-nvfp4, each row rotated in blocks of 8 after the GIFT basis (--rotation-block 8)"),
+    "gift-nvfp4-mse": (
+        "nvfp4/mse",
+        "e4m3/block128",
+        True,
+        "GIFT NVFP4 push with least-squares block scales (nvfp4/mse), bases from the layers' inputs and the "
+        "workers' gradients (--source activations-per-worker; the training loop hands in X^T X every step)",
+    ),
 }
+# Configurations with a geometry source other than the policy's default ->
+# that source; the activation sources make the training loop collect X^T X of
+# every linear layer's inputs on every step.
+SOURCE = {"gift-nvfp4-mse": "activations-per-worker"}
 # Configurations that rotate each row in blocks (policy transform.rotation_block)
 # -> the block: 8, the largest power of two dividing every last dimension of the
 # demo's models (mlp.down's 344 and 172).
@@ -75,4 +86,11 @@ def policy_args(name):
     else:
         a += ["--selection", "list", "--exclude", "*"]  # every tensor direct
     a += ["--rotation-block", str(ROTATION.get(name, "off"))]
+    if name in SOURCE:
+        a += ["--source", SOURCE[name]]
     return a
+
+
+def collects_activations(name):
+    """Whether the configuration's training loop hands in activation statistics."""
+    return SOURCE.get(name, "").startswith("activations")

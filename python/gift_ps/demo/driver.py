@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 
-from gift_ps.demo.configs import CONFIGS, DDP_HOOKS, DEFAULT_CONFIGS, FULL, OVERLAP, QUICK
+from gift_ps.demo.configs import CONFIGS, DDP_HOOKS, DEFAULT_CONFIGS, FULL, OVERLAP, QUICK, collects_activations
 from gift_ps.demo.data import Corpus, DataError, load_bytes
 from gift_ps.demo.processes import REPO, Cluster, DemoError, free_port, run_ranks, set_policy, tensor_choices
 from gift_ps.demo.report import choice_lines, fmt, overlap_lines, overlap_rows, plot, summarize, summary_lines, table
@@ -273,6 +273,7 @@ def main(argv=None):
         elif args.backend == "service":
             spec["overlap"] = name in OVERLAP
             spec["bucket_bytes"] = args.overlap_bucket_kib * 1024
+            spec["collect_activations_every"] = 1 if collects_activations(name) else 0
         cluster, policy = None, None
         t0 = time.monotonic()
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)

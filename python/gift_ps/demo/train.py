@@ -94,11 +94,12 @@ class ServiceBackend:
 
     name = "service"
 
-    def __init__(self, model, socket, overlap=False, bucket_bytes=25 * 2**20):
+    def __init__(self, model, socket, overlap=False, bucket_bytes=25 * 2**20, collect_activations_every=0):
         from gift_ps import GradientSync, WorkerClient
 
         self.client = WorkerClient(socket)
-        self.sync_ = GradientSync(model, self.client, overlap=overlap, bucket_bytes=bucket_bytes, start_step=1)
+        self.sync_ = GradientSync(model, self.client, overlap=overlap, bucket_bytes=bucket_bytes, start_step=1,
+                                  collect_activations_every=collect_activations_every)
         self.matrices = {name for name, p in model.named_parameters() if p.dim() == 2}
 
     def begin(self, step, measure_error):
@@ -195,7 +196,9 @@ def main(argv):
     elif spec["backend"] == "ddp":
         backend = DDPBackend(model, rank, world, spec["local_address"], spec.get("ddp_hook"))
     else:
-        backend = ServiceBackend(model, spec["sockets"][rank], overlap=spec.get("overlap", False), bucket_bytes=spec.get("bucket_bytes", 25 * 2**20))
+        backend = ServiceBackend(model, spec["sockets"][rank], overlap=spec.get("overlap", False),
+                                 bucket_bytes=spec.get("bucket_bytes", 25 * 2**20),
+                                 collect_activations_every=spec.get("collect_activations_every", 0))
     loss_of = getattr(backend, "loss", model.loss)
 
     setup_s = time.perf_counter() - _T_START
