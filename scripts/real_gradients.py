@@ -17,8 +17,9 @@ the output layer) it keeps, every training step, exponential moving averages
   gram_out_pw    = mean_i G_i G_i^T / d_in
   factor         = X^T X / N                    (X: the layer's input rows, all workers)
 
-and, for each collect period c of --collect-periods, gram_in_mean_c<c> and
-gram_out_mean_c<c>: the same EMAs folded only on steps that are multiples of c
+and, for each collect period c of --collect-periods, gram_in_mean_c<c>,
+gram_out_mean_c<c>, gram_in_pw_c<c> and gram_out_pw_c<c>: the same EMAs
+folded only on steps that are multiples of c
 (the policy's transform.collect_period; the decay stays per fold, as the
 owner's EMA keeps it).
 
@@ -203,8 +204,8 @@ class Recorder:
         }
         for c in self.collect_periods:
             if step % c == 0:
-                stats[f"gram_in_mean_c{c}"] = stats["gram_in_mean"]
-                stats[f"gram_out_mean_c{c}"] = stats["gram_out_mean"]
+                for name in ("gram_in_mean", "gram_out_mean", "gram_in_pw", "gram_out_pw"):
+                    stats[f"{name}_c{c}"] = stats[name]
         for k, v in stats.items():
             self.ema[k] = v.clone() if k not in self.ema else self.decay * self.ema[k] + (1 - self.decay) * v
 

@@ -75,6 +75,15 @@ double QuantizedAverageError(const TensorBasis* basis,
   return RelativeL2(sum, exact);
 }
 
+// Feeds `geo` the activation factor of spectrum 1 / (1 + i), i < kGeometryIn
+// (a seeded basis), and returns that spectrum.
+Eigen::VectorXd AddHarmonicActivationFactor(TensorGeometry& geo) {
+  Eigen::VectorXd spectrum(kGeometryIn);
+  for (int64_t i = 0; i < kGeometryIn; ++i) spectrum(i) = std::pow(1.0 + i, -1.0);
+  EXPECT_TRUE(geo.AddActivationFactor(testing::FactorWithSpectrum(spectrum, 5)).ok());
+  return spectrum;
+}
+
 // Steps 0 .. steps-1 of 4 workers' gradients (`directions` shared ones plus
 // `noise`), averaged, into `geo` and into the exact EMAs `in` and `out`.
 void FeedReducedGradients(TensorGeometry& geo, SecondMomentEma& in, SecondMomentEma& out,
@@ -253,9 +262,7 @@ TEST(TensorGeometryTest, ActivationSourceFeedsTheInputSide) {
       Average(SharedPlusNoiseGradients(kGeometryOut, kGeometryIn, 2, 4, 0.5, 0));
   ASSERT_TRUE(geo->AddReducedGradient(avg.data()).ok());
   EXPECT_FALSE(geo->ready());  // the input side waits for activations
-  Eigen::VectorXd spectrum(kGeometryIn);
-  for (int64_t i = 0; i < kGeometryIn; ++i) spectrum(i) = std::pow(1.0 + i, -1.0);
-  ASSERT_TRUE(geo->AddActivationFactor(testing::FactorWithSpectrum(spectrum, 5)).ok());
+  const Eigen::VectorXd spectrum = AddHarmonicActivationFactor(*geo);
   ASSERT_TRUE(geo->ready());
   auto basis = geo->BuildBasis(Options(0, 0, 0.5, kGeometryIn));
   ASSERT_TRUE(basis.ok()) << basis.status();
@@ -298,9 +305,7 @@ TEST(TensorGeometryTest, ActivationsPerWorkerSourceTakesEachSideFromItsOwnStatis
   ASSERT_TRUE(geo->AddPerWorkerAverage(c_avg).ok());
   ASSERT_TRUE(pw->AddPerWorkerAverage(pw_avg).ok());
   EXPECT_FALSE(geo->ready());  // the input side waits for activations
-  Eigen::VectorXd spectrum(kGeometryIn);
-  for (int64_t i = 0; i < kGeometryIn; ++i) spectrum(i) = std::pow(1.0 + i, -1.0);
-  ASSERT_TRUE(geo->AddActivationFactor(testing::FactorWithSpectrum(spectrum, 5)).ok());
+  const Eigen::VectorXd spectrum = AddHarmonicActivationFactor(*geo);
   ASSERT_TRUE(geo->ready());
 
   auto basis = geo->BuildBasis(Options(0, 0, 0.5, kGeometryIn));

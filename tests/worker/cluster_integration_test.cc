@@ -96,6 +96,12 @@ void FillGradient(float* g, const TensorShape& t, uint64_t step, int worker) {
   }
 }
 
+std::set<std::string> TensorNames(const gift::v1::ClusterState& state) {
+  std::set<std::string> names;
+  for (const gift::v1::TensorInfo& t : state.tensors()) names.insert(t.name());
+  return names;
+}
+
 // The Worker API spoken in raw gRPC (the wire contract, no client library).
 // No clean stop: the cluster's processes are killed after each test.
 class ClusterIntegrationTest : public test::ClusterFixture<> {
@@ -155,6 +161,17 @@ class ClusterIntegrationTest : public test::ClusterFixture<> {
       t.rank = response.rank();
     }
     for (int w = 1; w < kWorkers; ++w) EXPECT_EQ(trainers_[w].ids, trainers_[0].ids);
+  }
+
+  // The coordinator's cluster state (empty, with a test failure, when it
+  // does not answer).
+  gift::v1::ClusterState CoordinatorState() {
+    control::CoordinatorClient client(
+        control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()),
+        absl::Seconds(10));
+    auto status = client.GetStatus();
+    EXPECT_TRUE(status.ok()) << status.status();
+    return status.ok() ? status->state() : gift::v1::ClusterState();
   }
 
   // PushPull(step) on the given workers at once.
@@ -357,12 +374,8 @@ TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketche
   EXPECT_EQ(logs.find("sketch_exchange_failed"), std::string::npos) << logs;
   // Every 2-D tensor has its statistics tensor; the 1-D one has none; the
   // owners' drift measurements reached the coordinator.
-  control::CoordinatorClient client(
-      control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()), absl::Seconds(10));
-  auto status = client.GetStatus();
-  ASSERT_TRUE(status.ok()) << status.status();
-  std::set<std::string> names;
-  for (const gift::v1::TensorInfo& t : status->state().tensors()) names.insert(t.name());
+  gift::v1::ClusterState state = CoordinatorState();
+  const std::set<std::string> names = TensorNames(state);
   for (const TensorShape& s : Shapes()) {
     EXPECT_EQ(names.count(s.name + "#sketch.both"), s.shape.size() == 2 ? 1u : 0u) << s.name;
   }
@@ -381,15 +394,14 @@ TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketche
     return with_reference;
   };
   int measured = 0;
-  for (int extra = 0; extra < 10 && measured_with_reference(status->state(), &measured) < 3;
+  for (int extra = 0; extra < 10 && measured_with_reference(state, &measured) < 3;
        ++extra, ++step) {
     run_step(step);
     if (HasFatalFailure()) return;
-    status = client.GetStatus();
-    ASSERT_TRUE(status.ok()) << status.status();
+    state = CoordinatorState();
   }
   EXPECT_EQ(measured, 3);
-  EXPECT_EQ(measured_with_reference(status->state(), &measured), 3) << Logs();
+  EXPECT_EQ(measured_with_reference(state, &measured), 3) << Logs();
   const std::string table = Giftctl({"tensors"});
   EXPECT_NE(table.find("RATIO"), std::string::npos) << table;
   EXPECT_NE(table.find(" (ref "), std::string::npos) << table;
@@ -473,12 +485,7 @@ TEST_F(ClusterIntegrationTest, ActivationsPerWorkerSourceBuildsBasesUnderAFitted
   EXPECT_TRUE(saw_transformed) << Logs();
   const std::string logs = Logs();
   EXPECT_EQ(logs.find("sketch_exchange_failed"), std::string::npos) << logs;
-  control::CoordinatorClient client(
-      control::CoordinatorClient::MakeChannel(cluster_->coordinator_address()), absl::Seconds(10));
-  auto status = client.GetStatus();
-  ASSERT_TRUE(status.ok()) << status.status();
-  std::set<std::string> names;
-  for (const gift::v1::TensorInfo& t : status->state().tensors()) names.insert(t.name());
+  const std::set<std::string> names = TensorNames(CoordinatorState());
   for (const TensorShape& s : Shapes()) {
     EXPECT_EQ(names.count(s.name + "#sketch.output"), s.shape.size() == 2 ? 1u : 0u) << s.name;
     EXPECT_EQ(names.count(s.name + "#sketch.both"), 0u) << s.name;
