@@ -462,16 +462,20 @@ struct Fp4Table {
   }
 };
 
+// The (unscaled) values of eight E2M1 codes, one per 32-bit lane (< 16):
+// the magnitude from the table by the low three bits, the sign from bit 3.
+inline __m256 E2m1Values(__m256 table, __m256i codes) {
+  const __m256 mag = _mm256_permutevar8x32_ps(table, codes);
+  const __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(codes, 3), 31);
+  return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(mag), sign));
+}
+
 // scalar::Nvfp4SquaredError of eight elements: E2M1 nearest codes of x * inv,
-// their values (magnitude from the table, the code's sign) times the scale,
-// minus x, squared.
+// their values times the scale, minus x, squared.
 inline __m256 Nvfp4SquaredErrors(const VecFormat& e2m1, __m256 table, __m256 x, __m256 scale,
                                  __m256 inv) {
   const __m256i code = QuantizeRneSmall<22>(e2m1, _mm256_mul_ps(x, inv));
-  const __m256 mag = _mm256_permutevar8x32_ps(table, code);  // the low three bits
-  const __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(code, 3), 31);
-  const __m256 value = _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(mag), sign));
-  const __m256 d = _mm256_sub_ps(_mm256_mul_ps(value, scale), x);
+  const __m256 d = _mm256_sub_ps(_mm256_mul_ps(E2m1Values(table, code), scale), x);
   return _mm256_mul_ps(d, d);
 }
 
@@ -530,9 +534,7 @@ inline __m256 DecodeVec(Format format, const uint8_t* codes, size_t k, const flo
       std::memcpy(&word, codes + k / 2, 4);
       const __m256i nib = _mm256_and_si256(
           _mm256_srlv_epi32(Set1(word), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)), Set1(0xF));
-      const __m256 mag = _mm256_permutevar8x32_ps(_mm256_load_ps(table), nib);
-      const __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(nib, 3), 31);
-      return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(mag), sign));
+      return E2m1Values(_mm256_load_ps(table), nib);
     }
     default: {
       // Exact arithmetic decode of E4M3 / E5M2: normal codes by re-biasing

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "worker/intake/registered_tensor.h"
@@ -29,6 +30,21 @@ transform::GeometrySource SourceOf(gift::v1::GeometrySource source) {
   }
 }
 
+// The sides of a tensor's gradient the workers sketch under `t`'s source
+// (the layout of its statistics tensor); nullopt for a source without
+// per-worker sketches, or one whose sketched side is not transformed.
+std::optional<gift::v1::Sides> SketchedSides(const gift::v1::TransformPolicy& t) {
+  switch (t.source()) {
+    case gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS:
+      return t.sides();
+    case gift::v1::GEOMETRY_SOURCE_ACTIVATIONS_PER_WORKER:  // the output side only
+      if (t.sides() == gift::v1::SIDES_INPUT) return std::nullopt;
+      return gift::v1::SIDES_OUTPUT;
+    default:
+      return std::nullopt;
+  }
+}
+
 }  // namespace
 
 transform::TensorGeometryOptions GeometryOptionsFor(const policy::TensorSettings& settings,
@@ -50,27 +66,17 @@ transform::TensorGeometryOptions GeometryOptionsFor(const policy::TensorSettings
 
 bool UsesPerWorkerSketches(const policy::TensorSettings& settings,
                            absl::Span<const int64_t> shape) {
-  if (settings.selection == policy::Selection::kDirect || !policy::IsTransformable(shape)) {
-    return false;
-  }
-  switch (settings.transform.source()) {
-    case gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS:
-      return true;
-    case gift::v1::GEOMETRY_SOURCE_ACTIVATIONS_PER_WORKER:  // the output side's sketch
-      return settings.transform.sides() != gift::v1::SIDES_INPUT;
-    default:
-      return false;
-  }
+  return settings.selection != policy::Selection::kDirect && policy::IsTransformable(shape) &&
+         SketchedSides(settings.transform).has_value();
 }
 
 std::string StatisticsTensorName(const std::string& name, const policy::TensorSettings& settings) {
   // Named by the sides the sketch holds, which fix its layout.
+  const gift::v1::Sides sketched =
+      SketchedSides(settings.transform).value_or(settings.transform.sides());
   const char* sides = "both";
-  if (settings.transform.sides() == gift::v1::SIDES_INPUT) sides = "input";
-  if (settings.transform.sides() == gift::v1::SIDES_OUTPUT ||
-      settings.transform.source() == gift::v1::GEOMETRY_SOURCE_ACTIVATIONS_PER_WORKER) {
-    sides = "output";
-  }
+  if (sketched == gift::v1::SIDES_INPUT) sides = "input";
+  if (sketched == gift::v1::SIDES_OUTPUT) sides = "output";
   return absl::StrCat(name, "#sketch.", sides);
 }
 
