@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "bench/bench_util.h"
+#include "bench/fidelity_target_choice.h"
 #include "bench/npy_file.h"
 #include "common/base/status_macros.h"
 #include "common/codec/codec.h"
@@ -648,6 +649,15 @@ absl::Status RunRealGradientFidelity(const RealFidelityOptions& options) {
 
   nlohmann::json doc = nlohmann::json::array();
   for (const MethodResult& r : results) doc.push_back(MethodResultJson(r));
+  if (!options.target.empty()) {
+    GIFT_ASSIGN_OR_RETURN(
+        nlohmann::json choice,
+        PrintTargetChoice(results, {.target = options.target, .d_out = m, .d_in = n}, os));
+    os.flush();
+    // The choice as the list's last element, marked as such.
+    choice["target_choice"] = true;
+    doc.push_back(std::move(choice));
+  }
   return sinks.WriteJson(doc);
 }
 

@@ -102,8 +102,8 @@ struct MethodGridOptions {
   // rotation of each row in blocks of this many elements (a power of two
   // dividing d_in), seeded by tensor_id; names end "+rht<B>".
   int64_t rotate_block = 0;
-  uint64_t tensor_id = 1;   // of the RngKey
-  uint64_t step = 0;        // of the RngKey
+  uint64_t tensor_id = 1;  // of the RngKey
+  uint64_t step = 0;       // of the RngKey
   bool use_simd = true;
   ThreadPool* pool = nullptr;  // not owned; null runs on the calling thread
 };
@@ -155,6 +155,9 @@ struct RealFidelityOptions {
   std::vector<std::string> filter;
   int64_t sketch_size = 0;
   int64_t rotate_block = 0;
+  // The fidelity target whose choice is printed (fidelity_target_choice.h);
+  // "" prints none. Must be among the specs.
+  std::string target;
   int threads = 0;  // 0: hardware threads
   bool use_simd = true;
   std::string json_path;  // "" none, "-" stdout

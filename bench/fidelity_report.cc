@@ -439,6 +439,11 @@ Command AddFidelityCommand(CLI::App& parent) {
       ->check(CLI::Range(0, 1 << 20))
       ->needs(grads)
       ->capture_default_str();
+  app->add_option("--target", real.target,
+                  "Real mode: print the choice a basis owner would make under this fidelity "
+                  "target (a spec among --specs): the fewest wire bytes whose error is at most "
+                  "the target's direct error")
+      ->needs(grads);
   app->add_option("--filter", real.filter,
                   "Real mode: measure only methods whose name contains every one of these "
                   "comma-separated substrings, e.g. family/both,/r64/ (direct is always measured)")

@@ -431,12 +431,12 @@ absl::StatusOr<v1::RegisterTensorsResponse> MemberSession::RegisterTensors(
   return client_.RegisterTensors(request);
 }
 
-absl::StatusOr<v1::PublishBasisResponse> MemberSession::PublishBasis(uint64_t tensor_id,
-                                                                     uint64_t version,
-                                                                     uint32_t rank,
-                                                                     absl::string_view bytes,
-                                                                     bool direct) const {
+absl::StatusOr<v1::PublishBasisResponse> MemberSession::PublishBasis(
+    uint64_t tensor_id, uint64_t version, uint32_t rank, absl::string_view bytes, bool direct,
+    const VersionCodecs& codecs) const {
   v1::BasisHeader header;
+  if (codecs.push.has_value()) *header.mutable_push_codec() = *codecs.push;
+  if (codecs.pull.has_value()) *header.mutable_pull_codec() = *codecs.pull;
   header.set_member_id(member_id());
   header.set_tensor_id(tensor_id);
   header.set_version(version);

@@ -54,6 +54,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -183,13 +184,18 @@ class MemberSession {
   // Registers tensors under this member (RegisterTensors).
   absl::StatusOr<gift::v1::RegisterTensorsResponse> RegisterTensors(
       const std::vector<gift::v1::TensorSpec>& tensors) const;
+  // A basis version's own codecs (BasisVersion.push_codec / pull_codec);
+  // unset: the tensor's resolved ones.
+  struct VersionCodecs {
+    std::optional<gift::v1::CodecSpec> push;
+    std::optional<gift::v1::CodecSpec> pull;
+  };
   // Publishes a basis version this member owns: `bytes` is the serialized
   // basis (common/transform/basis_serialization.h), sent in 1 MiB chunks with
   // its CRC-32C; `direct` versions carry no bytes.
-  absl::StatusOr<gift::v1::PublishBasisResponse> PublishBasis(uint64_t tensor_id, uint64_t version,
-                                                              uint32_t rank,
-                                                              absl::string_view bytes,
-                                                              bool direct = false) const;
+  absl::StatusOr<gift::v1::PublishBasisResponse> PublishBasis(
+      uint64_t tensor_id, uint64_t version, uint32_t rank, absl::string_view bytes,
+      bool direct = false, const VersionCodecs& codecs = {}) const;
   // Fetches a version (size and CRC-32C checked) ...
   absl::StatusOr<FetchedBasis> FetchBasis(uint64_t tensor_id, uint64_t version) const;
   // ... and acknowledges it once it is usable.

@@ -28,6 +28,11 @@ constexpr double kDefaultGiftBudget = 0.05;
 constexpr double kDefaultDampingEps = 1e-3;
 constexpr char kDefaultPushCodec[] = "e4m3/block128/rne";
 constexpr char kDefaultPullCodec[] = "e4m3/block128/rne";
+constexpr char kDefaultTargetCodec[] = "e4m3/block128/rne";
+constexpr const char* kDefaultTargetCodecs[] = {"e4m3/block128/rne", "nvfp4", "nvfp4/mse"};
+// Each candidate codec costs the owner one encode of the tensor per basis
+// candidate at every refresh.
+constexpr int kMaxTargetCodecs = 8;
 constexpr char kNonTransformableCodec[] = "bf16";
 constexpr uint32_t kDefaultPeriodSteps = 10;
 constexpr double kDefaultDriftThreshold = 0.2;
@@ -147,6 +152,14 @@ Policy WithDefaults(const Policy& policy) {
   if (s.margin() == 0) s.set_margin(kDefaultMargin);
   if (s.min_elements() == 0) s.set_min_elements(kDefaultMinElements);
   if (!s.has_gift_budget()) s.set_gift_budget(kDefaultGiftBudget);
+  if (!s.target_off()) {
+    if (s.target().format() == gift::v1::ELEMENT_FORMAT_UNSPECIFIED) {
+      *s.mutable_target() = DefaultCodec(kDefaultTargetCodec);
+    }
+    if (s.target_codecs().empty()) {
+      for (const char* text : kDefaultTargetCodecs) *s.add_target_codecs() = DefaultCodec(text);
+    }
+  }
   if (out.hierarchy() == gift::v1::HIERARCHY_UNSPECIFIED) {
     out.set_hierarchy(gift::v1::HIERARCHY_NONE);
   }
@@ -214,6 +227,17 @@ absl::Status Validate(const Policy& policy) {
   if (!Finite(s.gift_budget()) || s.gift_budget() < 0 || s.gift_budget() > kMaxGiftBudget) {
     return Invalid("selection.gift_budget", s.gift_budget(),
                    absl::StrCat("must be in [0, ", kMaxGiftBudget, "] (0: off)"));
+  }
+  if (!s.target_off()) {
+    GIFT_RETURN_IF_ERROR(ValidateCodec("selection.target", s.target()));
+    if (s.target_codecs_size() > kMaxTargetCodecs) {
+      return Invalid("selection.target_codecs", s.target_codecs_size(),
+                     absl::StrCat("at most ", kMaxTargetCodecs, " codecs"));
+    }
+    for (int i = 0; i < s.target_codecs_size(); ++i) {
+      GIFT_RETURN_IF_ERROR(
+          ValidateCodec(absl::StrCat("selection.target_codecs[", i, "]"), s.target_codecs(i)));
+    }
   }
 
   for (int i = 0; i < policy.overrides_size(); ++i) {
@@ -362,7 +386,10 @@ TensorSettings ResolveTensorSettings(const Policy& policy, absl::string_view nam
     if (o.has_period_steps()) out.period_steps = o.period_steps();
     if (o.has_enabled()) enabled = o.enabled();
     if (o.has_error_feedback()) out.transform.set_error_feedback(o.error_feedback());
-    if (o.has_push_codec()) *out.transform.mutable_push_codec() = o.push_codec();
+    if (o.has_push_codec()) {
+      *out.transform.mutable_push_codec() = o.push_codec();
+      out.push_codec_overridden = true;
+    }
     if (o.has_pull_codec()) *out.transform.mutable_pull_codec() = o.pull_codec();
     if (o.has_rotation_block()) out.transform.set_rotation_block(o.rotation_block());
   }

@@ -91,6 +91,9 @@ struct TensorSettings {
   gift::v1::TransformPolicy transform;
   uint32_t period_steps = 0;
   Selection selection = Selection::kDirect;
+  // A matching override named the push codec: the fidelity target
+  // (selection.target) leaves the tensor's codecs as they are.
+  bool push_codec_overridden = false;
 };
 
 // Whether a tensor of this shape can carry a basis at all: exactly two

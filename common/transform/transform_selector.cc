@@ -3,8 +3,12 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <map>
+#include <optional>
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -81,19 +85,22 @@ absl::Status WithLabel(const absl::Status& status, absl::string_view label) {
                       absl::StrCat("SelectTransform: candidate '", label, "': ", status.message()));
 }
 
-// The measurement of one path: each gradient through `transform` (null:
-// direct), encoded with the spec, reduced with 1/P, back through the inverse;
-// the relative L2 error against `exact` (the FP64 average).
+// The measurement of paths: each gradient through a transform (null:
+// direct), encoded with a push spec, reduced with 1/P (and, with a pull spec,
+// the average encoded with it and decoded), back through the inverse; the
+// relative L2 error against `exact` (the FP64 average). A transform's
+// forward runs once for all the codec pairs measured through it.
 class Measurer {
  public:
-  Measurer(absl::Span<const float* const> grads, int64_t d_out, int64_t d_in,
-           const SelectorOptions& options)
+  Measurer(absl::Span<const float* const> grads, int64_t d_out, int64_t d_in, uint64_t tensor_id,
+           uint64_t step, const codec::CodecOptions& codec_options)
       : grads_(grads),
         d_out_(d_out),
         d_in_(d_in),
-        options_(options),
+        tensor_id_(tensor_id),
+        step_(step),
+        codec_options_(codec_options),
         exact_(static_cast<size_t>(d_out * d_in), 0.0),
-        scratch_(static_cast<size_t>(d_out * d_in)),
         average_(static_cast<size_t>(d_out * d_in)) {
     for (const float* g : grads_) {
       for (size_t i = 0; i < exact_.size(); ++i) exact_[i] += g[i];
@@ -105,36 +112,55 @@ class Measurer {
     }
   }
 
-  absl::Status Init() {
-    for (size_t w = 0; w < grads_.size(); ++w) {
-      GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor t,
-                            codec::EncodedTensor::Create(options_.spec, d_out_, d_in_));
-      encoded_.push_back(std::move(t));
+  // The error of each pair through `transform`, in the order of `pairs`.
+  absl::StatusOr<std::vector<double>> Measure(const GradientTransform* transform,
+                                              absl::Span<const CodecPair> pairs) {
+    const size_t size = exact_.size();
+    std::vector<const float*> inputs(grads_.begin(), grads_.end());
+    if (transform != nullptr) {
+      forwarded_.resize(grads_.size() * size);
+      for (size_t w = 0; w < grads_.size(); ++w) {
+        float* out = forwarded_.data() + w * size;
+        GIFT_RETURN_IF_ERROR(transform->Forward(grads_[w], d_out_, d_in_, out));
+        inputs[w] = out;
+      }
     }
-    return absl::OkStatus();
+    std::vector<double> errors;
+    errors.reserve(pairs.size());
+    for (const CodecPair& pair : pairs) {
+      std::vector<codec::EncodedView> views;
+      views.reserve(grads_.size());
+      for (size_t w = 0; w < grads_.size(); ++w) {
+        GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor * encoded, Encoded(pair.push, w));
+        const codec::RngKey key{
+            .tensor = tensor_id_, .step = step_, .rank = static_cast<uint32_t>(w)};
+        GIFT_RETURN_IF_ERROR(
+            codec::Encode(inputs[w], encoded->mutable_view(), key, codec_options_));
+        views.push_back(encoded->view());
+      }
+      codec::MutableEncodedView pulled;
+      if (pair.pull.has_value()) {
+        GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor * encoded, Encoded(*pair.pull, grads_.size()));
+        pulled = encoded->mutable_view();
+      }
+      // The servers' stochastic stream of a result: RngKey{tensor, step, rank 0}.
+      GIFT_RETURN_IF_ERROR(codec::ReduceEncoded(
+          views, average_.data(), 1.0f / static_cast<float>(grads_.size()), pulled,
+          {.tensor = tensor_id_, .step = step_, .rank = 0}, codec_options_));
+      if (pair.pull.has_value()) {
+        GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor * encoded, Encoded(*pair.pull, grads_.size()));
+        GIFT_RETURN_IF_ERROR(codec::Decode(encoded->view(), average_.data(), codec_options_));
+      }
+      if (transform != nullptr) {
+        GIFT_RETURN_IF_ERROR(transform->Inverse(average_.data(), d_out_, d_in_, average_.data()));
+      }
+      errors.push_back(Error());
+    }
+    return errors;
   }
 
-  absl::StatusOr<double> Measure(const GradientTransform* transform) {
-    std::vector<codec::EncodedView> views;
-    views.reserve(encoded_.size());
-    for (size_t w = 0; w < grads_.size(); ++w) {
-      const float* x = grads_[w];
-      if (transform != nullptr) {
-        GIFT_RETURN_IF_ERROR(transform->Forward(x, d_out_, d_in_, scratch_.data()));
-        x = scratch_.data();
-      }
-      const codec::RngKey key{
-          .tensor = options_.tensor_id, .step = options_.step, .rank = static_cast<uint32_t>(w)};
-      GIFT_RETURN_IF_ERROR(
-          codec::Encode(x, encoded_[w].mutable_view(), key, options_.codec_options));
-      views.push_back(encoded_[w].view());
-    }
-    GIFT_RETURN_IF_ERROR(
-        codec::ReduceEncoded(views, average_.data(), 1.0f / static_cast<float>(grads_.size()),
-                             codec::MutableEncodedView{}, {}, options_.codec_options));
-    if (transform != nullptr) {
-      GIFT_RETURN_IF_ERROR(transform->Inverse(average_.data(), d_out_, d_in_, average_.data()));
-    }
+ private:
+  double Error() const {
     double err2 = 0.0;
     for (size_t i = 0; i < exact_.size(); ++i) {
       const double d = static_cast<double>(average_[i]) - exact_[i];
@@ -146,16 +172,29 @@ class Measurer {
     return std::sqrt(err2 / exact_norm2_);
   }
 
- private:
+  // Slot `slot` (a worker, or grads_.size() for the pull) of `spec`'s
+  // encoded tensors, made on first use.
+  absl::StatusOr<codec::EncodedTensor*> Encoded(const codec::CodecSpec& spec, size_t slot) {
+    std::vector<codec::EncodedTensor>& tensors = encoded_[codec::ToString(spec)];
+    while (tensors.size() <= slot) {
+      GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor t,
+                            codec::EncodedTensor::Create(spec, d_out_, d_in_));
+      tensors.push_back(std::move(t));
+    }
+    return &tensors[slot];
+  }
+
   absl::Span<const float* const> grads_;
   int64_t d_out_;
   int64_t d_in_;
-  const SelectorOptions& options_;
+  uint64_t tensor_id_;
+  uint64_t step_;
+  const codec::CodecOptions& codec_options_;
   std::vector<double> exact_;
   double exact_norm2_ = 0.0;
-  std::vector<float> scratch_;
+  std::vector<float> forwarded_;
   std::vector<float> average_;
-  std::vector<codec::EncodedTensor> encoded_;
+  std::map<std::string, std::vector<codec::EncodedTensor>> encoded_;  // by spec
 };
 
 }  // namespace
@@ -189,15 +228,18 @@ absl::StatusOr<Selection> SelectTransform(absl::Span<const float* const> grads, 
     return selection;
   }
 
-  Measurer measurer(grads, d_out, d_in, options);
-  GIFT_RETURN_IF_ERROR(measurer.Init());
-  GIFT_ASSIGN_OR_RETURN(const double direct_error, measurer.Measure(nullptr));
+  Measurer measurer(grads, d_out, d_in, options.tensor_id, options.step, options.codec_options);
+  const CodecPair push_only[] = {{.push = options.spec}};
+  GIFT_ASSIGN_OR_RETURN(const std::vector<double> direct, measurer.Measure(nullptr, push_only));
+  const double direct_error = direct[0];
   selection.errors.push_back({std::string(kDirectLabel), direct_error});
   int best = -1;
   double best_error = 0.0;
   for (size_t c = 0; c < candidates.size(); ++c) {
-    absl::StatusOr<double> error = measurer.Measure(candidates[c].transform.get());
-    if (!error.ok()) return WithLabel(error.status(), candidates[c].label);
+    absl::StatusOr<std::vector<double>> measured =
+        measurer.Measure(candidates[c].transform.get(), push_only);
+    if (!measured.ok()) return WithLabel(measured.status(), candidates[c].label);
+    const double* error = &(*measured)[0];
     selection.errors.push_back({candidates[c].label, *error});
     if (best < 0 || *error < best_error) {
       best = static_cast<int>(c);
@@ -212,6 +254,38 @@ absl::StatusOr<Selection> SelectTransform(absl::Span<const float* const> grads, 
     selection.reason = SelectionReason::kMeasured;
   }
   return selection;
+}
+
+}  // namespace gift::transform
+
+namespace gift::transform {
+
+absl::StatusOr<CodecPairErrors> MeasureCodecPairs(absl::Span<const float* const> grads,
+                                                  int64_t d_out, int64_t d_in,
+                                                  absl::Span<const SelectionCandidate> candidates,
+                                                  absl::Span<const CodecPair> pairs,
+                                                  const SelectorOptions& options) {
+  GIFT_RETURN_IF_ERROR(CheckInputs(grads, d_out, d_in, candidates, options));
+  if (pairs.empty()) return absl::InvalidArgumentError("MeasureCodecPairs: no codec pairs");
+  for (const CodecPair& pair : pairs) {
+    for (const codec::CodecSpec* spec : {&pair.push, pair.pull ? &*pair.pull : nullptr}) {
+      if (spec == nullptr) continue;
+      if (absl::Status s = codec::Validate(*spec); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("MeasureCodecPairs: ", s.message()));
+      }
+    }
+  }
+  Measurer measurer(grads, d_out, d_in, options.tensor_id, options.step, options.codec_options);
+  CodecPairErrors out;
+  GIFT_ASSIGN_OR_RETURN(std::vector<double> direct, measurer.Measure(nullptr, pairs));
+  out.push_back(std::move(direct));
+  for (const SelectionCandidate& candidate : candidates) {
+    absl::StatusOr<std::vector<double>> measured =
+        measurer.Measure(candidate.transform.get(), pairs);
+    if (!measured.ok()) return WithLabel(measured.status(), candidate.label);
+    out.push_back(*std::move(measured));
+  }
+  return out;
 }
 
 }  // namespace gift::transform

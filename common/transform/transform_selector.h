@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,31 @@ absl::StatusOr<Selection> SelectTransform(absl::Span<const float* const> grads, 
                                           int64_t d_in,
                                           absl::Span<const SelectionCandidate> candidates,
                                           const SelectorOptions& options);
+
+// A way to encode the measured tensor: the workers' push codec and, when
+// set, the servers' pull codec (the average is encoded with it and decoded
+// before the inverse, as a worker receives it); unset: the average in FP32.
+struct CodecPair {
+  codec::CodecSpec push;
+  std::optional<codec::CodecSpec> pull;
+};
+
+// errors[t][c]: the relative L2 error of pair c through path t, t = 0 direct,
+// then the candidates in the order given.
+using CodecPairErrors = std::vector<std::vector<double>>;
+
+// Measures every (path, codec pair) as above, whatever the shape or
+// min_elements (options.spec, .margin and .min_elements are checked but not
+// used). Each candidate's forward runs once for all pairs. The result's
+// stochastic rounding draws RngKey{tensor_id, step, rank = w} for worker w's
+// push and RngKey{tensor_id, step, 0} for the pull. Errors as
+// SelectTransform, and InvalidArgument for no pairs or an invalid codec of
+// one.
+absl::StatusOr<CodecPairErrors> MeasureCodecPairs(absl::Span<const float* const> grads,
+                                                  int64_t d_out, int64_t d_in,
+                                                  absl::Span<const SelectionCandidate> candidates,
+                                                  absl::Span<const CodecPair> pairs,
+                                                  const SelectorOptions& options);
 
 }  // namespace gift::transform
 

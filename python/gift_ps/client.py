@@ -72,6 +72,10 @@ class PushPullResult:
     # step's world size, and the workers of it that are gone.
     previous_world_size: int = 0
     lost_members: List[LostWorker] = field(default_factory=list)
+    # The step's per-worker statistics (sketches for per-worker geometry
+    # sources), counted in no tensor's bytes: payload bytes pushed / received.
+    statistics_bytes_sent: int = 0
+    statistics_bytes_received: int = 0
 
     def by_name(self) -> Dict[str, TensorResult]:
         return {t.name: t for t in self.tensors}
@@ -464,6 +468,8 @@ class WorkerClient:
         return PushPullResult(
             step=response.step, epoch=response.epoch, world_size=response.world_size,
             seconds=response.seconds, previous_world_size=response.previous_world_size,
+            statistics_bytes_sent=response.statistics_bytes_sent,
+            statistics_bytes_received=response.statistics_bytes_received,
             lost_members=[LostWorker(rank=m.rank, name=m.name, member_id=m.member_id, node=m.node)
                           for m in response.lost_members],
             tensors=[TensorResult(

@@ -13,8 +13,7 @@ using dataplane::ChunkHeader;
 using dataplane::ChunkKind;
 
 absl::StatusOr<std::unique_ptr<AggregatorShard>> AggregatorShard::Create(
-    const AggregatorShardOptions& options,
-    const transport::TransportFactory& make_transport) {
+    const AggregatorShardOptions& options, const transport::TransportFactory& make_transport) {
   if (!make_transport) return absl::InvalidArgumentError("no transport factory");
   std::unique_ptr<AggregatorShard> shard(new AggregatorShard(options));
   AggregatorShard* self = shard.get();
@@ -93,7 +92,9 @@ absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
   if (epoch.pull_spec.has_value()) {
     if (auto s = reducer_->SetPullSpec(*epoch.pull_spec); !s.ok()) return s;
   }
-  if (auto s = reducer_->SetTensorPullSpecs(epoch.tensor_pull_specs); !s.ok()) return s;
+  if (auto s = reducer_->SetTensorPullSpecs(epoch.tensor_pull_specs, epoch.version_pull_specs);
+      !s.ok())
+    return s;
   // Tell the previous epoch's workers about its aborted chunks before
   // switching to the new peers; completions of deferred pushes go to the new
   // epoch's workers.
@@ -141,7 +142,9 @@ absl::Status AggregatorShard::Apply(const ShardEpoch& epoch) {
   if (epoch.pull_spec.has_value()) {
     if (auto s = reducer_->SetPullSpec(*epoch.pull_spec); !s.ok()) return s;
   }
-  if (auto s = reducer_->SetTensorPullSpecs(epoch.tensor_pull_specs); !s.ok()) return s;
+  if (auto s = reducer_->SetTensorPullSpecs(epoch.tensor_pull_specs, epoch.version_pull_specs);
+      !s.ok())
+    return s;
   auto update = reducer_->AddChunks(epoch.epoch, epoch.chunks);
   if (!update.ok()) return update.status();
   Deliver(*std::move(update));

@@ -77,6 +77,10 @@ struct ShardEpoch {
   // as the workers resolve their push codecs); tensors absent use the one
   // above. Replaces the shard's previous per-tensor codecs.
   absl::flat_hash_map<uint64_t, codec::CodecSpec> tensor_pull_specs;
+  // The basis versions that name a pull codec of their own
+  // (BasisVersion.pull_codec, committed or proposed), by (tensor, version):
+  // ahead of the tensor's codec for that version's chunks.
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, codec::CodecSpec> version_pull_specs;
   // With authentication: this server's keys of the epoch (signer: the shard
   // id; peers: the workers' keys by rank). Required once it is on.
   std::shared_ptr<const dataplane::EpochKeys> keys;
@@ -118,8 +122,7 @@ struct AggregatorShardOptions {
 class AggregatorShard {
  public:
   static absl::StatusOr<std::unique_ptr<AggregatorShard>> Create(
-      const AggregatorShardOptions& options,
-      const transport::TransportFactory& make_transport);
+      const AggregatorShardOptions& options, const transport::TransportFactory& make_transport);
   ~AggregatorShard();
 
   // The address workers push to.

@@ -150,22 +150,38 @@ codec::CodecSpec ChunkReducer::pull_spec() const {
 }
 
 absl::Status ChunkReducer::SetTensorPullSpecs(
-    absl::flat_hash_map<uint64_t, codec::CodecSpec> specs) {
+    absl::flat_hash_map<uint64_t, codec::CodecSpec> specs,
+    absl::flat_hash_map<VersionKey, codec::CodecSpec> version_specs) {
   for (const auto& [tensor, spec] : specs) {
     if (auto s = codec::Validate(spec); !s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("pull codec of tensor ", tensor, ": ", s.message()));
     }
   }
+  for (const auto& [key, spec] : version_specs) {
+    if (auto s = codec::Validate(spec); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("pull codec of tensor ", key.first,
+                                                     " version ", key.second, ": ", s.message()));
+    }
+  }
   absl::MutexLock lock(&mu_);
   tensor_pull_specs_ = std::move(specs);
+  version_pull_specs_ = std::move(version_specs);
   return absl::OkStatus();
 }
 
-codec::CodecSpec ChunkReducer::pull_spec(uint64_t tensor_id) const {
-  absl::MutexLock lock(&mu_);
+codec::CodecSpec ChunkReducer::PullSpecLocked(uint64_t tensor_id, uint64_t version) const {
+  if (auto v = version_pull_specs_.find(VersionKey(tensor_id, version));
+      v != version_pull_specs_.end()) {
+    return v->second;
+  }
   auto it = tensor_pull_specs_.find(tensor_id);
   return it == tensor_pull_specs_.end() ? pull_spec_ : it->second;
+}
+
+codec::CodecSpec ChunkReducer::pull_spec(uint64_t tensor_id, uint64_t version) const {
+  absl::MutexLock lock(&mu_);
+  return PullSpecLocked(tensor_id, version);
 }
 
 absl::StatusOr<ChunkState*> ChunkReducer::CheckPushLocked(const ChunkHeader& header,
@@ -209,8 +225,7 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::StoreLocked(
   ReductionJob job;
   job.header_ = header;
   job.shape_ = chunk.shape;
-  auto tensor_spec = tensor_pull_specs_.find(header.tensor_id);
-  job.pull_spec_ = tensor_spec == tensor_pull_specs_.end() ? pull_spec_ : tensor_spec->second;
+  job.pull_spec_ = PullSpecLocked(header.tensor_id, header.basis_version);
   job.chunk_ = chunks_.at(ChunkId{header.tensor_id, header.chunk_index});
   job.inputs_ = std::move(it->second);
   chunk.steps.erase(it);

@@ -61,6 +61,7 @@
 #include <memory>
 #include <optional>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -176,13 +177,19 @@ class ChunkReducer {
   // invalid spec, and nothing changes).
   absl::Status SetPullSpec(const codec::CodecSpec& spec);
   codec::CodecSpec pull_spec() const;
-  // Per-tensor result encodings (the policy's per-tensor pull codecs),
-  // replacing the previous ones; a tensor absent uses pull_spec(). For
-  // results completed from now on. InvalidArgument naming the tensor on an
-  // invalid spec, and nothing changes.
-  absl::Status SetTensorPullSpecs(absl::flat_hash_map<uint64_t, codec::CodecSpec> specs);
-  // The encoding of `tensor_id`'s next results.
-  codec::CodecSpec pull_spec(uint64_t tensor_id) const;
+  // Per-tensor result encodings (the policy's per-tensor pull codecs), and
+  // per basis version ones (BasisVersion.pull_codec: the owner's choice under
+  // the fidelity target, keyed (tensor, version) as a chunk header names
+  // them), replacing the previous ones; a chunk's result takes its version's
+  // codec, else its tensor's, else pull_spec(). For results completed from
+  // now on. InvalidArgument naming the tensor on an invalid spec, and
+  // nothing changes.
+  using VersionKey = std::pair<uint64_t, uint64_t>;  // (tensor id, basis version)
+  absl::Status SetTensorPullSpecs(
+      absl::flat_hash_map<uint64_t, codec::CodecSpec> specs,
+      absl::flat_hash_map<VersionKey, codec::CodecSpec> version_specs = {});
+  // The encoding of the next results of `tensor_id`'s chunks of `version`.
+  codec::CodecSpec pull_spec(uint64_t tensor_id, uint64_t version = 0) const;
 
   // Zero-copy receive: a buffer of exactly `payload_bytes` for the payload
   // of an arriving push (the rank's slot of its chunk and step), reserved
@@ -301,6 +308,10 @@ class ChunkReducer {
   std::vector<Closed> closed_buffers_ ABSL_GUARDED_BY(mu_);
   codec::CodecSpec pull_spec_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, codec::CodecSpec> tensor_pull_specs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<VersionKey, codec::CodecSpec> version_pull_specs_ ABSL_GUARDED_BY(mu_);
+  // The lookup above, under mu_.
+  codec::CodecSpec PullSpecLocked(uint64_t tensor_id, uint64_t version) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   DeferredPushes deferred_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -46,6 +46,26 @@ absl::StatusOr<ShardEpoch> ShardEpochFromState(const gift::v1::ClusterState& sta
     // Each tensor's own, resolved as its workers resolve their push codecs.
     for (const auto& [tensor_id, t] : view->tensors) out.tensor_pull_specs[tensor_id] = t.pull_spec;
   }
+  // The owners' codec choices (fidelity target), version by version.
+  for (const gift::v1::TensorBasisState& b : state.bases()) {
+    auto add = [&](uint64_t version, const gift::v1::CodecSpec& proto) -> absl::Status {
+      if (proto.format() == gift::v1::ELEMENT_FORMAT_UNSPECIFIED) return absl::OkStatus();
+      auto spec = codec::FromProto(proto);
+      if (!spec.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", b.tensor_id(), " version ",
+                                                       version,
+                                                       " pull codec: ", spec.status().message()));
+      }
+      out.version_pull_specs[{b.tensor_id(), version}] = *spec;
+      return absl::OkStatus();
+    };
+    for (const gift::v1::BasisVersion& v : b.versions()) {
+      if (auto s = add(v.version(), v.pull_codec()); !s.ok()) return s;
+    }
+    if (b.has_proposal()) {
+      if (auto s = add(b.proposal().version(), b.proposal().pull_codec()); !s.ok()) return s;
+    }
+  }
   return out;
 }
 

@@ -89,6 +89,8 @@ void BasisLedger::Propose(const gift::v1::BasisHeader& header, uint64_t tentativ
   p.set_size_bytes(header.size_bytes());
   p.set_crc32c(header.crc32c());
   p.set_direct(header.direct());
+  if (header.has_push_codec()) *p.mutable_push_codec() = header.push_codec();
+  if (header.has_pull_codec()) *p.mutable_pull_codec() = header.pull_codec();
   if (!header.direct()) {
     const Key key(header.tensor_id(), header.version());
     bytes_[key] = bytes;
@@ -132,6 +134,8 @@ bool BasisLedger::MaybeCommit(gift::v1::TensorBasisState* basis,
   v.set_size_bytes(p.size_bytes());
   v.set_crc32c(p.crc32c());
   v.set_direct(p.direct());
+  if (p.has_push_codec()) *v.mutable_push_codec() = p.push_codec();
+  if (p.has_pull_codec()) *v.mutable_pull_codec() = p.pull_codec();
   Log(Level::kInfo, "basis_committed",
       {{"tensor_id", basis->tensor_id()},
        {"version", v.version()},
@@ -203,6 +207,8 @@ absl::StatusOr<gift::v1::BasisHeader> BasisLedger::Header(uint64_t tensor_id, ui
     const gift::v1::BasisProposal& p = basis.proposal();
     h.set_rank(p.rank());
     h.set_direct(p.direct());
+    if (p.has_push_codec()) *h.mutable_push_codec() = p.push_codec();
+    if (p.has_pull_codec()) *h.mutable_pull_codec() = p.pull_codec();
     h.set_size_bytes(p.size_bytes());
     h.set_crc32c(p.crc32c());
     found = true;
@@ -211,6 +217,8 @@ absl::StatusOr<gift::v1::BasisHeader> BasisLedger::Header(uint64_t tensor_id, ui
     if (v.version() != version) continue;
     h.set_rank(v.rank());
     h.set_direct(v.direct());
+    if (v.has_push_codec()) *h.mutable_push_codec() = v.push_codec();
+    if (v.has_pull_codec()) *h.mutable_pull_codec() = v.pull_codec();
     h.set_size_bytes(v.size_bytes());
     h.set_crc32c(v.crc32c());
     found = true;

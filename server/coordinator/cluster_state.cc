@@ -13,6 +13,7 @@
 #include "common/base/crc32c.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/codec/codec_spec_proto.h"
 #include "common/policy/policy.h"
 #include "common/transform/basis_serialization.h"
 #include "server/coordinator/cluster_state_run.h"
@@ -369,6 +370,14 @@ absl::Status ClusterStateMachine::CheckPublishLocked(const gift::v1::BasisHeader
     return absl::FailedPreconditionError(
         absl::StrCat("tensor '", tensor.name(), "': version ", header.version(),
                      " is not above the last published version ", last));
+  }
+  for (const auto& [which, codec] :
+       {std::pair{"push", &header.push_codec()}, std::pair{"pull", &header.pull_codec()}}) {
+    if (codec->format() == gift::v1::ELEMENT_FORMAT_UNSPECIFIED) continue;  // the tensor's own
+    if (auto spec = codec::FromProto(*codec); !spec.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("version ", header.version(), " ", which,
+                                                     " codec: ", spec.status().message()));
+    }
   }
   if (header.direct()) {
     if (header.size_bytes() != 0) {

@@ -262,11 +262,12 @@ TEST(ChunkReducerTest, PullSpecPerTensor) {
   auto r = ChunkReducer::Create({.pull_spec = Spec("bf16")});
   ASSERT_TRUE(r.ok());
   ChunkReducer& reducer = **r;
-  ASSERT_TRUE(reducer.SetEpoch(1, kWorld, {{{7, 0}, {kRows, kCols}}, {{8, 0}, {kRows, kCols}},
-                                           {{9, 0}, {kRows, kCols}}})
-                  .ok());
   ASSERT_TRUE(
-      reducer.SetTensorPullSpecs({{8, Spec("nvfp4")}, {9, Spec("e4m3/block128")}}).ok());
+      reducer
+          .SetEpoch(1, kWorld,
+                    {{{7, 0}, {kRows, kCols}}, {{8, 0}, {kRows, kCols}}, {{9, 0}, {kRows, kCols}}})
+          .ok());
+  ASSERT_TRUE(reducer.SetTensorPullSpecs({{8, Spec("nvfp4")}, {9, Spec("e4m3/block128")}}).ok());
   EXPECT_EQ(reducer.pull_spec(7), Spec("bf16"));
   EXPECT_EQ(reducer.pull_spec(8), Spec("nvfp4"));
   codec::CodecSpec bad = Spec("e4m3/block128");
@@ -303,6 +304,43 @@ TEST(ChunkReducerTest, PullSpecPerTensor) {
   // Replacing the map drops what it no longer names.
   ASSERT_TRUE(reducer.SetTensorPullSpecs({}).ok());
   EXPECT_EQ(reducer.pull_spec(8), Spec("bf16"));
+}
+
+// A basis version's own pull codec (the owner's choice under the fidelity
+// target) encodes that version's results; other versions keep the tensor's.
+TEST(ChunkReducerTest, PullSpecPerBasisVersion) {
+  auto r = ChunkReducer::Create({.pull_spec = Spec("bf16")});
+  ASSERT_TRUE(r.ok());
+  ChunkReducer& reducer = **r;
+  ASSERT_TRUE(reducer.SetEpoch(1, kWorld, {{{7, 0}, {kRows, kCols}}}).ok());
+  ASSERT_TRUE(
+      reducer.SetTensorPullSpecs({{7, Spec("e4m3/block128")}}, {{{7, 3}, Spec("nvfp4")}}).ok());
+  EXPECT_EQ(reducer.pull_spec(7, 3), Spec("nvfp4"));
+  EXPECT_EQ(reducer.pull_spec(7, 2), Spec("e4m3/block128"));
+  EXPECT_EQ(reducer.pull_spec(8, 3), Spec("bf16"));
+  codec::CodecSpec bad = Spec("nvfp4");
+  bad.block_size = 7;
+  const absl::Status refused = reducer.SetTensorPullSpecs({}, {{{7, 4}, bad}});
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("tensor 7 version 4"), std::string::npos) << refused;
+
+  std::vector<codec::EncodedTensor> encoded;
+  for (uint32_t rank = 0; rank < kWorld; ++rank) encoded.push_back(Encode(Gradient(rank), rank, 2));
+  for (const auto& [step, version, pull] :
+       {std::tuple{2u, 3u, "nvfp4"}, std::tuple{3u, 2u, "e4m3/block128"}}) {
+    std::optional<ReducedChunk> result;
+    for (uint32_t rank = 0; rank < kWorld; ++rank) {
+      ChunkHeader h = Push(1, step, rank);
+      h.basis_version = version;
+      auto added = reducer.AddPush(h, Payload(encoded[rank]));
+      ASSERT_TRUE(added.ok()) << added.status();
+      if (added->has_value()) result = **std::move(added);
+    }
+    ASSERT_TRUE(result.has_value()) << version;
+    auto parsed = codec::ParsePayload(result->payload);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->view.spec, Spec(pull)) << version;
+  }
 }
 
 TEST(ChunkReducerTest, RejectsAnInvalidPullSpec) {

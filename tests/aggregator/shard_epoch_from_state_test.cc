@@ -106,5 +106,30 @@ TEST(ShardEpochFromStateTest, PullCodecPerTensor) {
   EXPECT_TRUE(e->tensor_pull_specs.empty());
 }
 
+TEST(ShardEpochFromStateTest, PullCodecPerBasisVersion) {
+  // The owners' choices under the fidelity target: committed and proposed
+  // versions that name a pull codec; one that names none is left out.
+  gift::v1::ClusterState s = State();
+  s.mutable_tensors(0)->set_name("w");
+  gift::v1::TensorBasisState* b = s.add_bases();
+  b->set_tensor_id(3);
+  gift::v1::BasisVersion* v = b->add_versions();
+  v->set_version(0);
+  v->set_direct(true);
+  v = b->add_versions();
+  v->set_version(2);
+  v->set_direct(true);
+  *v->mutable_pull_codec() = Codec("nvfp4");
+  b->mutable_proposal()->set_version(3);
+  *b->mutable_proposal()->mutable_pull_codec() = Codec("nvfp4/mse");
+  auto e = ShardEpochFromState(s, 0);
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ(e->version_pull_specs.size(), 2u);
+  EXPECT_EQ(codec::ToString(e->version_pull_specs.at({3, 2})), "nvfp4");
+  EXPECT_EQ(codec::ToString(e->version_pull_specs.at({3, 3})), "nvfp4/mse");
+  v->mutable_pull_codec()->set_block_size(3);
+  EXPECT_EQ(ShardEpochFromState(s, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace gift::server

@@ -8,6 +8,7 @@
 
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
+#include "common/policy/policy.h"
 #include "gtest/gtest.h"
 #include "tools/giftctl/connection_flags.h"
 #include "tools/giftctl/policy_edit.h"
@@ -162,6 +163,28 @@ TEST(PolicyEditTest, GiftBudgetAutoOffOrAFraction) {
   EXPECT_FALSE(policy.selection().has_gift_budget());
   edit.tensor_glob = "x";
   EXPECT_NE(ValidatePolicyEdit(edit).message().find("--gift-budget"), absl::string_view::npos);
+  edit.gift_budget.reset();
+  edit.target = gift::v1::CodecSpec();  // off
+  EXPECT_NE(ValidatePolicyEdit(edit).message().find("--target"), absl::string_view::npos);
+}
+
+TEST(PolicyEditTest, TargetSetsACodecOrTurnsTheTargetOff) {
+  PolicyEdit edit;
+  edit.target = codec::ToProto(codec::ParseCodecSpec("e5m2/block128").value());
+  ASSERT_TRUE(ValidatePolicyEdit(edit).ok());
+  gift::v1::Policy policy;
+  policy.mutable_selection()->set_target_off(true);
+  ApplyPolicyEdit(edit, &policy);
+  EXPECT_FALSE(policy.selection().target_off());
+  EXPECT_EQ(CodecName(policy.selection().target()), "e5m2/block128");
+  edit.target = gift::v1::CodecSpec();  // off
+  ASSERT_TRUE(ValidatePolicyEdit(edit).ok());
+  ApplyPolicyEdit(edit, &policy);
+  EXPECT_TRUE(policy.selection().target_off());
+  EXPECT_FALSE(policy.selection().has_target());
+  // Off survives the defaults; the coordinator accepts it.
+  EXPECT_TRUE(policy::Validate(policy::WithDefaults(policy)).ok());
+  EXPECT_TRUE(policy::WithDefaults(policy).selection().target_off());
 }
 
 TEST(PolicyEditTest, StatisticsAndPeriodsAreSetOnTheGlobalPolicy) {

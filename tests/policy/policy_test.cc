@@ -446,3 +446,70 @@ TEST(PolicyHierarchyTest, DefaultsToNoneAndRefusesErrorFeedbackWithNode) {
 
 }  // namespace
 }  // namespace gift::policy
+
+namespace gift::policy {
+namespace {
+
+std::string CodecText(const gift::v1::CodecSpec& spec) {
+  return codec::ToString(codec::FromProto(spec).value());
+}
+
+TEST(PolicyTargetTest, DefaultsToE4m3Block128AmongE4m3AndTheNvfp4Codecs) {
+  const gift::v1::Policy p = WithDefaults(gift::v1::Policy());
+  EXPECT_FALSE(p.selection().target_off());
+  EXPECT_EQ(CodecText(p.selection().target()), "e4m3/block128");
+  std::vector<std::string> codecs;
+  for (const auto& c : p.selection().target_codecs()) codecs.push_back(CodecText(c));
+  EXPECT_EQ(codecs, (std::vector<std::string>{"e4m3/block128", "nvfp4", "nvfp4/mse"}));
+  EXPECT_TRUE(Validate(p).ok());
+}
+
+TEST(PolicyTargetTest, OffKeepsNoTargetAndSetValuesAreKept) {
+  gift::v1::Policy off;
+  off.mutable_selection()->set_target_off(true);
+  off = WithDefaults(off);
+  EXPECT_FALSE(off.selection().has_target());
+  EXPECT_TRUE(off.selection().target_codecs().empty());
+  EXPECT_TRUE(Validate(off).ok());
+
+  gift::v1::Policy set;
+  *set.mutable_selection()->mutable_target() =
+      codec::ToProto(codec::ParseCodecSpec("e5m2/tensor").value());
+  *set.mutable_selection()->add_target_codecs() =
+      codec::ToProto(codec::ParseCodecSpec("nvfp4").value());
+  set = WithDefaults(set);
+  EXPECT_EQ(CodecText(set.selection().target()), "e5m2/tensor");
+  ASSERT_EQ(set.selection().target_codecs_size(), 1);
+  EXPECT_TRUE(Validate(set).ok());
+}
+
+TEST(PolicyTargetTest, ValidateNamesABadTargetOrCandidate) {
+  gift::v1::Policy p = WithDefaults(gift::v1::Policy());
+  p.mutable_selection()->mutable_target()->set_block_size(7);
+  absl::Status s = Validate(p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("selection.target"), std::string::npos) << s;
+  p = WithDefaults(gift::v1::Policy());
+  p.mutable_selection()->mutable_target_codecs(1)->set_block_size(7);
+  s = Validate(p);
+  EXPECT_NE(s.message().find("selection.target_codecs[1]"), std::string::npos) << s;
+  p = WithDefaults(gift::v1::Policy());
+  for (int i = 0; i < 8; ++i) *p.mutable_selection()->add_target_codecs() = p.selection().target();
+  s = Validate(p);
+  EXPECT_NE(s.message().find("at most 8"), std::string::npos) << s;
+}
+
+TEST(PolicyTargetTest, AnOverridesPushCodecIsMarked) {
+  gift::v1::Policy p = WithDefaults(gift::v1::Policy());
+  EXPECT_FALSE(ResolveTensorSettings(p, "a.w", {64, 64}).push_codec_overridden);
+  gift::v1::TensorOverride* o = p.add_overrides();
+  o->set_glob("a.*");
+  *o->mutable_pull_codec() = codec::ToProto(codec::ParseCodecSpec("bf16").value());
+  EXPECT_FALSE(ResolveTensorSettings(p, "a.w", {64, 64}).push_codec_overridden);
+  *o->mutable_push_codec() = codec::ToProto(codec::ParseCodecSpec("nvfp4").value());
+  EXPECT_TRUE(ResolveTensorSettings(p, "a.w", {64, 64}).push_codec_overridden);
+  EXPECT_FALSE(ResolveTensorSettings(p, "b.w", {64, 64}).push_codec_overridden);
+}
+
+}  // namespace
+}  // namespace gift::policy

@@ -24,6 +24,7 @@
 #include "common/transform/refresh_schedule.h"
 #include "server/coordinator/cluster_state.h"
 #include "tests/testing/coordinator_server.h"
+#include "tests/worker/nvfp4_grid.h"
 #include "worker/owner/basis_store.h"
 #include "worker/plan/step_planner.h"
 
@@ -244,6 +245,98 @@ TEST_F(BasisOwnerTest, GeometrySwitchedMidRunFiresADriftRefresh) {
   // on) were above the bar.
   const int64_t patience = transform::RefreshScheduleOptions{}.drift_patience;
   EXPECT_EQ(drift_steps.front(), kFlipAt + patience - 1);
+}
+
+// Under the fidelity target (the default policy, measured selection): a
+// gradient NVFP4 carries within E4M3's error is published to travel in NVFP4
+// both ways (the version names its codecs); once a measure step finds the
+// choice above the target, the owner publishes the target codecs at once.
+TEST_F(BasisOwnerTest, FidelityTargetChoosesFourBitsAndFallsBackAboveTheTarget) {
+  gift::v1::SetPolicyRequest set;
+  set.mutable_policy()->mutable_refresh()->set_period_steps(kPeriod);
+  set.mutable_policy()->mutable_refresh()->set_measure_period(1);
+  ASSERT_TRUE(state_->SetPolicy(set).ok());
+  ASSERT_TRUE(
+      session_
+          ->WaitFor(
+              [](const gift::v1::ClusterState& s) { return s.policy().overrides_size() == 0; },
+              absl::Seconds(10))
+          .ok());
+  BasisStore store(session_.get());
+  std::vector<std::string> published;
+  BasisOwner owner(
+      session_.get(), &store,
+      {.on_publish = [&](uint64_t, uint64_t, const std::string& chosen, transform::RefreshReason,
+                         std::optional<double>) { published.push_back(chosen); }});
+  auto observe = [&](uint64_t step, std::vector<float> own) {
+    session_->SetLastStep(step - 1);
+    ASSERT_TRUE(session_->HeartbeatNow().ok());
+    auto state = session_->WaitForRevision(state_->revision(), absl::Seconds(5));
+    ASSERT_TRUE(state.ok()) << state.status();
+    ASSERT_TRUE(store.Sync(**state).ok());
+    OwnedTensorStep data{
+        .step = step, .tensor_id = tensor_id_, .name = "layers.0.w", .rows = kRows, .cols = kCols};
+    data.average = own;
+    data.own = std::move(own);
+    const absl::Status s = owner.Observe(**state, data);
+    ASSERT_TRUE(s.ok()) << s;
+  };
+  observe(1, test::Nvfp4Grid(kRows, kCols, 11));
+  ASSERT_EQ(published.size(), 1u);
+  EXPECT_NE(published[0].find("[nvfp4 / nvfp4]"), std::string::npos) << published[0];
+  const gift::v1::TensorBasisState* b = FindBasisState(*state_->Snapshot(), tensor_id_);
+  ASSERT_NE(b, nullptr);
+  const gift::v1::BasisVersion& v = b->versions(b->versions_size() - 1);
+  EXPECT_EQ(v.version(), 1u);
+  EXPECT_EQ(codec::ToString(codec::FromProto(v.push_codec()).value()), "nvfp4");
+  EXPECT_EQ(codec::ToString(codec::FromProto(v.pull_codec()).value()), "nvfp4");
+  auto ratios = owner.error_ratios();
+  ASSERT_EQ(ratios.size(), 1u);
+  EXPECT_EQ(ratios[0].codecs(), "nvfp4 / nvfp4");
+  EXPECT_LT(ratios[0].bytes_per_step(), 0.6 * ratios[0].target_bytes_per_step());
+  EXPECT_LT(ratios[0].error(), ratios[0].target_error());
+
+  // Another grid gradient stays within the target: nothing is published.
+  observe(2, test::Nvfp4Grid(kRows, kCols, 12));
+  EXPECT_EQ(published.size(), 1u);
+  // A Gaussian one does not: back to the target codecs, direct, at once.
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> gaussian(kRows * kCols);
+  for (float& x : gaussian) x = normal(rng);
+  observe(3, gaussian);
+  ASSERT_EQ(published.size(), 2u);
+  EXPECT_EQ(published[1].rfind("direct (above target", 0), 0u) << published[1];
+  b = FindBasisState(*state_->Snapshot(), tensor_id_);
+  const gift::v1::BasisVersion& back = b->versions(b->versions_size() - 1);
+  EXPECT_EQ(back.version(), 2u);
+  EXPECT_TRUE(back.direct());
+  EXPECT_FALSE(back.has_push_codec());
+  EXPECT_FALSE(back.has_pull_codec());
+}
+
+// The target off: the same gradient keeps the policy's codecs.
+TEST_F(BasisOwnerTest, FidelityTargetOffKeepsThePolicysCodecs) {
+  gift::v1::SetPolicyRequest set;
+  set.mutable_policy()->mutable_refresh()->set_period_steps(kPeriod);
+  set.mutable_policy()->mutable_selection()->set_target_off(true);
+  ASSERT_TRUE(state_->SetPolicy(set).ok());
+  auto state = session_->WaitFor(
+      [](const gift::v1::ClusterState& s) { return s.policy().selection().target_off(); },
+      absl::Seconds(10));
+  ASSERT_TRUE(state.ok()) << state.status();
+  BasisStore store(session_.get());
+  BasisOwner owner(session_.get(), &store, {});
+  OwnedTensorStep data{
+      .step = 1, .tensor_id = tensor_id_, .name = "layers.0.w", .rows = kRows, .cols = kCols};
+  data.own = test::Nvfp4Grid(kRows, kCols, 11);
+  data.average = data.own;
+  ASSERT_TRUE(owner.Observe(**state, data).ok());
+  const gift::v1::TensorBasisState* b = FindBasisState(*state_->Snapshot(), tensor_id_);
+  ASSERT_NE(b, nullptr);
+  for (const gift::v1::BasisVersion& v : b->versions()) EXPECT_FALSE(v.has_push_codec());
+  EXPECT_FALSE(b->proposal().has_push_codec());
+  for (const auto& r : owner.error_ratios()) EXPECT_TRUE(r.codecs().empty());
 }
 
 }  // namespace

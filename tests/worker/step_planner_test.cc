@@ -233,5 +233,31 @@ TEST(StepPlannerTest, PushCodecPerTensor) {
   EXPECT_NE(bad.status().message().find("'b'"), std::string::npos) << bad.status();
 }
 
+TEST(StepPlannerTest, AVersionsOwnPushCodecTakesOverFromItsActivationStep) {
+  // The owner's choice under the fidelity target travels with the version.
+  std::vector<float> w(32), b(8);
+  Lookup lookup;
+  gift::v1::ClusterState s = State();
+  gift::v1::BasisVersion* v = s.mutable_bases(0)->add_versions();
+  v->set_version(5);
+  v->set_activation_step(18);
+  v->set_direct(true);
+  *v->mutable_push_codec() = codec::ToProto(codec::ParseCodecSpec("nvfp4/mse").value());
+  *v->mutable_pull_codec() = codec::ToProto(codec::ParseCodecSpec("nvfp4").value());
+  auto before = PlanStep(s, "m-a", 17, Tensors(w, b), lookup.fn());
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(codec::ToString(before->tensors[0].push_spec), "e4m3/block128");
+  auto after = PlanStep(s, "m-a", 18, Tensors(w, b), lookup.fn());
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->tensors[0].basis_version, 5u);
+  EXPECT_EQ(codec::ToString(after->tensors[0].push_spec), "nvfp4/mse");
+  EXPECT_EQ(codec::ToString(after->tensors[1].push_spec), "bf16");  // no basis state
+  // A version codec that does not parse is the plan's error, naming the tensor.
+  v->mutable_push_codec()->set_block_size(7);
+  auto bad = PlanStep(s, "m-a", 18, Tensors(w, b), lookup.fn());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("'w'"), std::string::npos) << bad.status();
+}
+
 }  // namespace
 }  // namespace gift::worker

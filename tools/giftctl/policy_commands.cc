@@ -58,6 +58,10 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
   g.Add({"margin", NumOrDash(s.margin())});
   g.Add({"min_elements", NumOrDash(s.min_elements())});
   g.Add({"gift_budget", s.has_gift_budget() ? GiftBudgetName(s.gift_budget()) : "auto"});
+  g.Add({"target", s.target_off() ? "off" : CodecName(s.target())});
+  std::vector<std::string> target_codecs;
+  for (const v1::CodecSpec& c : s.target_codecs()) target_codecs.push_back(CodecName(c));
+  g.Add({"target_codecs", s.target_off() ? "-" : Or(absl::StrJoin(target_codecs, ","))});
   g.Add({"hierarchy", HierarchyName(p.hierarchy())});
   g.Add({"on_member_loss", OnMemberLossName(p.on_member_loss())});
   g.Print(out);
@@ -186,6 +190,11 @@ void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* f) {
       "--gift-budget", f->gift_budget,
       "auto|off|FRACTION: measured selection keeps the transforms within this fraction of "
       "the step over direct quantization (auto: 0.05)");
+  o["target"] = cmd->add_option(
+      "--target", f->target,
+      "SPEC|off: the fidelity target; each measured tensor travels in the fewest bytes (codecs "
+      "of the target's list, direct or through its basis) whose measured error is at most "
+      "that of SPEC, direct (default e4m3/block128); off: the tensors keep their codecs");
   o["hierarchy"] = cmd->add_option("--hierarchy", f->hierarchy,
                                    "none|node: node-local aggregation first (workers of one "
                                    "--node); a change starts a new epoch");
@@ -240,6 +249,13 @@ absl::StatusOr<PolicyEdit> ToPolicyEdit(const PolicySetFlags& f) {
   if (f.given("margin")) e.margin = f.margin;
   if (f.given("gift-budget")) {
     GIFT_RETURN_IF_ERROR(SetParsed(ParseGiftBudget(f.gift_budget), e.gift_budget));
+  }
+  if (f.given("target")) {
+    if (f.target == "off") {
+      e.target = v1::CodecSpec();
+    } else {
+      GIFT_RETURN_IF_ERROR(SetParsed(ParseCodec("--target", f.target), e.target));
+    }
   }
   if (f.given("selection")) {
     GIFT_RETURN_IF_ERROR(SetParsed(ParseSelection(f.selection), e.selection));

@@ -116,9 +116,7 @@ absl::StatusOr<double> ParseGiftBudget(absl::string_view text) {
   return budget->value_or(kAutoGiftBudget);
 }
 
-std::string GiftBudgetName(double budget) {
-  return budget == 0.0 ? "off" : absl::StrCat(budget);
-}
+std::string GiftBudgetName(double budget) { return budget == 0.0 ? "off" : absl::StrCat(budget); }
 
 std::string CodecName(const v1::CodecSpec& spec) {
   absl::StatusOr<codec::CodecSpec> parsed = codec::FromProto(spec);
@@ -142,7 +140,7 @@ bool PolicyEdit::empty() const {
   return !period_steps && !rank && !powers && !sides && !source && !residual && !enabled &&
          !error_feedback && !rotation_block && !ema_decay && !collect_period &&
          !direct_collect_stride && !measure_period && !statistics && !push_codec && !pull_codec &&
-         !drift_threshold && !margin && !gift_budget && !selection && !hierarchy &&
+         !drift_threshold && !margin && !gift_budget && !target && !selection && !hierarchy &&
          !on_member_loss && !include && !exclude;
 }
 
@@ -211,6 +209,7 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
   if (edit.drift_threshold) global_only.push_back("--drift");
   if (edit.margin) global_only.push_back("--margin");
   if (edit.gift_budget) global_only.push_back("--gift-budget");
+  if (edit.target) global_only.push_back("--target");
   if (edit.selection) global_only.push_back("--selection");
   if (edit.hierarchy) global_only.push_back("--hierarchy");
   if (edit.on_member_loss) global_only.push_back("--on-member-loss");
@@ -274,6 +273,16 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
       s->clear_gift_budget();
     } else {
       s->set_gift_budget(*edit.gift_budget);
+    }
+  }
+  if (edit.target) {
+    const bool off = edit.target->format() == v1::ELEMENT_FORMAT_UNSPECIFIED;
+    s->set_target_off(off);
+    if (off) {
+      s->clear_target();
+      s->clear_target_codecs();
+    } else {
+      *s->mutable_target() = *edit.target;
     }
   }
   if (edit.selection) s->set_mode(*edit.selection);

@@ -46,6 +46,9 @@ struct PolicyEdit {
   std::optional<double> margin;
   // A fraction >= 0 (0: off); kAutoGiftBudget clears the field (the default).
   std::optional<double> gift_budget;
+  // The fidelity target (selection.target); a spec of format UNSPECIFIED
+  // turns it off.
+  std::optional<gift::v1::CodecSpec> target;
   std::optional<gift::v1::SelectionMode> selection;
   std::optional<gift::v1::Hierarchy> hierarchy;
   std::optional<gift::v1::OnMemberLoss> on_member_loss;

@@ -185,7 +185,14 @@ absl::StatusOr<WorkerCore::Exchanged> WorkerCore::Exchange(
     if (exchange != ExchangeKind::kGradients) {
       plan->step = StepKey(step, exchange);
       for (TensorStep& t : plan->tensors) {
-        t.push_spec = {.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
+        // The exact measurement in FP32; the per-worker sketches in BF16
+        // (half the bytes; an EMA of averaged sketches barely feels a 2^-9
+        // relative rounding), pulled in the statistics tensor's pull codec
+        // (bf16 by default: policy ResolveTensorSettings).
+        t.push_spec =
+            exchange == ExchangeKind::kSketches
+                ? codec::CodecSpec{.format = codec::Format::kBf16, .scaling = codec::Scaling::kNone}
+                : codec::CodecSpec{.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
         t.transform = nullptr;
         t.basis_version = 0;
         t.error_feedback = false;  // FP32 has no rounding error to feed back
@@ -497,6 +504,8 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count();
   response.set_seconds(seconds);
+  response.set_statistics_bytes_sent(sketch_report.bytes_pushed);
+  response.set_statistics_bytes_received(sketch_report.bytes_pulled);
 
   if (options_.on_step) {
     StepStats stats{.seconds = seconds,

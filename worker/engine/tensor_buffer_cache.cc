@@ -9,7 +9,8 @@ namespace gift::worker {
 absl::StatusOr<TensorBuffers*> TensorBufferCache::For(
     const TensorStep& t, absl::Span<const dataplane::ChunkShape> shapes, uint64_t run) {
   const codec::CodecSpec& spec = t.push_spec;
-  const Key key{t.tensor_id, spec.format, spec.scaling, spec.block_size, spec.rounding};
+  const Key key{t.tensor_id,     spec.format,   spec.scaling,
+                spec.block_size, spec.rounding, spec.block_scale_fit};
   std::unique_ptr<TensorBuffers>& entry = buffers_[key];
   std::unique_ptr<TensorBuffers> previous;  // replaced: its residual may carry over
   if (entry != nullptr && !entry->Fits(t)) previous = std::move(entry);

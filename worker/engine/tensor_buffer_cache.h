@@ -61,7 +61,10 @@ class TensorBufferCache {
   }
 
  private:
-  using Key = std::tuple<uint64_t, codec::Format, codec::Scaling, uint32_t, codec::Rounding>;
+  // A tensor's buffers per push codec (a basis version may change it: the
+  // fidelity target); every field of the spec counts.
+  using Key = std::tuple<uint64_t, codec::Format, codec::Scaling, uint32_t, codec::Rounding,
+                         codec::BlockScaleFit>;
 
   transport::Transport& transport_;
   const ResultInbox& inbox_;

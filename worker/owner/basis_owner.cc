@@ -24,6 +24,35 @@ std::string SettingsKey(const policy::TensorSettings& s, const gift::v1::Policy&
                       policy.selection().SerializeAsString());
 }
 
+// The codecs a version names: none when the tensor travels in its resolved
+// codecs (`push`, `pull`), else the target's choice.
+control::MemberSession::VersionCodecs CodecsOf(const std::optional<WireChoice>& wire,
+                                               const codec::CodecSpec& push,
+                                               const codec::CodecSpec& pull) {
+  if (!wire.has_value()) return {};
+  if (wire->codecs.push == push && wire->codecs.pull.has_value() && *wire->codecs.pull == pull) {
+    return {};
+  }
+  return {.push = codec::ToProto(wire->codecs.push),
+          .pull = wire->codecs.pull.has_value() ? std::optional(codec::ToProto(*wire->codecs.pull))
+                                                : std::nullopt};
+}
+
+// Whether a version or proposal carries `codecs` (unset fields equal unset).
+template <typename Version>
+bool SameCodecs(const Version& v, const control::MemberSession::VersionCodecs& codecs) {
+  return v.push_codec().SerializeAsString() ==
+             codecs.push.value_or(gift::v1::CodecSpec()).SerializeAsString() &&
+         v.pull_codec().SerializeAsString() ==
+             codecs.pull.value_or(gift::v1::CodecSpec()).SerializeAsString();
+}
+
+// A basis's transform flops per step (TransformBudget::TransformFlops).
+double FlopsOf(const transform::TensorBasis& b, int64_t rows, int64_t cols) {
+  return TransformBudget::TransformFlops(rows, cols, b.output_side() ? b.output_side()->rank() : 0,
+                                         b.input_side() ? b.input_side()->rank() : 0);
+}
+
 uint64_t NextVersion(const gift::v1::TensorBasisState& basis) {
   uint64_t v = 0;
   for (const gift::v1::BasisVersion& b : basis.versions()) v = std::max(v, b.version());
@@ -58,8 +87,9 @@ void BasisOwner::SyncView(uint64_t tensor_id) {
   views_.insert_or_assign(tensor_id,
                           StepView{.settings_key = owned.settings_key,
                                    .schedule = *owned.schedule,
-                                   .measures = owned.schedule->options().drift_threshold > 0.0 &&
-                                               owned.reference_version != 0});
+                                   .measures = (owned.schedule->options().drift_threshold > 0.0 &&
+                                                owned.reference_version != 0) ||
+                                               owned.wire.has_value()});
 }
 
 BasisOwner::Owned* BasisOwner::Entry(const gift::v1::ClusterState& state,
@@ -100,7 +130,8 @@ BasisOwner::Owned* BasisOwner::Entry(const gift::v1::ClusterState& state,
 }
 
 bool BasisOwner::MeasuresAt(const Owned& owned, uint64_t step) const {
-  return owned.reference_version != 0 && owned.schedule->ShouldMeasure(step);
+  return (owned.reference_version != 0 || owned.wire.has_value()) &&
+         owned.schedule->ShouldMeasure(step);
 }
 
 bool BasisOwner::WantsStep(const gift::v1::ClusterState& state, const gift::v1::TensorInfo& tensor,
@@ -183,7 +214,11 @@ absl::Status BasisOwner::ObserveTensor(const gift::v1::ClusterState& state,
   }
   const gift::v1::TensorBasisState* basis = FindBasisState(state, data.tensor_id);
   std::optional<double> measured;
-  if (data.own.size() == data.average.size() && MeasuresAt(*owned, data.step)) {
+  const bool measures = data.own.size() == data.average.size() && MeasuresAt(*owned, data.step);
+  if (measures && owned->wire.has_value()) {
+    GIFT_ASSIGN_OR_RETURN(const bool fell_back, CheckWire(state, *basis, data, *owned));
+    if (fell_back) return absl::OkStatus();  // published: no refresh on this state
+  } else if (measures) {
     auto ratio = MeasureRatio(state, data, owned->reference_version);
     if (!ratio.ok()) return ratio.status();
     measured = *ratio;
@@ -222,21 +257,7 @@ absl::StatusOr<BasisOwner::Choice> BasisOwner::ChooseWithinBudget(
     const gift::v1::ClusterState& state, const OwnedTensorStep& data, const Owned& owned,
     const Choice& full, double direct_error, double power, uint64_t version) {
   const int64_t rows = static_cast<int64_t>(data.rows), cols = static_cast<int64_t>(data.cols);
-  auto side_ranks = [](const transform::TensorBasis& b) {
-    return std::pair<int64_t, int64_t>(b.output_side() ? b.output_side()->rank() : 0,
-                                       b.input_side() ? b.input_side()->rank() : 0);
-  };
-  // This worker's seconds per flop: one forward and inverse of the winner.
-  {
-    std::vector<float> scratch(data.own.size());
-    const auto start = std::chrono::steady_clock::now();
-    GIFT_RETURN_IF_ERROR(full.basis->Forward(data.own.data(), rows, cols, scratch.data()));
-    GIFT_RETURN_IF_ERROR(full.basis->Inverse(scratch.data(), rows, cols, scratch.data()));
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const auto [out, in] = side_ranks(full.basis->basis());
-    budget_.RecordTransform(TransformBudget::TransformFlops(rows, cols, out, in), seconds);
-  }
+  GIFT_RETURN_IF_ERROR(TimeTransform(*full.basis, data));  // of the winner
   // The same power at the lower ranks, measured like the refresh's candidates.
   const gift::v1::TransformPolicy& tp = owned.settings.transform;
   std::vector<Choice> choices;
@@ -274,10 +295,9 @@ absl::StatusOr<BasisOwner::Choice> BasisOwner::ChooseWithinBudget(
   transform::BudgetedTensor table{.weight = static_cast<double>(rows * cols),
                                   .direct_error = direct_error};
   for (const Choice& c : choices) {
-    const auto [out, in] = side_ranks(c.basis->basis());
-    table.candidates.push_back({.error = c.error,
-                                .cost = TransformBudget::TransformFlops(rows, cols, out, in) *
-                                        budget_.seconds_per_flop()});
+    table.candidates.push_back(
+        {.error = c.error,
+         .cost = FlopsOf(c.basis->basis(), rows, cols) * budget_.seconds_per_flop()});
   }
   const gift::v1::Policy policy = policy::WithDefaults(state.policy());
   const double budget = budget_.OwnerBudget(
@@ -301,6 +321,56 @@ std::vector<gift::v1::TensorErrorRatio> BasisOwner::error_ratios() const {
   return out;
 }
 
+absl::StatusOr<BasisOwner::Choice> BasisOwner::ChooseMeasured(
+    const gift::v1::ClusterState& state, const OwnedTensorStep& data, const Owned& owned,
+    absl::Span<const std::shared_ptr<const transform::TensorBasisTransform>> bases,
+    absl::Span<const transform::SelectionCandidate> candidates, const codec::CodecSpec& spec,
+    int64_t rank, uint64_t version, std::optional<double>* ratio) {
+  const gift::v1::Policy policy = policy::WithDefaults(state.policy());
+  const gift::v1::TransformPolicy& tp = owned.settings.transform;
+  const bool forced = owned.settings.selection == policy::Selection::kTransform;
+  const float* grads[] = {data.own.data()};
+  GIFT_ASSIGN_OR_RETURN(
+      transform::Selection selection,
+      transform::SelectTransform(
+          grads, static_cast<int64_t>(data.rows), static_cast<int64_t>(data.cols), candidates,
+          {.spec = spec,
+           .margin = forced ? 0.0 : policy.selection().margin(),
+           .min_elements = forced ? 0 : static_cast<int64_t>(policy.selection().min_elements()),
+           .tensor_id = data.tensor_id,
+           .step = data.step,
+           .codec_options = options_.codec_options}));
+  GIFT_RETURN_IF_ERROR(CheckCancelled(data.tensor_id, version));
+  int chosen = selection.chosen_index;
+  if (forced && chosen < 0 && selection.measured()) {
+    // Always transformed: the best candidate, even when it does not beat direct.
+    chosen = 0;
+    for (size_t i = 1; i < candidates.size(); ++i) {
+      if (selection.errors[i + 1].rel_l2 < selection.errors[chosen + 1].rel_l2) chosen = int(i);
+    }
+  }
+  Choice choice;
+  if (chosen >= 0) {
+    choice = {.basis = bases[chosen],
+              .rank = rank,
+              .label = absl::StrCat(candidates[chosen].label, " r=", rank),
+              .error = selection.errors[chosen + 1].rel_l2};
+  }
+  const bool measured = selection.measured() && selection.errors[0].rel_l2 > 0;
+  const double budget_fraction = policy.selection().gift_budget();
+  if (!forced && budget_fraction > 0.0 && measured && chosen >= 0) {
+    GIFT_ASSIGN_OR_RETURN(choice,
+                          ChooseWithinBudget(state, data, owned, choice, selection.errors[0].rel_l2,
+                                             tp.powers(chosen), version));
+  } else {
+    budget_.Forget(data.tensor_id);  // it spends nothing of the budget now
+  }
+  if (measured) {
+    *ratio = choice.basis == nullptr ? 1.0 : choice.error / selection.errors[0].rel_l2;
+  }
+  return choice;
+}
+
 absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
                                  const gift::v1::TensorBasisState& basis,
                                  const OwnedTensorStep& data, Owned& owned,
@@ -311,13 +381,7 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
   const uint64_t version = NextVersion(basis);
   const gift::v1::TransformPolicy& tp = owned.settings.transform;
 
-  auto cancelled = [&]() -> absl::Status {
-    if (options_.cancelled && options_.cancelled()) {
-      return absl::CancelledError(absl::StrCat("tensor ", data.tensor_id, ": refresh to version ",
-                                               version, " abandoned: shutting down"));
-    }
-    return absl::OkStatus();
-  };
+  auto cancelled = [&] { return CheckCancelled(data.tensor_id, version); };
   // The rank takes effect only up to the tensor's larger dimension.
   const int64_t rank =
       std::min<int64_t>(tp.rank(), std::max(owned.geometry->d_out(), owned.geometry->d_in()));
@@ -338,58 +402,41 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
     candidates.push_back({.label = absl::StrCat("p=", power), .transform = bases.back()});
   }
   if (absl::Status s = cancelled(); !s.ok()) return s;
-  const bool forced = owned.settings.selection == policy::Selection::kTransform;
-  const float* grads[] = {data.own.data()};
-  auto selection = transform::SelectTransform(
-      grads, static_cast<int64_t>(data.rows), static_cast<int64_t>(data.cols), candidates,
-      {.spec = *spec,
-       .margin = forced ? 0.0 : policy.selection().margin(),
-       .min_elements = forced ? 0 : static_cast<int64_t>(policy.selection().min_elements()),
-       .tensor_id = data.tensor_id,
-       .step = data.step,
-       .codec_options = options_.codec_options});
-  if (!selection.ok()) return selection.status();
-  if (absl::Status s = cancelled(); !s.ok()) return s;
-  int chosen = selection->chosen_index;
-  if (forced && chosen < 0 && selection->measured()) {
-    // Always transformed: the best candidate, even when it does not beat direct.
-    chosen = 0;
-    for (size_t i = 1; i < candidates.size(); ++i) {
-      if (selection->errors[i + 1].rel_l2 < selection->errors[chosen + 1].rel_l2) chosen = int(i);
-    }
-  }
   Choice choice;
-  if (chosen >= 0) {
-    choice = {.basis = bases[chosen],
-              .rank = rank,
-              .label = absl::StrCat(candidates[chosen].label, " r=", rank),
-              .error = selection->errors[chosen + 1].rel_l2};
-  }
-  const bool measured = selection->measured() && selection->errors[0].rel_l2 > 0;
-  const double budget_fraction = policy.selection().gift_budget();
-  if (!forced && budget_fraction > 0.0 && measured && chosen >= 0) {
-    auto budgeted = ChooseWithinBudget(state, data, owned, choice, selection->errors[0].rel_l2,
-                                       tp.powers(chosen), version);
-    if (!budgeted.ok()) return budgeted.status();
-    choice = *std::move(budgeted);
+  std::optional<double> ratio;  // the choice's error over the reference's (direct or the target)
+  std::optional<WireChoice> wire;
+  if (TargetApplies(policy, owned.settings)) {
+    // The fidelity target decides codecs and basis (docs/design.md 3.7).
+    GIFT_ASSIGN_OR_RETURN(wire, ChooseWireFor(state, policy, data, owned, bases, candidates));
+    if (absl::Status s = cancelled(); !s.ok()) return s;
+    choice = wire->candidate < 0
+                 ? Choice{.label = "direct", .error = wire->error}
+                 : Choice{.basis = bases[wire->candidate],
+                          .rank = rank,
+                          .label = absl::StrCat(candidates[wire->candidate].label, " r=", rank),
+                          .error = wire->error};
+    choice.label = absl::StrCat(choice.label, " [", PairLabel(wire->codecs), "]");
+    if (wire->target_error > 0) ratio = wire->error / wire->target_error;
+    budget_.Forget(data.tensor_id);  // its compute was checked against the whole share
   } else {
-    budget_.Forget(data.tensor_id);  // it spends nothing of the budget now
+    GIFT_ASSIGN_OR_RETURN(choice, ChooseMeasured(state, data, owned, bases, candidates, *spec, rank,
+                                                 version, &ratio));
   }
-  std::optional<double> ratio;
-  if (measured) {
-    ratio = choice.basis == nullptr ? 1.0 : choice.error / selection->errors[0].rel_l2;
-  }
+  // Under the target a tensor whose policy codec is not the target's travels
+  // in the target's codecs when they win (named by the version).
+  GIFT_ASSIGN_OR_RETURN(const codec::CodecSpec pull, codec::FromProto(tp.pull_codec()));
+  const control::MemberSession::VersionCodecs codecs = CodecsOf(wire, *spec, pull);
 
   const gift::v1::BasisVersion* active = ActiveVersion(basis, data.step);
-  const bool active_direct = active == nullptr || active->direct();
-  const bool pending_direct = basis.has_proposal() && basis.proposal().direct();
+  const bool active_same = active == nullptr ? !codecs.push.has_value()
+                                             : active->direct() && SameCodecs(*active, codecs);
+  const bool pending_same =
+      basis.has_proposal() && basis.proposal().direct() && SameCodecs(basis.proposal(), codecs);
   if (choice.basis == nullptr) {
-    // Direct: publish a direct version only when the tensor is transformed
-    // now (or will be by a pending proposal).
-    if (!active_direct || (basis.has_proposal() && !pending_direct)) {
-      auto published = session_->PublishBasis(data.tensor_id, version, 0, "", /*direct=*/true);
-      if (!published.ok()) return published.status();
-      ++publications_;
+    // Direct: publish a direct version only when the tensor travels another
+    // way now (or will by a pending proposal).
+    if (!active_same || (basis.has_proposal() && !pending_same)) {
+      GIFT_RETURN_IF_ERROR(PublishDirect(data.tensor_id, version, codecs));
       if (options_.on_publish) {
         options_.on_publish(data.tensor_id, version, choice.label, reason, ratio);
       }
@@ -398,7 +445,8 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
   } else {
     const std::string bytes = transform::SerializeTensorBasis(choice.basis->basis());
     auto published =
-        session_->PublishBasis(data.tensor_id, version, static_cast<uint32_t>(choice.rank), bytes);
+        session_->PublishBasis(data.tensor_id, version, static_cast<uint32_t>(choice.rank), bytes,
+                               /*direct=*/false, codecs);
     if (!published.ok()) return published.status();
     store_->Put(data.tensor_id, version, choice.basis);
     ++publications_;
@@ -409,18 +457,155 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
   }
   owned.ratio = ratio;
   owned.choice = choice.label;
+  owned.wire = wire.has_value() && wire->pair != 0 ? wire : std::nullopt;
   if (ratio.has_value()) {  // until the new basis is measured (reference 0: none yet)
     gift::v1::TensorErrorRatio report;
     report.set_tensor_id(data.tensor_id);
     report.set_ratio(*ratio);
     report.set_step(data.step);
     report.set_choice(choice.label);
+    if (wire.has_value()) {
+      report.set_codecs(PairLabel(wire->codecs));
+      report.set_bytes_per_step(wire->bytes_per_step);
+      report.set_target_bytes_per_step(wire->target_bytes_per_step);
+      report.set_error(wire->error);
+      report.set_target_error(wire->target_error);
+    }
     owned.report = report;
   }
   // The drift reference is the new basis's first measurement once active.
   owned.schedule->MarkRefreshed(data.step, std::nullopt, basis.refresh_requests(),
                                 /*direct=*/choice.basis == nullptr);
   return absl::OkStatus();
+}
+
+absl::Status BasisOwner::CheckCancelled(uint64_t tensor_id, uint64_t version) const {
+  if (options_.cancelled && options_.cancelled()) {
+    return absl::CancelledError(absl::StrCat("tensor ", tensor_id, ": refresh to version ", version,
+                                             " abandoned: shutting down"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BasisOwner::TimeTransform(const transform::TensorBasisTransform& basis,
+                                       const OwnedTensorStep& data) {
+  const int64_t rows = static_cast<int64_t>(data.rows), cols = static_cast<int64_t>(data.cols);
+  std::vector<float> scratch(data.own.size());
+  const auto start = std::chrono::steady_clock::now();
+  GIFT_RETURN_IF_ERROR(basis.Forward(data.own.data(), rows, cols, scratch.data()));
+  GIFT_RETURN_IF_ERROR(basis.Inverse(scratch.data(), rows, cols, scratch.data()));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  budget_.RecordTransform(FlopsOf(basis.basis(), rows, cols), seconds);
+  return absl::OkStatus();
+}
+
+absl::Status BasisOwner::PublishDirect(uint64_t tensor_id, uint64_t version,
+                                       const control::MemberSession::VersionCodecs& codecs) {
+  auto published = session_->PublishBasis(tensor_id, version, 0, "", /*direct=*/true, codecs);
+  if (!published.ok()) return published.status();
+  ++publications_;
+  return absl::OkStatus();
+}
+
+bool BasisOwner::TargetApplies(const gift::v1::Policy& policy,
+                               const policy::TensorSettings& settings) {
+  return !policy.selection().target_off() && settings.selection == policy::Selection::kMeasure &&
+         !settings.push_codec_overridden;
+}
+
+absl::StatusOr<WireChoice> BasisOwner::ChooseWireFor(
+    const gift::v1::ClusterState& state, const gift::v1::Policy& policy,
+    const OwnedTensorStep& data, const Owned& owned,
+    absl::Span<const std::shared_ptr<const transform::TensorBasisTransform>> bases,
+    absl::Span<const transform::SelectionCandidate> labels) {
+  GIFT_ASSIGN_OR_RETURN(std::vector<transform::CodecPair> pairs,
+                        TargetPairs(policy, owned.settings));
+  // This worker's seconds per flop, for the candidates' compute.
+  if (!bases.empty()) GIFT_RETURN_IF_ERROR(TimeTransform(*bases[0], data));
+  const int64_t rows = static_cast<int64_t>(data.rows), cols = static_cast<int64_t>(data.cols);
+  std::vector<WireCandidate> candidates;
+  for (size_t i = 0; i < bases.size(); ++i) {
+    const transform::TensorBasis& b = bases[i]->basis();
+    candidates.push_back({.basis = bases[i],
+                          .label = labels[i].label,
+                          .basis_bytes = transform::SerializeTensorBasis(b).size(),
+                          .compute_seconds = FlopsOf(b, rows, cols) * budget_.seconds_per_flop()});
+  }
+  const gift::v1::TransformPolicy& tp = owned.settings.transform;
+  uint64_t statistics_bytes = 0;
+  if (transform::UsesPerWorkerMoments(owned.geometry->options().source)) {
+    GIFT_ASSIGN_OR_RETURN(const int64_t floats, owned.geometry->PerWorkerContributionSize());
+    // Pushed and pulled in the statistics tensor's codec (bf16, or fp32
+    // where the policy's codec is fp32).
+    const uint64_t bytes_per = tp.push_codec().format() == gift::v1::ELEMENT_FORMAT_F32 ? 4 : 2;
+    statistics_bytes = 2 * bytes_per * static_cast<uint64_t>(floats);
+  }
+  return ChooseWire(
+      pairs, candidates,
+      {.own = data.own.data(),
+       .rows = data.rows,
+       .cols = data.cols,
+       .tensor_id = data.tensor_id,
+       .step = data.step,
+       .statistics_bytes = statistics_bytes,
+       .collect_period = std::max<uint32_t>(tp.collect_period(), 1),
+       .direct_collect_stride = std::max<uint32_t>(tp.direct_collect_stride(), 1),
+       .refresh_period = std::max<uint32_t>(owned.settings.period_steps, 1),
+       .compute_budget = budget_.OwnerBudget(
+           policy.selection().gift_budget(), TransformBudget::ActiveFlops(state, data.step),
+           TransformBudget::OwnedShare(state, session_->member_id())),
+       .codec_options = options_.codec_options});
+}
+
+absl::StatusOr<bool> BasisOwner::CheckWire(const gift::v1::ClusterState& state,
+                                           const gift::v1::TensorBasisState& basis,
+                                           const OwnedTensorStep& data, Owned& owned) {
+  const gift::v1::Policy policy = policy::WithDefaults(state.policy());
+  GIFT_ASSIGN_OR_RETURN(std::vector<transform::CodecPair> target,
+                        TargetPairs(policy, owned.settings));
+  const transform::CodecPair pairs[] = {target[0], owned.wire->codecs};
+  std::vector<transform::SelectionCandidate> active;
+  if (owned.reference_version != 0) {
+    GIFT_ASSIGN_OR_RETURN(auto transform, store_->Get(data.tensor_id, owned.reference_version));
+    active.push_back({.label = "active", .transform = transform});
+  }
+  const float* grads[] = {data.own.data()};
+  GIFT_ASSIGN_OR_RETURN(transform::CodecPairErrors errors,
+                        transform::MeasureCodecPairs(grads, static_cast<int64_t>(data.rows),
+                                                     static_cast<int64_t>(data.cols), active, pairs,
+                                                     {.spec = pairs[0].push,
+                                                      .margin = 0.0,
+                                                      .min_elements = 0,
+                                                      .tensor_id = data.tensor_id,
+                                                      .step = data.step,
+                                                      .codec_options = options_.codec_options}));
+  const double target_error = errors[0][0];
+  const double error = errors.back()[1];
+  if (owned.report.has_value()) {
+    owned.report->set_step(data.step);
+    owned.report->set_error(error);
+    owned.report->set_target_error(target_error);
+    if (target_error > 0) owned.report->set_ratio(error / target_error);
+  }
+  // Within the target, or a pending proposal will replace the choice anyway.
+  if (!(error > target_error) || basis.has_proposal()) return false;
+  const uint64_t version = NextVersion(basis);
+  GIFT_RETURN_IF_ERROR(PublishDirect(data.tensor_id, version, {}));
+  const std::string label = absl::StrCat("direct (above target: ", error, " > ", target_error, ")");
+  if (options_.on_publish) {
+    options_.on_publish(data.tensor_id, version, label, transform::RefreshReason::kDrift, 1.0);
+  }
+  owned.wire.reset();
+  owned.reference_version = 0;
+  owned.choice = label;
+  if (owned.report.has_value()) {
+    owned.report->set_choice(label);
+    owned.report->set_codecs(PairLabel(pairs[0]));
+  }
+  owned.schedule->MarkRefreshed(data.step, std::nullopt, basis.refresh_requests(),
+                                /*direct=*/true);
+  return true;
 }
 
 absl::Status BasisOwner::AddActivationFactor(const gift::v1::ClusterState& state,

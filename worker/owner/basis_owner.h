@@ -43,6 +43,15 @@
 // drift_threshold), or >= 1, refreshes early (kDrift, refresh_schedule.h). error_ratios() holds the
 // latest measurement per tensor, for metrics and the coordinator.
 //
+// Fidelity target (policy selection.target, docs/design.md section 3.7): for
+// a tensor under measured selection whose push codec no override names, a
+// refresh also measures the target's codec pairs direct and through its
+// candidate bases (wire_choice.h) and, when a pair other than the target's
+// travels in fewer bytes within the target's error, publishes the version
+// with those codecs (BasisVersion.push_codec / pull_codec). Its measure
+// steps then check that choice against the target and publish the target
+// codecs, direct, at once when it is above.
+//
 // Ownership: does not own the session or the store (both must outlive it).
 // Thread safety: WantsStep may run on any thread, concurrently with the
 // rest (it reads a copy of each tensor's schedule that Observe and
@@ -70,6 +79,7 @@
 #include "gift/v1/cluster.pb.h"
 #include "worker/owner/basis_store.h"
 #include "worker/owner/transform_budget.h"
+#include "worker/owner/wire_choice.h"
 
 namespace gift::worker {
 
@@ -147,6 +157,9 @@ class BasisOwner {
     uint64_t reference_version = 0;
     std::optional<gift::v1::TensorErrorRatio> report;  // the latest ratio
     std::string choice;  // the last refresh's Choice::label (its report's choice)
+    // The last refresh's choice under the fidelity target when it is not the
+    // target codecs (then measure steps check it against the target).
+    std::optional<WireChoice> wire;
   };
 
   // What WantsStep reads of an owned tensor (a copy, see Thread safety).
@@ -165,6 +178,36 @@ class BasisOwner {
   absl::Status ObserveTensor(const gift::v1::ClusterState& state, const OwnedTensorStep& data);
   // Whether `step` measures the last published basis (see Measurement).
   bool MeasuresAt(const Owned& owned, uint64_t step) const;
+  // Cancelled (naming the tensor and version) once options.cancelled says so.
+  absl::Status CheckCancelled(uint64_t tensor_id, uint64_t version) const;
+  // Times one forward and inverse of `basis` on data.own into the budget's rate.
+  absl::Status TimeTransform(const transform::TensorBasisTransform& basis,
+                             const OwnedTensorStep& data);
+  // Without the fidelity target: the measured selection between `bases`
+  // (at `rank`) and direct with the tensor's push codec `spec`, under the
+  // margin and the step budget (docs/design.md 3.3); `ratio` gets the
+  // choice's error over direct's when measured.
+  struct Choice;
+  absl::StatusOr<Choice> ChooseMeasured(
+      const gift::v1::ClusterState& state, const OwnedTensorStep& data, const Owned& owned,
+      absl::Span<const std::shared_ptr<const transform::TensorBasisTransform>> bases,
+      absl::Span<const transform::SelectionCandidate> candidates, const codec::CodecSpec& spec,
+      int64_t rank, uint64_t version, std::optional<double>* ratio);
+  // Whether the fidelity target chooses the tensor's codecs.
+  static bool TargetApplies(const gift::v1::Policy& policy, const policy::TensorSettings& settings);
+  // The refresh's wire choice (wire_choice.h) among direct and `bases` (all
+  // at `rank`, labelled as the refresh labels them).
+  absl::StatusOr<WireChoice> ChooseWireFor(
+      const gift::v1::ClusterState& state, const gift::v1::Policy& policy,
+      const OwnedTensorStep& data, const Owned& owned,
+      absl::Span<const std::shared_ptr<const transform::TensorBasisTransform>> bases,
+      absl::Span<const transform::SelectionCandidate> labels);
+  // A measure step of a tensor whose codecs the target chose: its error
+  // through the active choice against the target's on data.own; above the
+  // target it publishes the target codecs, direct, at once (true).
+  absl::StatusOr<bool> CheckWire(const gift::v1::ClusterState& state,
+                                 const gift::v1::TensorBasisState& basis,
+                                 const OwnedTensorStep& data, Owned& owned);
   // GIFT / direct error of basis `version` on data.own; nullopt when direct
   // quantization has no error to compare with.
   absl::StatusOr<std::optional<double>> MeasureRatio(const gift::v1::ClusterState& state,
@@ -175,6 +218,9 @@ class BasisOwner {
   Owned* Entry(const gift::v1::ClusterState& state, const gift::v1::TensorInfo& tensor);
   absl::Status Refresh(const gift::v1::ClusterState& state, const gift::v1::TensorBasisState& basis,
                        const OwnedTensorStep& data, Owned& owned, transform::RefreshReason reason);
+  // Publishes a direct version with `codecs` (unset: the tensor's own).
+  absl::Status PublishDirect(uint64_t tensor_id, uint64_t version,
+                             const control::MemberSession::VersionCodecs& codecs);
 
   // What a refresh publishes: a basis (null: direct), the rank it was built
   // with, and the label on_publish reports.

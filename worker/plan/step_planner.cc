@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "common/codec/codec_spec_proto.h"
 #include "common/dataplane/state_view.h"
 #include "worker/engine/node_group.h"
 
@@ -114,6 +115,17 @@ absl::StatusOr<StepPlan> PlanStep(const gift::v1::ClusterState& state, absl::str
         basis == bases.end() ? nullptr : ActiveVersion(*basis->second, step);
     if (active != nullptr) {
       t.basis_version = active->version();
+      if (active->push_codec().format() != gift::v1::ELEMENT_FORMAT_UNSPECIFIED) {
+        // The owner's choice under the fidelity target (checked by the
+        // coordinator when it was published).
+        auto spec = codec::FromProto(active->push_codec());
+        if (!spec.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("tensor '", local.name, "' version ",
+                                                         active->version(),
+                                                         " push codec: ", spec.status().message()));
+        }
+        t.push_spec = *spec;
+      }
       if (!active->direct()) {
         auto transform = lookup(local.tensor_id, active->version());
         if (!transform.ok()) return transform.status();

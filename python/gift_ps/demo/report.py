@@ -169,7 +169,7 @@ def table(results, args):
         f"train loss: mean over the 4 ranks and the last {results[0]['final_train_loss_window']} steps; val loss: "
         f"{args.final_val_windows} held-out windows after the last step (nats/byte)",
         "push KiB / pull KiB: payload bytes one worker pushes / receives per step (sums of its tensors' bytes_sent / "
-        "bytes_received); step s: mean wall time of a "
+        "bytes_received, plus the per-worker statistics of per-worker geometry sources); step s: mean wall time of a "
         "training step on rank 0 (sync s: of it, the gradient averaging), over the steps that do not measure errors",
         ("grad err: relative L2 error of the averaged gradient against the exact average, measured by the service every "
          f"{args.measure_every} steps, mean over the second half of the run and over all tensors; err 2-D: over the weight "

@@ -111,8 +111,9 @@ class ServiceBackend:
         res = self.sync_.sync(step, measure_error=measure_error)
         out = {
             "sync_s": time.perf_counter() - t0,
-            "bytes": int(sum(t.bytes_sent for t in res.tensors)),
-            "bytes_pulled": int(sum(t.bytes_received for t in res.tensors)),
+            # Statistics (per-worker sketches) counted in: they travel for the gradients' sake.
+            "bytes": int(sum(t.bytes_sent for t in res.tensors)) + res.statistics_bytes_sent,
+            "bytes_pulled": int(sum(t.bytes_received for t in res.tensors)) + res.statistics_bytes_received,
             "transformed": sum(1 for t in res.tensors if t.transformed),
             "errors": None,
         }
