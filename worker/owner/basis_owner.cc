@@ -570,16 +570,14 @@ absl::StatusOr<bool> BasisOwner::CheckWire(const gift::v1::ClusterState& state,
     GIFT_ASSIGN_OR_RETURN(auto transform, store_->Get(data.tensor_id, owned.reference_version));
     active.push_back({.label = "active", .transform = transform});
   }
-  const float* grads[] = {data.own.data()};
   GIFT_ASSIGN_OR_RETURN(transform::CodecPairErrors errors,
-                        transform::MeasureCodecPairs(grads, static_cast<int64_t>(data.rows),
-                                                     static_cast<int64_t>(data.cols), active, pairs,
-                                                     {.spec = pairs[0].push,
-                                                      .margin = 0.0,
-                                                      .min_elements = 0,
-                                                      .tensor_id = data.tensor_id,
-                                                      .step = data.step,
-                                                      .codec_options = options_.codec_options}));
+                        MeasureOwnGradient({.own = data.own.data(),
+                                            .rows = data.rows,
+                                            .cols = data.cols,
+                                            .tensor_id = data.tensor_id,
+                                            .step = data.step,
+                                            .codec_options = options_.codec_options},
+                                           active, pairs));
   const double target_error = errors[0][0];
   const double error = errors.back()[1];
   if (owned.report.has_value()) {

@@ -30,23 +30,30 @@ std::string PairLabel(const transform::CodecPair& pair) {
                       pair.pull.has_value() ? codec::ToString(*pair.pull) : "f32");
 }
 
+absl::StatusOr<transform::CodecPairErrors> MeasureOwnGradient(
+    const WireInputs& in, absl::Span<const transform::SelectionCandidate> paths,
+    absl::Span<const transform::CodecPair> pairs) {
+  if (pairs.empty()) return absl::InvalidArgumentError("no codec pairs to measure");
+  const float* grads[] = {in.own};
+  return transform::MeasureCodecPairs(grads, static_cast<int64_t>(in.rows),
+                                      static_cast<int64_t>(in.cols), paths, pairs,
+                                      {.spec = pairs[0].push,
+                                       .margin = 0.0,
+                                       .min_elements = 0,
+                                       .tensor_id = in.tensor_id,
+                                       .step = in.step,
+                                       .codec_options = in.codec_options});
+}
+
 absl::StatusOr<WireChoice> ChooseWire(absl::Span<const transform::CodecPair> pairs,
                                       absl::Span<const WireCandidate> candidates,
                                       const WireInputs& in) {
   if (pairs.empty()) return absl::InvalidArgumentError("ChooseWire: no codec pairs");
   std::vector<transform::SelectionCandidate> paths;
-  for (const WireCandidate& c : candidates)
+  for (const WireCandidate& c : candidates) {
     paths.push_back({.label = c.label, .transform = c.basis});
-  const float* grads[] = {in.own};
-  const int64_t rows = static_cast<int64_t>(in.rows), cols = static_cast<int64_t>(in.cols);
-  GIFT_ASSIGN_OR_RETURN(transform::CodecPairErrors errors,
-                        transform::MeasureCodecPairs(grads, rows, cols, paths, pairs,
-                                                     {.spec = pairs[0].push,
-                                                      .margin = 0.0,
-                                                      .min_elements = 0,
-                                                      .tensor_id = in.tensor_id,
-                                                      .step = in.step,
-                                                      .codec_options = in.codec_options}));
+  }
+  GIFT_ASSIGN_OR_RETURN(transform::CodecPairErrors errors, MeasureOwnGradient(in, paths, pairs));
   const uint64_t dims[] = {in.rows, in.cols};
   std::vector<transform::WireOption> options;
   std::vector<std::pair<int, int>> index;  // (pair, candidate) of each option

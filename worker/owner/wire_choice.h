@@ -75,6 +75,13 @@ struct WireChoice {
   double target_bytes_per_step = 0.0;
 };
 
+// The errors of `pairs` on in.own (P = 1), direct and through each of
+// `paths` (transform_selector.h MeasureCodecPairs, keyed by in.tensor_id and
+// in.step).
+absl::StatusOr<transform::CodecPairErrors> MeasureOwnGradient(
+    const WireInputs& in, absl::Span<const transform::SelectionCandidate> paths,
+    absl::Span<const transform::CodecPair> pairs);
+
 absl::StatusOr<WireChoice> ChooseWire(absl::Span<const transform::CodecPair> pairs,
                                       absl::Span<const WireCandidate> candidates,
                                       const WireInputs& in);
