@@ -230,7 +230,9 @@ class FakeWorker:
             change, self.world_change = self.world_change, None
         response = self.pb.worker_pb2.PushPullResponse(step=request.step, epoch=7,
                                                        world_size=self.world_size,
-                                                       tensors=results, seconds=0.001)
+                                                       tensors=results, seconds=0.001,
+                                                       statistics_bytes_sent=100,
+                                                       statistics_bytes_received=60)
         if change is not None:
             response.previous_world_size = change[0]
             for rank, name in change[1]:

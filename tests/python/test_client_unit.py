@@ -183,6 +183,8 @@ class FakeWorkerTest(unittest.TestCase):
         self.assertEqual(result.epoch, 7)
         self.assertEqual({r.name for r in result.tensors}, {"w", "b", "s"})
         self.assertEqual(result.by_name()["w"].rel_l2_error, 0.25)
+        # The step's per-worker statistics, outside every tensor's bytes.
+        self.assertEqual((result.statistics_bytes_sent, result.statistics_bytes_received), (100, 60))
         self.assertEqual(result.by_name()["w"].tensor_id, self.client.tensor_id("w"))
         self.assertTrue(torch.equal(t["w"], torch.arange(6, dtype=torch.float32).view(2, 3) * 0.5
                                     + 1.0))

@@ -415,7 +415,9 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
                           .rank = rank,
                           .label = absl::StrCat(candidates[wire->candidate].label, " r=", rank),
                           .error = wire->error};
-    choice.label = absl::StrCat(choice.label, " [", PairLabel(wire->codecs), "]");
+    // "[push / pull]", "[target: push / pull]" for the target's own codecs.
+    choice.label = absl::StrCat(choice.label, " [", wire->pair == 0 ? "target: " : "",
+                                PairLabel(wire->codecs), "]");
     if (wire->target_error > 0) ratio = wire->error / wire->target_error;
     budget_.Forget(data.tensor_id);  // its compute was checked against the whole share
   } else {

@@ -101,6 +101,9 @@ def _in_basis(r):
 
 # The kinds of an owner's last choice (TensorErrorRatio.choice), in the order choice_lines lists them.
 CHOICE_KINDS = (
+    ("target-fewer", "fewer bytes within the fidelity target's error (codecs push / pull in brackets)"),
+    ("target-direct", "direct in the fidelity target's codecs: no cheaper way met its error"),
+    ("target-fallback", "direct in the target's codecs: a measure step found the cheaper choice above the target"),
     ("basis", "in a basis at the policy's rank"),
     ("lower", "in a basis at a lower rank (the step budget cut it)"),
     ("skipped", "direct: the step budget skipped a basis that won"),
@@ -113,6 +116,10 @@ def choice_kind(choice):
     """The CHOICE_KINDS key of one owner's choice text (None: never measured)."""
     if not choice:
         return "unmeasured"
+    if choice.startswith("direct (above target"):
+        return "target-fallback"
+    if choice.endswith("]"):  # the fidelity target's choice names its codecs: "... [push / pull]"
+        return "target-direct" if "[target: " in choice else "target-fewer"
     if choice.startswith("direct"):
         return "skipped" if "(budget)" in choice else "direct"
     return "lower" if "(budget)" in choice else "basis"
