@@ -1,5 +1,6 @@
 #include "common/transform/refresh_schedule.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -53,7 +54,7 @@ absl::StatusOr<RefreshSchedule> RefreshSchedule::Create(const RefreshScheduleOpt
 }
 
 bool RefreshSchedule::ShouldCollect(uint64_t step) const {
-  const int64_t stride = direct_ ? options_.direct_collect_stride : 1;
+  const int64_t stride = direct_ ? options_.direct_collect_stride * backoff_ : 1;
   return step % static_cast<uint64_t>(options_.collect_period * stride) == 0;
 }
 
@@ -74,16 +75,17 @@ RefreshReason RefreshSchedule::Due(uint64_t step, uint64_t refresh_requests) con
   if (refresh_requests > requests_served_) return RefreshReason::kRequested;
   if (!last_refresh_step_.has_value()) return RefreshReason::kFirst;
   if (drift_streak_ >= options_.drift_patience) return RefreshReason::kDrift;
-  if (step >= *last_refresh_step_ + static_cast<uint64_t>(options_.period_steps)) {
+  if (step >= *last_refresh_step_ + static_cast<uint64_t>(options_.period_steps * backoff_)) {
     return RefreshReason::kPeriod;
   }
   return RefreshReason::kNone;
 }
 
 void RefreshSchedule::MarkRefreshed(uint64_t step, std::optional<double> ratio,
-                                    uint64_t refresh_requests, bool direct) {
+                                    uint64_t refresh_requests, bool direct, int64_t backoff) {
   last_refresh_step_ = step;
   direct_ = direct;
+  backoff_ = std::max<int64_t>(backoff, 1);
   reference_ratio_ = ratio;
   drift_streak_ = 0;
   if (refresh_requests > requests_served_) requests_served_ = refresh_requests;

@@ -105,8 +105,13 @@ class RefreshSchedule {
   // (the drift reference), if it was measured; `refresh_requests` the
   // counter served; `direct` whether it chose direct quantization (then
   // collection thins out, see above). The drift streak starts over.
+  // `backoff` (>= 1; 0 is taken as 1) multiplies the period until the next
+  // refresh and, with `direct`, the collect stride: an owner whose refresh
+  // found nothing worth sending another way does its fixed work that much
+  // less often (the fidelity target, docs/design.md 3.7).
   void MarkRefreshed(uint64_t step, std::optional<double> ratio, uint64_t refresh_requests,
-                     bool direct = false);
+                     bool direct = false, int64_t backoff = 1);
+  int64_t backoff() const { return backoff_; }
 
   // Sets the drift reference of the current basis (after MarkRefreshed).
   void SetReference(double ratio) { reference_ratio_ = ratio; }
@@ -122,6 +127,7 @@ class RefreshSchedule {
   std::optional<double> reference_ratio_;
   uint64_t requests_served_ = 0;
   bool direct_ = false;  // the last refresh chose direct quantization
+  int64_t backoff_ = 1;
   int64_t drift_streak_ = 0;
 };
 

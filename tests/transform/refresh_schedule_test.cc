@@ -128,6 +128,26 @@ TEST(RefreshScheduleTest, DirectTensorsCollectEveryStrideTimesThePeriod) {
   EXPECT_TRUE(every.ShouldCollect(3));
 }
 
+// A back-off stretches the next period and, for a direct choice, the
+// collect stride; the refresh after it sets its own.
+TEST(RefreshScheduleTest, BackoffStretchesThePeriodAndADirectTensorsCollection) {
+  RefreshSchedule s = Make({.period_steps = 10, .collect_period = 2, .direct_collect_stride = 1});
+  s.MarkRefreshed(10, std::nullopt, 0, /*direct=*/true, /*backoff=*/4);
+  EXPECT_EQ(s.backoff(), 4);
+  EXPECT_EQ(s.Due(49, 0), RefreshReason::kNone);
+  EXPECT_EQ(s.Due(50, 0), RefreshReason::kPeriod);
+  EXPECT_FALSE(s.ShouldCollect(12));
+  EXPECT_TRUE(s.ShouldCollect(16));
+  s.MarkRefreshed(50, 0.5, 0, /*direct=*/false, /*backoff=*/2);  // a basis: collects as usual
+  EXPECT_TRUE(s.ShouldCollect(52));
+  EXPECT_EQ(s.Due(69, 0), RefreshReason::kNone);
+  EXPECT_EQ(s.Due(70, 0), RefreshReason::kPeriod);
+  s.MarkRefreshed(70, std::nullopt, 0, /*direct=*/true, /*backoff=*/0);  // taken as 1
+  EXPECT_EQ(s.backoff(), 1);
+  EXPECT_EQ(s.Due(80, 0), RefreshReason::kPeriod);
+  EXPECT_TRUE(s.ShouldCollect(72));
+}
+
 TEST(RefreshScheduleTest, MeasurePeriodAndNoMeasurementWithoutDrift) {
   RefreshSchedule s = Make({.collect_period = 1, .measure_period = 4});
   EXPECT_TRUE(s.ShouldMeasure(0));

@@ -315,6 +315,45 @@ TEST_F(BasisOwnerTest, FidelityTargetChoosesFourBitsAndFallsBackAboveTheTarget) 
   EXPECT_FALSE(back.has_pull_codec());
 }
 
+// Under the target, a tensor no cheaper way comes near (Gaussian gradients:
+// NVFP4 about 1.5x E4M3's error or more) refreshes ever less often: periods
+// of 20 stretched 2x, 4x, 8x, so refreshes at steps 1, 41, 121 and 281.
+TEST_F(BasisOwnerTest, FidelityTargetBacksOffWhereNothingCheaperComesNear) {
+  gift::v1::SetPolicyRequest set;
+  set.mutable_policy()->mutable_refresh()->set_period_steps(kPeriod);
+  ASSERT_TRUE(state_->SetPolicy(set).ok());
+  auto state = session_->WaitFor(
+      [](const gift::v1::ClusterState& s) { return s.policy().overrides_size() == 0; },
+      absl::Seconds(10));
+  ASSERT_TRUE(state.ok()) << state.status();
+  const gift::v1::TensorInfo* info = nullptr;
+  for (const gift::v1::TensorInfo& t : (*state)->tensors()) {
+    if (t.tensor_id() == tensor_id_) info = &t;
+  }
+  ASSERT_NE(info, nullptr);
+  BasisStore store(session_.get());
+  BasisOwner owner(session_.get(), &store, {});
+  std::vector<uint64_t> refreshes;
+  for (uint64_t step = 1; step <= 300; ++step) {
+    bool needs_own = false;
+    if (!owner.WantsStep(**state, *info, step, &needs_own)) continue;
+    std::mt19937 rng(static_cast<uint32_t>(step));
+    std::normal_distribution<float> normal;
+    OwnedTensorStep data{
+        .step = step, .tensor_id = tensor_id_, .name = "layers.0.w", .rows = kRows, .cols = kCols};
+    for (int64_t i = 0; i < kRows * kCols; ++i) data.average.push_back(normal(rng));
+    if (needs_own) data.own = data.average;
+    ASSERT_TRUE(owner.Observe(**state, data).ok()) << step;
+    const auto ratios = owner.error_ratios();
+    if (!ratios.empty() && ratios[0].step() == step) refreshes.push_back(step);
+  }
+  EXPECT_EQ(refreshes, (std::vector<uint64_t>{1, 41, 121, 281}));
+  const auto ratios = owner.error_ratios();
+  ASSERT_EQ(ratios.size(), 1u);
+  EXPECT_EQ(ratios[0].choice(), "direct [target: e4m3/block128 / e4m3/block128]");
+  EXPECT_EQ(owner.publications(), 0u);  // direct in its own codecs all along
+}
+
 // The target off: the same gradient keeps the policy's codecs.
 TEST_F(BasisOwnerTest, FidelityTargetOffKeepsThePolicysCodecs) {
   gift::v1::SetPolicyRequest set;

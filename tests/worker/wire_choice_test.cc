@@ -61,11 +61,12 @@ TEST(ChooseWireTest, AGradientNvfp4CarriesExactlyTravelsInFourBitsBothWays) {
   const gift::v1::Policy p = DefaultPolicy();
   const auto pairs = TargetPairs(p, Settings(p)).value();
   const std::vector<float> g = test::Nvfp4Grid(kRows, kCols, 3);
-  auto choice = ChooseWire(pairs, {},
-                           {.own = g.data(), .rows = kRows, .cols = kCols, .compute_budget = kAnyBudget});
+  auto choice = ChooseWire(
+      pairs, {}, {.own = g.data(), .rows = kRows, .cols = kCols, .compute_budget = kAnyBudget});
   ASSERT_TRUE(choice.ok()) << choice.status();
   EXPECT_GT(choice->target_error, 0.01);
   EXPECT_LT(choice->error, 1e-5);
+  EXPECT_LT(choice->cheaper_gap, 1e-3);
   EXPECT_EQ(choice->pair, 2);  // nvfp4 both ways: the fewest bytes (first of the equal ones)
   EXPECT_EQ(choice->candidate, -1);
   // Bytes: NVFP4 is 4.5 bits per element with its block scales, E4M3
@@ -78,14 +79,16 @@ TEST(ChooseWireTest, GaussianGradientStaysAtTheTarget) {
   const gift::v1::Policy p = DefaultPolicy();
   const auto pairs = TargetPairs(p, Settings(p)).value();
   const std::vector<float> g = Gaussian(4);
-  auto choice = ChooseWire(pairs, {},
-                           {.own = g.data(), .rows = kRows, .cols = kCols, .compute_budget = kAnyBudget});
+  auto choice = ChooseWire(
+      pairs, {}, {.own = g.data(), .rows = kRows, .cols = kCols, .compute_budget = kAnyBudget});
   ASSERT_TRUE(choice.ok()) << choice.status();
   EXPECT_EQ(choice->pair, 0);
   EXPECT_EQ(choice->candidate, -1);
   EXPECT_GT(choice->target_error, 0.0);
   EXPECT_EQ(choice->error, choice->target_error);
   EXPECT_EQ(choice->bytes_per_step, choice->target_bytes_per_step);
+  // Every cheaper way is well above the target's error.
+  EXPECT_GT(choice->cheaper_gap, 1.2);
 }
 
 TEST(ChooseWireTest, StatisticsCountOnEveryOptionAndABasisLosesAtEqualError) {

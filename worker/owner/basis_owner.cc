@@ -420,7 +420,14 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
                                 PairLabel(wire->codecs), "]");
     if (wire->target_error > 0) ratio = wire->error / wire->target_error;
     budget_.Forget(data.tensor_id);  // its compute was checked against the whole share
+    // Nothing cheaper came near the target: the next refresh, and the
+    // statistics, come less often (item 3 of the target: the fixed work
+    // scales down with what it can still win).
+    const bool hopeless =
+        wire->pair == 0 && wire->candidate < 0 && wire->cheaper_gap >= kTargetBackoffGap;
+    owned.backoff = hopeless ? std::min(owned.backoff * 2, kMaxTargetBackoff) : 1;
   } else {
+    owned.backoff = 1;
     GIFT_ASSIGN_OR_RETURN(choice, ChooseMeasured(state, data, owned, bases, candidates, *spec, rank,
                                                  version, &ratio));
   }
@@ -477,7 +484,7 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
   }
   // The drift reference is the new basis's first measurement once active.
   owned.schedule->MarkRefreshed(data.step, std::nullopt, basis.refresh_requests(),
-                                /*direct=*/choice.basis == nullptr);
+                                /*direct=*/choice.basis == nullptr, owned.backoff);
   return absl::OkStatus();
 }
 

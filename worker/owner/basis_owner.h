@@ -83,6 +83,9 @@
 
 namespace gift::worker {
 
+inline constexpr int64_t kMaxTargetBackoff = 8;
+inline constexpr double kTargetBackoffGap = 1.1;
+
 struct BasisOwnerOptions {
   codec::CodecOptions codec_options = {};  // the pool is not owned
   // Called for every publication: tensor, version, "direct" or the chosen
@@ -160,6 +163,11 @@ class BasisOwner {
     // The last refresh's choice under the fidelity target when it is not the
     // target codecs (then measure steps check it against the target).
     std::optional<WireChoice> wire;
+    // The refresh back-off under the target (RefreshSchedule::MarkRefreshed):
+    // doubles, up to kMaxTargetBackoff, with each refresh that keeps the
+    // tensor direct in the target codecs while every cheaper way measured at
+    // least kTargetBackoffGap times the target's error; 1 otherwise.
+    int64_t backoff = 1;
   };
 
   // What WantsStep reads of an owned tensor (a copy, see Thread safety).

@@ -1,5 +1,7 @@
 #include "worker/owner/wire_choice.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -85,7 +87,13 @@ absl::StatusOr<WireChoice> ChooseWire(absl::Span<const transform::CodecPair> pai
   for (transform::WireOption& o : options) {
     if (!std::isfinite(o.error)) o.error = std::numeric_limits<double>::max();
   }
+  out.cheaper_gap = std::numeric_limits<double>::infinity();
   if (!std::isfinite(out.target_error)) return out;
+  for (const transform::WireOption& o : options) {
+    if (o.bytes_per_step < out.target_bytes_per_step && out.target_error > 0) {
+      out.cheaper_gap = std::min(out.cheaper_gap, o.error / out.target_error);
+    }
+  }
   GIFT_ASSIGN_OR_RETURN(const int chosen,
                         transform::ChooseWireOption(options, out.target_error, in.compute_budget));
   if (chosen < 0) return out;

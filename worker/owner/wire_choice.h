@@ -73,6 +73,10 @@ struct WireChoice {
   double bytes_per_step = 0.0;  // and its wire bytes per step
   double target_error = 0.0;    // the target pair direct
   double target_bytes_per_step = 0.0;
+  // How far the options that travel in fewer bytes than the target's are
+  // from its error: the least of their error / target_error (+inf when
+  // there are none or the target error is 0).
+  double cheaper_gap = 0.0;
 };
 
 // The errors of `pairs` on in.own (P = 1), direct and through each of
