@@ -138,19 +138,10 @@ class Measurer {
             codec::Encode(inputs[w], encoded->mutable_view(), key, codec_options_));
         views.push_back(encoded->view());
       }
-      codec::MutableEncodedView pulled;
-      if (pair.pull.has_value()) {
-        GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor * encoded, Encoded(*pair.pull, grads_.size()));
-        pulled = encoded->mutable_view();
-      }
-      // The servers' stochastic stream of a result: RngKey{tensor, step, rank 0}.
-      GIFT_RETURN_IF_ERROR(codec::ReduceEncoded(
-          views, average_.data(), 1.0f / static_cast<float>(grads_.size()), pulled,
-          {.tensor = tensor_id_, .step = step_, .rank = 0}, codec_options_));
-      if (pair.pull.has_value()) {
-        GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor * encoded, Encoded(*pair.pull, grads_.size()));
-        GIFT_RETURN_IF_ERROR(codec::Decode(encoded->view(), average_.data(), codec_options_));
-      }
+      GIFT_RETURN_IF_ERROR(codec::ReduceEncoded(views, average_.data(),
+                                                1.0f / static_cast<float>(grads_.size()),
+                                                codec::MutableEncodedView{}, {}, codec_options_));
+      if (pair.pull.has_value()) GIFT_RETURN_IF_ERROR(AddPullError(*pair.pull, inputs));
       if (transform != nullptr) {
         GIFT_RETURN_IF_ERROR(transform->Inverse(average_.data(), d_out_, d_in_, average_.data()));
       }
@@ -160,6 +151,32 @@ class Measurer {
   }
 
  private:
+  // The pull's rounding, added to the pushed average in average_. A server
+  // encodes the average of P pushes, which lies on no worker's grid; the
+  // pushed average of few workers (P = 1: the owner's own gradient) lies on
+  // the push codec's grid, where a pull in the same codec would round
+  // nothing. So the pull's error is taken as the pull codec's error on the
+  // exact average of the (transformed) inputs, an off-grid tensor of the
+  // same distribution, drawn from the servers' stochastic stream
+  // (RngKey{tensor, step, rank 0}).
+  absl::Status AddPullError(const codec::CodecSpec& pull, absl::Span<const float* const> inputs) {
+    const size_t size = exact_.size();
+    exact_inputs_.assign(size, 0.0f);
+    for (const float* x : inputs) {
+      for (size_t i = 0; i < size; ++i) exact_inputs_[i] += x[i];
+    }
+    const float inv = 1.0f / static_cast<float>(inputs.size());
+    for (float& x : exact_inputs_) x *= inv;
+    GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor * encoded, Encoded(pull, inputs.size()));
+    GIFT_RETURN_IF_ERROR(codec::Encode(exact_inputs_.data(), encoded->mutable_view(),
+                                       {.tensor = tensor_id_, .step = step_, .rank = 0},
+                                       codec_options_));
+    pulled_.resize(size);
+    GIFT_RETURN_IF_ERROR(codec::Decode(encoded->view(), pulled_.data(), codec_options_));
+    for (size_t i = 0; i < size; ++i) average_[i] += pulled_[i] - exact_inputs_[i];
+    return absl::OkStatus();
+  }
+
   double Error() const {
     double err2 = 0.0;
     for (size_t i = 0; i < exact_.size(); ++i) {
@@ -194,6 +211,8 @@ class Measurer {
   double exact_norm2_ = 0.0;
   std::vector<float> forwarded_;
   std::vector<float> average_;
+  std::vector<float> exact_inputs_;  // AddPullError's scratch
+  std::vector<float> pulled_;
   std::map<std::string, std::vector<codec::EncodedTensor>> encoded_;  // by spec
 };
 

@@ -110,8 +110,13 @@ absl::StatusOr<Selection> SelectTransform(absl::Span<const float* const> grads, 
                                           const SelectorOptions& options);
 
 // A way to encode the measured tensor: the workers' push codec and, when
-// set, the servers' pull codec (the average is encoded with it and decoded
-// before the inverse, as a worker receives it); unset: the average in FP32.
+// set, the servers' pull codec; unset: the average in FP32. The pull's
+// error is modelled, not replayed: the pushed average lies on the push
+// codec's grid when few workers are measured (the owner measures its own
+// gradient alone), where a pull in the same codec would round nothing,
+// while a server's average of many workers lies on no grid. So the pull
+// codec's error on the exact average of the (transformed) gradients is
+// added to the pushed average before the inverse.
 struct CodecPair {
   codec::CodecSpec push;
   std::optional<codec::CodecSpec> pull;

@@ -17,6 +17,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,7 @@
 #include "gift/v1/worker.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cluster_fixture.h"
+#include "tests/worker/nvfp4_grid.h"
 #include "tools/gift-cluster/local_cluster.h"
 #include "worker/client/buffer_handoff.h"
 
@@ -490,6 +492,72 @@ TEST_F(ClusterIntegrationTest, ActivationsPerWorkerSourceBuildsBasesUnderAFitted
     EXPECT_EQ(names.count(s.name + "#sketch.output"), s.shape.size() == 2 ? 1u : 0u) << s.name;
     EXPECT_EQ(names.count(s.name + "#sketch.both"), 0u) << s.name;
   }
+  EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
+}
+
+// The fidelity target end to end (the default policy, measured selection,
+// FP8 both ways): one tensor whose gradient NVFP4 carries exactly (the same
+// grid on every worker, so the average is on it too) is switched by its
+// owner to NVFP4 both ways; the others stay direct E4M3. Once the version
+// is active, every worker pushes it in NVFP4 and gets it back from the
+// servers in NVFP4: exact, fewer bytes, and giftctl tensors says so.
+TEST_F(ClusterIntegrationTest, FidelityTargetSendsATensorInFourBitsBothWays) {
+  Start();
+  SetPolicyWithGiftctl({"--push-codec", "e4m3/block128", "--pull-codec", "e4m3/block128",
+                        "--selection", "measured", "--period", "5", "--measure-period", "1"});
+  RegisterOverGrpc();
+  const size_t q = 0;  // layers.0.attn.q.weight, 96 x 64
+  const TensorShape& shape = Shapes()[q];
+  uint64_t first_bytes = 0, last_bytes = 0;
+  std::vector<float> grid;
+  for (uint64_t step = 0; step < 20; ++step) {
+    grid = test::Nvfp4Grid(shape.shape[0], shape.shape[1], static_cast<uint32_t>(step));
+    for (int w = 0; w < kWorkers; ++w) {
+      for (size_t i = 0; i < Shapes().size(); ++i) {
+        float* g = trainers_[w].buffers[i]->data();
+        if (i == q) {
+          std::copy(grid.begin(), grid.end(), g);
+        } else {
+          FillGradient(g, Shapes()[i], step, w);
+        }
+      }
+    }
+    uint64_t bytes = 0;
+    for (const auto& [status, response] : Step({0, 1, 2, 3}, step)) {
+      ASSERT_TRUE(status.ok()) << "step " << step << ": " << status.error_message() << Logs();
+      for (const gift::v1::TensorResult& t : response.tensors()) bytes += t.bytes_sent();
+    }
+    if (step == 0) first_bytes = bytes;
+    last_bytes = bytes;
+  }
+  // The last step's average of attn.q came back exact on every worker.
+  for (int w = 0; w < kWorkers; ++w) {
+    const float* got = trainers_[w].buffers[q]->data();
+    for (size_t k = 0; k < shape.elements(); ++k) {
+      ASSERT_NEAR(got[k], grid[k], 1e-5f * std::abs(grid[k]) + 1e-7f) << "worker " << w << " " << k;
+    }
+  }
+  const gift::v1::ClusterState state = CoordinatorState();
+  const gift::v1::TensorBasisState* basis = nullptr;
+  for (const gift::v1::TensorBasisState& b : state.bases()) {
+    if (b.tensor_id() == trainers_[0].ids[q]) basis = &b;
+  }
+  ASSERT_NE(basis, nullptr);
+  const gift::v1::BasisVersion& active = basis->versions(basis->versions_size() - 1);
+  EXPECT_EQ(active.push_codec().format(), gift::v1::ELEMENT_FORMAT_NVFP4) << Logs();
+  EXPECT_EQ(active.pull_codec().format(), gift::v1::ELEMENT_FORMAT_NVFP4);
+  EXPECT_LT(last_bytes, first_bytes) << Logs();
+  // The owners' reports reach the coordinator with their heartbeats.
+  std::string table;
+  for (int i = 0; i < 40; ++i) {
+    table = Giftctl({"tensors"});
+    if (table.find("[target: ") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  std::cout << table;
+  EXPECT_NE(table.find("nvfp4 / nvfp4"), std::string::npos) << table;
+  EXPECT_NE(table.find("[target: e4m3/block128 / e4m3/block128]"), std::string::npos) << table;
+  EXPECT_NE(table.find("fidelity target: "), std::string::npos) << table;
   EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
 }
 

@@ -436,15 +436,18 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
   GIFT_ASSIGN_OR_RETURN(const codec::CodecSpec pull, codec::FromProto(tp.pull_codec()));
   const control::MemberSession::VersionCodecs codecs = CodecsOf(wire, *spec, pull);
 
-  const gift::v1::BasisVersion* active = ActiveVersion(basis, data.step);
-  const bool active_same = active == nullptr ? !codecs.push.has_value()
-                                             : active->direct() && SameCodecs(*active, codecs);
+  // The newest committed version (it may activate after this step): what the
+  // tensor will travel as, unless a proposal replaces it.
+  const gift::v1::BasisVersion* latest =
+      basis.versions().empty() ? nullptr : &basis.versions(basis.versions_size() - 1);
+  const bool latest_same = latest == nullptr ? !codecs.push.has_value()
+                                             : latest->direct() && SameCodecs(*latest, codecs);
   const bool pending_same =
       basis.has_proposal() && basis.proposal().direct() && SameCodecs(basis.proposal(), codecs);
   if (choice.basis == nullptr) {
-    // Direct: publish a direct version only when the tensor travels another
-    // way now (or will by a pending proposal).
-    if (!active_same || (basis.has_proposal() && !pending_same)) {
+    // Direct: publish a direct version only when the tensor will travel
+    // another way (by its newest version, or a pending proposal).
+    if (!latest_same || (basis.has_proposal() && !pending_same)) {
       GIFT_RETURN_IF_ERROR(PublishDirect(data.tensor_id, version, codecs));
       if (options_.on_publish) {
         options_.on_publish(data.tensor_id, version, choice.label, reason, ratio);
