@@ -396,7 +396,7 @@ TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketche
     return with_reference;
   };
   int measured = 0;
-  for (int extra = 0; extra < 10 && measured_with_reference(state, &measured) < 3;
+  for (int extra = 0; extra < 25 && measured_with_reference(state, &measured) < 3;
        ++extra, ++step) {
     run_step(step);
     if (HasFatalFailure()) return;
