@@ -83,7 +83,7 @@
 
 namespace gift::worker {
 
-inline constexpr int64_t kMaxTargetBackoff = 8;
+inline constexpr int64_t kMaxTargetBackoff = 32;
 inline constexpr double kTargetBackoffGap = 1.1;
 
 struct BasisOwnerOptions {
@@ -163,7 +163,7 @@ class BasisOwner {
     // The last refresh's choice under the fidelity target when it is not the
     // target codecs (then measure steps check it against the target).
     std::optional<WireChoice> wire;
-    // The refresh back-off under the target (RefreshSchedule::MarkRefreshed):
+    // The refresh back-off under the target (RefreshSchedule::MarkRefreshed),
     // doubles, up to kMaxTargetBackoff, with each refresh that keeps the
     // tensor direct in the target codecs while every cheaper way measured at
     // least kTargetBackoffGap times the target's error; 1 otherwise.
