@@ -353,6 +353,7 @@ TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketche
                         "--measure-period", "1"});
   RegisterOverGrpc();
   bool saw_transformed = false;
+  uint64_t statistics_sent = 0;  // the most one worker pushed in a step
   auto run_step = [&](uint64_t step) {
     for (int w = 0; w < kWorkers; ++w) {
       for (size_t i = 0; i < Shapes().size(); ++i) {
@@ -364,6 +365,7 @@ TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketche
       for (const gift::v1::TensorResult& t : response.tensors()) {
         saw_transformed = saw_transformed || t.transformed();
       }
+      statistics_sent = std::max(statistics_sent, response.statistics_bytes_sent());
     }
   };
   uint64_t step = 0;
@@ -381,6 +383,14 @@ TEST_F(ClusterIntegrationTest, PerWorkerSourceBuildsBasesFromServerSummedSketche
   for (const TensorShape& s : Shapes()) {
     EXPECT_EQ(names.count(s.name + "#sketch.both"), s.shape.size() == 2 ? 1u : 0u) << s.name;
   }
+  // The sketches travel in BF16: 2 bytes a value and the payloads' headers
+  // (4 in FP32), counted apart from the tensors' bytes.
+  uint64_t statistics_values = 0;
+  for (const gift::v1::TensorInfo& t : state.tensors()) {
+    if (t.name().find("#sketch.") != std::string::npos) statistics_values += t.num_elements();
+  }
+  EXPECT_GE(statistics_sent, 2 * statistics_values);
+  EXPECT_LT(statistics_sent, 3 * statistics_values);
   // A report made on a refresh step has no reference yet (the new basis's
   // first measurement is its reference): step on, a bounded number of
   // steps, until every measured tensor's report has one.
