@@ -67,6 +67,12 @@ class ChoiceTest(unittest.TestCase):
         self.assertEqual(choice_kind("direct"), "direct")
         self.assertEqual(choice_kind(None), "unmeasured")
 
+    def test_kinds_of_the_fidelity_targets_choices(self):
+        self.assertEqual(choice_kind("p=0.25 r=64 [nvfp4 / nvfp4]"), "target-fewer")
+        self.assertEqual(choice_kind("direct [nvfp4/mse / e4m3/block128]"), "target-fewer")
+        self.assertEqual(choice_kind("direct [target: e4m3/block128 / e4m3/block128]"), "target-direct")
+        self.assertEqual(choice_kind("direct (above target: 0.031 > 0.025)"), "target-fallback")
+
     def test_lines_name_the_matrices_of_each_kind(self):
         results = [
             {"name": "fp8-block", "choices": None},
