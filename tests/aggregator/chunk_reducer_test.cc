@@ -55,6 +55,22 @@ ChunkHeader Push(uint64_t epoch, uint64_t step, uint32_t rank, uint64_t basis = 
           .world_size = kWorld};
 }
 
+// Every rank's push of its `encoded` contribution to chunk 0 of `tensor` at
+// epoch 1; the result the last one completed (nullopt: none did).
+std::optional<ReducedChunk> PushEveryRank(ChunkReducer& reducer, uint64_t step, uint64_t tensor,
+                                          uint64_t basis,
+                                          const std::vector<codec::EncodedTensor>& encoded) {
+  std::optional<ReducedChunk> result;
+  for (uint32_t rank = 0; rank < kWorld; ++rank) {
+    ChunkHeader h = Push(1, step, rank, basis);
+    h.tensor_id = tensor;
+    auto added = reducer.AddPush(h, Payload(encoded[rank]));
+    EXPECT_TRUE(added.ok()) << added.status();
+    if (added.ok() && added->has_value()) result = **std::move(added);
+  }
+  return result;
+}
+
 std::unique_ptr<ChunkReducer> MakeReducer(uint64_t epoch = 1) {
   auto r = ChunkReducer::Create({.pull_spec = Spec("bf16")});
   EXPECT_TRUE(r.ok()) << r.status();
@@ -283,14 +299,8 @@ TEST(ChunkReducerTest, PullSpecPerTensor) {
   for (const auto& e : encoded) views.push_back(e.view());
   for (const auto& [tensor, pull] :
        {std::pair{7u, "bf16"}, std::pair{8u, "nvfp4"}, std::pair{9u, "e4m3/block128"}}) {
-    std::optional<ReducedChunk> result;
-    for (uint32_t rank = 0; rank < kWorld; ++rank) {
-      ChunkHeader h = Push(1, 2, rank);
-      h.tensor_id = tensor;
-      auto added = reducer.AddPush(h, Payload(encoded[rank]));
-      ASSERT_TRUE(added.ok()) << added.status();
-      if (added->has_value()) result = **std::move(added);
-    }
+    const std::optional<ReducedChunk> result =
+        PushEveryRank(reducer, /*step=*/2, tensor, /*basis=*/1, encoded);
     ASSERT_TRUE(result.has_value()) << tensor;
     auto parsed = codec::ParsePayload(result->payload);
     ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -328,14 +338,8 @@ TEST(ChunkReducerTest, PullSpecPerBasisVersion) {
   for (uint32_t rank = 0; rank < kWorld; ++rank) encoded.push_back(Encode(Gradient(rank), rank, 2));
   for (const auto& [step, version, pull] :
        {std::tuple{2u, 3u, "nvfp4"}, std::tuple{3u, 2u, "e4m3/block128"}}) {
-    std::optional<ReducedChunk> result;
-    for (uint32_t rank = 0; rank < kWorld; ++rank) {
-      ChunkHeader h = Push(1, step, rank);
-      h.basis_version = version;
-      auto added = reducer.AddPush(h, Payload(encoded[rank]));
-      ASSERT_TRUE(added.ok()) << added.status();
-      if (added->has_value()) result = **std::move(added);
-    }
+    const std::optional<ReducedChunk> result =
+        PushEveryRank(reducer, step, /*tensor=*/7, version, encoded);
     ASSERT_TRUE(result.has_value()) << version;
     auto parsed = codec::ParsePayload(result->payload);
     ASSERT_TRUE(parsed.ok()) << parsed.status();

@@ -548,10 +548,11 @@ absl::StatusOr<WireChoice> BasisOwner::ChooseWireFor(
   uint64_t statistics_bytes = 0;
   if (transform::UsesPerWorkerMoments(owned.geometry->options().source)) {
     GIFT_ASSIGN_OR_RETURN(const int64_t floats, owned.geometry->PerWorkerContributionSize());
-    // Pushed and pulled in the statistics tensor's codec (bf16, or fp32
-    // where the policy's codec is fp32).
-    const uint64_t bytes_per = tp.push_codec().format() == gift::v1::ELEMENT_FORMAT_F32 ? 4 : 2;
-    statistics_bytes = 2 * bytes_per * static_cast<uint64_t>(floats);
+    // Pushed in BF16 (worker_core.cc, the sketch exchange); pulled in the
+    // statistics tensor's pull codec: bf16, or fp32 where the policy's pull
+    // codec is fp32 (policy::ResolveTensorSettings).
+    const uint64_t pulled_bytes = tp.pull_codec().format() == gift::v1::ELEMENT_FORMAT_F32 ? 4 : 2;
+    statistics_bytes = (2 + pulled_bytes) * static_cast<uint64_t>(floats);
   }
   return ChooseWire(
       pairs, candidates,
