@@ -209,6 +209,7 @@ absl::Status MemberSession::SendHeartbeat(absl::Duration timeout) {
     request.set_last_step(last_step_);
     request.set_waiting_step(waiting_step_);
     for (const v1::TensorErrorRatio& r : error_ratios_) *request.add_error_ratios() = r;
+    if (training_client_.has_value()) *request.mutable_client() = *training_client_;
   }
   absl::StatusOr<v1::HeartbeatResponse> response = client_.Heartbeat(request, timeout);
   if (!response.ok()) return response.status();
@@ -381,6 +382,18 @@ void MemberSession::SetErrorRatios(std::vector<gift::v1::TensorErrorRatio> ratio
   error_ratios_ = std::move(ratios);
 }
 
+void MemberSession::SetTrainingClient(const gift::v1::TrainingClient& client) {
+  absl::MutexLock lock(&mu_);
+  if (training_client_.has_value() &&
+      training_client_->registration() == client.registration() &&
+      training_client_->run_generation() == client.run_generation() &&
+      training_client_->connected() == client.connected()) {
+    return;
+  }
+  training_client_ = client;
+  beat_now_ = true;
+}
+
 void MemberSession::SetLastStep(uint64_t step) {
   absl::MutexLock lock(&mu_);
   // The first step above 0 goes out at once, not up to a quarter of the
@@ -424,11 +437,18 @@ absl::StatusOr<v1::StartRunResponse> MemberSession::StartRun(const std::string& 
 }
 
 absl::StatusOr<v1::RegisterTensorsResponse> MemberSession::RegisterTensors(
-    const std::vector<v1::TensorSpec>& tensors) const {
+    const std::vector<v1::TensorSpec>& tensors, const ClientRegistration& client) const {
   v1::RegisterTensorsRequest request;
   request.set_member_id(member_id());
   for (const v1::TensorSpec& t : tensors) *request.add_tensors() = t;
-  return client_.RegisterTensors(request);
+  request.set_client_registration(client.registration);
+  request.set_new_run_when_clients_left(client.new_run_when_clients_left);
+  absl::StatusOr<v1::RegisterTensorsResponse> response = client_.RegisterTensors(request);
+  if (!response.ok() || !response->run_started()) return response;
+  // The new run's state (its tensors dropped, its epoch) before anything else.
+  absl::Status seen = WaitForRevision(response->revision(), options_.rpc_timeout).status();
+  if (!seen.ok()) return seen;
+  return response;
 }
 
 absl::StatusOr<v1::PublishBasisResponse> MemberSession::PublishBasis(

@@ -74,6 +74,12 @@
 
 namespace gift::control {
 
+// A training client's registration of tensors (MemberSession::RegisterTensors).
+struct ClientRegistration {
+  uint64_t registration = 0;  // 0: not a client's registration
+  bool new_run_when_clients_left = false;
+};
+
 struct MemberSessionOptions {
   std::string name;  // unique among live members, e.g. "host-3/gpu0"; required
   gift::v1::MemberRole role = gift::v1::MEMBER_ROLE_WORKER;
@@ -166,6 +172,10 @@ class MemberSession {
   // Records a basis owner's latest error ratios; every heartbeat from now on
   // reports them (HeartbeatRequest.error_ratios).
   void SetErrorRatios(std::vector<gift::v1::TensorErrorRatio> ratios);
+  // Records the worker's training client (Member.client); every heartbeat
+  // from now on reports it, and one goes out at once when it changed (a
+  // client that left counts for a new run only once the coordinator knows).
+  void SetTrainingClient(const gift::v1::TrainingClient& client);
   // Sends a heartbeat now (with the last step) instead of waiting for the
   // lease thread; returns its status (a lost lease is handled by the lease
   // thread at its next beat).
@@ -181,9 +191,14 @@ class MemberSession {
   // (StartRun), then waits (up to the RPC timeout) until the session's state
   // shows it.
   absl::StatusOr<gift::v1::StartRunResponse> StartRun(const std::string& run_id) const;
-  // Registers tensors under this member (RegisterTensors).
+  // Registers tensors under this member (RegisterTensors). A training
+  // client's registration names its number (RegisterTensorsRequest.
+  // client_registration) and, without a run id, asks for a new run when every
+  // client of the current one has left; when that started a run, waits (up
+  // to the RPC timeout) until the session's state shows it, as StartRun does.
   absl::StatusOr<gift::v1::RegisterTensorsResponse> RegisterTensors(
-      const std::vector<gift::v1::TensorSpec>& tensors) const;
+      const std::vector<gift::v1::TensorSpec>& tensors,
+      const ClientRegistration& client = {}) const;
   // A basis version's own codecs (BasisVersion.push_codec / pull_codec);
   // unset: the tensor's resolved ones.
   struct VersionCodecs {
@@ -264,6 +279,7 @@ class MemberSession {
   uint64_t waiting_step_ ABSL_GUARDED_BY(mu_) = 0;
   gift::v1::StepWait step_wait_ ABSL_GUARDED_BY(mu_);
   std::vector<gift::v1::TensorErrorRatio> error_ratios_ ABSL_GUARDED_BY(mu_);
+  std::optional<gift::v1::TrainingClient> training_client_ ABSL_GUARDED_BY(mu_);
   uint64_t rejoins_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status lease_lost_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;

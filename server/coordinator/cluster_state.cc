@@ -160,6 +160,7 @@ absl::StatusOr<gift::v1::HeartbeatResponse> ClusterStateMachine::Heartbeat(
         *(*basis)->mutable_error_ratio() = r;
       }
     }
+    if (IsWorker(*m) && request.has_client()) NoteClientLocked(m, request.client());
     if (!joining && request.last_step() > m->last_step()) {
       m->set_last_step(request.last_step());
       uint64_t min_next = 0, max_last = 0;
@@ -267,13 +268,13 @@ absl::StatusOr<gift::v1::DrainResponse> ClusterStateMachine::Drain(
 // ---- tensors --------------------------------------------------------------
 
 absl::Status ClusterStateMachine::CheckRegistrationLocked(
-    const gift::v1::RegisterTensorsRequest& request) {
+    const gift::v1::RegisterTensorsRequest& request, const TensorRegistry& registry) {
   if (!request.member_id().empty()) {
     GIFT_RETURN_IF_ERROR(membership_.Live(request.member_id()).status());
   }
-  GIFT_ASSIGN_OR_RETURN(std::vector<const gift::v1::TensorSpec*> fresh, registry_.Check(request));
+  GIFT_ASSIGN_OR_RETURN(std::vector<const gift::v1::TensorSpec*> fresh, registry.Check(request));
   // The policy's ranks must still make sense with the new tensors.
-  absl::Status ranks = policy::ValidateRanksForTensors(meta_.policy, registry_.Shapes(fresh));
+  absl::Status ranks = policy::ValidateRanksForTensors(meta_.policy, registry.Shapes(fresh));
   if (!ranks.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the policy does not fit these tensors: ", ranks.message(),
@@ -305,12 +306,26 @@ void ClusterStateMachine::NoteRegistrationLocked(const std::string& member_id,
 absl::StatusOr<gift::v1::RegisterTensorsResponse> ClusterStateMachine::RegisterTensors(
     const gift::v1::RegisterTensorsRequest& request) {
   return Run([&]() -> absl::StatusOr<gift::v1::RegisterTensorsResponse> {
+    // A training script started again without a run id, after every client
+    // of the current run has gone: a new run, as a new id would start.
+    const bool new_run = request.new_run_when_clients_left() &&
+                         membership_.LiveWorker(request.member_id()).ok() &&
+                         RunClientsLeftLocked();
     // Everything is checked first: a request is applied whole or not at all.
-    const absl::Status checked = CheckRegistrationLocked(request);
+    const TensorRegistry none;
+    const absl::Status checked = CheckRegistrationLocked(request, new_run ? none : registry_);
     NoteRegistrationLocked(request.member_id(), checked);
     GIFT_RETURN_IF_ERROR(checked);
-    std::vector<gift::v1::TensorInfo> added;
     gift::v1::RegisterTensorsResponse response;
+    if (new_run) {
+      gift::v1::StartRunResponse started;
+      StartRunLocked(absl::StrCat("auto-", meta_.run.generation() + 1),
+                     absl::StrCat(request.member_id(), " (every client of run '",
+                                  meta_.run.run_id(), "' had left)"),
+                     &started);
+      response.set_run_started(true);
+    }
+    std::vector<gift::v1::TensorInfo> added;
     for (const gift::v1::TensorSpec& spec : request.tensors()) {
       const gift::v1::TensorInfo* known = registry_.FindByName(spec.name());
       if (known == nullptr) {
@@ -329,6 +344,18 @@ absl::StatusOr<gift::v1::RegisterTensorsResponse> ClusterStateMachine::RegisterT
           {{"count", added.size()}, {"total", registry_.tensors().size()}});
     }
     *response.mutable_shard_map() = meta_.shard_map;
+    *response.mutable_run() = meta_.run;
+    if (request.client_registration() > 0) {
+      absl::StatusOr<gift::v1::Member*> m = membership_.LiveWorker(request.member_id());
+      if (m.ok()) {
+        gift::v1::TrainingClient client;
+        client.set_registration(request.client_registration());
+        client.set_run_generation(meta_.run.generation());
+        client.set_connected(true);
+        NoteClientLocked(*m, client);
+      }
+    }
+    response.set_revision(meta_.revision);
     return response;
   });
 }

@@ -262,8 +262,24 @@ class ClusterStateMachine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckPublishLocked(const gift::v1::BasisHeader& header)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The checks of a registration request, before anything is applied.
-  absl::Status CheckRegistrationLocked(const gift::v1::RegisterTensorsRequest& request)
+  // The checks of a registration request against `registry` (the current
+  // one, or an empty one for a registration that starts a new run), before
+  // anything is applied.
+  absl::Status CheckRegistrationLocked(const gift::v1::RegisterTensorsRequest& request,
+                                       const TensorRegistry& registry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new run `run_id` (generation + 1, base step above every begun step):
+  // the tensors and bases dropped (named in `response`), a new epoch. `by`
+  // is logged. Implemented in cluster_state_training_run.cc, as are the two
+  // below.
+  void StartRunLocked(const std::string& run_id, const std::string& by,
+                      gift::v1::StartRunResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the current run has training clients (Member.client of its
+  // generation, live workers) and none of them is connected.
+  bool RunClientsLeftLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Member.client := `client` unless it is stale (HeartbeatRequest.client);
+  // a change is a new revision.
+  void NoteClientLocked(gift::v1::Member* member, const gift::v1::TrainingClient& client)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Member.registration_error of the (live worker) registrant: `outcome`'s
   // text when refused, cleared when OK; a change is a new revision, so the

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 import unittest
 
 import torch
@@ -65,11 +66,12 @@ class MembershipClusterTest(unittest.TestCase):
 
 @unittest.skipIf(SKIP is not None, SKIP or "")
 class RunTwiceTest(unittest.TestCase):
-    """The same training script (train_tiny.py, FP32: exact) run twice
-    against one cluster: each run with its own GIFT_RUN_ID (as a launcher
-    gives each launch) trains exactly from step 0; a second run without a
-    run id is refused naming the remedy, and runs after `giftctl run
-    reset`."""
+    """The same training script (train_tiny.py, FP32: exact) run again and
+    again against one cluster, each run training exactly from step 0: with
+    its own GIFT_RUN_ID (as a launcher gives each launch), and without one,
+    which starts a new run by itself once every client of the last run has
+    disconnected; while a client of the run is still connected (a live run)
+    the script joins it and is refused, naming the remedy."""
 
     STEPS = 3
 
@@ -88,16 +90,37 @@ class RunTwiceTest(unittest.TestCase):
                 for name, want in ref.items():
                     self.assertTrue(torch.equal(got[name], want), f"run {run_id!r}: {name}")
 
-    def test_the_same_script_runs_twice(self):
+    def test_the_same_script_runs_again_and_again(self):
         cluster = cluster_util.Cluster(servers=1, workers=2)
         try:
             cluster.set_codecs("fp32", "fp32")
             self.train(cluster, "first")
-            self.train(cluster, "second")
-            # No run id: the cluster's current run, whose steps are taken.
+            # A client of run "first" stays connected on worker 0: the script
+            # without a run id joins that live run, whose steps are taken.
+            live = WorkerClient(cluster.sockets[0], connect_timeout=30, run_id="first")
+            self.addCleanup(live.close)
+            live.register({"live.w": (4, 4)})
             with self.assertRaises(AssertionError) as ctx:
                 self.train(cluster, "")
             self.assertIn("giftctl run reset", str(ctx.exception))
+            self.assertRegex(str(ctx.exception),
+                             r"connected now, this one among them: [^`]*\(worker-0\)")
+            # Every client gone: a new run by itself, twice in a row.
+            live.close()
+            self.train(cluster, "")
+            self.assertIn("auto-2", cluster.giftctl("run"))
+            # giftctl run says what the next registration will do (the
+            # workers report a closed client within a heartbeat's RPC).
+            deadline = time.monotonic() + 10
+            while ("all 2 disconnected" not in cluster.giftctl("run")
+                   and time.monotonic() < deadline):
+                time.sleep(0.1)
+            self.assertIn("all 2 disconnected: a registration without a run id starts a new run",
+                          cluster.giftctl("run"))
+            self.train(cluster, "")
+            self.assertIn("auto-3", cluster.giftctl("run"))
+            # A run id and `giftctl run reset` work as before.
+            self.train(cluster, "second")
             self.assertIn("started run", cluster.giftctl("run", "reset"))
             self.train(cluster, "")
             self.assertIn("giftctl-", cluster.giftctl("run"))

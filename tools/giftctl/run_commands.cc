@@ -14,7 +14,23 @@ namespace v1 = ::gift::v1;
 
 namespace {
 
-void PrintRun(const CommandContext& ctx, const v1::RunState& run) {
+// What the workers say of the run's training clients (Member.client).
+std::string RunClients(const v1::ClusterState& state) {
+  int connected = 0, left = 0;
+  for (const v1::Member& w : state.workers()) {
+    if (!w.has_client() || w.client().run_generation() != state.run().generation()) continue;
+    ++(w.client().connected() ? connected : left);
+  }
+  if (connected + left == 0) return "none registered";
+  if (connected == 0) {
+    return absl::StrCat("all ", left,
+                        " disconnected: a registration without a run id starts a new run");
+  }
+  return absl::StrCat(connected, " connected, ", left, " disconnected");
+}
+
+void PrintRun(const CommandContext& ctx, const v1::RunState& run,
+              const v1::ClusterState* state = nullptr) {
   if (ctx.json) {
     ctx.out << ProtoJson(run).dump(2) << '\n';
     return;
@@ -28,6 +44,7 @@ void PrintRun(const CommandContext& ctx, const v1::RunState& run) {
              ? "-"
              : absl::FormatTime(absl::RFC3339_sec, absl::FromUnixMillis(run.started_unix_ms()),
                                 absl::UTCTimeZone())});
+  if (state != nullptr) t.Add({"training clients", RunClients(*state)});
   t.Print(ctx.out);
 }
 
@@ -36,7 +53,7 @@ void PrintRun(const CommandContext& ctx, const v1::RunState& run) {
 absl::Status RunShowCommand(const CommandContext& ctx) {
   absl::StatusOr<v1::StatusResponse> status = ctx.client.GetStatus();
   if (!status.ok()) return status.status();
-  PrintRun(ctx, status->state().run());
+  PrintRun(ctx, status->state().run(), &status->state());
   return absl::OkStatus();
 }
 

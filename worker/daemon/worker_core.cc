@@ -43,6 +43,9 @@ WorkerCore::WorkerCore(std::unique_ptr<PushPullEngine> engine, control::MemberSe
       engine_(std::move(engine)),
       waits_(session, options_.step_wait),
       store_(session),
+      client_watch_([session](const gift::v1::TrainingClient& client) {
+        session->SetTrainingClient(client);
+      }),
       sketches_(SketchExchange::RegistrarOf(session)) {
   owner_ = std::make_unique<BasisOwner>(
       session_, &store_,
@@ -250,11 +253,15 @@ absl::StatusOr<uint64_t> WorkerCore::NewClusterStep(uint64_t run_step) const {
   }
   const uint64_t step = run_.ToCluster(run_step);
   if (last_step_.has_value() && step <= *last_step_) {
+    const std::string connected = ConnectedRunClients(*session_->state());
     return absl::InvalidArgumentError(absl::StrCat(
         "step ", run_.ToRun(step), " is not above the last step ", run_.ToRun(*last_step_),
         run_.Describe().empty() ? "" : absl::StrCat(" of ", run_.Describe()),
-        "; a new run of the job (from step 0) registers its buffers with a new run id "
-        "(WorkerClient run_id / GIFT_RUN_ID), or after `giftctl run reset`"));
+        "; a new run of the job (from step 0) begins when it registers its buffers after "
+        "every client of this run has disconnected (connected now, this one among them: ",
+        connected.empty() ? "none the workers can watch" : connected,
+        "), or with a new run id (WorkerClient run_id / GIFT_RUN_ID), or after "
+        "`giftctl run reset`"));
   }
   if (absl::Status admitted = CheckAdmitted(step, run_); !admitted.ok()) return admitted;
   return step;

@@ -85,6 +85,7 @@
 #include "worker/daemon/run_steps.h"
 #include "worker/daemon/step_key.h"
 #include "worker/daemon/step_wait_reporter.h"
+#include "worker/daemon/training_client_watch.h"
 #include "worker/engine/push_pull_engine.h"
 #include "worker/intake/buffer_socket.h"
 #include "worker/intake/device_memory.h"
@@ -344,6 +345,8 @@ class WorkerCore {
   StepWaitReporter waits_;      // who the step in progress waits for
   MembershipGuard membership_;  // peers that cannot push, lost ones
   BasisStore store_;
+  // Before buffer_socket_, whose thread reports closed connections to it.
+  TrainingClientWatch client_watch_;
   std::unique_ptr<BufferSocket> buffer_socket_;  // set once by ServeBuffers
 
   // Serializes RegisterBuffers, PushPull and StartTensors.

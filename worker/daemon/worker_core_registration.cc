@@ -15,7 +15,8 @@ using logging::Log;
 
 absl::Status WorkerCore::ServeBuffers(const std::string& path) {
   if (buffer_socket_ != nullptr) return absl::FailedPreconditionError("already serving buffers");
-  auto socket = BufferSocket::Start(path);
+  auto socket = BufferSocket::Start(
+      path, [this](uint64_t connection) { client_watch_.ConnectionClosed(connection); });
   if (!socket.ok()) return socket.status();
   buffer_socket_ = *std::move(socket);
   return absl::OkStatus();
@@ -46,13 +47,23 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerCore::RegisterBuffers(
     // A run of another id starts now (the old run's tensors are dropped).
     auto started = session_->StartRun(request.run_id());
     if (!started.ok()) return started.status();
+  } else if (client_watch_.left()) {
+    // Without a run id the coordinator starts a new run when every client of
+    // the current one has left: it must know that this worker's has, which
+    // the lease thread is sending (a client started again at once may be
+    // faster).
+    (void)session_->HeartbeatNow();
   }
-  const RunSteps run(session_->state()->run());
-  auto registered = session_->RegisterTensors(specs);
+  const uint64_t registration = client_watch_.NextRegistration();
+  auto registered = session_->RegisterTensors(
+      specs, {.registration = registration, .new_run_when_clients_left = request.run_id().empty()});
   if (!registered.ok()) return registered.status();
   if (registered->tensors_size() != static_cast<int>(mapped.size())) {
     return absl::InternalError("the coordinator answered for another number of tensors");
   }
+  const RunSteps run(registered->run());
+  client_watch_.Registered(registration, run.run().generation(), request.buffers(),
+                           buffer_socket_.get());
   gift::v1::RegisterBuffersResponse response;
   for (size_t i = 0; i < mapped.size(); ++i) {
     mapped[i].local.tensor_id = registered->tensors(static_cast<int>(i)).tensor_id();
@@ -73,6 +84,7 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerCore::RegisterBuffers(
   response.set_world_size(static_cast<uint32_t>(session_->state()->workers_size()));
   Log(Level::kInfo, "buffers_registered",
       {{"tensors", static_cast<int64_t>(registered_.size())},
+       {"run_started", registered->run_started()},
        {"run_id", run.run().run_id()},
        {"run_generation", run.run().generation()},
        {"run_base_step", run.run().base_step()}});

@@ -50,7 +50,8 @@ void Reply(int fd, const std::string& text) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<BufferSocket>> BufferSocket::Start(const std::string& path) {
+absl::StatusOr<std::unique_ptr<BufferSocket>> BufferSocket::Start(const std::string& path,
+                                                                 ConnectionClosed on_closed) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   static_assert(sizeof(addr.sun_path) == kMaxUnixSocketPathBytes + 1);
@@ -73,11 +74,15 @@ absl::StatusOr<std::unique_ptr<BufferSocket>> BufferSocket::Start(const std::str
     unlink(path.c_str());
     return s;
   }
-  return std::unique_ptr<BufferSocket>(new BufferSocket(path, fd, wake));
+  return std::unique_ptr<BufferSocket>(new BufferSocket(path, fd, wake, std::move(on_closed)));
 }
 
-BufferSocket::BufferSocket(std::string path, int listen_fd, int wake_fd)
-    : path_(std::move(path)), listen_fd_(listen_fd), wake_fd_(wake_fd) {
+BufferSocket::BufferSocket(std::string path, int listen_fd, int wake_fd,
+                           ConnectionClosed on_closed)
+    : path_(std::move(path)),
+      listen_fd_(listen_fd),
+      wake_fd_(wake_fd),
+      on_closed_(std::move(on_closed)) {
   server_ = std::thread([this] { Serve(); });
 }
 
@@ -102,6 +107,15 @@ absl::StatusOr<std::shared_ptr<const SharedBuffer>> BufferSocket::Find(
   return it->second.buffer;
 }
 
+absl::StatusOr<uint64_t> BufferSocket::ConnectionOf(absl::string_view handle) const {
+  absl::MutexLock lock(&mu_);
+  auto it = handed_.find(handle);
+  if (it == handed_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown buffer handle '", handle, "'"));
+  }
+  return it->second.connection_number;
+}
+
 void BufferSocket::Serve() {
   std::vector<int> connections;
   while (true) {
@@ -120,7 +134,7 @@ void BufferSocket::Serve() {
       if (fds[i].revents == 0 || Receive(fds[i].fd)) {
         open.push_back(fds[i].fd);
       } else {
-        Drop(fds[i].fd);
+        Drop(fds[i].fd, /*report=*/true);
       }
     }
     connections = std::move(open);
@@ -147,11 +161,13 @@ void BufferSocket::Serve() {
             {{"pid", static_cast<int64_t>(peer.pid)}, {"uid", static_cast<int64_t>(peer.uid)}});
         connections.push_back(c);
         uid_of_[c] = peer.uid;
+        number_of_[c] = next_number_++;
         ++connections_of_uid_[peer.uid];
       }
     }
   }
-  for (int c : connections) Drop(c);
+  // Shutting down: nobody is told (the worker is going away).
+  for (int c : connections) Drop(c, /*report=*/false);
 }
 
 bool BufferSocket::Receive(int fd) {
@@ -226,6 +242,7 @@ bool BufferSocket::Receive(int fd) {
   {
     absl::MutexLock lock(&mu_);
     handed_[handle] = Handed{.connection = fd,
+                             .connection_number = number_of_[fd],
                              .buffer = std::make_shared<const SharedBuffer>(*std::move(buffer))};
     ++per_connection_[fd];
     ++handles_of_uid_[uid];
@@ -243,7 +260,7 @@ void BufferSocket::Release(int fd, absl::string_view handle) {
   --handles_of_uid_[uid_of_[fd]];
 }
 
-void BufferSocket::Drop(int fd) {
+void BufferSocket::Drop(int fd, bool report) {
   const uid_t uid = uid_of_[fd];
   {
     absl::MutexLock lock(&mu_);
@@ -253,7 +270,10 @@ void BufferSocket::Drop(int fd) {
   }
   --connections_of_uid_[uid];
   uid_of_.erase(fd);
+  const uint64_t number = number_of_[fd];
+  number_of_.erase(fd);
   close(fd);
+  if (report && on_closed_) on_closed_(number);
 }
 
 }  // namespace gift::worker

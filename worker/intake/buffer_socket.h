@@ -28,15 +28,25 @@
 // RESOURCE_EXHAUSTED ..." (a connection: the reply, then it is closed);
 // others are not affected.
 //
+// Each connection has a number (ConnectionOf) never reused while the socket
+// lives; when one closes (the client closed it or its process ended, or the
+// worker closed it on a protocol error), `on_closed` is called with it after
+// its handles are dropped, so that the worker knows its client has gone
+// (docs/operations.md, Runs).
+//
 // Ownership: owns the listening socket, its connections and the handed
-// buffers; unlinks the socket file on destruction. Thread safety: Find may be
-// called from any thread; one background thread serves the socket.
+// buffers; unlinks the socket file on destruction. Thread safety: Find and
+// ConnectionOf may be called from any thread; one background thread serves
+// the socket and runs `on_closed`, which must not block for long nor destroy
+// the socket.
 #ifndef GIFT_WORKER_INTAKE_BUFFER_SOCKET_H_
 #define GIFT_WORKER_INTAKE_BUFFER_SOCKET_H_
 
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -61,8 +71,10 @@ inline constexpr absl::string_view kBufferReleasePrefix = "GIFT-RELEASE-1 ";
 
 class BufferSocket {
  public:
+  using ConnectionClosed = std::function<void(uint64_t connection)>;
   // Binds `path` (removing a stale socket file there) and starts serving.
-  static absl::StatusOr<std::unique_ptr<BufferSocket>> Start(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<BufferSocket>> Start(const std::string& path,
+                                                             ConnectionClosed on_closed = nullptr);
   ~BufferSocket();
   BufferSocket(const BufferSocket&) = delete;
   BufferSocket& operator=(const BufferSocket&) = delete;
@@ -70,24 +82,30 @@ class BufferSocket {
   // The buffer handed over as `handle`; NotFound for an unknown handle or one
   // whose connection has closed.
   absl::StatusOr<std::shared_ptr<const SharedBuffer>> Find(absl::string_view handle) const;
+  // The connection `handle` was handed over on; NotFound as Find.
+  absl::StatusOr<uint64_t> ConnectionOf(absl::string_view handle) const;
 
   const std::string& path() const { return path_; }
 
  private:
-  BufferSocket(std::string path, int listen_fd, int wake_fd);
+  BufferSocket(std::string path, int listen_fd, int wake_fd, ConnectionClosed on_closed);
   void Serve();
   // Answers one message of connection `fd`; false when it closed.
   bool Receive(int fd);
   void Release(int fd, absl::string_view handle);
-  void Drop(int fd);
+  // Forgets connection `fd` and its handles and closes it; `report`: tells
+  // on_closed (not while the socket shuts down).
+  void Drop(int fd, bool report);
 
   const std::string path_;
   const int listen_fd_;
   const int wake_fd_;  // an eventfd: written to stop Serve
+  const ConnectionClosed on_closed_;
 
   mutable absl::Mutex mu_;
   struct Handed {
-    int connection;
+    int connection;                // its fd
+    uint64_t connection_number;   // ConnectionOf
     std::shared_ptr<const SharedBuffer> buffer;
   };
   absl::flat_hash_map<std::string, Handed> handed_ ABSL_GUARDED_BY(mu_);
@@ -95,6 +113,8 @@ class BufferSocket {
   // The peer uid of each connection (SO_PEERCRED at accept), and per uid its
   // connections and handles. Serve's thread only.
   absl::flat_hash_map<int, uid_t> uid_of_;
+  absl::flat_hash_map<int, uint64_t> number_of_;  // fd -> connection number
+  uint64_t next_number_ = 1;
   absl::flat_hash_map<uid_t, size_t> connections_of_uid_;
   absl::flat_hash_map<uid_t, size_t> handles_of_uid_ ABSL_GUARDED_BY(mu_);
   std::thread server_;
