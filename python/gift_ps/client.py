@@ -188,7 +188,9 @@ class WorkerClient:
           "Runs"): every process of one run of the job passes the same id, and
           a run of another id starts afresh at step 0 (the old run's tensors
           are dropped). None: default_run_id() (GIFT_RUN_ID, or torchrun's run
-          id and restart count); "": the cluster's current run.
+          id and restart count); "": the cluster's current run, or a new one
+          when every client of that run has disconnected (a script run
+          again).
         """
         self.run_id = default_run_id() if run_id is None else run_id
         if on_world_size_change not in ("raise", "warn", "ignore"):

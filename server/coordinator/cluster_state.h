@@ -145,6 +145,7 @@ class ClusterStateMachine {
   absl::StatusOr<gift::v1::JoinResponse> Join(const gift::v1::JoinRequest& request);
   absl::StatusOr<gift::v1::LeaveResponse> Leave(const gift::v1::LeaveRequest& request);
   absl::StatusOr<gift::v1::HeartbeatResponse> Heartbeat(const gift::v1::HeartbeatRequest& request);
+  // Implemented in cluster_state_registration.cc.
   absl::StatusOr<gift::v1::RegisterTensorsResponse> RegisterTensors(
       const gift::v1::RegisterTensorsRequest& request);
 

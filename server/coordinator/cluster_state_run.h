@@ -1,6 +1,7 @@
 // ClusterStateMachine::Run, shared by the .cc files that implement the state
 // machine's calls (cluster_state.cc, cluster_state_failures.cc,
-// cluster_state_join.cc): runs a call
+// cluster_state_join.cc, cluster_state_registration.cc,
+// cluster_state_training_run.cc): runs a call
 // under the lock after expiring leases, commits its changes (rolling memory
 // back when the commit fails) and runs the change callback outside the lock
 // when the revision moved. Internal to server/coordinator: include it only

@@ -1,10 +1,13 @@
-// ChunkSender on its own (issue 50: a unit of the engine with no test file
-// of its own), between two in-process transports: a push leaves with its
-// header (kind, epoch, step, tensor, version, chunk, rank, world) and the
-// chunk encoded in the tensor's push codec; the node member's chunk goes in
-// FP32; every send is tracked by the ResultInbox until it ends; connections
-// are cached, an unreachable server is named, and a send to a failed peer
-// fails naming the server.
+// The sending side of the engine on its own (issue 50: units with no test
+// file of their own), between two in-process transports. ChunkSender: a
+// push leaves with its header (kind, epoch, step, tensor, version, chunk,
+// rank, world) and the chunk encoded in the tensor's push codec; the node
+// member's chunk goes in FP32; every send is tracked by the ResultInbox until
+// it ends; connections are cached, an unreachable server is named, and a send
+// to a failed peer fails naming the server. The two routes over it:
+// ServerRoute pushes each chunk to its server; NodeLeaderRoute sends a chunk
+// another member leads to it in FP32, and pushes the group's sum of a chunk
+// it leads once the members' contributions are in.
 #include "worker/engine/chunk_sender.h"
 
 #include <memory>
@@ -19,6 +22,8 @@
 #include "common/transport/inproc/inproc_transport.h"
 #include "gtest/gtest.h"
 #include "tests/worker/engine_test_util.h"
+#include "worker/engine/node_route.h"
+#include "worker/engine/server_route.h"
 #include "worker/engine/tensor_buffer_cache.h"
 
 namespace gift::worker {
@@ -185,6 +190,107 @@ TEST_F(ChunkSenderTest, AnUnreachableOrFailedServerIsNamed) {
   // Forgotten, the connection is made again (and refused: nobody is there).
   sender_->Forget(*peer);
   EXPECT_FALSE(sender_->ConnectToServer(address).ok());
+}
+
+
+// ---- the routes --------------------------------------------------------------
+
+TEST_F(ChunkSenderTest, TheServerRoutePushesEachChunkToItsServer) {
+  ServerRoute route(*sender_);
+  StepPlan node_plan = plan_;
+  node_plan.node = std::make_shared<NodeGroup>();
+  EXPECT_EQ(route.Begin(node_plan).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(route.Begin(plan_).ok());
+  plan_.tensors = {tensor_};
+  TensorBuffers* buffers = Buffers();
+  ASSERT_NE(buffers, nullptr);
+  auto peer = route.Connect(plan_, tensor_, tensor_.chunks[1]);
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  auto x = buffers->stage().Prepare(gradient_.data());
+  ASSERT_TRUE(x.ok());
+  const std::vector<TensorBuffers*> all = {buffers};
+  const std::vector<std::vector<transport::PeerId>> peers = {{*peer, *peer}};
+  StepReport report;
+  ASSERT_TRUE(route.Send({.plan = plan_, .run = 1, .buffers = all, .peers = peers}, 0, 1, *x,
+                         report)
+                  .ok());
+  std::vector<transport::Message> got = AwaitReceived(1);
+  ASSERT_EQ(got.size(), 1u);
+  auto header = dataplane::ParseChunkHeader(got[0].header);
+  EXPECT_EQ(header->kind, ChunkKind::kPush);
+  EXPECT_EQ(header->chunk_index, 1u);
+}
+
+// A node group of ranks 0 (this worker) and 1 (the other transport, which
+// also stands for the chunks' server): tensor 9's chunk 0 is led by rank 1,
+// chunk 1 by this worker.
+TEST_F(ChunkSenderTest, TheNodeRouteSendsToTheLeaderAndPushesTheGroupsSum) {
+  NodeLeaderRoute route(*sender_, inbox_, codec::CodecOptions{});
+  auto group = std::make_shared<NodeGroup>();
+  group->self = 0;
+  group->ranks = {1, 2};
+  group->addresses = {worker_->address(), server_->address()};
+  plan_.rank = 0;
+  plan_.node = group;
+  EXPECT_EQ(route.Begin(plan_).code(), absl::StatusCode::kInvalidArgument);  // not a member
+  group->ranks = {0, 1};
+  ASSERT_EQ(group->LeaderOf(9, 0), 1u);
+  ASSERT_EQ(group->LeaderOf(9, 1), 0u);
+  ASSERT_TRUE(route.Begin(plan_).ok());
+  plan_.tensors = {tensor_};
+  TensorBuffers* buffers = Buffers();
+  ASSERT_NE(buffers, nullptr);
+  std::vector<std::vector<transport::PeerId>> peers(1);
+  for (const ChunkRoute& c : tensor_.chunks) {
+    auto peer = route.Connect(plan_, tensor_, c);
+    ASSERT_TRUE(peer.ok()) << peer.status();
+    peers[0].push_back(*peer);
+  }
+  auto x = buffers->stage().Prepare(gradient_.data());
+  ASSERT_TRUE(x.ok());
+  const std::vector<TensorBuffers*> all = {buffers};
+  const RunningStep step{.plan = plan_, .run = 1, .buffers = all, .peers = peers};
+  StepReport report;
+  ASSERT_TRUE(route.Send(step, 0, 0, *x, report).ok());  // to its leader, in FP32
+  ASSERT_TRUE(route.Send(step, 0, 1, *x, report).ok());  // led here: waits for the sum
+  std::vector<transport::Message> got = AwaitReceived(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(dataplane::ParseChunkHeader(got[0].header)->kind, ChunkKind::kNodeMember);
+  EXPECT_EQ(report.bytes_pushed, 0u);
+
+  // Rank 1's contribution to chunk 1 arrives: the sum goes to the server.
+  std::vector<float> mate(4 * 32, 0.5f);
+  const codec::CodecSpec fp32{.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
+  const uint64_t dims[] = {4, 32};
+  std::vector<uint8_t> payload(codec::PayloadSizeFor(fp32, dims).value());
+  auto view = codec::StartPayload(fp32, dims, absl::MakeSpan(payload));
+  ASSERT_TRUE(view.ok());
+  ASSERT_TRUE(codec::Encode(mate.data(), *view).ok());
+  codec::FinishPayload(absl::MakeSpan(payload));
+  ChunkHeader from_mate = OwnChunkHeader(ChunkKind::kNodeMember, plan_, tensor_, 1);
+  from_mate.rank = 1;
+  transport::Message m;
+  const auto header_bytes = dataplane::SerializeChunkHeader(from_mate);
+  m.header.assign(header_bytes.begin(), header_bytes.end());
+  m.payload = payload;
+  inbox_.OnMessage(std::move(m));
+  ASSERT_TRUE(route.Progress(step, report).ok());
+  got = AwaitReceived(1);
+  ASSERT_EQ(got.size(), 1u);
+  auto header = dataplane::ParseChunkHeader(got[0].header);
+  ASSERT_TRUE(header.ok());
+  EXPECT_EQ(header->kind, ChunkKind::kNodePush);
+  EXPECT_EQ(header->ranks_summed(), 2u);
+  EXPECT_EQ(header->chunk_index, 1u);
+  auto sum = codec::ParsePayload(got[0].bytes());
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  std::vector<float> decoded(4 * 32);
+  ASSERT_TRUE(codec::Decode(sum->view, decoded.data()).ok());
+  for (size_t i = 0; i < decoded.size(); ++i) {
+    const float want = gradient_[4 * 32 + i] + 0.5f;
+    EXPECT_NEAR(decoded[i], want, 0.07f * want) << i;
+  }
+  EXPECT_EQ(inbox_.stray_messages(), 0u);
 }
 
 }  // namespace

@@ -166,7 +166,8 @@ struct WorkerClientOptions {
   // The training run the registrations belong to (worker.proto
   // RegisterBuffersRequest.run_id): every process of one run of the job
   // passes the same id, a new run (the job started again from step 0) a new
-  // one; "" registers in the cluster's current run.
+  // one; "" registers in the cluster's current run, or starts a new one when
+  // every client of that run has disconnected (docs/operations.md, Runs).
   std::string run_id;
   // Connect waits this long for the channel to be ready; zero: it does not
   // wait (the first call connects).

@@ -16,10 +16,6 @@ namespace {
 using dataplane::ChunkHeader;
 using dataplane::ChunkKind;
 
-// Contributions held for later steps, at most (a member runs at most a step
-// or two ahead of its leader; beyond this they are dropped as strays).
-constexpr uint64_t kMaxNodeInboxBytes = uint64_t{256} << 20;
-
 }  // namespace
 
 void ResultInbox::Open(uint64_t epoch, uint64_t step, uint64_t run,
@@ -47,13 +43,8 @@ void ResultInbox::Open(uint64_t epoch, uint64_t step, uint64_t run,
     earlier_.reset();
   }
   active_ = true;
-  // Contributions of ended epochs will never be summed.
-  std::erase_if(node_inbox_, [&](const NodeContribution& c) {
-    if (c.header.epoch >= epoch) return false;
-    node_inbox_bytes_ -= c.payload.size();
-    return true;
-  });
-  if (node_step) ++node_arrivals_;  // the next Take files what is held for this step
+  node_.DropEpochsBefore(epoch);
+  if (node_step) node_.Wake();  // the next Take files what is held for this step
 }
 
 absl::Status ResultInbox::UseServer(transport::PeerId peer, const std::string& address) {
@@ -68,7 +59,7 @@ absl::Status ResultInbox::UseServer(transport::PeerId peer, const std::string& a
 
 void ResultInbox::UseNodeMate(transport::PeerId peer) {
   absl::MutexLock lock(&mu_);
-  node_mate_peers_.insert(peer);
+  node_.AddMate(peer);
 }
 
 bool ResultInbox::Expect(absl::Span<ChunkSlot* const> slots, absl::Duration timeout) {
@@ -98,7 +89,7 @@ std::vector<ChunkSlot*> ResultInbox::StalledSends(absl::Span<ChunkSlot* const> s
   std::vector<ChunkSlot*> stalled;
   for (ChunkSlot* slot : slots) {
     if (slot->send_in_flight && !servers_.contains(slot->send_peer) &&
-        !node_mate_peers_.contains(slot->send_peer)) {
+        !node_.IsMate(slot->send_peer)) {
       stalled.push_back(slot);
     }
   }
@@ -133,11 +124,11 @@ absl::StatusOr<bool> ResultInbox::Take(bool wait, absl::Time deadline,
   absl::MutexLock lock(&mu_);
   if (wait) {
     auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !ready_.empty() || remaining_ == 0 || !aborted_.ok() || node_arrivals_ != node_seen_;
+      return !ready_.empty() || remaining_ == 0 || !aborted_.ok() || node_.unseen();
     };
     if (!mu_.AwaitWithDeadline(absl::Condition(&woken), deadline)) return false;
   }
-  if (!node_step_) node_seen_ = node_arrivals_;  // nothing to sum this step
+  if (!node_step_) node_.MarkSeen();  // nothing to sum this step
   // Once every result is in, the step completed at every server (a server
   // sends a chunk's result only when all ranks pushed it), so a late abort
   // (e.g. this worker saw the next epoch first) no longer fails it.
@@ -235,16 +226,8 @@ bool ResultInbox::Idle(const TensorBuffers& buffers) const {
 }
 
 std::vector<NodeContribution> ResultInbox::TakeNodeContributions(uint64_t epoch, uint64_t step) {
-  std::vector<NodeContribution> arrived;
   absl::MutexLock lock(&mu_);
-  node_seen_ = node_arrivals_;
-  std::erase_if(node_inbox_, [&](NodeContribution& c) {
-    if (c.header.epoch != epoch || c.header.step != step) return false;
-    node_inbox_bytes_ -= c.payload.size();
-    arrived.push_back(std::move(c));
-    return true;
-  });
-  return arrived;
+  return node_.Take(epoch, step);
 }
 
 void ResultInbox::CountStray() {
@@ -316,7 +299,11 @@ void ResultInbox::OnMessage(transport::Message message) {
       CountAuthFailureLocked(*auth_failure);
       return;
     }
-    return FileNodeContributionLocked(*header, message);  // of this step or a later one
+    // Of this step or a later one.
+    if (!node_.Hold(*header, message, active_ ? std::optional<uint64_t>(epoch_) : std::nullopt)) {
+      ++stray_;
+    }
+    return;
   }
   if (header.ok() && earlier_.has_value() && header->epoch == earlier_->epoch &&
       header->step == earlier_->step &&
@@ -366,29 +353,11 @@ void ResultInbox::OnMessage(transport::Message message) {
   --remaining_;
 }
 
-void ResultInbox::FileNodeContributionLocked(const ChunkHeader& header,
-                                             transport::Message& message) {
-  if ((active_ && header.epoch < epoch_) ||
-      node_inbox_bytes_ + message.bytes().size() > kMaxNodeInboxBytes) {
-    ++stray_;
-    return;
-  }
-  node_inbox_bytes_ += message.bytes().size();
-  std::vector<uint8_t> payload =
-      message.placed.data() == nullptr
-          ? std::move(message.payload)
-          : std::vector<uint8_t>(message.placed.begin(), message.placed.end());
-  node_inbox_.push_back({.header = header,
-                         .header_bytes = {message.header.begin(), message.header.end()},
-                         .payload = std::move(payload)});
-  ++node_arrivals_;
-}
-
 void ResultInbox::OnPeerFailure(transport::PeerId peer, const absl::Status& why) {
   absl::MutexLock lock(&mu_);
   // Another worker of the node group: its death ends its epoch, not this
   // step by itself (see StepPlan::node).
-  if (node_mate_peers_.erase(peer) > 0) return;
+  if (node_.ForgetMate(peer)) return;
   failed_peers_.insert(peer);
   // Only a connection the step pushes to ends it: a report about another
   // one (a server of an earlier epoch, a connection attempt made for an

@@ -1,8 +1,9 @@
 // The push-pull engine's record of the step in flight, and the one place
 // that state shared with the transport's threads lives: which step is in
 // flight and whether it was aborted, the servers it pushes to, the chunks
-// it waits for and those arrived, the sends in flight, and the node group's
-// contributions received. It places results straight into their chunks'
+// it waits for and those arrived, the sends in flight, and (its second job,
+// a class of its own: node_contributions.h) the node group's contributions
+// held for a leader. It places results straight into their chunks'
 // slots (PlacePayload), files them as they arrive (OnMessage), and hands
 // them to the Run thread to decode (Take).
 //
@@ -49,6 +50,7 @@
 #include "absl/types/span.h"
 #include "common/dataplane/chunk_mac.h"
 #include "common/transport/transport.h"
+#include "worker/engine/node_contributions.h"
 #include "worker/engine/node_group.h"
 
 namespace gift::worker {
@@ -199,9 +201,6 @@ class ResultInbox {
   // can (above).
   void AdoptEarlierAttemptLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // OnMessage's part for a kNodeMember.
-  void FileNodeContributionLocked(const dataplane::ChunkHeader& header, transport::Message& message)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountAuthFailureLocked(dataplane::AuthFailure failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Aborts the step in flight (step_ of epoch_) for a newer epoch, `why`.
   void AbortForNewerEpochLocked(absl::string_view why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -246,12 +245,9 @@ class ResultInbox {
 
   // Node-local aggregation: the members' contributions received and not
   // yet taken (of this step or a later one), and the other workers'
-  // connections.
-  std::vector<NodeContribution> node_inbox_ ABSL_GUARDED_BY(mu_);
-  uint64_t node_inbox_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t node_arrivals_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t node_seen_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_set<transport::PeerId> node_mate_peers_ ABSL_GUARDED_BY(mu_);
+  // connections (node_contributions.h). Under mu_ because a leader's Take
+  // waits for results and contributions alike.
+  NodeContributions node_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gift::worker

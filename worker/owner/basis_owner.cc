@@ -47,19 +47,6 @@ bool SameCodecs(const Version& v, const control::MemberSession::VersionCodecs& c
              codecs.pull.value_or(gift::v1::CodecSpec()).SerializeAsString();
 }
 
-// A basis's transform flops per step (TransformBudget::TransformFlops).
-double FlopsOf(const transform::TensorBasis& b, int64_t rows, int64_t cols) {
-  return TransformBudget::TransformFlops(rows, cols, b.output_side() ? b.output_side()->rank() : 0,
-                                         b.input_side() ? b.input_side()->rank() : 0);
-}
-
-uint64_t NextVersion(const gift::v1::TensorBasisState& basis) {
-  uint64_t v = 0;
-  for (const gift::v1::BasisVersion& b : basis.versions()) v = std::max(v, b.version());
-  if (basis.has_proposal()) v = std::max(v, basis.proposal().version());
-  return v + 1;
-}
-
 }  // namespace
 
 bool BasisOwner::Eligible(const gift::v1::ClusterState& state, const gift::v1::TensorInfo& tensor,
@@ -297,7 +284,7 @@ absl::StatusOr<BasisOwner::Choice> BasisOwner::ChooseWithinBudget(
   for (const Choice& c : choices) {
     table.candidates.push_back(
         {.error = c.error,
-         .cost = FlopsOf(c.basis->basis(), rows, cols) * budget_.seconds_per_flop()});
+         .cost = TransformBudget::BasisFlops(c.basis->basis(), rows, cols) * budget_.seconds_per_flop()});
   }
   const gift::v1::Policy policy = policy::WithDefaults(state.policy());
   const double budget = budget_.OwnerBudget(
@@ -491,6 +478,13 @@ absl::Status BasisOwner::Refresh(const gift::v1::ClusterState& state,
   return absl::OkStatus();
 }
 
+uint64_t BasisOwner::NextVersion(const gift::v1::TensorBasisState& basis) {
+  uint64_t v = 0;
+  for (const gift::v1::BasisVersion& b : basis.versions()) v = std::max(v, b.version());
+  if (basis.has_proposal()) v = std::max(v, basis.proposal().version());
+  return v + 1;
+}
+
 absl::Status BasisOwner::CheckCancelled(uint64_t tensor_id, uint64_t version) const {
   if (options_.cancelled && options_.cancelled()) {
     return absl::CancelledError(absl::StrCat("tensor ", tensor_id, ": refresh to version ", version,
@@ -508,7 +502,7 @@ absl::Status BasisOwner::TimeTransform(const transform::TensorBasisTransform& ba
   GIFT_RETURN_IF_ERROR(basis.Inverse(scratch.data(), rows, cols, scratch.data()));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  budget_.RecordTransform(FlopsOf(basis.basis(), rows, cols), seconds);
+  budget_.RecordTransform(TransformBudget::BasisFlops(basis.basis(), rows, cols), seconds);
   return absl::OkStatus();
 }
 
@@ -518,105 +512,6 @@ absl::Status BasisOwner::PublishDirect(uint64_t tensor_id, uint64_t version,
   if (!published.ok()) return published.status();
   ++publications_;
   return absl::OkStatus();
-}
-
-bool BasisOwner::TargetApplies(const gift::v1::Policy& policy,
-                               const policy::TensorSettings& settings) {
-  return !policy.selection().target_off() && settings.selection == policy::Selection::kMeasure &&
-         !settings.push_codec_overridden;
-}
-
-absl::StatusOr<WireChoice> BasisOwner::ChooseWireFor(
-    const gift::v1::ClusterState& state, const gift::v1::Policy& policy,
-    const OwnedTensorStep& data, const Owned& owned,
-    absl::Span<const std::shared_ptr<const transform::TensorBasisTransform>> bases,
-    absl::Span<const transform::SelectionCandidate> labels) {
-  GIFT_ASSIGN_OR_RETURN(std::vector<transform::CodecPair> pairs,
-                        TargetPairs(policy, owned.settings));
-  // This worker's seconds per flop, for the candidates' compute.
-  if (!bases.empty()) GIFT_RETURN_IF_ERROR(TimeTransform(*bases[0], data));
-  const int64_t rows = static_cast<int64_t>(data.rows), cols = static_cast<int64_t>(data.cols);
-  std::vector<WireCandidate> candidates;
-  for (size_t i = 0; i < bases.size(); ++i) {
-    const transform::TensorBasis& b = bases[i]->basis();
-    candidates.push_back({.basis = bases[i],
-                          .label = labels[i].label,
-                          .basis_bytes = transform::SerializeTensorBasis(b).size(),
-                          .compute_seconds = FlopsOf(b, rows, cols) * budget_.seconds_per_flop()});
-  }
-  const gift::v1::TransformPolicy& tp = owned.settings.transform;
-  uint64_t statistics_bytes = 0;
-  if (transform::UsesPerWorkerMoments(owned.geometry->options().source)) {
-    GIFT_ASSIGN_OR_RETURN(const int64_t floats, owned.geometry->PerWorkerContributionSize());
-    // Pushed in BF16 (worker_core.cc, the sketch exchange); pulled in the
-    // statistics tensor's pull codec: bf16, or fp32 where the policy's pull
-    // codec is fp32 (policy::ResolveTensorSettings).
-    const uint64_t pulled_bytes = tp.pull_codec().format() == gift::v1::ELEMENT_FORMAT_F32 ? 4 : 2;
-    statistics_bytes = (2 + pulled_bytes) * static_cast<uint64_t>(floats);
-  }
-  return ChooseWire(
-      pairs, candidates,
-      {.own = data.own.data(),
-       .rows = data.rows,
-       .cols = data.cols,
-       .tensor_id = data.tensor_id,
-       .step = data.step,
-       .statistics_bytes = statistics_bytes,
-       .collect_period = std::max<uint32_t>(tp.collect_period(), 1),
-       .direct_collect_stride = std::max<uint32_t>(tp.direct_collect_stride(), 1),
-       .refresh_period = std::max<uint32_t>(owned.settings.period_steps, 1),
-       .compute_budget = budget_.OwnerBudget(
-           policy.selection().gift_budget(), TransformBudget::ActiveFlops(state, data.step),
-           TransformBudget::OwnedShare(state, session_->member_id())),
-       .codec_options = options_.codec_options});
-}
-
-absl::StatusOr<bool> BasisOwner::CheckWire(const gift::v1::ClusterState& state,
-                                           const gift::v1::TensorBasisState& basis,
-                                           const OwnedTensorStep& data, Owned& owned) {
-  const gift::v1::Policy policy = policy::WithDefaults(state.policy());
-  GIFT_ASSIGN_OR_RETURN(std::vector<transform::CodecPair> target,
-                        TargetPairs(policy, owned.settings));
-  const transform::CodecPair pairs[] = {target[0], owned.wire->codecs};
-  std::vector<transform::SelectionCandidate> active;
-  if (owned.reference_version != 0) {
-    GIFT_ASSIGN_OR_RETURN(auto transform, store_->Get(data.tensor_id, owned.reference_version));
-    active.push_back({.label = "active", .transform = transform});
-  }
-  GIFT_ASSIGN_OR_RETURN(transform::CodecPairErrors errors,
-                        MeasureOwnGradient({.own = data.own.data(),
-                                            .rows = data.rows,
-                                            .cols = data.cols,
-                                            .tensor_id = data.tensor_id,
-                                            .step = data.step,
-                                            .codec_options = options_.codec_options},
-                                           active, pairs));
-  const double target_error = errors[0][0];
-  const double error = errors.back()[1];
-  if (owned.report.has_value()) {
-    owned.report->set_step(data.step);
-    owned.report->set_error(error);
-    owned.report->set_target_error(target_error);
-    if (target_error > 0) owned.report->set_ratio(error / target_error);
-  }
-  // Within the target, or a pending proposal will replace the choice anyway.
-  if (!(error > target_error) || basis.has_proposal()) return false;
-  const uint64_t version = NextVersion(basis);
-  GIFT_RETURN_IF_ERROR(PublishDirect(data.tensor_id, version, {}));
-  const std::string label = absl::StrCat("direct (above target: ", error, " > ", target_error, ")");
-  if (options_.on_publish) {
-    options_.on_publish(data.tensor_id, version, label, transform::RefreshReason::kDrift, 1.0);
-  }
-  owned.wire.reset();
-  owned.reference_version = 0;
-  owned.choice = label;
-  if (owned.report.has_value()) {
-    owned.report->set_choice(label);
-    owned.report->set_codecs(PairLabel(pairs[0]));
-  }
-  owned.schedule->MarkRefreshed(data.step, std::nullopt, basis.refresh_requests(),
-                                /*direct=*/true);
-  return true;
 }
 
 absl::Status BasisOwner::AddActivationFactor(const gift::v1::ClusterState& state,

@@ -201,7 +201,8 @@ class BasisOwner {
       absl::Span<const std::shared_ptr<const transform::TensorBasisTransform>> bases,
       absl::Span<const transform::SelectionCandidate> candidates, const codec::CodecSpec& spec,
       int64_t rank, uint64_t version, std::optional<double>* ratio);
-  // Whether the fidelity target chooses the tensor's codecs.
+  // The fidelity target's part (basis_owner_target.cc): whether it chooses
+  // the tensor's codecs.
   static bool TargetApplies(const gift::v1::Policy& policy, const policy::TensorSettings& settings);
   // The refresh's wire choice (wire_choice.h) among direct and `bases` (all
   // at `rank`, labelled as the refresh labels them).
@@ -226,6 +227,8 @@ class BasisOwner {
   Owned* Entry(const gift::v1::ClusterState& state, const gift::v1::TensorInfo& tensor);
   absl::Status Refresh(const gift::v1::ClusterState& state, const gift::v1::TensorBasisState& basis,
                        const OwnedTensorStep& data, Owned& owned, transform::RefreshReason reason);
+  // The version after every version and proposal of `basis`.
+  static uint64_t NextVersion(const gift::v1::TensorBasisState& basis);
   // Publishes a direct version with `codecs` (unset: the tensor's own).
   absl::Status PublishDirect(uint64_t tensor_id, uint64_t version,
                              const control::MemberSession::VersionCodecs& codecs);

@@ -37,6 +37,12 @@ double TransformBudget::TransformFlops(int64_t rows, int64_t cols, int64_t rank_
          static_cast<double>(rank_out + rank_in);
 }
 
+double TransformBudget::BasisFlops(const transform::TensorBasis& basis, int64_t rows,
+                                   int64_t cols) {
+  return TransformFlops(rows, cols, basis.output_side() ? basis.output_side()->rank() : 0,
+                        basis.input_side() ? basis.input_side()->rank() : 0);
+}
+
 void TransformBudget::RecordTransform(double flops, double seconds) {
   if (!(flops > 0.0) || !(seconds > 0.0)) return;
   const double rate = seconds / flops;

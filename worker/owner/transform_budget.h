@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/transform/budgeted_selection.h"
+#include "common/transform/tensor_basis.h"
 #include "gift/v1/cluster.pb.h"
 
 namespace gift::worker {
@@ -41,6 +42,8 @@ class TransformBudget {
   // Flops of one step's forward and inverse transform of a rows x cols
   // tensor with these side ranks (0: the side is not transformed).
   static double TransformFlops(int64_t rows, int64_t cols, int64_t rank_out, int64_t rank_in);
+  // TransformFlops of `basis` (its sides' ranks) on a rows x cols tensor.
+  static double BasisFlops(const transform::TensorBasis& basis, int64_t rows, int64_t cols);
 
   // A forward plus inverse of `flops` took `seconds`: folded into the rate
   // (an EMA, the first measurement taken as is). Ignored unless both > 0.
