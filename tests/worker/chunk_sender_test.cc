@@ -73,13 +73,7 @@ class ChunkSenderTest : public ::testing::Test {
   }
 
   TensorBuffers* Buffers() {
-    std::vector<dataplane::ChunkShape> shapes;
-    for (const ChunkRoute& c : tensor_.chunks) {
-      shapes.push_back(dataplane::ChunkShapeOf(tensor_.rows * tensor_.cols, tensor_.cols,
-                                               c.offset, c.num_elements)
-                           .value());
-    }
-    auto buffers = cache_->For(tensor_, shapes, 1);
+    auto buffers = cache_->For(tensor_, testing::ChunkShapes(tensor_), 1);
     EXPECT_TRUE(buffers.ok()) << buffers.status();
     return buffers.value_or(nullptr);
   }

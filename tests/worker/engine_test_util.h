@@ -35,6 +35,16 @@ inline absl::StatusOr<std::unique_ptr<PushPullEngine>> InprocEngine(transport::I
       {.timeout = timeout});
 }
 
+// The shapes of `t`'s chunks, in order (what TensorBufferCache::For takes).
+inline std::vector<dataplane::ChunkShape> ChunkShapes(const TensorStep& t) {
+  std::vector<dataplane::ChunkShape> shapes;
+  for (const ChunkRoute& c : t.chunks) {
+    shapes.push_back(
+        dataplane::ChunkShapeOf(t.rows * t.cols, t.cols, c.offset, c.num_elements).value());
+  }
+  return shapes;
+}
+
 struct Tensor {
   uint64_t id, rows, cols;
   uint64_t rows_per_chunk;  // 0: pieces of 512 of a single row

@@ -45,17 +45,8 @@ class TensorBufferCacheTest : public ::testing::Test {
     return t;
   }
 
-  std::vector<dataplane::ChunkShape> Shapes(const TensorStep& t) {
-    std::vector<dataplane::ChunkShape> shapes;
-    for (const ChunkRoute& c : t.chunks) {
-      shapes.push_back(
-          dataplane::ChunkShapeOf(t.rows * t.cols, t.cols, c.offset, c.num_elements).value());
-    }
-    return shapes;
-  }
-
   TensorBuffers* For(const TensorStep& t, uint64_t run) {
-    auto buffers = cache_->For(t, Shapes(t), run);
+    auto buffers = cache_->For(t, testing::ChunkShapes(t), run);
     EXPECT_TRUE(buffers.ok()) << buffers.status();
     return buffers.value_or(nullptr);
   }
@@ -124,7 +115,7 @@ TEST_F(TensorBufferCacheTest, UnusedBuffersAreFreedAfterEvictAfterRuns) {
 TEST_F(TensorBufferCacheTest, ABadSpecIsAnErrorNamingTheTensorAndLeavesNoEntry) {
   TensorStep bad = Step("e4m3/block128");
   bad.push_spec.block_size = 3;  // E4M3 blocks hold 32 or 128
-  auto buffers = cache_->For(bad, Shapes(bad), 1);
+  auto buffers = cache_->For(bad, testing::ChunkShapes(bad), 1);
   ASSERT_FALSE(buffers.ok());
   EXPECT_EQ(buffers.status().code(), absl::StatusCode::kInvalidArgument) << buffers.status();
   EXPECT_NE(buffers.status().message().find("tensor 7"), std::string::npos) << buffers.status();
