@@ -80,7 +80,7 @@ WorkerCore::WorkerCore(std::unique_ptr<PushPullEngine> engine, control::MemberSe
       control::StateFollower::Callbacks{
           .on_wake = [this] { CheckStepPeers(); },
           .on_revision = [this](const gift::v1::ClusterState& state) { FollowRevision(state); }});
-  owner_thread_ = std::thread([this] { OwnerLoop(); });
+  owner_queue_.emplace(options_.max_owner_jobs, [this](OwnerJob& job) { RunOwnerJob(job); });
 }
 
 WorkerCore::~WorkerCore() {
@@ -89,7 +89,7 @@ WorkerCore::~WorkerCore() {
     stopping_ = true;
   }
   follower_->Stop();
-  owner_thread_.join();
+  owner_queue_->Stop();
   engine_.reset();
 }
 
@@ -632,6 +632,7 @@ WorkerCore::Counters WorkerCore::counters() const {
     absl::MutexLock lock(&mu_);
     c = counters_;
   }
+  c.owner_jobs_dropped = owner_queue_->dropped();
   c.error_feedback_bytes = engine_->error_feedback_bytes();
   return c;
 }

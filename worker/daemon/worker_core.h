@@ -16,12 +16,13 @@
 //                    them), so their pushes overlap the rest of backward;
 //                    the step's PushPull then only adds the rest and waits;
 //   owner duties     for the tensors this member owns: statistics and basis
-//                    refreshes on a background thread (basis_owner.h;
-//                    worker_core_background.cc, with the follower thread);
+//                    refreshes on the owner queue's thread (basis_owner.h,
+//                    owner_queue.h; worker_core_background.cc, with the
+//                    follower thread);
 //   sketches         on the collect steps of tensors whose source is
 //                    per-worker gradients, every worker sketches its own
-//                    gradient and exchanges the sketches (FP32, their own
-//                    step key) after the step's gradients
+//                    gradient and exchanges the sketches (pushed in BF16,
+//                    their own step key) after the step's gradients
 //                    (sketch_exchange.h); the owner folds in the average. A
 //                    sketch exchange that fails (e.g. workers disagreed on
 //                    the policy for one step) only costs the owner that
@@ -35,7 +36,11 @@
 //                    step that times out names them;
 //   membership       a worker lost since the previous step is reported in
 //                    the response (on_member_loss continue) or fails every
-//                    step until the next RegisterBuffers (fail).
+//                    step until the next RegisterBuffers (fail);
+//   runs             the registered buffers' run (run_steps.h), and whether
+//                    its clients are still connected (training_client_watch.h):
+//                    a registration without a run id after they all left
+//                    starts a new run.
 //
 // The first step waits until at least `min_workers` workers have joined (a
 // start barrier for a cluster that is still starting; not for a worker
@@ -82,6 +87,7 @@
 #include "common/control/state_follower.h"
 #include "gift/v1/worker.pb.h"
 #include "worker/daemon/membership_guard.h"
+#include "worker/daemon/owner_queue.h"
 #include "worker/daemon/run_steps.h"
 #include "worker/daemon/step_key.h"
 #include "worker/daemon/step_wait_reporter.h"
@@ -161,7 +167,7 @@ class WorkerCore {
     double sketch_seconds = 0;  // computing and exchanging sketches
   };
 
-  // Starts the follower and owner threads.
+  // Starts the follower thread and the owner queue (owner_queue.h).
   WorkerCore(std::unique_ptr<PushPullEngine> engine, control::MemberSession* session,
              WorkerCoreOptions options);
   ~WorkerCore();
@@ -206,7 +212,7 @@ class WorkerCore {
   // step or a step below the open one.
   absl::Status StartTensors(const gift::v1::StartTensorsRequest& request);
 
-  // Copies X^T X from the handed buffer and hands it to the owner thread.
+  // Copies X^T X from the handed buffer and queues it for the owner.
   // InvalidArgument for an unknown tensor or a buffer of the wrong size or
   // kind; NotFound / OutOfRange as RegisterBuffers.
   absl::Status SubmitActivationStats(const gift::v1::SubmitActivationStatsRequest& request);
@@ -223,15 +229,6 @@ class WorkerCore {
   bool drain_requested() const { return drain_requested_.HasBeenNotified(); }
 
  private:
-  struct OwnerJob {
-    std::shared_ptr<const gift::v1::ClusterState> state;
-    std::optional<OwnedTensorStep> step;
-    // Activation statistics.
-    uint64_t tensor_id = 0;
-    std::vector<float> gram;
-    uint64_t num_samples = 0;
-  };
-
   // What an exchange ran under, once it succeeded.
   struct Exchanged {
     StepReport report;
@@ -334,10 +331,12 @@ class WorkerCore {
       const gift::v1::PushPullRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   void AbandonOpenStep(absl::string_view why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   void EnqueueOwnerJob(OwnerJob job);
+  // One owner job, on the owner queue's thread: observed or added by the
+  // BasisOwner, its latest error ratios published.
+  void RunOwnerJob(OwnerJob& job);
   // The follower's callbacks (control::StateFollower, its thread).
   void CheckStepPeers();
   void FollowRevision(const gift::v1::ClusterState& state);
-  void OwnerLoop();
 
   const WorkerCoreOptions options_;
   control::MemberSession* const session_;
@@ -364,16 +363,16 @@ class WorkerCore {
   RunSteps run_ ABSL_GUARDED_BY(mu_);                       // the run of the registered buffers
   Counters counters_ ABSL_GUARDED_BY(mu_);
   std::vector<gift::v1::TensorErrorRatio> error_ratios_ ABSL_GUARDED_BY(mu_);
-  std::deque<OwnerJob> owner_jobs_ ABSL_GUARDED_BY(mu_);
   // The last dimension of each registered tensor (for activation statistics).
   absl::flat_hash_map<uint64_t, uint64_t> d_in_by_tensor_ ABSL_GUARDED_BY(mu_);
 
   absl::Notification drain_requested_;
-  // Used only by the owner thread.
+  // Used only by the owner queue's thread (but WantsStep, basis_owner.h).
   std::unique_ptr<BasisOwner> owner_;
   absl::Status last_sync_error_;  // used only by the follower's thread
   std::optional<control::StateFollower> follower_;
-  std::thread owner_thread_;
+  // After owner_, which its thread uses (destroyed first).
+  std::optional<OwnerQueue> owner_queue_;
 };
 
 }  // namespace gift::worker

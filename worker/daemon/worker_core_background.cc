@@ -1,6 +1,6 @@
 // WorkerCore's work off the step path (worker_core.h): the owner duties
 // (the steps' statistics handed to the basis owner, the activation
-// statistics the training loop submits, the owner thread that runs them) and
+// statistics the training loop submits, run on the owner queue's thread) and
 // the follower thread (new epochs end the steps of older ones, drain
 // requests, basis proposals synced into the store).
 #include <cstring>
@@ -77,46 +77,29 @@ absl::Status WorkerCore::SubmitActivationStats(
 }
 
 void WorkerCore::EnqueueOwnerJob(OwnerJob job) {
-  absl::MutexLock lock(&mu_);
-  if (owner_jobs_.size() >= options_.max_owner_jobs) {
-    ++counters_.owner_jobs_dropped;
-    return;
-  }
-  owner_jobs_.push_back(std::move(job));
+  // Dropped when full: owner_queue_ counts it (Counters::owner_jobs_dropped).
+  (void)owner_queue_->Enqueue(std::move(job));
 }
 
-void WorkerCore::OwnerLoop() {
-  while (true) {
-    OwnerJob job;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !owner_jobs_.empty();
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (stopping_) return;
-      job = std::move(owner_jobs_.front());
-      owner_jobs_.pop_front();
-    }
-    absl::Status s;
-    uint64_t tensor = job.tensor_id;
-    if (job.step.has_value()) {
-      tensor = job.step->tensor_id;
-      // The latest state: a proposal published meanwhile must be seen.
-      s = owner_->Observe(*session_->state(), *job.step);
-    } else {
-      s = owner_->AddActivationFactor(*job.state, job.tensor_id, job.gram, job.num_samples);
-    }
-    if (!s.ok()) {
-      Log(Level::kWarning, "owner_error",
-          {{"tensor", static_cast<int64_t>(tensor)}, {"error", s.ToString()}});
-    }
-    // The latest error ratios, for metrics and the coordinator (heartbeats).
-    std::vector<gift::v1::TensorErrorRatio> ratios = owner_->error_ratios();
-    session_->SetErrorRatios(ratios);
-    absl::MutexLock lock(&mu_);
-    error_ratios_ = std::move(ratios);
+void WorkerCore::RunOwnerJob(OwnerJob& job) {
+  absl::Status s;
+  uint64_t tensor = job.tensor_id;
+  if (job.step.has_value()) {
+    tensor = job.step->tensor_id;
+    // The latest state: a proposal published meanwhile must be seen.
+    s = owner_->Observe(*session_->state(), *job.step);
+  } else {
+    s = owner_->AddActivationFactor(*job.state, job.tensor_id, job.gram, job.num_samples);
   }
+  if (!s.ok()) {
+    Log(Level::kWarning, "owner_error",
+        {{"tensor", static_cast<int64_t>(tensor)}, {"error", s.ToString()}});
+  }
+  // The latest error ratios, for metrics and the coordinator (heartbeats).
+  std::vector<gift::v1::TensorErrorRatio> ratios = owner_->error_ratios();
+  session_->SetErrorRatios(ratios);
+  absl::MutexLock lock(&mu_);
+  error_ratios_ = std::move(ratios);
 }
 
 // A step in progress that a peer cannot push ends now, not at its timeout
