@@ -102,7 +102,7 @@ void AggregatorDaemon::CompleteKeys() {
   if (state != nullptr) Apply(*state);
 }
 
-bool AggregatorDaemon::Drain(absl::Duration timeout, daemon::SignalWaiter* signals) {
+bool AggregatorDaemon::Drain(const DrainOptions& options) {
   const absl::Time start = absl::Now();
   gift::v1::DrainRequest request;
   request.set_member_id(session_->member_id());
@@ -120,12 +120,20 @@ bool AggregatorDaemon::Drain(absl::Duration timeout, daemon::SignalWaiter* signa
     return true;
   };
   auto idle = [&] { return shard_->pending_chunks() == 0; };
-  const bool done = daemon::WaitUntil([&] { return removed() || idle(); }, timeout, signals);
+  // Waiting chunks that no push has reached for `quiet` wait for ranks that
+  // stopped pushing; nothing else is in flight.
+  auto abandoned = [&] {
+    return options.quiet > absl::ZeroDuration() && shard_->jobs_in_flight() == 0 &&
+           absl::Now() - shard_->last_push() >= options.quiet;
+  };
+  const bool done = daemon::WaitUntil([&] { return removed() || idle() || abandoned(); },
+                                      options.timeout, options.signals);
   const AggregatorShard::Counters c = shard_->counters();
   Log(done ? Level::kInfo : Level::kWarning, "drained",
       {{"complete", done},
        {"elapsed_ms", absl::ToInt64Milliseconds(absl::Now() - start)},
-       {"chunks_completed", static_cast<int64_t>(c.chunks_completed)}});
+       {"chunks_completed", static_cast<int64_t>(c.chunks_completed)},
+       {"left_waiting", shard_->incomplete_steps().Describe()}});
   return done;
 }
 

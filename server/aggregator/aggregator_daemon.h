@@ -6,7 +6,7 @@
 //
 //   AggregatorDaemon daemon(shard.get(), session.get(), {});
 //   ...                                   // serving
-//   daemon.Drain(absl::Seconds(30), &signals);
+//   daemon.Drain({.timeout = absl::Seconds(30), .signals = &signals});
 //   daemon.Stop();
 //
 // An epoch that fails to apply (its data-plane keys are not there yet, as
@@ -57,10 +57,23 @@ class AggregatorDaemon {
   // the watchdog's heartbeat.
   absl::Time last_tick() const { return absl::FromUnixNanos(last_tick_ns_.load()); }
 
+  struct DrainOptions {
+    // The longest wait.
+    absl::Duration timeout = absl::Seconds(30);
+    // The chunks still waiting for ranks once no push has arrived for this
+    // long are abandoned (their missing ranks stopped pushing: a step that
+    // failed or timed out on the workers, a rank that is gone), and the
+    // drain ends. Zero: wait for them until `timeout`.
+    absl::Duration quiet = absl::Seconds(5);
+    // Optional: another signal cuts the wait short.
+    daemon::SignalWaiter* signals = nullptr;
+  };
   // Asks the coordinator to drain this member, then waits until no chunk is
-  // in flight here (or the coordinator dropped the member, or `timeout`
-  // passed, or, with `signals`, another signal came). True when drained.
-  bool Drain(absl::Duration timeout, daemon::SignalWaiter* signals = nullptr);
+  // in flight here, or only abandoned ones are (see `quiet`), or the
+  // coordinator dropped the member; or until `timeout` passed or another
+  // signal came. True when drained. Logs `drained`, naming the steps left
+  // behind and the ranks they missed.
+  bool Drain(const DrainOptions& options);
 
   // Stops following (joins the thread); idempotent.
   void Stop();

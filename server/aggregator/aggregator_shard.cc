@@ -106,9 +106,21 @@ absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
                                                  : NodeGroups());
   if (!update.ok()) return update.status();
   InstallEpochKeys(epoch);
-  const std::string text = absl::StrCat("epoch ", epoch.epoch, " replaced the step's epoch");
-  auto reason = std::make_shared<const std::vector<uint8_t>>(text.begin(), text.end());
-  for (const ChunkHeader& h : update->aborted) Broadcast(h, *reason, reason, old_peers);
+  // Each aborted step's reason names the ranks this shard still waited for.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const std::vector<uint8_t>>> reasons;
+  for (const IncompleteStep& step : update->aborted_steps.steps()) {
+    const std::string text =
+        absl::StrCat("epoch ", epoch.epoch, " replaced epoch ", update->aborted_epoch,
+                     " before the step completed; this server still waited for ",
+                     DescribeRanks(step.missing_ranks), " (", step.chunks,
+                     step.chunks == 1 ? " chunk)" : " chunks)");
+    reasons[step.step] = std::make_shared<const std::vector<uint8_t>>(text.begin(), text.end());
+    if (options_.on_step_aborted) options_.on_step_aborted(update->aborted_epoch, epoch.epoch, step);
+  }
+  for (const ChunkHeader& h : update->aborted) {
+    const auto& reason = reasons.at(h.step);
+    Broadcast(h, *reason, reason, old_peers);
+  }
   {
     absl::MutexLock lock(&mu_);
     counters_.chunks_aborted += update->aborted.size();
@@ -266,8 +278,13 @@ void AggregatorShard::CountSendFailure(uint32_t rank, const ChunkHeader& chunk,
 }
 
 AggregatorShard::Counters AggregatorShard::counters() const {
-  absl::MutexLock lock(&mu_);
-  return counters_;
+  Counters c;
+  {
+    absl::MutexLock lock(&mu_);
+    c = counters_;
+  }
+  c.chunks_superseded = reducer_->superseded_chunks();
+  return c;
 }
 
 std::map<std::string, uint64_t> AggregatorShard::rejections() const {

@@ -117,6 +117,9 @@ struct AggregatorShardOptions {
                      uint64_t unreported)>
       on_send_failure;
   absl::Duration send_failure_report_interval = absl::Seconds(1);
+  // Each step of epoch `epoch` that epoch `by` aborted here, with the ranks
+  // this shard still waited for (SetEpoch's thread, after the epoch is in).
+  std::function<void(uint64_t epoch, uint64_t by, const IncompleteStep& step)> on_step_aborted;
 };
 
 class AggregatorShard {
@@ -129,7 +132,8 @@ class AggregatorShard {
   std::string address() const;
 
   // Installs an epoch: connects to its workers and tells the workers of the
-  // previous epoch which of their chunks were aborted. Fails when an epoch is
+  // previous epoch which of their chunks were aborted (the abort's reason
+  // names the ranks the step still waited for here). Fails when an epoch is
   // not above the current one or a worker cannot be reached (Unavailable;
   // the shard then keeps the new epoch and reduces nothing for unreachable
   // ranks until the next epoch).
@@ -144,6 +148,12 @@ class AggregatorShard {
   // running on the pool (a result whose sends are still in flight no longer
   // counts).
   size_t pending_chunks() const { return reducer_->pending_chunks() + jobs_in_flight_.load(); }
+  // Of the reductions waiting for ranks: by step, the ranks missing.
+  IncompleteSteps incomplete_steps() const { return reducer_->incomplete_steps(); }
+  // When the last push was stored (InfinitePast before the first).
+  absl::Time last_push() const { return reducer_->last_push(); }
+  // Reductions queued or running on the pool.
+  size_t jobs_in_flight() const { return jobs_in_flight_.load(); }
   // Pushes held for an epoch or chunk not known yet (by the reducer) or for
   // their epoch's keys (authentication).
   size_t deferred_pushes() const;
@@ -152,6 +162,7 @@ class AggregatorShard {
     uint64_t pushes_accepted = 0;
     uint64_t chunks_completed = 0;
     uint64_t chunks_aborted = 0;
+    uint64_t chunks_superseded = 0;  // ChunkReducer::superseded_chunks
     uint64_t result_bytes_sent = 0;
     uint64_t send_failures = 0;
     uint64_t push_bytes_received = 0;  // payload bytes of accepted pushes

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/dataplane/chunk_rng_key.h"
 #include "server/aggregator/reducer_slots.h"
 #include "server/aggregator/step_reduction.h"
@@ -60,7 +61,9 @@ absl::StatusOr<EpochUpdate> ChunkReducer::SetEpoch(uint64_t epoch, uint32_t worl
       return absl::FailedPreconditionError(
           absl::StrCat("epoch ", epoch, " is not above the current epoch ", epoch_));
     }
-    reducer_internal::EndedSteps ended{.aborted = &update.aborted, .orphans = &orphans_};
+    reducer_internal::EndedSteps ended{
+        .aborted = &update.aborted, .incomplete = &update.aborted_steps, .orphans = &orphans_};
+    update.aborted_epoch = epoch_;
     for (auto& [id, state] : chunks_) {
       EndOpenSteps(*state, id.first, id.second, epoch_, world_size_, ended);
     }
@@ -220,6 +223,7 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::StoreLocked(
   slot.view = view;
   pending_bytes_ += slot.buffer.size();
   inputs.received += ranks;
+  last_push_ = absl::Now();
   if (inputs.received < world_size_) return std::nullopt;
   auto it = chunk.steps.find(header.step);
   ReductionJob job;
@@ -231,6 +235,14 @@ absl::StatusOr<std::optional<ReductionJob>> ChunkReducer::StoreLocked(
   chunk.steps.erase(it);
   for (const Slot& s : job.inputs_->slots) pending_bytes_ -= s.buffer.size();
   --pending_chunks_;
+  // Every rank pushed this step of the chunk, so every rank is done with its
+  // earlier steps: an earlier one still open was abandoned.
+  reducer_internal::EndedSteps superseded{.orphans = &orphans_};
+  EndOpenSteps(chunk, header.tensor_id, header.chunk_index, epoch_, world_size_, superseded,
+               /*below=*/header.step);
+  pending_chunks_ -= superseded.pushed_steps;
+  pending_bytes_ -= superseded.received_bytes;
+  superseded_chunks_ += superseded.pushed_steps;
   return std::optional<ReductionJob>(std::move(job));
 }
 
@@ -452,6 +464,27 @@ bool ChunkReducer::has_epoch() const {
 uint64_t ChunkReducer::epoch() const {
   absl::MutexLock lock(&mu_);
   return epoch_;
+}
+
+IncompleteSteps ChunkReducer::incomplete_steps() const {
+  IncompleteSteps steps;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, chunk] : chunks_) {
+    for (const auto& [step, inputs] : chunk->steps) {
+      if (inputs->received > 0) steps.Add(step, inputs->covered);
+    }
+  }
+  return steps;
+}
+
+absl::Time ChunkReducer::last_push() const {
+  absl::MutexLock lock(&mu_);
+  return last_push_;
+}
+
+uint64_t ChunkReducer::superseded_chunks() const {
+  absl::MutexLock lock(&mu_);
+  return superseded_chunks_;
 }
 
 size_t ChunkReducer::pending_chunks() const {

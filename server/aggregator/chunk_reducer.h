@@ -15,6 +15,11 @@
 //     another version is refused: versions are never mixed);
 //   - a new epoch drops every incomplete chunk of the old one and reports
 //     them, so the workers can be told to re-send under the new epoch;
+//   - when a step of a chunk completes, the chunk's open earlier steps are
+//     dropped (superseded): every rank pushed the later step, so every rank
+//     is done with the earlier ones, and what a rank abandoned (a step that
+//     failed or timed out after some ranks pushed it) holds no memory and no
+//     drain until the next epoch; steps are counted (superseded_chunks);
 //   - a push that arrives before this shard knows its epoch (a worker saw
 //     the coordinator's new epoch first) or its chunk (a tensor registered
 //     moments ago) is deferred, not refused, and replayed when SetEpoch or
@@ -46,7 +51,8 @@
 // paths and tests).
 //
 // Parts: reducer_slots.h (the chunks' steps and slots, and ending them when
-// an epoch does), step_reduction.h (the sum and re-encoding of a completed
+// an epoch does or a later step supersedes them), incomplete_steps.h (which
+// ranks the steps that wait or were aborted missed), step_reduction.h (the sum and re-encoding of a completed
 // step), deferred_pushes.h (the pushes held for an epoch or chunk).
 //
 // Thread safety: thread-safe. Accept* store and return a job without
@@ -67,12 +73,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/codec/codec.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/payload.h"
 #include "common/dataplane/chunk_header.h"
 #include "common/dataplane/chunk_shape.h"
 #include "server/aggregator/deferred_pushes.h"
+#include "server/aggregator/incomplete_steps.h"
 #include "server/aggregator/node_coverage.h"
 #include "server/aggregator/reusable_buffer.h"
 
@@ -144,6 +152,10 @@ struct EpochUpdate {
   // A kAbort header (status kAborted) for every incomplete chunk of the
   // previous epoch, which was dropped.
   std::vector<dataplane::ChunkHeader> aborted;
+  // The same chunks by step, with the ranks each step missed, and the epoch
+  // they belonged to (SetEpoch only).
+  IncompleteSteps aborted_steps;
+  uint64_t aborted_epoch = 0;
   // Chunks that deferred pushes completed once replayed.
   std::vector<ReducedChunk> completed;
   // Deferred pushes that were refused on replay (e.g. their epoch ended
@@ -251,6 +263,13 @@ class ChunkReducer {
   size_t pending_chunks() const;
   uint64_t pending_bytes() const;
   size_t deferred_pushes() const;
+  // The (step, chunk)s waiting for ranks, by step, with the ranks missing.
+  IncompleteSteps incomplete_steps() const;
+  // When the last push was stored (InfinitePast before the first).
+  absl::Time last_push() const;
+  // (step, chunk)s some rank pushed that a later step of their chunk
+  // superseded (see the rules above).
+  uint64_t superseded_chunks() const;
 
  private:
   using ChunkState = reducer_internal::ChunkState;
@@ -294,6 +313,8 @@ class ChunkReducer {
   absl::flat_hash_map<ChunkId, std::shared_ptr<ChunkState>> chunks_ ABSL_GUARDED_BY(mu_);
   size_t pending_chunks_ ABSL_GUARDED_BY(mu_) = 0;  // open steps some rank pushed
   uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t superseded_chunks_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_push_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Slots placed in an epoch that ended before their payload arrived: kept
   // until it does (the transport may still be writing them).
   std::vector<ReusableBuffer> orphans_ ABSL_GUARDED_BY(mu_);

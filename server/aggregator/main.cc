@@ -22,7 +22,10 @@
 // STOPPING=1 on SIGTERM.
 // Drain on SIGTERM/SIGINT: NOT_SERVING, ask the coordinator to drain this
 // member, wait (at most --drain-timeout; a second signal cuts it short) until
-// no chunk is in flight, then leave (the coordinator moves the chunks) and exit 0.
+// no chunk is in flight, or the only ones waiting have had no push for
+// --drain-quiet (their ranks stopped pushing), then leave (the coordinator
+// moves the chunks) and exit 0. Logs `step_aborted` for each step an epoch
+// change aborted, naming the ranks it still waited for.
 // Exit codes: 0 after SIGTERM/SIGINT, 64 for bad flags or config, 1 when UCX,
 // a listen address or the coordinator cannot be used at startup.
 #include <algorithm>
@@ -97,6 +100,10 @@ void AddShardMetrics(daemon::MetricsServer& metrics, const AggregatorShard* shar
           {kCounter, "gift_server_chunks_aborted_total",
            "(step, chunk) reductions aborted by an epoch change",
            counter(&AggregatorShard::Counters::chunks_aborted)},
+          {kCounter, "gift_server_chunks_superseded_total",
+           "(step, chunk) reductions some rank abandoned, dropped once a later step of the chunk "
+           "completed",
+           counter(&AggregatorShard::Counters::chunks_superseded)},
           {kCounter, "gift_server_result_bytes_total", "Bytes of reduced chunks sent to workers",
            counter(&AggregatorShard::Counters::result_bytes_sent)},
           {kCounter, "gift_server_send_failures_total", "Result sends that failed",
@@ -165,7 +172,7 @@ int Main(int argc, char** argv) {
   int threads = 2;
   std::string listen = "127.0.0.1:7071";
   std::string metrics_listen = "127.0.0.1:9471";
-  absl::Duration drain_timeout = absl::Seconds(30);
+  AggregatorDaemon::DrainOptions drain;
   daemon::TlsFlags tls;
   daemon::AddMemberFlags(app, &member);
   app.add_option("--threads", threads,
@@ -178,8 +185,14 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   daemon::AddMetricsListenFlag(app, &metrics_listen);
   daemon::AddDurationOption(
-      app, "--drain-timeout", &drain_timeout,
+      app, "--drain-timeout", &drain.timeout,
       "on SIGTERM, longest wait for in-flight chunks before leaving (e.g. 30s, 1m30s)",
+      daemon::DurationRange::kNonNegative);
+  daemon::AddDurationOption(
+      app, "--drain-quiet", &drain.quiet,
+      "on SIGTERM, leave once the chunks still waiting have had no push for this long (their "
+      "missing ranks stopped pushing: an abandoned step); 0s waits for them until "
+      "--drain-timeout",
       daemon::DurationRange::kNonNegative);
   daemon::AddTlsFlags(app, &tls);
   if (std::optional<int> exit = daemon.ParseFlags(app, argc, argv)) return *exit;
@@ -243,6 +256,14 @@ int Main(int argc, char** argv) {
          {"error", why.ToString()},
          {"unreported", static_cast<int64_t>(unreported)}});
   };
+  options.on_step_aborted = [](uint64_t epoch, uint64_t by, const IncompleteStep& step) {
+    Log(Level::kWarning, "step_aborted",
+        {{"epoch", static_cast<int64_t>(epoch)},
+         {"by_epoch", static_cast<int64_t>(by)},
+         {"step", static_cast<int64_t>(step.step)},
+         {"chunks", static_cast<int64_t>(step.chunks)},
+         {"missing", DescribeRanks(step.missing_ranks)}});
+  };
   transport::UcxTransportOptions ucx{.tls = member.ucx_tls};
   // Declared before the shard: it outlives the shard's transport.
   control::PeerFailureReporter failure_reporter;
@@ -273,7 +294,8 @@ int Main(int argc, char** argv) {
 
   daemon.AnnounceShutdown(daemon.signals().Wait(), "draining");
   set_serving(false);
-  aggregator.Drain(drain_timeout, &daemon.signals());
+  drain.signals = &daemon.signals();
+  aggregator.Drain(drain);
   aggregator.Stop();
   watchdog.reset();
   failure_reporter.Detach();

@@ -62,23 +62,32 @@ codec::EncodedView CopyIntoSlot(Slot& slot, const std::vector<uint8_t>& payload,
 }
 
 void EndOpenSteps(ChunkState& chunk, uint64_t tensor_id, uint32_t chunk_index, uint64_t epoch,
-                  uint32_t world_size, EndedSteps& ended) {
-  for (auto& [step, inputs] : chunk.steps) {
-    if (inputs->received > 0) {
-      ChunkHeader h;
-      h.kind = dataplane::ChunkKind::kAbort;
-      h.epoch = epoch;
-      h.step = step;
-      h.tensor_id = tensor_id;
-      h.chunk_index = chunk_index;
-      h.basis_version = inputs->basis_version;
-      h.set_ranks_summed(inputs->received);
-      h.world_size = world_size;
-      h.status_code = static_cast<uint32_t>(absl::StatusCode::kAborted);
-      ended.aborted->push_back(h);
+                  uint32_t world_size, EndedSteps& ended, uint64_t below) {
+  for (auto it = chunk.steps.begin(); it != chunk.steps.end();) {
+    const uint64_t step = it->first;
+    if (step >= below) {
+      ++it;
+      continue;
+    }
+    StepInputs& inputs = *it->second;
+    if (inputs.received > 0) {
+      if (ended.aborted != nullptr) {
+        ChunkHeader h;
+        h.kind = dataplane::ChunkKind::kAbort;
+        h.epoch = epoch;
+        h.step = step;
+        h.tensor_id = tensor_id;
+        h.chunk_index = chunk_index;
+        h.basis_version = inputs.basis_version;
+        h.set_ranks_summed(inputs.received);
+        h.world_size = world_size;
+        h.status_code = static_cast<uint32_t>(absl::StatusCode::kAborted);
+        ended.aborted->push_back(h);
+      }
+      if (ended.incomplete != nullptr) ended.incomplete->Add(step, inputs.covered);
       ++ended.pushed_steps;
     }
-    for (Slot& slot : inputs->slots) {
+    for (Slot& slot : inputs.slots) {
       if (slot.state == Slot::State::kPlaced) {
         ended.orphans->push_back(std::move(slot.buffer));  // the transport may still write it
       } else if (slot.state == Slot::State::kReceived) {
@@ -86,10 +95,10 @@ void EndOpenSteps(ChunkState& chunk, uint64_t tensor_id, uint32_t chunk_index, u
       }
       slot.state = Slot::State::kEmpty;
     }
-    inputs->received = 0;
-    chunk.spare.push_back(std::move(inputs));
+    inputs.received = 0;
+    chunk.spare.push_back(std::move(it->second));
+    chunk.steps.erase(it++);
   }
-  chunk.steps.clear();
 }
 
 void UnregisterBuffers(ChunkState& chunk) {

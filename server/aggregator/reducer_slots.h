@@ -2,7 +2,8 @@
 // chunk a shard owns, its open steps, each with one receive slot per rank
 // (the bytes of that rank's push), the closed steps kept as spares for reuse
 // (slots, buffers and capacity with them), and its result send buffers; and
-// the epoch abort path, which ends a chunk's open steps.
+// the end of a chunk's open steps: by an epoch's end (aborted) or by a later
+// step of the chunk completing (superseded).
 //
 // Ownership: a ChunkState owns its StepInputs (open and spare) and holds its
 // result buffers shared with the ChunkResults that send them. A Slot owns
@@ -15,6 +16,7 @@
 #define GIFT_SERVER_AGGREGATOR_REDUCER_SLOTS_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -23,6 +25,7 @@
 #include "common/codec/codec.h"
 #include "common/dataplane/chunk_header.h"
 #include "common/dataplane/chunk_shape.h"
+#include "server/aggregator/incomplete_steps.h"
 #include "server/aggregator/reusable_buffer.h"
 
 namespace gift::server::reducer_internal {
@@ -75,8 +78,11 @@ codec::EncodedView CopyIntoSlot(Slot& slot, const std::vector<uint8_t>& payload,
 // What ending open steps left behind (EndOpenSteps adds to it).
 struct EndedSteps {
   // A kAbort header (status kAborted) for every ended step some rank had
-  // pushed. Not owned.
+  // pushed; null: none (steps every rank has moved past). Not owned.
   std::vector<dataplane::ChunkHeader>* aborted = nullptr;
+  // The ended steps some rank had pushed, with the ranks they missed; null:
+  // not collected. Not owned.
+  IncompleteSteps* incomplete = nullptr;
   // The buffers of placed slots, whose payload the transport may still be
   // writing. Not owned.
   std::vector<ReusableBuffer>* orphans = nullptr;
@@ -84,10 +90,12 @@ struct EndedSteps {
   uint64_t received_bytes = 0;  // payload bytes of the received slots
 };
 
-// Ends every open step of chunk (tensor_id, chunk_index) of `epoch`: all
-// its slots empty (placed ones orphaned), the steps back to the spares.
+// Ends every open step below `below` (all of them by default) of chunk
+// (tensor_id, chunk_index) of `epoch`: all its slots empty (placed ones
+// orphaned), the steps back to the spares.
 void EndOpenSteps(ChunkState& chunk, uint64_t tensor_id, uint32_t chunk_index, uint64_t epoch,
-                  uint32_t world_size, EndedSteps& ended);
+                  uint32_t world_size, EndedSteps& ended,
+                  uint64_t below = std::numeric_limits<uint64_t>::max());
 
 // Drops the transport registration of every buffer of `chunk` (the slots
 // of its open and spare steps, its results), keeping their memory. Never on

@@ -143,7 +143,7 @@ TEST(AggregatorDaemonTest, FollowsEpochsIntoTheShardServesStepsAndDrains) {
   EXPECT_EQ(c.chunks_completed, 4 * uint64_t((*state)->shard_map().chunks_size()));
 
   // Drain: nothing in flight, so it completes at once.
-  EXPECT_TRUE(daemon->Drain(absl::Seconds(10)));
+  EXPECT_TRUE(daemon->Drain({.timeout = absl::Seconds(10)}));
   EXPECT_EQ((*shard)->pending_chunks(), 0u);
   daemon->Stop();
   daemon->Stop();  // idempotent

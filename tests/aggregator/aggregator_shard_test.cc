@@ -12,6 +12,7 @@
 #include "common/dataplane/chunk_header.h"
 #include "common/transport/inproc/inproc_transport.h"
 #include "common/transport/ucx/ucx_transport.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/testing/recording_peer.h"
 
@@ -38,6 +39,12 @@ class AggregatorShardTest : public ::testing::TestWithParam<bool /*ucx*/> {
 
   void SetUp() override {
     AggregatorShardOptions options{.reducer = {.pull_spec = codec::ParseCodecSpec("bf16").value()}};
+    options.on_step_aborted = [this](uint64_t epoch, uint64_t by, const IncompleteStep& step) {
+      absl::MutexLock lock(&failures_mu_);
+      aborted_steps_.push_back(absl::StrCat("epoch ", epoch, " by ", by, ": step ", step.step, ", ",
+                                            step.chunks, " chunks, ",
+                                            DescribeRanks(step.missing_ranks)));
+    };
     options.on_send_failure = [this](uint32_t rank, const ChunkHeader& chunk, const absl::Status&,
                                      uint64_t unreported) {
       absl::MutexLock lock(&failures_mu_);
@@ -107,6 +114,7 @@ class AggregatorShardTest : public ::testing::TestWithParam<bool /*ucx*/> {
   };
   absl::Mutex failures_mu_;
   std::vector<SendFailure> send_failures_ ABSL_GUARDED_BY(failures_mu_);
+  std::vector<std::string> aborted_steps_ ABSL_GUARDED_BY(failures_mu_);
 
   transport::InprocHub hub_;
   std::unique_ptr<AggregatorShard> shard_;
@@ -198,6 +206,16 @@ TEST_P(AggregatorShardTest, ANewEpochAbortsTheIncompleteStep) {
     EXPECT_EQ(h->kind, ChunkKind::kAbort);
     EXPECT_EQ(h->epoch, 1u);
     EXPECT_EQ(h->step, 5u);
+    // The reason names the ranks the step still waited for here.
+    const transport::Message abort = workers_[r]->Received()[0];
+    const absl::Span<const uint8_t> why = abort.bytes();
+    EXPECT_EQ(std::string(why.begin(), why.end()),
+              "epoch 2 replaced epoch 1 before the step completed; this server still waited for "
+              "ranks 2, 3 (1 chunk)");
+  }
+  {
+    absl::MutexLock lock(&failures_mu_);
+    EXPECT_EQ(aborted_steps_, std::vector<std::string>{"epoch 1 by 2: step 5, 1 chunks, ranks 2, 3"});
   }
   // The step is re-sent under epoch 2 and completes for the three.
   for (uint32_t r = 0; r < 3; ++r) Push(r, 2, 5, 3, Payload(r));

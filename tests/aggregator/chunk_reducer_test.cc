@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "common/codec/codec.h"
 #include "common/codec/payload.h"
 #include "common/codec/reduce.h"
@@ -152,9 +153,15 @@ TEST(ChunkReducerTest, NewEpochAbortsIncompleteChunks) {
   ASSERT_TRUE(reducer->AddPush(Push(1, 10, 0), payload).ok());
   ASSERT_TRUE(reducer->AddPush(Push(1, 11, 2), payload).ok());
   EXPECT_EQ(reducer->SetEpoch(1, 3, {}).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_EQ(reducer->incomplete_steps().Describe(),
+            "step 10 (1 chunk): ranks 1, 2, 3 missing; step 11 (1 chunk): ranks 0, 1, 3 missing");
   auto update = reducer->SetEpoch(2, 3, {{{7, 0}, {kRows, kCols}}});
   ASSERT_TRUE(update.ok());
   ASSERT_EQ(update->aborted.size(), 2u);
+  EXPECT_EQ(update->aborted_epoch, 1u);
+  EXPECT_EQ(update->aborted_steps.Describe(),
+            "step 10 (1 chunk): ranks 1, 2, 3 missing; step 11 (1 chunk): ranks 0, 1, 3 missing");
+  EXPECT_TRUE(reducer->incomplete_steps().empty());
   EXPECT_TRUE(update->completed.empty());
   for (const ChunkHeader& h : update->aborted) {
     EXPECT_EQ(h.kind, ChunkKind::kAbort);
@@ -173,6 +180,37 @@ TEST(ChunkReducerTest, NewEpochAbortsIncompleteChunks) {
     ASSERT_TRUE(result.ok()) << result.status();
     EXPECT_EQ(result->has_value(), r == 2);
   }
+}
+
+TEST(ChunkReducerTest, ACompletedStepSupersedesTheChunksEarlierStepsThatRanksAbandoned) {
+  auto reducer = MakeReducer(1);
+  const auto payload = Payload(Encode(Gradient(1), 0, 1));
+  EXPECT_EQ(reducer->last_push(), absl::InfinitePast());
+  // Steps 3 and 4 were abandoned after some ranks pushed them; step 6 is
+  // ahead of step 5 for rank 0 (it cannot be, but it must not be dropped).
+  ASSERT_TRUE(reducer->AddPush(Push(1, 3, 0), payload).ok());
+  ASSERT_TRUE(reducer->AddPush(Push(1, 4, 1), payload).ok());
+  ASSERT_TRUE(reducer->AddPush(Push(1, 4, 2), payload).ok());
+  ASSERT_TRUE(reducer->AddPush(Push(1, 6, 0), payload).ok());
+  const absl::Time before = absl::Now();
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    auto result = reducer->AddPush(Push(1, 5, r), payload);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->has_value(), r + 1 == kWorld);
+  }
+  EXPECT_GE(reducer->last_push(), before);
+  EXPECT_EQ(reducer->superseded_chunks(), 2u);
+  EXPECT_EQ(reducer->pending_chunks(), 1u);  // step 6
+  EXPECT_EQ(reducer->pending_bytes(), payload.size());
+  EXPECT_EQ(reducer->incomplete_steps().Describe(), "step 6 (1 chunk): ranks 1, 2, 3 missing");
+  // A superseded step's slot is free again: nothing of it is kept.
+  ASSERT_TRUE(reducer->AddPush(Push(1, 4, 1), payload).ok());
+  EXPECT_EQ(reducer->pending_chunks(), 2u);
+  // An epoch change aborts what is left, not what was superseded.
+  auto update = reducer->SetEpoch(2, kWorld, {{{7, 0}, {kRows, kCols}}});
+  ASSERT_TRUE(update.ok());
+  EXPECT_EQ(update->aborted.size(), 2u);
+  EXPECT_EQ(reducer->superseded_chunks(), 2u);
 }
 
 TEST(ChunkReducerTest, PushesForAChunkNotKnownYetWaitForAddChunks) {

@@ -111,6 +111,45 @@ TEST(ReducerSlotsTest, EndOpenStepsAbortsPushedStepsAndOrphansPlacedSlots) {
   EXPECT_EQ(ended.received_bytes, 100u);
 }
 
+TEST(ReducerSlotsTest, EndOpenStepsBelowAStepKeepsTheLaterOnesAndTalliesTheMissingRanks) {
+  ChunkState chunk({4, 8});
+  for (uint64_t step : {3, 4, 5}) {
+    StepInputs& inputs = OpenStep(chunk, step, 3);
+    inputs.received = 1;
+    inputs.covered[step % 3] = 1;
+  }
+  std::vector<ReusableBuffer> orphans;
+  IncompleteSteps incomplete;
+  EndedSteps ended{.incomplete = &incomplete, .orphans = &orphans};  // no aborts
+  EndOpenSteps(chunk, 7, 2, 9, 3, ended, /*below=*/5);
+  ASSERT_EQ(chunk.steps.size(), 1u);
+  EXPECT_TRUE(chunk.steps.contains(5));
+  EXPECT_EQ(chunk.spare.size(), 2u);
+  EXPECT_EQ(ended.pushed_steps, 2u);
+  ASSERT_EQ(incomplete.steps().size(), 2u);
+  EXPECT_EQ(incomplete.steps()[0].step, 3u);
+  EXPECT_EQ(incomplete.steps()[0].missing_ranks, (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ(incomplete.Describe(),
+            "step 3 (1 chunk): ranks 1, 2 missing; step 4 (1 chunk): ranks 0, 2 missing");
+}
+
+TEST(IncompleteStepsTest, AStepMissesTheRanksAnyOfItsChunksMissesAndTheTextIsBounded) {
+  IncompleteSteps steps;
+  EXPECT_TRUE(steps.empty());
+  EXPECT_EQ(steps.Describe(), "");
+  const std::vector<uint8_t> a = {1, 0, 1, 1}, b = {1, 1, 1, 0};
+  steps.Add(8, a);
+  steps.Add(8, b);
+  steps.Add(2, std::vector<uint8_t>{0, 1, 1, 1});
+  EXPECT_EQ(steps.Describe(),
+            "step 2 (1 chunk): rank 0 missing; step 8 (2 chunks): ranks 1, 3 missing");
+  EXPECT_EQ(steps.Describe(1), "step 2 (1 chunk): rank 0 missing; 1 more steps");
+  std::vector<uint32_t> many(20);
+  for (uint32_t r = 0; r < 20; ++r) many[r] = r;
+  EXPECT_EQ(DescribeRanks(many),
+            "ranks 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 and 4 more");
+}
+
 TEST(ReducerSlotsTest, UnregisterBuffersDropsEveryRegistrationAndKeepsTheMemory) {
   int registered = 0;
   auto registry = std::make_shared<BufferRegistry>(

@@ -219,7 +219,8 @@ TEST(DaemonProcessTest, CoordinatorAndServerNotifyServeHealthMetricsAndDrain) {
   const std::string spage = HttpGet(server_metrics, "/metrics");
   EXPECT_TRUE(absl::StrContains(spage, "# TYPE gift_server_pushes_total counter")) << spage;
   ExpectSeries(spage, {"gift_server_pushes_total", "gift_server_chunks_completed_total",
-                       "gift_server_chunks_aborted_total", "gift_server_result_bytes_total",
+                       "gift_server_chunks_aborted_total", "gift_server_chunks_superseded_total",
+                       "gift_server_result_bytes_total",
                        "gift_server_epoch", "gift_server_chunks", "gift_server_workers"});
 
   for (auto& w : workers) ASSERT_TRUE(w->Close().ok());

@@ -33,14 +33,10 @@ constexpr int kWorkers = 2;
 
 class MissingRankClusterTest : public test::ClusterFixture<> {
  protected:
-  // No clean Stop: these tests leave steps that a rank abandoned, whose
-  // partial chunks a server's SIGTERM drain waits out for its whole
-  // --drain-timeout; the TestCluster kills the processes instead. Each test
-  // starts its own cluster (Start).
-  MissingRankClusterTest() {
-    at_tear_down_ = AtTearDown::kKill;
-    starts_in_set_up_ = false;
-  }
+  // Each test starts its own cluster (Start), and stops it cleanly: a
+  // server's SIGTERM drain does not wait for the partial chunks of the steps
+  // these tests leave abandoned (--drain-quiet).
+  MissingRankClusterTest() { starts_in_set_up_ = false; }
 
   void Start(gift::v1::OnMemberLoss on_loss, absl::Duration step_timeout) {
     tools::LocalClusterOptions options = test::ShortLeaseOptions(1, kWorkers);
@@ -136,6 +132,28 @@ TEST_F(MissingRankClusterTest, ARankThatNeverPushesIsNamedInLogStatusMetricAndEr
   EXPECT_TRUE(absl::StrContains(r.status().message(), absl::StrCat("(", missing, ", ")))
       << r.status();
   EXPECT_TRUE(absl::StrContains(r.status().message(), "has not begun step 2")) << r.status();
+
+  // SIGTERM to the server alone: its drain does not wait for the abandoned
+  // step's chunks (its --drain-timeout is 30 s; no push came for longer
+  // than --drain-quiet), and its log names the rank they missed.
+  tools::Subprocess* server = cluster_->server(0);
+  const absl::Time stopping = absl::Now();
+  ASSERT_TRUE(server->Signal(SIGTERM).ok());
+  auto code = server->WaitForExit(absl::Seconds(40));
+  const absl::Duration to_stop = absl::Now() - stopping;
+  ASSERT_TRUE(code.ok()) << code.status() << "\n" << Logs();
+  EXPECT_EQ(*code, 0);
+  EXPECT_LT(to_stop, absl::Seconds(10)) << Logs();
+  std::printf("the server drained and exited in %.2f s\n", absl::ToDoubleSeconds(to_stop));
+  const std::string log = server->stderr_text();
+  EXPECT_TRUE(absl::StrContains(log, "\"event\":\"drained\",\"complete\":true")) << log;
+  // The rank the worker's error named (ranks follow the order of joining).
+  const std::string message(r.status().message());
+  const size_t at = message.find("waiting for rank ") + std::string("waiting for rank ").size();
+  const std::string rank = message.substr(at, message.find(' ', at) - at);
+  EXPECT_TRUE(absl::StrContains(log, absl::StrCat("step 2 (1 chunk): rank ", rank, " missing")))
+      << "rank " << rank << "\n"
+      << log;
 }
 
 TEST_F(MissingRankClusterTest, AWorkerInItsStartBarrierSaysSoAndHasNotBegunTheStep) {
