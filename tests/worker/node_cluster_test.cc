@@ -199,6 +199,16 @@ TEST_F(NodeClusterTest, AMemberKilledMidStepRetriesTheStepCountingEachRankOnce) 
     ASSERT_LT(absl::Now(), give_up) << "worker 1 was not evicted";
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  // ... and worker 3 works in that epoch: its step must not open under the
+  // old one, which the coordinator's news may not have reached yet (a
+  // server that is still behind holds its pushes until it catches up).
+  while (true) {
+    auto info = clients_[3]->Info();
+    ASSERT_TRUE(info.ok()) << info.status();
+    if (info->epoch() > epoch) break;
+    ASSERT_LT(absl::Now(), give_up) << "worker 3 did not see the new epoch";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   calls.push_back(clients_[3]->PushPullAsync(1));
   const std::vector<int> survivors = {0, 2, 3};
   std::vector<absl::StatusOr<client::PushPullResult>> results;
