@@ -9,9 +9,9 @@
 //   PushPull(step)   plans the step from the cluster state (step_planner.h),
 //                    runs it through the push-pull engine, and on an aborted
 //                    epoch (a member left) plans it again under the new epoch
-//                    and re-sends: the buffers keep this worker's gradient
-//                    until the step completes, so nothing is lost and the
-//                    servers count each rank once per epoch;
+//                    and re-sends (step_exchange.h): the buffers keep this
+//                    worker's gradient until the step completes, so nothing
+//                    is lost and the servers count each rank once per epoch;
 //   StartTensors     starts a step's tensors early (as backward finishes
 //                    them), so their pushes overlap the rest of backward;
 //                    the step's PushPull then only adds the rest and waits;
@@ -87,6 +87,7 @@
 #include "worker/daemon/membership_guard.h"
 #include "worker/daemon/owner_queue.h"
 #include "worker/daemon/run_steps.h"
+#include "worker/daemon/step_exchange.h"
 #include "worker/daemon/step_key.h"
 #include "worker/daemon/step_wait_reporter.h"
 #include "worker/daemon/training_client_watch.h"
@@ -227,31 +228,9 @@ class WorkerCore {
   bool drain_requested() const { return drain_requested_.HasBeenNotified(); }
 
  private:
-  // What an exchange ran under, once it succeeded.
-  struct Exchanged {
-    StepReport report;
-    uint64_t epoch = 0;
-    uint32_t world_size = 0;
-    // Per tensor, in the exchange's order: (basis version, transformed).
-    std::vector<std::pair<uint64_t, bool>> versions;
-    // Appends `tensors`' (basis version, transformed).
-    void AddVersions(absl::Span<const TensorStep> tensors);
-  };
-  // Runs one exchange of `tensors` (plans it, retries under new epochs)
-  // until `deadline`. ExchangeKind::kGradients: the step itself; the others: an
-  // FP32 direct exchange under that step key (step_key.h).
-  absl::StatusOr<Exchanged> Exchange(uint64_t step, const std::vector<LocalTensor>& tensors,
-                                     ExchangeKind exchange, absl::Time deadline,
-                                     std::optional<absl::Duration> result_timeout = std::nullopt);
   // The step's sketch exchange (after its gradients): what it cost, or an
   // empty report when there was none or it failed (counted and logged; the
   // owner then gets no sketches for the step).
-  // The plan of `step` for `tensors` under `state` (PlanStep over the basis
-  // store), with the data-plane keys of its epoch (the session holds those
-  // of every epoch it installed a state of). FailedPrecondition, to wait for
-  // a later state: PlanStep's, or authentication on and no keys yet.
-  absl::StatusOr<StepPlan> PlanWithKeys(const gift::v1::ClusterState& state, uint64_t step,
-                                        const std::vector<LocalTensor>& tensors);
   StepReport ExchangeSketches(uint64_t step, const std::vector<LocalTensor>& sketches,
                               absl::Time step_deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   void CountSketchFailure(uint64_t step, const absl::Status& why);
@@ -285,17 +264,11 @@ class WorkerCore {
     double sketch_compute_seconds = 0;
   };
 
-  // Aborted / Unavailable: the step may succeed under a new epoch.
-  static bool Retryable(const absl::Status& s);
   // The cluster step of a new step `run_step` of the run (run_steps.h),
   // after PushPull's and StartTensors' checks: Unavailable while draining,
   // InvalidArgument when the cluster step would pass kMaxTrainingStep or is
   // not above the last one, FailedPrecondition below the admit step.
   absl::StatusOr<uint64_t> NewClusterStep(uint64_t run_step) const;
-  // FailedPrecondition when `step` is below this member's admit step (it
-  // joined again, or late): "worker mN is admitted at step X; step s is
-  // below it (<why the lease was lost>): ... resume at step X".
-  absl::Status CheckAdmitted(uint64_t step, const RunSteps& run) const;
   // The run of the registered buffers (a copy, under mu_).
   RunSteps run_steps() const ABSL_LOCKS_EXCLUDED(mu_);
   // The registered tensors named by `ids` (empty: all).
@@ -342,6 +315,7 @@ class WorkerCore {
   StepWaitReporter waits_;      // who the step in progress waits for
   MembershipGuard membership_;  // peers that cannot push, lost ones
   BasisStore store_;
+  StepExchange exchange_;  // plans and runs a step's exchanges, with retries
   // Before buffer_socket_, whose thread reports closed connections to it.
   TrainingClientWatch client_watch_;
   std::unique_ptr<BufferSocket> buffer_socket_;  // set once by ServeBuffers

@@ -51,9 +51,9 @@ absl::Status WorkerCore::StartTensors(const gift::v1::StartTensorsRequest& run_r
     o.start = std::chrono::steady_clock::now();
     o.deadline = deadline;
     o.before = session_->state();
+    o.retries_before = exchange_.retries();
     {
       absl::MutexLock lock(&mu_);
-      o.retries_before = counters_.step_retries;
       step_open_ = true;
     }
     open_ = std::move(o);
@@ -80,7 +80,7 @@ absl::Status WorkerCore::AddToOpenStep(const std::vector<const RegisteredTensor*
   if (!o.failed.ok()) return absl::OkStatus();  // PushPull runs the whole step again
   const std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
   membership_.Observe(state);
-  auto plan = PlanWithKeys(*state, o.step, tensors);
+  auto plan = exchange_.Plan(*state, o.step, tensors);
   absl::Status s = plan.status();
   if (s.ok() && !o.begun) {
     s = engine_->Begin(StepHeader(*plan));
@@ -153,23 +153,20 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::FinishOpenStep(
   if (!s.ok()) {
     // FailedPrecondition: the state could not plan the step yet (Exchange
     // waits for one that can).
-    if (!Retryable(s) && s.code() != absl::StatusCode::kFailedPrecondition) return s;
+    if (!StepExchange::Retryable(s) && s.code() != absl::StatusCode::kFailedPrecondition) return s;
     Log(Level::kWarning, "early_push_fallback",
         {{"step", static_cast<int64_t>(o.step)}, {"reason", s.ToString()}});
     if (o.begun && !RetryUnderSameEpoch(s, *session_->state())) {
       // Some chunks went out under the open step's epoch: servers count a
       // rank once per epoch, so the step runs again once the cluster left
       // that epoch.
-      {
-        absl::MutexLock lock(&mu_);
-        ++counters_.step_retries;
-      }
+      exchange_.CountRetry();
       const uint64_t ended = o.exchanged.epoch;
       (void)session_->WaitFor(
           [ended](const gift::v1::ClusterState& st) { return st.epoch() > ended; },
           std::max(absl::ZeroDuration(), o.deadline - absl::Now()));
     }
-    auto again = Exchange(o.step, o.tensors, ExchangeKind::kGradients, o.deadline);
+    auto again = exchange_.Run(o.step, o.tensors, ExchangeKind::kGradients, o.deadline);
     if (!again.ok()) return again.status();
     o.exchanged = *std::move(again);
   }
