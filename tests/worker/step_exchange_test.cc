@@ -1,18 +1,24 @@
-// StepExchange (worker/daemon/step_exchange.h) against a real cluster on
-// loopback: a gift-coordinator (child process), one aggregator shard over
-// UCX with its daemon in this process, and in-process workers (member
-// sessions and push-pull engines), each with its own StepExchange. An
-// exchange averages every rank's tensor; a failure that is not retryable is
-// returned as it is; and a step that a new epoch aborts under it (a worker
-// joins) is planned again under the new epoch and counted once per rank.
+// StepExchange (worker/daemon/step_exchange.h) and StepSketches
+// (step_sketches.h) against a real cluster on loopback: a gift-coordinator
+// (child process), one aggregator shard over UCX with its daemon in this
+// process, and in-process workers (member sessions and push-pull engines),
+// each with its own StepExchange. An exchange averages every rank's tensor;
+// a failure that is not retryable is returned as it is; a step that a new
+// epoch aborts under it (a worker joins) is planned again under the new epoch
+// and counted once per rank. The sketches of a collect step reach every
+// worker, the same bits on each, and a sketch exchange that a peer misses
+// fails alone, counted, leaving no average.
 #include "worker/daemon/step_exchange.h"
 
+#include <cmath>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/control/coordinator_client.h"
 #include "common/control/member_session.h"
 #include "common/transport/ucx/ucx_transport.h"
 #include "gtest/gtest.h"
@@ -21,6 +27,7 @@
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/ucx_member.h"
 #include "tools/gift-cluster/coordinator_process.h"
+#include "worker/daemon/step_sketches.h"
 
 namespace gift::worker {
 namespace {
@@ -34,6 +41,7 @@ struct Member {
   std::unique_ptr<BasisStore> store;
   MembershipGuard guard;
   std::unique_ptr<StepExchange> exchange;
+  std::unique_ptr<StepSketches> sketches;
   std::vector<float> gradient;
 
   LocalTensor Tensor(uint64_t tensor_id) {
@@ -71,6 +79,7 @@ class StepExchangeTest : public ::testing::Test {
 
   void TearDown() override {
     for (auto& m : members_) {
+      m->sketches.reset();
       m->exchange.reset();
       if (m->ucx.session != nullptr) (void)m->ucx.session->Close();
       m->ucx.session.reset();
@@ -95,6 +104,8 @@ class StepExchangeTest : public ::testing::Test {
         m->ucx.engine.get(), session, m->store.get(), &m->guard,
         StepExchange::WorkerView{.run = [session] { return RunSteps(session->state()->run()); },
                                  .last_step = [] { return std::optional<uint64_t>(); }});
+    m->sketches = std::make_unique<StepSketches>(session, m->exchange.get(), nullptr,
+                                                 /*timeout=*/absl::Seconds(5));
     m->gradient.assign(kRows * kCols, 0.0f);
     members_.push_back(std::move(m));
     return *members_.back();
@@ -214,6 +225,84 @@ TEST_F(StepExchangeTest, AStepANewEpochAbortsRunsAgainInItCountingEachRankOnce) 
   }
   EXPECT_GE(members_[0]->exchange->retries(), 1u);
   EXPECT_EQ(members_[1]->exchange->retries(), 0u);
+}
+
+using StepSketchesTest = StepExchangeTest;
+
+TEST_F(StepSketchesTest, TheSketchesOfACollectStepReachEveryWorkerAndAMissedOneFailsAlone) {
+  AddWorker();
+  AddWorker();
+  // Every 2-D tensor through a basis, statistics from per-worker sketches.
+  control::CoordinatorClient coordinator(
+      control::CoordinatorClient::MakeChannel(coordinator_->address()), absl::Seconds(30));
+  auto policy = coordinator.GetPolicy();
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  gift::v1::Policy gift = *policy;
+  gift.mutable_selection()->set_mode(gift::v1::SELECTION_MODE_LIST);
+  gift.mutable_selection()->add_include("*");
+  gift.mutable_transform()->set_source(gift::v1::GEOMETRY_SOURCE_PER_WORKER_GRADIENTS);
+  ASSERT_TRUE(coordinator.SetPolicy(gift, policy->version()).ok());
+  ASSERT_TRUE(members_[0]->ucx.session->RegisterTensors(test::Float32Specs({{16, 64}})).ok());
+  const uint64_t tensor = WaitReady(2);
+  for (size_t k = 0; k < kRows * kCols; ++k) {
+    members_[0]->gradient[k] = std::sin(0.1f * k);
+    members_[1]->gradient[k] = std::cos(0.3f * k);
+  }
+  // The first steps: those that collect exchange sketches (registering the
+  // statistics tensor the first time), both workers alike, until one step's
+  // exchange succeeded on both (on a loaded machine the first one may miss
+  // its timeout: then it is counted as a failure on each, and nothing else).
+  int collected = 0;
+  uint64_t step = 0;
+  for (; step < 6 && collected == 0; ++step) {
+    std::vector<StepSketches::Counters> before;
+    for (auto& m : members_) before.push_back(m->sketches->counters());
+    std::vector<std::future<StepSketches::Cost>> costs;
+    for (auto& m : members_) {
+      Member* w = m.get();
+      costs.push_back(std::async(std::launch::async, [w, step, tensor] {
+        w->sketches->Prepare(*w->ucx.session->state(), step, {w->Tensor(tensor)});
+        return w->sketches->Exchange(step, absl::Now() + absl::Seconds(30));
+      }));
+    }
+    const StepSketches::Cost a = costs[0].get(), b = costs[1].get();
+    for (size_t w = 0; w < members_.size(); ++w) {
+      const StepSketches::Counters c = members_[w]->sketches->counters();
+      EXPECT_LE(c.exchanges + c.failures - before[w].exchanges - before[w].failures, 1u);
+    }
+    if (a.exchange.bytes_pushed == 0 || b.exchange.bytes_pushed == 0) continue;
+    ++collected;
+    EXPECT_GT(a.compute_seconds, 0.0);
+    const absl::Span<const float> x = members_[0]->sketches->Average(tensor);
+    const absl::Span<const float> y = members_[1]->sketches->Average(tensor);
+    ASSERT_FALSE(x.empty());
+    ASSERT_EQ(x.size(), y.size());
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
+  }
+  ASSERT_EQ(collected, 1) << "no step of the first six exchanged sketches";
+  for (auto& m : members_) {
+    const StepSketches::Counters c = m->sketches->counters();
+    EXPECT_GE(c.exchanges, 1u);
+    EXPECT_GT(c.bytes_pushed, 0u);
+    EXPECT_GT(c.bytes_pulled, 0u);
+  }
+  // A collect step that worker 1 misses: worker 0's exchange fails within
+  // its timeout (5 s), counted, and leaves no average; the step would stand.
+  uint64_t next = step;
+  for (; next < step + 64; ++next) {  // the next collect step
+    members_[0]->sketches->Prepare(*members_[0]->ucx.session->state(), next,
+                                   {members_[0]->Tensor(tensor)});
+    if (!members_[0]->sketches->Average(tensor).empty()) break;
+  }
+  ASSERT_LT(next, step + 64) << "no later collect step";
+  const StepSketches::Counters before = members_[0]->sketches->counters();
+  const absl::Time start = absl::Now();
+  const StepSketches::Cost missed = members_[0]->sketches->Exchange(next, start + absl::Seconds(30));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  EXPECT_EQ(missed.exchange.bytes_pushed, 0u);
+  EXPECT_TRUE(members_[0]->sketches->Average(tensor).empty());
+  EXPECT_EQ(members_[0]->sketches->counters().failures, before.failures + 1);
+  EXPECT_EQ(members_[0]->sketches->counters().exchanges, before.exchanges);
 }
 
 }  // namespace

@@ -49,7 +49,7 @@ WorkerCore::WorkerCore(std::unique_ptr<PushPullEngine> engine, control::MemberSe
       client_watch_([session](const gift::v1::TrainingClient& client) {
         session->SetTrainingClient(client);
       }),
-      sketches_(SketchExchange::RegistrarOf(session)) {
+      sketches_(session, &exchange_, options_.device.memory, options_.sketch_timeout) {
   owner_ = std::make_unique<BasisOwner>(
       session_, &store_,
       BasisOwnerOptions{.codec_options = options_.codec_options,
@@ -250,14 +250,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::RunStep(
   AddOwnedSteps(*before, request.step(), tensors, &owned);
 
   // This worker's sketches, from its gradient before the exchange.
-  std::vector<LocalTensor> sketches;
-  if (auto prepared = sketches_.Prepare(*before, request.step(), tensors, options_.device.memory);
-      prepared.ok()) {
-    sketches = *std::move(prepared);
-  } else {
-    CountSketchFailure(request.step(), prepared.status());
-  }
-  const double sketch_compute_seconds = sketches_.last_prepare_seconds();
+  sketches_.Prepare(*before, request.step(), tensors);
 
   // A measured step first averages copies of the gradients exactly (FP32,
   // direct), then runs the step itself on the buffers.
@@ -290,16 +283,14 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::RunStep(
   c.exchanged = *std::move(exchanged);
   c.exact = std::move(exact);
   c.measure_report = measure_report;
-  c.sketch_report = ExchangeSketches(request.step(), sketches, deadline);
-  c.sketch_compute_seconds = sketch_compute_seconds;
+  c.sketches = sketches_.Exchange(request.step(), deadline);
   return CompleteStep(std::move(c));
 }
 
 absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c) {
   const std::vector<LocalTensor>& tensors = c.tensors;
   const bool measured = !c.exact.empty();
-  const StepReport& sketch_report = c.sketch_report;
-  const double sketch_compute_seconds = c.sketch_compute_seconds;
+  const StepReport& sketch_report = c.sketches.exchange;
   for (const RegisteredTensor* r : c.selected) {
     if (absl::Status s = r->Narrow(); !s.ok()) return s;  // the average, in the buffer's dtype
   }
@@ -358,10 +349,8 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
                     .attempts = attempts,
                     .sketch_bytes_pushed = sketch_report.bytes_pushed,
                     .sketch_bytes_pulled = sketch_report.bytes_pulled,
-                    .sketch_compute_seconds = sketch_compute_seconds,
-                    .sketch_exchange_seconds = sketch_report.encode_seconds +
-                                               sketch_report.wait_seconds +
-                                               sketch_report.decode_seconds};
+                    .sketch_compute_seconds = c.sketches.compute_seconds,
+                    .sketch_exchange_seconds = c.sketches.exchange_seconds()};
     if (measured) {
       double sum[2] = {0, 0};
       int count[2] = {0, 0};
@@ -383,10 +372,6 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
     counters_.bytes_pushed += c.exchanged.report.bytes_pushed + c.measure_report.bytes_pushed;
     counters_.bytes_pulled += c.exchanged.report.bytes_pulled + c.measure_report.bytes_pulled;
     counters_.last_step_seconds = seconds;
-    counters_.sketch_bytes_pushed += sketch_report.bytes_pushed;
-    counters_.sketch_bytes_pulled += sketch_report.bytes_pulled;
-    counters_.sketch_seconds += sketch_compute_seconds + sketch_report.encode_seconds +
-                                sketch_report.wait_seconds + sketch_report.decode_seconds;
   }
   // Hand the owned tensors' averages to the owner thread.
   if (!c.owned.empty()) {
@@ -413,31 +398,6 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
     }
   }
   return response;
-}
-
-StepReport WorkerCore::ExchangeSketches(uint64_t step, const std::vector<LocalTensor>& sketches,
-                                        absl::Time step_deadline) {
-  if (sketches.empty()) return {};
-  const absl::Time deadline = std::min(step_deadline, absl::Now() + options_.sketch_timeout);
-  auto exchanged =
-      exchange_.Run(step, sketches, ExchangeKind::kSketches, deadline, options_.sketch_timeout);
-  if (!exchanged.ok()) {
-    sketches_.Forget();  // the owner gets no statistics of this step
-    CountSketchFailure(step, exchanged.status());
-    return {};
-  }
-  absl::MutexLock lock(&mu_);
-  ++counters_.sketch_exchanges;
-  return exchanged->report;
-}
-
-void WorkerCore::CountSketchFailure(uint64_t step, const absl::Status& why) {
-  {
-    absl::MutexLock lock(&mu_);
-    ++counters_.sketch_failures;
-  }
-  Log(Level::kWarning, "sketch_exchange_failed",
-      {{"step", static_cast<int64_t>(step)}, {"error", why.ToString()}});
 }
 
 gift::v1::WorkerInfo WorkerCore::Info() const {
@@ -467,6 +427,12 @@ WorkerCore::Counters WorkerCore::counters() const {
     c = counters_;
   }
   c.step_retries = exchange_.retries();
+  const StepSketches::Counters sketches = sketches_.counters();
+  c.sketch_exchanges = sketches.exchanges;
+  c.sketch_failures = sketches.failures;
+  c.sketch_bytes_pushed = sketches.bytes_pushed;
+  c.sketch_bytes_pulled = sketches.bytes_pulled;
+  c.sketch_seconds = sketches.seconds;
   c.owner_jobs_dropped = owner_queue_->dropped();
   c.error_feedback_bytes = engine_->error_feedback_bytes();
   return c;

@@ -23,7 +23,7 @@
 //                    per-worker gradients, every worker sketches its own
 //                    gradient and exchanges the sketches (pushed in BF16,
 //                    their own step key) after the step's gradients
-//                    (sketch_exchange.h); the owner folds in the average. A
+//                    (step_sketches.h); the owner folds in the average. A
 //                    sketch exchange that fails (e.g. workers disagreed on
 //                    the policy for one step) only costs the owner that
 //                    step's statistics: it is bounded by sketch_timeout and
@@ -89,6 +89,7 @@
 #include "worker/daemon/run_steps.h"
 #include "worker/daemon/step_exchange.h"
 #include "worker/daemon/step_key.h"
+#include "worker/daemon/step_sketches.h"
 #include "worker/daemon/step_wait_reporter.h"
 #include "worker/daemon/training_client_watch.h"
 #include "worker/engine/push_pull_engine.h"
@@ -228,12 +229,6 @@ class WorkerCore {
   bool drain_requested() const { return drain_requested_.HasBeenNotified(); }
 
  private:
-  // The step's sketch exchange (after its gradients): what it cost, or an
-  // empty report when there was none or it failed (counted and logged; the
-  // owner then gets no sketches for the step).
-  StepReport ExchangeSketches(uint64_t step, const std::vector<LocalTensor>& sketches,
-                              absl::Time step_deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
-  void CountSketchFailure(uint64_t step, const absl::Status& why);
   // One step's tensors and its gradients' exchange: what a PushPull step
   // and a step opened by StartTensors both carry to CompleteStep.
   struct StepState {
@@ -260,8 +255,7 @@ class WorkerCore {
   struct Completed : StepState {
     std::vector<std::vector<float>> exact;  // measured steps: the exact averages
     StepReport measure_report;
-    StepReport sketch_report;  // the step's sketch exchange (ExchangeSketches)
-    double sketch_compute_seconds = 0;
+    StepSketches::Cost sketches;  // the step's sketches
   };
 
   // The cluster step of a new step `run_step` of the run (run_steps.h),
@@ -324,7 +318,7 @@ class WorkerCore {
   absl::Mutex step_mu_;
   std::vector<RegisteredTensor> registered_ ABSL_GUARDED_BY(step_mu_);
   std::optional<OpenStep> open_ ABSL_GUARDED_BY(step_mu_);
-  SketchExchange sketches_ ABSL_GUARDED_BY(step_mu_);
+  StepSketches sketches_ ABSL_GUARDED_BY(step_mu_);
 
   mutable absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -126,15 +126,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::FinishOpenStep(
   }
   // This worker's sketches, from its gradients (the engine writes the
   // averages into them only in Finish).
-  std::vector<LocalTensor> sketches;
-  if (auto prepared =
-          sketches_.Prepare(*open_->before, open_->step, open_->tensors, options_.device.memory);
-      prepared.ok()) {
-    sketches = *std::move(prepared);
-  } else {
-    CountSketchFailure(open_->step, prepared.status());
-  }
-  const double sketch_compute_seconds = sketches_.last_prepare_seconds();
+  sketches_.Prepare(*open_->before, open_->step, open_->tensors);
   absl::Status s = open_->failed;
   if (s.ok()) {
     auto finished = engine_->Finish();
@@ -172,8 +164,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::FinishOpenStep(
   }
   Completed c;
   static_cast<StepState&>(c) = std::move(o);
-  c.sketch_report = ExchangeSketches(c.step, sketches, o.deadline);
-  c.sketch_compute_seconds = sketch_compute_seconds;
+  c.sketches = sketches_.Exchange(c.step, o.deadline);
   return CompleteStep(std::move(c));
 }
 
