@@ -19,17 +19,6 @@ namespace {
 using logging::Level;
 using logging::Log;
 
-double RelativeL2(const float* got, const float* want, uint64_t n) {
-  double err = 0, norm = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    err += d * d;
-    norm += static_cast<double>(want[i]) * want[i];
-  }
-  if (norm == 0) return err == 0 ? 0.0 : INFINITY;
-  return std::sqrt(err / norm);
-}
-
 }  // namespace
 
 WorkerCore::WorkerCore(std::unique_ptr<PushPullEngine> engine, control::MemberSession* session,
@@ -254,21 +243,12 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::RunStep(
 
   // A measured step first averages copies of the gradients exactly (FP32,
   // direct), then runs the step itself on the buffers.
-  std::vector<std::vector<float>> exact;
-  StepReport measure_report;
+  std::optional<StepMeasurement> measurement;
   if (request.measure_error()) {
-    std::vector<LocalTensor> copies = tensors;
-    exact.resize(tensors.size());
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      if (absl::Status s = ReadTensor(tensors[i], options_.device.memory, &exact[i]); !s.ok()) {
-        return s;
-      }
-      copies[i].data = exact[i].data();
-      copies[i].device = false;
-    }
-    auto r = exchange_.Run(request.step(), copies, ExchangeKind::kExactMeasure, deadline);
-    if (!r.ok()) return r.status();
-    measure_report = r->report;
+    auto exact = StepMeasurement::Exact(request.step(), tensors, options_.device.memory,
+                                        &exchange_, deadline);
+    if (!exact.ok()) return exact.status();
+    measurement = *std::move(exact);
   }
   const uint64_t retries_before = exchange_.retries();
   auto exchanged = exchange_.Run(request.step(), tensors, ExchangeKind::kGradients, deadline);
@@ -281,28 +261,17 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::RunStep(
   c.tensors = std::move(tensors);
   c.owned = std::move(owned);
   c.exchanged = *std::move(exchanged);
-  c.exact = std::move(exact);
-  c.measure_report = measure_report;
+  c.measurement = std::move(measurement);
   c.sketches = sketches_.Exchange(request.step(), deadline);
   return CompleteStep(std::move(c));
 }
 
 absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c) {
   const std::vector<LocalTensor>& tensors = c.tensors;
-  const bool measured = !c.exact.empty();
   const StepReport& sketch_report = c.sketches.exchange;
+  const StepReport measure_report = c.measurement.has_value() ? c.measurement->report() : StepReport{};
   for (const RegisteredTensor* r : c.selected) {
     if (absl::Status s = r->Narrow(); !s.ok()) return s;  // the average, in the buffer's dtype
-  }
-  // Measured steps: the device tensors' averages copied to the host once
-  // (host tensors are read in place).
-  std::vector<std::vector<float>> device_averages(measured ? tensors.size() : 0);
-  for (size_t i = 0; i < device_averages.size(); ++i) {
-    if (!tensors[i].device) continue;
-    if (absl::Status s = ReadTensor(tensors[i], options_.device.memory, &device_averages[i]);
-        !s.ok()) {
-      return s;
-    }
   }
   const uint32_t attempts = 1 + static_cast<uint32_t>(exchange_.retries() - c.retries_before);
 
@@ -315,10 +284,13 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
     r->set_tensor_id(tensors[i].tensor_id);
     r->set_basis_version(c.exchanged.versions[i].first);
     r->set_transformed(c.exchanged.versions[i].second);
-    if (measured) {
-      const float* average = tensors[i].device ? device_averages[i].data() : tensors[i].data;
-      r->set_rel_l2_error(
-          RelativeL2(average, c.exact[i].data(), tensors[i].rows * tensors[i].cols));
+  }
+  // Measured steps: each average against the exact one (device averages are
+  // copied to the host once, and reused for the owner below).
+  if (c.measurement.has_value()) {
+    if (absl::Status s = c.measurement->Compare(tensors, options_.device.memory, &response);
+        !s.ok()) {
+      return s;
     }
   }
   // Per-tensor bytes: the engine reports totals; split by element count.
@@ -344,22 +316,17 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
                     .encode_seconds = c.exchanged.report.encode_seconds,
                     .wait_seconds = c.exchanged.report.wait_seconds,
                     .decode_seconds = c.exchanged.report.decode_seconds,
-                    .bytes_pushed = c.exchanged.report.bytes_pushed + c.measure_report.bytes_pushed,
-                    .bytes_pulled = c.exchanged.report.bytes_pulled + c.measure_report.bytes_pulled,
+                    .bytes_pushed = c.exchanged.report.bytes_pushed + measure_report.bytes_pushed,
+                    .bytes_pulled = c.exchanged.report.bytes_pulled + measure_report.bytes_pulled,
                     .attempts = attempts,
                     .sketch_bytes_pushed = sketch_report.bytes_pushed,
                     .sketch_bytes_pulled = sketch_report.bytes_pulled,
                     .sketch_compute_seconds = c.sketches.compute_seconds,
                     .sketch_exchange_seconds = c.sketches.exchange_seconds()};
-    if (measured) {
-      double sum[2] = {0, 0};
-      int count[2] = {0, 0};
-      for (const gift::v1::TensorResult& r : response.tensors()) {
-        sum[r.transformed()] += r.rel_l2_error();
-        ++count[r.transformed()];
-      }
-      if (count[1] > 0) stats.error_transformed = sum[1] / count[1];
-      if (count[0] > 0) stats.error_direct = sum[0] / count[0];
+    if (c.measurement.has_value()) {
+      const StepMeasurement::Summary errors = StepMeasurement::Summarize(response);
+      stats.error_transformed = errors.transformed;
+      stats.error_direct = errors.direct;
     }
     options_.on_step(stats);
   }
@@ -369,8 +336,8 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
     absl::MutexLock lock(&mu_);
     last_step_ = c.step;
     ++counters_.steps_completed;
-    counters_.bytes_pushed += c.exchanged.report.bytes_pushed + c.measure_report.bytes_pushed;
-    counters_.bytes_pulled += c.exchanged.report.bytes_pulled + c.measure_report.bytes_pulled;
+    counters_.bytes_pushed += c.exchanged.report.bytes_pushed + measure_report.bytes_pushed;
+    counters_.bytes_pulled += c.exchanged.report.bytes_pulled + measure_report.bytes_pulled;
     counters_.last_step_seconds = seconds;
   }
   // Hand the owned tensors' averages to the owner thread.
@@ -381,8 +348,10 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
       absl::Status read;
       for (size_t i = 0; i < tensors.size(); ++i) {
         if (tensors[i].tensor_id != o.tensor_id) continue;
-        if (measured && tensors[i].device) {
-          o.average = device_averages[i];
+        if (const std::vector<float>* copied =
+                c.measurement.has_value() ? c.measurement->device_average(i) : nullptr;
+            copied != nullptr) {
+          o.average = *copied;
         } else {
           read = ReadTensor(tensors[i], options_.device.memory, &o.average);
         }

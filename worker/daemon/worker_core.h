@@ -89,6 +89,7 @@
 #include "worker/daemon/run_steps.h"
 #include "worker/daemon/step_exchange.h"
 #include "worker/daemon/step_key.h"
+#include "worker/daemon/step_measurement.h"
 #include "worker/daemon/step_sketches.h"
 #include "worker/daemon/step_wait_reporter.h"
 #include "worker/daemon/training_client_watch.h"
@@ -253,8 +254,7 @@ class WorkerCore {
   };
   // What CompleteStep needs of a step that succeeded.
   struct Completed : StepState {
-    std::vector<std::vector<float>> exact;  // measured steps: the exact averages
-    StepReport measure_report;
+    std::optional<StepMeasurement> measurement;  // measured steps
     StepSketches::Cost sketches;  // the step's sketches
   };
 
