@@ -28,13 +28,10 @@ WorkerCore::WorkerCore(std::unique_ptr<PushPullEngine> engine, control::MemberSe
       engine_(std::move(engine)),
       waits_(session, options_.step_wait),
       store_(session),
+      admission_(session, options_.min_workers),
       exchange_(engine_.get(), session, &store_, &membership_,
-                StepExchange::WorkerView{.run = [this] { return run_steps(); },
-                                         .last_step =
-                                             [this] {
-                                               absl::MutexLock lock(&mu_);
-                                               return last_step_;
-                                             }}),
+                StepExchange::WorkerView{.run = [this] { return admission_.run(); },
+                                         .last_step = [this] { return admission_.last_step(); }}),
       client_watch_([session](const gift::v1::TrainingClient& client) {
         session->SetTrainingClient(client);
       }),
@@ -85,32 +82,6 @@ WorkerCore::~WorkerCore() {
   engine_.reset();
 }
 
-absl::StatusOr<uint64_t> WorkerCore::NewClusterStep(uint64_t run_step) const {
-  absl::MutexLock lock(&mu_);
-  if (draining_) return absl::UnavailableError("the worker is draining; no new steps");
-  // The run's step in the cluster's numbering (run_steps.h), which stays
-  // within kMaxTrainingStep.
-  const uint64_t most = kMaxTrainingStep - std::min(run_.run().base_step(), kMaxTrainingStep);
-  if (run_step > most) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step ", run_step, " is too large (at most ", most, ")"));
-  }
-  const uint64_t step = run_.ToCluster(run_step);
-  if (last_step_.has_value() && step <= *last_step_) {
-    const std::string connected = ConnectedRunClients(*session_->state());
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step ", run_.ToRun(step), " is not above the last step ", run_.ToRun(*last_step_),
-        run_.Describe().empty() ? "" : absl::StrCat(" of ", run_.Describe()),
-        "; a new run of the job (from step 0) begins when it registers its buffers after "
-        "every client of this run has disconnected (connected now, this one among them: ",
-        connected.empty() ? "none the workers can watch" : connected,
-        "), or with a new run id (WorkerClient run_id / GIFT_RUN_ID), or after "
-        "`giftctl run reset`"));
-  }
-  if (absl::Status admitted = CheckAdmitted(*session_, step, run_); !admitted.ok()) return admitted;
-  return step;
-}
-
 absl::StatusOr<std::vector<const RegisteredTensor*>> WorkerCore::Select(
     const google::protobuf::RepeatedField<uint64_t>& ids) const {
   if (registered_.empty()) {
@@ -133,58 +104,17 @@ absl::StatusOr<std::vector<const RegisteredTensor*>> WorkerCore::Select(
   return selected;
 }
 
-absl::Status WorkerCore::AwaitStartBarrier(uint64_t step, absl::Time deadline) {
-  if (open_.has_value() && open_->step == step) return absl::OkStatus();
-  bool first;
-  {
-    absl::MutexLock lock(&mu_);
-    first = !last_step_.has_value();
-  }
-  // A worker admitted at a later step joined a cluster that already runs
-  // (a restarted daemon): the barrier is the starting cluster's, not its.
-  if (!first || options_.min_workers <= 1 || session_->identity().admit_step > 0) {
-    return absl::OkStatus();
-  }
-  const uint32_t want = options_.min_workers;
-  const int joined = session_->state()->workers_size();
-  if (static_cast<uint32_t>(joined) < want) {
-    Log(Level::kInfo, "start_barrier_waiting",
-        {{"step", step}, {"workers", joined}, {"min_workers", want}});
-  }
-  auto ready = session_->WaitFor(
-      [want](const gift::v1::ClusterState& s) {
-        return static_cast<uint32_t>(s.workers_size()) >= want;
-      },
-      deadline - absl::Now());
-  if (!ready.ok()) {
-    return absl::DeadlineExceededError(absl::StrCat("the first step waits for ", want, " workers; ",
-                                                    session_->state()->workers_size(),
-                                                    " joined within the step timeout"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::PushPull(
     const gift::v1::PushPullRequest& run_request) {
   const auto start = std::chrono::steady_clock::now();
   const absl::Time deadline = absl::Now() + options_.step_timeout;
   // The run's step, in the cluster's numbering from here on (run_steps.h).
-  const RunSteps run = run_steps();
-  absl::StatusOr<uint64_t> step = NewClusterStep(run_request.step());
+  const RunSteps run = admission_.run();
+  absl::StatusOr<uint64_t> step = admission_.Admit(run_request.step());
   if (!step.ok()) return step.status();
   gift::v1::PushPullRequest request = run_request;
   request.set_step(*step);
-  {
-    absl::MutexLock lock(&mu_);
-    in_step_ = true;
-  }
-  struct Done {
-    WorkerCore* self;
-    ~Done() {
-      absl::MutexLock lock(&self->mu_);
-      self->in_step_ = false;
-    }
-  } done{this};
+  const StepAdmission::InFlight in_flight = admission_.BeginStep();
 
   absl::MutexLock step_lock(&step_mu_);
   // A worker in its start barrier has not begun the step: it reports the
@@ -192,7 +122,12 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::PushPull(
   // has not begun instead of saying that every rank has.
   absl::StatusOr<gift::v1::PushPullResponse> result =
       [&]() -> absl::StatusOr<gift::v1::PushPullResponse> {
-    if (absl::Status s = AwaitStartBarrier(request.step(), deadline); !s.ok()) return s;
+    // A step opened by StartTensors has passed its barrier.
+    if (!open_.has_value() || open_->step != request.step()) {
+      if (absl::Status s = admission_.AwaitStartBarrier(request.step(), deadline); !s.ok()) {
+        return s;
+      }
+    }
     waits_.Begin(request.step());
     return RunStep(request, start, deadline);
   }();
@@ -332,9 +267,9 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
   }
   membership_.Completed(c.exchanged.epoch, session_->member_id(), &response);
   session_->SetLastStep(c.step);
+  admission_.Completed(c.step);
   {
     absl::MutexLock lock(&mu_);
-    last_step_ = c.step;
     ++counters_.steps_completed;
     counters_.bytes_pushed += c.exchanged.report.bytes_pushed + measure_report.bytes_pushed;
     counters_.bytes_pulled += c.exchanged.report.bytes_pulled + measure_report.bytes_pulled;
@@ -377,10 +312,8 @@ gift::v1::WorkerInfo WorkerCore::Info() const {
   info.set_rank(id.rank);
   info.set_world_size(static_cast<uint32_t>(state->workers_size()));
   info.set_epoch(id.epoch);
-  {
-    absl::MutexLock lock(&mu_);
-    info.set_last_step(run_.ToRun(last_step_.value_or(0)));  // the run's numbering
-  }
+  // The run's numbering.
+  info.set_last_step(admission_.run().ToRun(admission_.last_step().value_or(0)));
   *info.mutable_bases() = state->bases();
   if (buffer_socket_ != nullptr) info.set_buffer_socket(buffer_socket_->path());
   if (options_.device.memory != nullptr) {
@@ -412,11 +345,6 @@ std::vector<gift::v1::TensorErrorRatio> WorkerCore::error_ratios() const {
   return error_ratios_;
 }
 
-bool WorkerCore::Drain(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  draining_ = true;
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !in_step_ && !step_open_; };
-  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
-}
+bool WorkerCore::Drain(absl::Duration timeout) { return admission_.Drain(timeout); }
 
 }  // namespace gift::worker

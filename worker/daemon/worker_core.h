@@ -87,6 +87,7 @@
 #include "worker/daemon/membership_guard.h"
 #include "worker/daemon/owner_queue.h"
 #include "worker/daemon/run_steps.h"
+#include "worker/daemon/step_admission.h"
 #include "worker/daemon/step_exchange.h"
 #include "worker/daemon/step_key.h"
 #include "worker/daemon/step_measurement.h"
@@ -258,21 +259,9 @@ class WorkerCore {
     StepSketches::Cost sketches;  // the step's sketches
   };
 
-  // The cluster step of a new step `run_step` of the run (run_steps.h),
-  // after PushPull's and StartTensors' checks: Unavailable while draining,
-  // InvalidArgument when the cluster step would pass kMaxTrainingStep or is
-  // not above the last one, FailedPrecondition below the admit step.
-  absl::StatusOr<uint64_t> NewClusterStep(uint64_t run_step) const;
-  // The run of the registered buffers (a copy, under mu_).
-  RunSteps run_steps() const ABSL_LOCKS_EXCLUDED(mu_);
   // The registered tensors named by `ids` (empty: all).
   absl::StatusOr<std::vector<const RegisteredTensor*>> Select(
       const google::protobuf::RepeatedField<uint64_t>& ids) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
-  // The first step (`step`, the cluster's number) waits for min_workers
-  // workers; logs `start_barrier_waiting` when it has to. A step already
-  // open (StartTensors) has passed it.
-  absl::Status AwaitStartBarrier(uint64_t step, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   // Appends what the owner wants of `step` for `tensors` (decided on `before`);
   // a tensor whose copy fails is left out (logged: statistics are best effort).
@@ -309,6 +298,7 @@ class WorkerCore {
   StepWaitReporter waits_;      // who the step in progress waits for
   MembershipGuard membership_;  // peers that cannot push, lost ones
   BasisStore store_;
+  StepAdmission admission_;  // which steps may begin; the run; drain
   StepExchange exchange_;  // plans and runs a step's exchanges, with retries
   // Before buffer_socket_, whose thread reports closed connections to it.
   TrainingClientWatch client_watch_;
@@ -321,12 +311,7 @@ class WorkerCore {
   StepSketches sketches_ ABSL_GUARDED_BY(step_mu_);
 
   mutable absl::Mutex mu_;
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
-  bool in_step_ ABSL_GUARDED_BY(mu_) = false;
-  bool step_open_ ABSL_GUARDED_BY(mu_) = false;  // open_ is set
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<uint64_t> last_step_ ABSL_GUARDED_BY(mu_);  // cluster numbering
-  RunSteps run_ ABSL_GUARDED_BY(mu_);                       // the run of the registered buffers
   Counters counters_ ABSL_GUARDED_BY(mu_);
   std::vector<gift::v1::TensorErrorRatio> error_ratios_ ABSL_GUARDED_BY(mu_);
   // The last dimension of each registered tensor (for activation statistics).

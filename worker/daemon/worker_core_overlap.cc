@@ -16,7 +16,7 @@ using logging::Log;
 
 absl::Status WorkerCore::StartTensors(const gift::v1::StartTensorsRequest& run_request) {
   // The run's step, in the cluster's numbering from here on (run_steps.h).
-  absl::StatusOr<uint64_t> step = NewClusterStep(run_request.step());
+  absl::StatusOr<uint64_t> step = admission_.Admit(run_request.step());
   if (!step.ok()) return step.status();
   gift::v1::StartTensorsRequest request = run_request;
   request.set_step(*step);
@@ -45,17 +45,14 @@ absl::Status WorkerCore::StartTensors(const gift::v1::StartTensorsRequest& run_r
   }
   if (!open_.has_value()) {
     const absl::Time deadline = absl::Now() + options_.step_timeout;
-    if (auto s = AwaitStartBarrier(request.step(), deadline); !s.ok()) return s;
+    if (auto s = admission_.AwaitStartBarrier(request.step(), deadline); !s.ok()) return s;
     OpenStep o;
     o.step = request.step();
     o.start = std::chrono::steady_clock::now();
     o.deadline = deadline;
     o.before = session_->state();
     o.retries_before = exchange_.retries();
-    {
-      absl::MutexLock lock(&mu_);
-      step_open_ = true;
-    }
+    admission_.SetOpen(true);
     open_ = std::move(o);
   }
   if (absl::Status s = AddToOpenStep(more); !s.ok()) {
@@ -138,10 +135,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::FinishOpenStep(
   }
   OpenStep o = *std::move(open_);
   open_.reset();
-  {
-    absl::MutexLock lock(&mu_);
-    step_open_ = false;
-  }
+  admission_.SetOpen(false);
   if (!s.ok()) {
     // FailedPrecondition: the state could not plan the step yet (Exchange
     // waits for one that can).
@@ -173,8 +167,7 @@ void WorkerCore::AbandonOpenStep(absl::string_view why) {
       {{"step", static_cast<int64_t>(open_->step)}, {"reason", std::string(why)}});
   engine_->Cancel();
   open_.reset();
-  absl::MutexLock lock(&mu_);
-  step_open_ = false;
+  admission_.SetOpen(false);
 }
 
 }  // namespace gift::worker

@@ -74,9 +74,9 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerCore::RegisterBuffers(
   registered_ = std::move(mapped);
   membership_.Reset();  // a new run: no worker is lost before its first step
   *response.mutable_run() = run.run();
+  admission_.SetRun(run);
   {
     absl::MutexLock lock(&mu_);
-    run_ = run;
     d_in_by_tensor_.clear();
     for (const RegisteredTensor& r : registered_) d_in_by_tensor_[r.local.tensor_id] = r.local.cols;
   }
@@ -89,11 +89,6 @@ absl::StatusOr<gift::v1::RegisterBuffersResponse> WorkerCore::RegisterBuffers(
        {"run_generation", run.run().generation()},
        {"run_base_step", run.run().base_step()}});
   return response;
-}
-
-RunSteps WorkerCore::run_steps() const {
-  absl::MutexLock lock(&mu_);
-  return run_;
 }
 
 }  // namespace gift::worker
