@@ -35,50 +35,21 @@ WorkerCore::WorkerCore(std::unique_ptr<PushPullEngine> engine, control::MemberSe
       client_watch_([session](const gift::v1::TrainingClient& client) {
         session->SetTrainingClient(client);
       }),
-      sketches_(session, &exchange_, options_.device.memory, options_.sketch_timeout) {
-  owner_ = std::make_unique<BasisOwner>(
-      session_, &store_,
-      BasisOwnerOptions{.codec_options = options_.codec_options,
-                        .on_publish =
-                            [this](uint64_t tensor, uint64_t version, const std::string& chosen,
-                                   transform::RefreshReason reason, std::optional<double> ratio) {
-                              {
-                                absl::MutexLock lock(&mu_);
-                                ++counters_.basis_publications;
-                              }
-                              Log(Level::kInfo, "basis_published",
-                                  {{"tensor", static_cast<int64_t>(tensor)},
-                                   {"version", static_cast<int64_t>(version)},
-                                   {"chosen", chosen},
-                                   {"reason", transform::RefreshReasonName(reason)},
-                                   {"ratio", ratio.value_or(-1.0)}});
-                            },
-                        .on_error =
-                            [](uint64_t tensor, const absl::Status& error) {
-                              Log(Level::kWarning, "owner_error",
-                                  {{"tensor", static_cast<int64_t>(tensor)},
-                                   {"error", error.ToString()}});
-                            },
-                        .cancelled =
-                            [this] {
-                              absl::MutexLock lock(&mu_);
-                              return stopping_;
-                            }});
+      sketches_(session, &exchange_, options_.device.memory, options_.sketch_timeout),
+      owner_(session, &store_,
+             {.codec_options = options_.codec_options,
+              .max_jobs = options_.max_owner_jobs,
+              .memory = options_.device.memory}) {
   follower_.emplace(
       session_, absl::Milliseconds(200),
       control::StateFollower::Callbacks{
           .on_wake = [this] { CheckStepPeers(); },
           .on_revision = [this](const gift::v1::ClusterState& state) { FollowRevision(state); }});
-  owner_queue_.emplace(options_.max_owner_jobs, [this](OwnerJob& job) { RunOwnerJob(job); });
 }
 
 WorkerCore::~WorkerCore() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
   follower_->Stop();
-  owner_queue_->Stop();
+  owner_.Stop();
   engine_.reset();
 }
 
@@ -171,7 +142,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::RunStep(
   // What the owner wants of this step (decided on the state before it).
   const std::shared_ptr<const gift::v1::ClusterState> before = session_->state();
   std::vector<OwnedTensorStep> owned;
-  AddOwnedSteps(*before, request.step(), tensors, &owned);
+  owner_.AddWanted(*before, request.step(), tensors, &owned);
 
   // This worker's sketches, from its gradient before the exchange.
   sketches_.Prepare(*before, request.step(), tensors);
@@ -276,31 +247,13 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
     counters_.last_step_seconds = seconds;
   }
   // Hand the owned tensors' averages to the owner thread.
-  if (!c.owned.empty()) {
-    std::shared_ptr<const gift::v1::ClusterState> after = session_->state();
-    for (OwnedTensorStep& o : c.owned) {
-      o.step_seconds = seconds;
-      absl::Status read;
-      for (size_t i = 0; i < tensors.size(); ++i) {
-        if (tensors[i].tensor_id != o.tensor_id) continue;
-        if (const std::vector<float>* copied =
-                c.measurement.has_value() ? c.measurement->device_average(i) : nullptr;
-            copied != nullptr) {
-          o.average = *copied;
-        } else {
-          read = ReadTensor(tensors[i], options_.device.memory, &o.average);
-        }
-      }
-      if (!read.ok()) {  // statistics are best effort: the step stands
-        Log(Level::kWarning, "owner_error",
-            {{"tensor", static_cast<int64_t>(o.tensor_id)}, {"error", read.ToString()}});
-        continue;
-      }
-      const absl::Span<const float> sketch = sketches_.Average(o.tensor_id);
-      o.sketch.assign(sketch.begin(), sketch.end());
-      EnqueueOwnerJob({.state = after, .step = std::move(o)});
-    }
-  }
+  const StepMeasurement* measurement = c.measurement.has_value() ? &*c.measurement : nullptr;
+  owner_.HandOver(
+      std::move(c.owned), tensors, seconds,
+      [measurement](size_t i) {
+        return measurement != nullptr ? measurement->device_average(i) : nullptr;
+      },
+      [this](uint64_t tensor) { return sketches_.Average(tensor); });
   return response;
 }
 
@@ -335,14 +288,14 @@ WorkerCore::Counters WorkerCore::counters() const {
   c.sketch_bytes_pushed = sketches.bytes_pushed;
   c.sketch_bytes_pulled = sketches.bytes_pulled;
   c.sketch_seconds = sketches.seconds;
-  c.owner_jobs_dropped = owner_queue_->dropped();
+  c.owner_jobs_dropped = owner_.jobs_dropped();
+  c.basis_publications = owner_.publications();
   c.error_feedback_bytes = engine_->error_feedback_bytes();
   return c;
 }
 
 std::vector<gift::v1::TensorErrorRatio> WorkerCore::error_ratios() const {
-  absl::MutexLock lock(&mu_);
-  return error_ratios_;
+  return owner_.error_ratios();
 }
 
 bool WorkerCore::Drain(absl::Duration timeout) { return admission_.Drain(timeout); }

@@ -16,9 +16,7 @@
 //                    them), so their pushes overlap the rest of backward;
 //                    the step's PushPull then only adds the rest and waits;
 //   owner duties     for the tensors this member owns: statistics and basis
-//                    refreshes on the owner queue's thread (basis_owner.h,
-//                    owner_queue.h; worker_core_background.cc, with the
-//                    follower thread);
+//                    refreshes on the owner queue's thread (owner_duties.h);
 //   sketches         on the collect steps of tensors whose source is
 //                    per-worker gradients, every worker sketches its own
 //                    gradient and exchanges the sketches (pushed in BF16,
@@ -85,7 +83,7 @@
 #include "common/control/state_follower.h"
 #include "gift/v1/worker.pb.h"
 #include "worker/daemon/membership_guard.h"
-#include "worker/daemon/owner_queue.h"
+#include "worker/daemon/owner_duties.h"
 #include "worker/daemon/run_steps.h"
 #include "worker/daemon/step_admission.h"
 #include "worker/daemon/step_exchange.h"
@@ -169,7 +167,7 @@ class WorkerCore {
     double sketch_seconds = 0;  // computing and exchanging sketches
   };
 
-  // Starts the follower thread and the owner queue (owner_queue.h).
+  // Starts the follower thread and the owner duties (owner_duties.h).
   WorkerCore(std::unique_ptr<PushPullEngine> engine, control::MemberSession* session,
              WorkerCoreOptions options);
   ~WorkerCore();
@@ -263,10 +261,6 @@ class WorkerCore {
   absl::StatusOr<std::vector<const RegisteredTensor*>> Select(
       const google::protobuf::RepeatedField<uint64_t>& ids) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
-  // Appends what the owner wants of `step` for `tensors` (decided on `before`);
-  // a tensor whose copy fails is left out (logged: statistics are best effort).
-  void AddOwnedSteps(const gift::v1::ClusterState& before, uint64_t step,
-                     const std::vector<LocalTensor>& tensors, std::vector<OwnedTensorStep>* owned);
   // Narrows, builds the response, counts, and hands owned tensors on.
   // Errors: a device tensor's copy (then the step is not counted).
   absl::StatusOr<gift::v1::PushPullResponse> CompleteStep(Completed c);
@@ -284,10 +278,6 @@ class WorkerCore {
   absl::StatusOr<gift::v1::PushPullResponse> FinishOpenStep(
       const gift::v1::PushPullRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   void AbandonOpenStep(absl::string_view why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
-  void EnqueueOwnerJob(OwnerJob job);
-  // One owner job, on the owner queue's thread: observed or added by the
-  // BasisOwner, its latest error ratios published.
-  void RunOwnerJob(OwnerJob& job);
   // The follower's callbacks (control::StateFollower, its thread).
   void CheckStepPeers();
   void FollowRevision(const gift::v1::ClusterState& state);
@@ -311,19 +301,14 @@ class WorkerCore {
   StepSketches sketches_ ABSL_GUARDED_BY(step_mu_);
 
   mutable absl::Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Counters counters_ ABSL_GUARDED_BY(mu_);
-  std::vector<gift::v1::TensorErrorRatio> error_ratios_ ABSL_GUARDED_BY(mu_);
   // The last dimension of each registered tensor (for activation statistics).
   absl::flat_hash_map<uint64_t, uint64_t> d_in_by_tensor_ ABSL_GUARDED_BY(mu_);
 
   absl::Notification drain_requested_;
-  // Used only by the owner queue's thread (but WantsStep, basis_owner.h).
-  std::unique_ptr<BasisOwner> owner_;
+  OwnerDuties owner_;  // statistics and bases of the tensors this member owns
   absl::Status last_sync_error_;  // used only by the follower's thread
   std::optional<control::StateFollower> follower_;
-  // After owner_, which its thread uses (destroyed first).
-  std::optional<OwnerQueue> owner_queue_;
 };
 
 }  // namespace gift::worker

@@ -1,8 +1,7 @@
-// WorkerCore's work off the step path (worker_core.h): the owner duties
-// (the steps' statistics handed to the basis owner, the activation
-// statistics the training loop submits, run on the owner queue's thread) and
-// the follower thread (new epochs end the steps of older ones, drain
-// requests, basis proposals synced into the store).
+// WorkerCore's work off the step path (worker_core.h): the activation
+// statistics the training loop submits, checked and handed to the owner
+// duties (owner_duties.h), and the follower thread (new epochs end the steps
+// of older ones, drain requests, basis proposals synced into the store).
 #include <cstring>
 #include <utility>
 
@@ -14,28 +13,6 @@ namespace gift::worker {
 
 using logging::Level;
 using logging::Log;
-
-void WorkerCore::AddOwnedSteps(const gift::v1::ClusterState& before, uint64_t step,
-                               const std::vector<LocalTensor>& tensors,
-                               std::vector<OwnedTensorStep>* owned) {
-  for (const LocalTensor& t : tensors) {
-    for (const gift::v1::TensorInfo& info : before.tensors()) {
-      if (info.tensor_id() != t.tensor_id) continue;
-      bool needs_own = false;
-      if (!owner_->WantsStep(before, info, step, &needs_own)) break;
-      OwnedTensorStep o{
-          .step = step, .tensor_id = t.tensor_id, .name = t.name, .rows = t.rows, .cols = t.cols};
-      if (needs_own) {
-        if (absl::Status s = ReadTensor(t, options_.device.memory, &o.own); !s.ok()) {
-          Log(Level::kWarning, "owner_error",
-              {{"tensor", static_cast<int64_t>(t.tensor_id)}, {"error", s.ToString()}});
-          break;
-        }
-      }
-      owned->push_back(std::move(o));
-    }
-  }
-}
 
 absl::Status WorkerCore::SubmitActivationStats(
     const gift::v1::SubmitActivationStatsRequest& request) {
@@ -67,39 +44,10 @@ absl::Status WorkerCore::SubmitActivationStats(
   if (!mapping.ok()) return mapping.status();
   auto gram = (*mapping)->Range(request.gram().offset_bytes(), bytes, sizeof(float));
   if (!gram.ok()) return gram.status();
-  OwnerJob job{.state = session_->state(),
-               .tensor_id = request.tensor_id(),
-               .num_samples = request.num_samples()};
-  job.gram.resize(d_in * d_in);
-  std::memcpy(job.gram.data(), *gram, bytes);
-  EnqueueOwnerJob(std::move(job));
+  std::vector<float> copy(d_in * d_in);
+  std::memcpy(copy.data(), *gram, bytes);
+  owner_.AddActivationFactor(request.tensor_id(), std::move(copy), request.num_samples());
   return absl::OkStatus();
-}
-
-void WorkerCore::EnqueueOwnerJob(OwnerJob job) {
-  // Dropped when full: owner_queue_ counts it (Counters::owner_jobs_dropped).
-  (void)owner_queue_->Enqueue(std::move(job));
-}
-
-void WorkerCore::RunOwnerJob(OwnerJob& job) {
-  absl::Status s;
-  uint64_t tensor = job.tensor_id;
-  if (job.step.has_value()) {
-    tensor = job.step->tensor_id;
-    // The latest state: a proposal published meanwhile must be seen.
-    s = owner_->Observe(*session_->state(), *job.step);
-  } else {
-    s = owner_->AddActivationFactor(*job.state, job.tensor_id, job.gram, job.num_samples);
-  }
-  if (!s.ok()) {
-    Log(Level::kWarning, "owner_error",
-        {{"tensor", static_cast<int64_t>(tensor)}, {"error", s.ToString()}});
-  }
-  // The latest error ratios, for metrics and the coordinator (heartbeats).
-  std::vector<gift::v1::TensorErrorRatio> ratios = owner_->error_ratios();
-  session_->SetErrorRatios(ratios);
-  absl::MutexLock lock(&mu_);
-  error_ratios_ = std::move(ratios);
 }
 
 // A step in progress that a peer cannot push ends now, not at its timeout

@@ -73,7 +73,7 @@ absl::Status WorkerCore::AddToOpenStep(const std::vector<const RegisteredTensor*
     o.selected.push_back(r);
     o.tensors.push_back(r->local);
   }
-  AddOwnedSteps(*o.before, o.step, tensors, &o.owned);
+  owner_.AddWanted(*o.before, o.step, tensors, &o.owned);
   if (!o.failed.ok()) return absl::OkStatus();  // PushPull runs the whole step again
   const std::shared_ptr<const gift::v1::ClusterState> state = session_->state();
   membership_.Observe(state);
