@@ -111,10 +111,10 @@ class StepExchangeTest : public ::testing::Test {
     return *members_.back();
   }
 
-  // Waits until the cluster has `workers` workers, the tensor and the
-  // shard, and the shard serves that epoch; returns the tensor's id.
-  uint64_t WaitReady(int workers) {
-    auto state = members_[0]->ucx.session->WaitFor(test::ClusterReady(workers, 1, 1),
+  // Waits until the cluster has `workers` workers, `tensors` tensors and the
+  // shard, and the shard serves that epoch; returns the first tensor's id.
+  uint64_t WaitReady(int workers, int tensors = 1) {
+    auto state = members_[0]->ucx.session->WaitFor(test::ClusterReady(workers, 1, tensors),
                                                    absl::Seconds(30));
     EXPECT_TRUE(state.ok()) << state.status();
     if (!state.ok()) return 0;
@@ -175,6 +175,45 @@ TEST_F(StepExchangeTest, EveryRankGetsTheExactAverageUnderTheEpochItRanIn) {
     }
   }
   EXPECT_EQ(members_[0]->exchange->retries(), 0u);
+}
+
+TEST_F(StepExchangeTest, TheReportCountsEachTensorsOwnBytesInItsOwnCodec) {
+  AddWorker();
+  AddWorker();
+  // A matrix (pushed in E4M3, block 128: about a byte per element) and a
+  // vector of as many elements (BF16: two bytes per element).
+  ASSERT_TRUE(members_[0]
+                  ->ucx.session->RegisterTensors(test::Float32Specs({{16, 64}, {kRows * kCols}}))
+                  .ok());
+  WaitReady(2, 2);
+  std::shared_ptr<const gift::v1::ClusterState> state = members_[0]->ucx.session->state();
+  std::vector<std::vector<float>> vectors(2, std::vector<float>(kRows * kCols, 0.5f));
+  std::vector<std::future<absl::StatusOr<Exchanged>>> runs;
+  for (size_t w = 0; w < 2; ++w) {
+    Member* m = members_[w].get();
+    std::vector<LocalTensor> tensors = {m->Tensor(state->tensors(0).tensor_id()),
+                                        {.tensor_id = state->tensors(1).tensor_id(),
+                                         .name = state->tensors(1).name(),
+                                         .rows = 1,
+                                         .cols = kRows * kCols,
+                                         .data = vectors[w].data()}};
+    for (float& x : m->gradient) x = 0.25f;
+    runs.push_back(std::async(std::launch::async, [m, tensors] {
+      return m->exchange->Run(0, tensors, ExchangeKind::kGradients,
+                              absl::Now() + absl::Seconds(30));
+    }));
+  }
+  for (auto& r : runs) {
+    absl::StatusOr<Exchanged> done = r.get();
+    ASSERT_TRUE(done.ok()) << done.status();
+    const StepReport& report = done->report;
+    const StepReport::TensorBytes matrix = report.bytes_of(0), vector = report.bytes_of(1);
+    EXPECT_EQ(matrix.pushed + vector.pushed, report.bytes_pushed);
+    EXPECT_EQ(matrix.pulled + vector.pulled, report.bytes_pulled);
+    EXPECT_GT(matrix.pushed, kRows * kCols);
+    EXPECT_GT(static_cast<double>(vector.pushed), 1.8 * static_cast<double>(matrix.pushed))
+        << matrix.pushed << " " << vector.pushed;
+  }
 }
 
 TEST_F(StepExchangeTest, AFailureThatNoEpochCanMendIsReturnedAsItIs) {

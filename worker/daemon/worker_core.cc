@@ -199,17 +199,12 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::CompleteStep(Completed c)
       return s;
     }
   }
-  // Per-tensor bytes: the engine reports totals; split by element count.
-  uint64_t elements = 0;
-  for (const LocalTensor& t : tensors) elements += t.rows * t.cols;
+  // Each tensor's payload bytes, as the engine counted them (the exchange's
+  // tensors are in the step's order).
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const double share = static_cast<double>(tensors[i].rows * tensors[i].cols) / elements;
-    response.mutable_tensors(static_cast<int>(i))
-        ->set_bytes_sent(
-            static_cast<uint64_t>(std::llround(share * c.exchanged.report.bytes_pushed)));
-    response.mutable_tensors(static_cast<int>(i))
-        ->set_bytes_received(
-            static_cast<uint64_t>(std::llround(share * c.exchanged.report.bytes_pulled)));
+    const StepReport::TensorBytes bytes = c.exchanged.report.bytes_of(i);
+    response.mutable_tensors(static_cast<int>(i))->set_bytes_sent(bytes.pushed);
+    response.mutable_tensors(static_cast<int>(i))->set_bytes_received(bytes.pulled);
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count();

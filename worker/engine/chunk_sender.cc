@@ -74,7 +74,7 @@ absl::Status ChunkSender::PushChunk(const StepPlan& plan, const TensorStep& t,
   }
   if (!s.ok()) return InTensor(s, t.tensor_id, slot.index);
   codec::FinishPayload(slot.send);
-  report.bytes_pushed += slot.send.size();
+  report.CountPushed(slot.tensor, slot.send.size());
   const ChunkHeader header = OwnChunkHeader(ChunkKind::kPush, plan, t, slot.index);
   if (plan.keys == nullptr) {
     const auto plain = dataplane::SerializeChunkHeader(header);
@@ -99,7 +99,7 @@ absl::Status ChunkSender::PushNodeSum(const StepPlan& plan, const TensorStep& t,
     return s;
   }
   codec::FinishPayload(slot.send);
-  report.bytes_pushed += slot.send.size();
+  report.CountPushed(slot.tensor, slot.send.size());
   ChunkHeader header = OwnChunkHeader(ChunkKind::kNodePush, plan, t, slot.index);
   header.set_ranks_summed(ranks_summed);
   if (plan.keys == nullptr) {

@@ -340,7 +340,7 @@ absl::Status PushPullEngine::DecodeArrived(ChunkSlot& slot) {
   const TensorStep& t = open_plan_.tensors[slot.tensor];
   TensorBuffers& buffers = *step_buffers_[slot.tensor];
   const absl::Span<const uint8_t> bytes = slot.result_bytes_view();
-  open_report_.bytes_pulled += bytes.size();
+  open_report_.CountPulled(slot.tensor, bytes.size());
   // With data-plane keys, the inbox let in only results whose MAC verified.
   auto parsed = codec::ParsePayload(bytes, {},
                                     open_plan_.keys != nullptr ? codec::ChecksumCheck::kCoveredByMac

@@ -106,6 +106,32 @@ struct StepReport {
   // (chunks to their leaders); not in bytes_pushed, which counts what went
   // to the servers.
   uint64_t node_bytes_sent = 0;
+  // The same payload bytes by tensor (its position in the step's plan; the
+  // vector grows to the last tensor that sent or received a chunk).
+  struct TensorBytes {
+    uint64_t pushed = 0;
+    uint64_t pulled = 0;
+  };
+  std::vector<TensorBytes> by_tensor;
+
+  void CountPushed(size_t tensor, uint64_t bytes) {
+    bytes_pushed += bytes;
+    Of(tensor).pushed += bytes;
+  }
+  void CountPulled(size_t tensor, uint64_t bytes) {
+    bytes_pulled += bytes;
+    Of(tensor).pulled += bytes;
+  }
+  // Tensor `tensor`'s bytes (zeros when it moved none).
+  TensorBytes bytes_of(size_t tensor) const {
+    return tensor < by_tensor.size() ? by_tensor[tensor] : TensorBytes{};
+  }
+
+ private:
+  TensorBytes& Of(size_t tensor) {
+    if (by_tensor.size() <= tensor) by_tensor.resize(tensor + 1);
+    return by_tensor[tensor];
+  }
 };
 
 }  // namespace gift::worker
