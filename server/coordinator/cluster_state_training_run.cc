@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/rpc/run_clients.h"
 #include "server/coordinator/cluster_state.h"
 #include "server/coordinator/cluster_state_run.h"
 
@@ -82,10 +83,7 @@ void ClusterStateMachine::StartRunLocked(const std::string& run_id, const std::s
 bool ClusterStateMachine::RunClientsLeftLocked() const {
   bool any = false;
   for (const auto& [id, m] : membership_.members()) {
-    if (!IsWorker(m) || !m.has_client() ||
-        m.client().run_generation() != meta_.run.generation()) {
-      continue;
-    }
+    if (!rpc::ReportsClientOfRun(m, meta_.run.generation())) continue;
     if (m.client().connected()) return false;
     any = true;
   }

@@ -5,6 +5,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "common/rpc/run_clients.h"
 #include "tools/giftctl/commands.h"
 #include "tools/giftctl/output.h"
 
@@ -18,7 +19,7 @@ namespace {
 std::string RunClients(const v1::ClusterState& state) {
   int connected = 0, left = 0;
   for (const v1::Member& w : state.workers()) {
-    if (!w.has_client() || w.client().run_generation() != state.run().generation()) continue;
+    if (!rpc::ReportsClientOfRun(w, state.run().generation())) continue;
     ++(w.client().connected() ? connected : left);
   }
   if (connected + left == 0) return "none registered";

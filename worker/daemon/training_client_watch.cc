@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/rpc/run_clients.h"
 
 namespace gift::worker {
 
@@ -59,8 +60,7 @@ bool TrainingClientWatch::left() const {
 std::string ConnectedRunClients(const gift::v1::ClusterState& state) {
   std::vector<std::string> connected;
   for (const gift::v1::Member& w : state.workers()) {
-    if (w.has_client() && w.client().connected() &&
-        w.client().run_generation() == state.run().generation()) {
+    if (rpc::ReportsClientOfRun(w, state.run().generation()) && w.client().connected()) {
       connected.push_back(absl::StrCat("rank ", w.rank(), " (", w.name(), ")"));
     }
   }
