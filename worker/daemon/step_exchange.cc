@@ -64,6 +64,22 @@ absl::StatusOr<Exchanged> StepExchange::Run(uint64_t step,
                                              const std::vector<LocalTensor>& tensors,
                                              ExchangeKind exchange, absl::Time deadline,
                                              std::optional<absl::Duration> result_timeout) {
+  absl::StatusOr<Exchanged> done = RunAttempts(step, tensors, exchange, deadline, result_timeout);
+  if (done.ok() || exchange == ExchangeKind::kGradients) return done;
+  // The data path names the step by its key (step_key.h): say which step
+  // and which of its exchanges.
+  absl::Status named(done.status().code(),
+                     absl::StrCat(ExchangeName(exchange), " of step ", step, " (key ",
+                                  StepKey(step, exchange), "): ", done.status().message()));
+  done.status().ForEachPayload(
+      [&named](absl::string_view url, const absl::Cord& payload) { named.SetPayload(url, payload); });
+  return named;
+}
+
+absl::StatusOr<Exchanged> StepExchange::RunAttempts(uint64_t step,
+                                                    const std::vector<LocalTensor>& tensors,
+                                                    ExchangeKind exchange, absl::Time deadline,
+                                                    std::optional<absl::Duration> result_timeout) {
   int same_epoch_retries = 0;
   absl::Status unreachable;  // the last plan that could not reach the coordinator
   while (true) {

@@ -72,8 +72,10 @@ class StepExchange {
 
   // Runs one exchange of `tensors` for `step` (the cluster's numbering)
   // until `deadline`; `result_timeout` bounds each attempt's wait for
-  // results (StepPlan::result_timeout). Errors: DeadlineExceeded (naming the
-  // last reason the coordinator could not be reached), FailedPrecondition
+  // results (StepPlan::result_timeout). Errors (those of an exchange other
+  // than the gradients prefixed "the sketches of step N (key K): "):
+  // DeadlineExceeded (naming the last reason the coordinator could not be
+  // reached), FailedPrecondition
   // (below the admit step, the run ended: CheckAdmitted, RunSteps), the
   // membership guard's, and a non-retryable failure of the engine.
   absl::StatusOr<Exchanged> Run(uint64_t step, const std::vector<LocalTensor>& tensors,
@@ -96,6 +98,11 @@ class StepExchange {
   static bool Retryable(const absl::Status& s);
 
  private:
+  // Run's attempts; Run adds which exchange of which step failed.
+  absl::StatusOr<Exchanged> RunAttempts(uint64_t step, const std::vector<LocalTensor>& tensors,
+                                        ExchangeKind exchange, absl::Time deadline,
+                                        std::optional<absl::Duration> result_timeout);
+
   PushPullEngine* const engine_;
   control::MemberSession* const session_;
   BasisStore* const store_;

@@ -31,6 +31,20 @@ constexpr uint64_t StepKey(uint64_t step, ExchangeKind exchange) {
   return step | static_cast<uint64_t>(exchange);
 }
 
+// "the gradients", "the exact measurement", "the sketches": for messages,
+// whose data-path parts name the step by its key.
+constexpr const char* ExchangeName(ExchangeKind exchange) {
+  switch (exchange) {
+    case ExchangeKind::kGradients:
+      return "the gradients";
+    case ExchangeKind::kExactMeasure:
+      return "the exact measurement";
+    case ExchangeKind::kSketches:
+      return "the sketches";
+  }
+  return "an exchange";
+}
+
 }  // namespace gift::worker
 
 #endif  // GIFT_WORKER_DAEMON_STEP_KEY_H_

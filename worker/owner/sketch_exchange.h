@@ -15,9 +15,10 @@
 // has no owner and no basis, goes direct, and the shard map cuts it into
 // whole-row chunks over the servers like a gradient. The daemon exchanges
 // the statistics tensors of a step separately from the step's gradients (own
-// step key, FP32 push, so the servers' result is FP32 too); every worker of
-// the epoch receives the average (the servers broadcast every result), and
-// only the owner uses it.
+// step key; pushed in BF16 and pulled in the statistics tensor's pull codec,
+// BF16 by default: worker/daemon/step_exchange.h, step_sketches.h); every
+// worker of the epoch receives the average (the servers broadcast every
+// result), and only the owner uses it.
 //
 // Same test matrices everywhere: the sketch seeds derive from the tensor id
 // (GeometryOptionsFor), fixed across steps, because an EMA of sketches is the
@@ -25,7 +26,7 @@
 //
 //   SketchExchange sketches([&](const gift::v1::TensorSpec& s) { ... register ... });
 //   auto stats = sketches.Prepare(*state, step, tensors);   // before the exchange
-//   ... exchange *stats (FP32, direct) ...
+//   ... exchange *stats (direct; BF16 on the wire) ...
 //   absl::Span<const float> avg = sketches.Average(tensor_id);
 //
 // Ownership: owns the statistics buffers (LocalTensor::data of Prepare's
