@@ -43,7 +43,8 @@ std::string IncompleteSteps::Describe(size_t max_steps) const {
       parts.push_back(absl::StrCat(steps_.size() - max_steps, " more steps"));
       break;
     }
-    parts.push_back(absl::StrCat("step ", s.step, " (", s.chunks, s.chunks == 1 ? " chunk" : " chunks",
+    parts.push_back(absl::StrCat("step ", s.step, " (", s.chunks,
+                                 s.chunks == 1 ? " chunk" : " chunks",
                                  "): ", DescribeRanks(s.missing_ranks), " missing"));
   }
   return absl::StrJoin(parts, "; ");

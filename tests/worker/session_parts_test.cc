@@ -1,9 +1,8 @@
 // The worker daemon's parts that need a real member session, StepAdmission
 // (worker/daemon/step_admission.h) and OwnerDuties (owner_duties.h), with a
 // gift-coordinator (child process) and two in-process workers.
-#include <cstring>
-
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -13,10 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/control/coordinator_client.h"
 #include "gtest/gtest.h"
+#include "tests/testing/state_plans.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/ucx_member.h"
 #include "tools/gift-cluster/coordinator_process.h"
-#include "tests/testing/state_plans.h"
 #include "worker/daemon/owner_duties.h"
 #include "worker/daemon/step_admission.h"
 #include "worker/daemon/step_key.h"
@@ -67,7 +66,8 @@ class SessionPartsTest : public ::testing::Test {
   std::vector<test::UcxWorker> workers_;
 };
 
-TEST_F(SessionPartsTest, StepAdmissionAStepIsAdmittedAboveTheLastOneInTheRunsNumberingUntilTheDrain) {
+TEST_F(SessionPartsTest,
+       StepAdmissionAStepIsAdmittedAboveTheLastOneInTheRunsNumberingUntilTheDrain) {
   StepAdmission admission(session(), 1);
   EXPECT_EQ(admission.Admit(0).value(), 0u);
   EXPECT_FALSE(admission.last_step().has_value());
@@ -117,7 +117,8 @@ TEST_F(SessionPartsTest, StepAdmissionTheFirstStepWaitsForMinWorkersAndNoLaterOn
   const absl::Time start = absl::Now();
   const absl::Status waited = three.AwaitStartBarrier(0, start + absl::Milliseconds(300));
   EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(waited.message(), "the first step waits for 3 workers; 2 joined within the step timeout");
+  EXPECT_EQ(waited.message(),
+            "the first step waits for 3 workers; 2 joined within the step timeout");
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));
   three.Completed(0);  // past its first step: no barrier
   EXPECT_TRUE(three.AwaitStartBarrier(1, absl::Now()).ok());

@@ -61,9 +61,8 @@ class StepExchangeTest : public ::testing::Test {
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
     auto shard = server::AggregatorShard::Create(
-        {.reducer = {.pull_spec = codec::ParseCodecSpec("bf16").value()}}, [](auto h) {
-          return transport::CreateUcxTransport(std::move(h));
-        });
+        {.reducer = {.pull_spec = codec::ParseCodecSpec("bf16").value()}},
+        [](auto h) { return transport::CreateUcxTransport(std::move(h)); });
     ASSERT_TRUE(shard.ok()) << shard.status();
     shard_ = *std::move(shard);
     control::MemberSessionOptions options;
@@ -94,8 +93,8 @@ class StepExchangeTest : public ::testing::Test {
   // A worker that joined; its exchange reads the run of `state_` at its call.
   Member& AddWorker() {
     auto m = std::make_unique<Member>();
-    auto w = test::StartUcxWorker(coordinator_->address(),
-                                  absl::StrCat("worker-", members_.size()), absl::Seconds(20));
+    auto w = test::StartUcxWorker(coordinator_->address(), absl::StrCat("worker-", members_.size()),
+                                  absl::Seconds(20));
     EXPECT_TRUE(w.ok()) << w.status();
     if (w.ok()) m->ucx = *std::move(w);
     m->store = std::make_unique<BasisStore>(m->ucx.session.get());
@@ -124,12 +123,12 @@ class StepExchangeTest : public ::testing::Test {
       absl::SleepFor(absl::Milliseconds(10));
     }
     for (auto& m : members_) {
-      EXPECT_TRUE(m->ucx.session
-                      ->WaitFor([&](const gift::v1::ClusterState& s) {
-                        return s.epoch() >= (*state)->epoch();
-                      },
-                                absl::Seconds(20))
-                      .ok());
+      EXPECT_TRUE(
+          m->ucx.session
+              ->WaitFor(
+                  [&](const gift::v1::ClusterState& s) { return s.epoch() >= (*state)->epoch(); },
+                  absl::Seconds(20))
+              .ok());
     }
     return (*state)->tensors(0).tensor_id();
   }
@@ -336,7 +335,8 @@ TEST_F(StepSketchesTest, TheSketchesOfACollectStepReachEveryWorkerAndAMissedOneF
   ASSERT_LT(next, step + 64) << "no later collect step";
   const StepSketches::Counters before = members_[0]->sketches->counters();
   const absl::Time start = absl::Now();
-  const StepSketches::Cost missed = members_[0]->sketches->Exchange(next, start + absl::Seconds(30));
+  const StepSketches::Cost missed =
+      members_[0]->sketches->Exchange(next, start + absl::Seconds(30));
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
   EXPECT_EQ(missed.exchange.bytes_pushed, 0u);
   EXPECT_TRUE(members_[0]->sketches->Average(tensor).empty());

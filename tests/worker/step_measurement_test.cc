@@ -21,8 +21,9 @@ TEST(StepMeasurementTest, RelativeL2OfHandComputedVectors) {
 TEST(StepMeasurementTest, CompareSetsEachTensorsErrorAndSummarizeSplitsByTransform) {
   // Two host tensors: the step's averages against exact ones given here.
   std::vector<float> a = {1, 2, 2, 1}, b = {0, 0, 3, 4};
-  const std::vector<LocalTensor> tensors = {{.tensor_id = 1, .rows = 2, .cols = 2, .data = a.data()},
-                                            {.tensor_id = 2, .rows = 1, .cols = 4, .data = b.data()}};
+  const std::vector<LocalTensor> tensors = {
+      {.tensor_id = 1, .rows = 2, .cols = 2, .data = a.data()},
+      {.tensor_id = 2, .rows = 1, .cols = 4, .data = b.data()}};
   StepMeasurement m({{1, 2, 2, 1}, {0, 0, 3, 3}}, StepReport{.bytes_pushed = 64});
   EXPECT_EQ(m.report().bytes_pushed, 64u);
   gift::v1::PushPullResponse response;

@@ -60,10 +60,9 @@ absl::StatusOr<StepPlan> StepExchange::Plan(const gift::v1::ClusterState& state,
   return plan;
 }
 
-absl::StatusOr<Exchanged> StepExchange::Run(uint64_t step,
-                                             const std::vector<LocalTensor>& tensors,
-                                             ExchangeKind exchange, absl::Time deadline,
-                                             std::optional<absl::Duration> result_timeout) {
+absl::StatusOr<Exchanged> StepExchange::Run(uint64_t step, const std::vector<LocalTensor>& tensors,
+                                            ExchangeKind exchange, absl::Time deadline,
+                                            std::optional<absl::Duration> result_timeout) {
   absl::StatusOr<Exchanged> done = RunAttempts(step, tensors, exchange, deadline, result_timeout);
   if (done.ok() || exchange == ExchangeKind::kGradients) return done;
   // The data path names the step by its key (step_key.h): say which step
@@ -71,8 +70,9 @@ absl::StatusOr<Exchanged> StepExchange::Run(uint64_t step,
   absl::Status named(done.status().code(),
                      absl::StrCat(ExchangeName(exchange), " of step ", step, " (key ",
                                   StepKey(step, exchange), "): ", done.status().message()));
-  done.status().ForEachPayload(
-      [&named](absl::string_view url, const absl::Cord& payload) { named.SetPayload(url, payload); });
+  done.status().ForEachPayload([&named](absl::string_view url, const absl::Cord& payload) {
+    named.SetPayload(url, payload);
+  });
   return named;
 }
 

@@ -37,7 +37,8 @@ class StepMeasurement {
   // Averages host copies of `tensors` (device ones read through `memory`)
   // exactly under `step`'s kExactMeasure key. Errors: a device read's, the
   // exchange's.
-  static absl::StatusOr<StepMeasurement> Exact(uint64_t step, const std::vector<LocalTensor>& tensors,
+  static absl::StatusOr<StepMeasurement> Exact(uint64_t step,
+                                               const std::vector<LocalTensor>& tensors,
                                                const DeviceMemory* memory, StepExchange* exchange,
                                                absl::Time deadline);
 
