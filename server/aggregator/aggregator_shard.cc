@@ -112,8 +112,7 @@ absl::Status AggregatorShard::SetEpoch(const ShardEpoch& epoch) {
     const std::string text =
         absl::StrCat("epoch ", epoch.epoch, " replaced epoch ", update->aborted_epoch,
                      " before the step completed; this server still waited for ",
-                     DescribeRanks(step.missing_ranks), " (", step.chunks,
-                     step.chunks == 1 ? " chunk)" : " chunks)");
+                     DescribeRanks(step.missing_ranks), " (", DescribeChunks(step.chunks), ")");
     reasons[step.step] = std::make_shared<const std::vector<uint8_t>>(text.begin(), text.end());
     if (options_.on_step_aborted) options_.on_step_aborted(update->aborted_epoch, epoch.epoch, step);
   }

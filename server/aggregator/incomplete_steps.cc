@@ -36,6 +36,10 @@ std::string DescribeRanks(absl::Span<const uint32_t> ranks) {
   return text;
 }
 
+std::string DescribeChunks(uint64_t chunks) {
+  return absl::StrCat(chunks, chunks == 1 ? " chunk" : " chunks");
+}
+
 std::string IncompleteSteps::Describe(size_t max_steps) const {
   std::vector<std::string> parts;
   for (const IncompleteStep& s : steps()) {
@@ -43,8 +47,7 @@ std::string IncompleteSteps::Describe(size_t max_steps) const {
       parts.push_back(absl::StrCat(steps_.size() - max_steps, " more steps"));
       break;
     }
-    parts.push_back(absl::StrCat("step ", s.step, " (", s.chunks,
-                                 s.chunks == 1 ? " chunk" : " chunks",
+    parts.push_back(absl::StrCat("step ", s.step, " (", DescribeChunks(s.chunks),
                                  "): ", DescribeRanks(s.missing_ranks), " missing"));
   }
   return absl::StrJoin(parts, "; ");

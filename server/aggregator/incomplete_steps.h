@@ -48,6 +48,9 @@ class IncompleteSteps {
 // "ranks 1, 3" / "rank 2" (at most 16 ranks, then how many more).
 std::string DescribeRanks(absl::Span<const uint32_t> ranks);
 
+// "1 chunk" / "3 chunks".
+std::string DescribeChunks(uint64_t chunks);
+
 }  // namespace gift::server
 
 #endif  // GIFT_SERVER_AGGREGATOR_INCOMPLETE_STEPS_H_

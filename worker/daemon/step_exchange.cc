@@ -181,10 +181,13 @@ absl::StatusOr<Exchanged> StepExchange::RunAttempts(uint64_t step,
       ++same_epoch_retries;
       continue;
     }
-    const uint64_t ended = plan->epoch;
-    (void)session_->WaitFor([ended](const gift::v1::ClusterState& s) { return s.epoch() > ended; },
-                            std::max(absl::ZeroDuration(), deadline - absl::Now()));
+    WaitForEpochAfter(plan->epoch, deadline);
   }
+}
+
+void StepExchange::WaitForEpochAfter(uint64_t ended, absl::Time deadline) {
+  (void)session_->WaitFor([ended](const gift::v1::ClusterState& s) { return s.epoch() > ended; },
+                          std::max(absl::ZeroDuration(), deadline - absl::Now()));
 }
 
 absl::Status CheckAdmitted(const control::MemberSession& session, uint64_t step,

@@ -89,6 +89,11 @@ class StepExchange {
   absl::StatusOr<StepPlan> Plan(const gift::v1::ClusterState& state, uint64_t step,
                                 const std::vector<LocalTensor>& tensors);
 
+  // Waits (until `deadline` at most) for the session to hold a state of an
+  // epoch after `ended`: a step some of whose chunks went out under `ended`
+  // may run again only then, since the servers count a rank once per epoch.
+  void WaitForEpochAfter(uint64_t ended, absl::Time deadline);
+
   // Attempts run again under a new epoch (or the same one), by Run and by
   // callers that retry on their own (CountRetry).
   uint64_t retries() const { return retries_.load(); }

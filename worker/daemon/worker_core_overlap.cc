@@ -147,10 +147,7 @@ absl::StatusOr<gift::v1::PushPullResponse> WorkerCore::FinishOpenStep(
       // rank once per epoch, so the step runs again once the cluster left
       // that epoch.
       exchange_.CountRetry();
-      const uint64_t ended = o.exchanged.epoch;
-      (void)session_->WaitFor(
-          [ended](const gift::v1::ClusterState& st) { return st.epoch() > ended; },
-          std::max(absl::ZeroDuration(), o.deadline - absl::Now()));
+      exchange_.WaitForEpochAfter(o.exchanged.epoch, o.deadline);
     }
     auto again = exchange_.Run(o.step, o.tensors, ExchangeKind::kGradients, o.deadline);
     if (!again.ok()) return again.status();
