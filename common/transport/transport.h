@@ -144,6 +144,16 @@ class Transport {
 
   // "ucx" or "inproc", plus details for logs ("ucx (memory types: host)").
   virtual std::string name() const = 0;
+
+  // Messages received so far, by how their payload came: in the message
+  // (eager) or fetched from the sender's memory afterwards (rendezvous:
+  // RDMA reads on verbs). Any thread. A transport without the distinction
+  // counts everything eager.
+  struct ReceiveCounts {
+    uint64_t eager = 0;
+    uint64_t rendezvous = 0;
+  };
+  virtual ReceiveCounts receive_counts() const { return {}; }
 };
 
 // Builds a transport with the handlers its owner gives it: what the worker's

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -550,6 +551,85 @@ TEST(UcxTransportTest, PayloadsGoEagerlyOverTcpOnly) {
   EXPECT_EQ(EffectiveRndvThresh({.tls = "rc"}, getenv), "");  // the option wins over UCX_TLS
   env["UCX_RNDV_THRESH"] = "8k";  // the user's setting, which UCX reads itself
   EXPECT_EQ(EffectiveRndvThresh({.tls = "tcp", .rndv_thresh = "64k"}, getenv), "");
+}
+
+TEST(UcxTransportTest, TheTcpOptionsAreSetOnlyWhereTcpMayBeUsed) {
+  std::map<std::string, std::string> env;
+  auto getenv = [&env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  EXPECT_TRUE(MayUseTcp({}, getenv));  // UCX's choice
+  EXPECT_TRUE(MayUseTcp({.tls = "tcp"}, getenv));
+  EXPECT_TRUE(MayUseTcp({.tls = "rc_verbs,tcp"}, getenv));
+  EXPECT_TRUE(MayUseTcp({.tls = "^ib"}, getenv));
+  EXPECT_TRUE(MayUseTcp({.tls = "all"}, getenv));
+  EXPECT_FALSE(MayUseTcp({.tls = "rc_verbs,ud_verbs,self"}, getenv));
+  env["UCX_TLS"] = "ud_verbs";
+  EXPECT_FALSE(MayUseTcp({}, getenv));
+  EXPECT_TRUE(MayUseTcp({.tls = "tcp"}, getenv));  // the option wins over UCX_TLS
+}
+
+// Sends one payload of `bytes` from a transport to another, both of `tls`;
+// the receiver's counts once it arrived.
+Transport::ReceiveCounts CountsAfterOnePayload(const std::string& tls, size_t bytes) {
+  Inbox inbox;
+  auto receiver = CreateUcxTransport(inbox.Handlers(), {.tls = tls});
+  Inbox unused;
+  auto sender = CreateUcxTransport(unused.Handlers(), {.tls = tls});
+  if (!receiver.ok() || !sender.ok()) {
+    ADD_FAILURE() << receiver.status() << " " << sender.status();
+    return {};
+  }
+  auto peer = (*sender)->Connect((*receiver)->address());
+  if (!peer.ok()) {
+    ADD_FAILURE() << peer.status();
+    return {};
+  }
+  std::vector<uint8_t> payload(bytes, 7);
+  const uint8_t header[1] = {1};
+  absl::Notification sent;
+  EXPECT_TRUE((*sender)->Send(*peer, header, payload, [&](const absl::Status& s) {
+                         EXPECT_TRUE(s.ok()) << s;
+                         sent.Notify();
+                       }).ok());
+  std::vector<Message> got;
+  EXPECT_TRUE(inbox.WaitFor(1, &got, absl::Seconds(60)));
+  EXPECT_TRUE(sent.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  if (got.size() == 1) EXPECT_EQ(got[0].bytes().size(), bytes);
+  return (*receiver)->receive_counts();
+}
+
+TEST(UcxTransportTest, CountsEagerPayloadsOverTcp) {
+  const Transport::ReceiveCounts counts = CountsAfterOnePayload("tcp", 4 << 20);
+  EXPECT_EQ(counts.eager, 1u);
+  EXPECT_EQ(counts.rendezvous, 0u);  // TCP only: eager at every size
+}
+
+// Over RDMA verbs (run where the host has a device: a scripts/vm.sh guest
+// with soft-RoCE, docs/vm.md) a large payload is fetched by the receiver:
+// UCX's rendezvous, the zero-copy path.
+TEST(UcxTransportTest, LargePayloadsTakeTheRendezvousOverVerbs) {
+  std::error_code error;
+  if (std::filesystem::is_empty("/sys/class/infiniband", error) || error) {
+    GTEST_SKIP() << "no RDMA device on this host";
+  }
+  const Transport::ReceiveCounts counts = CountsAfterOnePayload("rc_verbs,ud_verbs,self", 4 << 20);
+  EXPECT_EQ(counts.rendezvous, 1u);
+  EXPECT_EQ(counts.eager, 0u);
+}
+
+TEST(UcxTransportTest, FindsSoftRoceDevicesByTheirParentAttribute) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / absl::StrCat("gift-sysfs-", getpid());
+  std::filesystem::remove_all(root);
+  EXPECT_FALSE(HasSoftRoceDevice(root.string()));  // no RDMA class at all
+  std::filesystem::create_directories(root / "mlx5_0" / "ports");
+  EXPECT_FALSE(HasSoftRoceDevice(root.string()));  // hardware: no parent
+  std::filesystem::create_directories(root / "rxe0");
+  { std::ofstream(root / "rxe0" / "parent") << "eth0\n"; }
+  EXPECT_TRUE(HasSoftRoceDevice(root.string()));
+  std::filesystem::remove_all(root);
 }
 
 TEST(UcxTransportTest, BadRendezvousThresholdIsAnError) {

@@ -17,6 +17,7 @@
 #include <ucp/api/ucp.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -25,11 +26,26 @@
 
 namespace gift::transport {
 
+// Whether this host has a soft-RoCE device (rdma_rxe): an RDMA device under
+// `sysfs_class` with a `parent` attribute (the Ethernet device it runs on),
+// which hardware RDMA devices do not have.
+bool HasSoftRoceDevice(const std::string& sysfs_class = "/sys/class/infiniband");
+
+// Whether UCX may use its tcp transport for `options` (UCX_TLS when the
+// option is empty): no list, an exclusion list ("^ib"), "all" or one naming
+// tcp. `getenv` reads the environment.
+bool MayUseTcp(const UcxTransportOptions& options,
+               const std::function<const char*(const char*)>& getenv);
+
 // Internal with UCX's message for `what`.
 absl::Status UcxError(absl::string_view what, ucs_status_t status);
 
 // A UCP context with active messages and wakeup, configured from `options`
-// (see UcxTransportOptions). The caller owns it (ucp_cleanup). Internal with
+// (see UcxTransportOptions). On a host with a soft-RoCE device, UCX's UD
+// transports keep every packet that reaches their queue pair (ETH_DGID_CHECK
+// off, unless UCX_UD_VERBS_ETH_DGID_CHECK is set): UCX 1.13's check of the
+// destination GID in the received GRH drops every packet rdma_rxe delivers,
+// so UD and the RC connections UD wires up time out (docs/vm.md, RDMA). The caller owns it (ucp_cleanup). Internal with
 // UCX's message when UCX cannot be initialized or rejects an option.
 absl::StatusOr<ucp_context_h> CreateUcpContext(const UcxTransportOptions& options);
 

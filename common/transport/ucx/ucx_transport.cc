@@ -71,6 +71,10 @@ class UcxTransport final : public Transport {
     return absl::StrCat("ucx (memory types: ", DescribeMemoryTypes(memory_types_), ")");
   }
   bool carries_cuda_memory() const override { return HasCudaMemory(memory_types_); }
+  ReceiveCounts receive_counts() const override {
+    return {.eager = eager_receives_.load(std::memory_order_relaxed),
+            .rendezvous = rendezvous_receives_.load(std::memory_order_relaxed)};
+  }
 
   void Deliver(Message message) { handlers_.on_receive(std::move(message)); }
 
@@ -141,6 +145,8 @@ class UcxTransport final : public Transport {
   // Peers that Send may target (not failed, not disconnected).
   absl::flat_hash_set<PeerId> live_ ABSL_GUARDED_BY(mu_);
   std::atomic<PeerId> next_peer_{1};
+  std::atomic<uint64_t> eager_receives_{0};
+  std::atomic<uint64_t> rendezvous_receives_{0};
   // Registered buffers by start address.
   absl::Mutex regions_mu_;
   std::map<uintptr_t, Registered> regions_ ABSL_GUARDED_BY(regions_mu_);
@@ -436,9 +442,11 @@ ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_len
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
     // The payload is still at the sender: fetch it (straight into its
     // destination) after this callback.
+    self->rendezvous_receives_.fetch_add(1, std::memory_order_relaxed);
     self->pending_rndv_.push_back({data, std::move(message)});
     return UCS_INPROGRESS;
   }
+  self->eager_receives_.fetch_add(1, std::memory_order_relaxed);
   if (length > 0) std::memcpy(const_cast<uint8_t*>(message.bytes().data()), data, length);
   self->Deliver(std::move(message));
   return UCS_OK;
