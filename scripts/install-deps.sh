@@ -4,6 +4,7 @@
 #
 #   scripts/install-deps.sh            # install what is missing (needs root)
 #   scripts/install-deps.sh --check    # list what is missing, install nothing
+#   scripts/install-deps.sh --vm       # also what scripts/vm.sh needs
 #
 # The CUDA Toolkit is not a Debian package here: CMake finds it at
 # /usr/local/cuda when present and builds the CUDA targets then.
@@ -37,6 +38,15 @@ PACKAGES=(
   # mutual-TLS tests and benchmarks: certificates made with the openssl command
   openssl
 )
+
+# scripts/vm.sh (not part of make test): qemu, modprobe/depmod for the guest's
+# kernel modules, and the RDMA user space the guests use (soft-RoCE's
+# provider, the rdma tool is in iproute2, ibv_* checks).
+VM_PACKAGES=(qemu-system-x86 kmod rdma-core ibverbs-providers ibverbs-utils)
+if [ "${1:-}" = "--vm" ]; then
+  PACKAGES+=("${VM_PACKAGES[@]}")
+  shift
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
