@@ -6,6 +6,9 @@
 #   a (198.18.2.1): the coordinator, a server and worker a, rank 0's client
 #   b (198.18.2.2): worker b, rank 1's client
 #
+# The coordinator runs with --dataplane-auth: every chunk carries a MAC
+# (chacha20-poly1305), checked by its receiver.
+#
 # Workers and the server use only UCX's verbs transports (--ucx-tls
 # rc_verbs,ud_verbs,self: no tcp). The policy's codecs are FP32 both ways,
 # so every step's average is checked bit for bit (scripts/vm/rdma_steps.py);
@@ -37,7 +40,8 @@ scripts/vm/rxe-up.sh "$addr" || exit 1
 counters before
 if [[ $ROLE == a ]]; then
   "$BUILD/server/coordinator/gift-coordinator" --listen "$COORD" --insecure \
-    --state "$run_dir/coordinator.db" --lease-ttl 5s 2>/out/coordinator.log & pids+=($!)
+    --state "$run_dir/coordinator.db" --lease-ttl 5s --dataplane-auth \
+    2>/out/coordinator.log & pids+=($!)
   for _ in $(seq 300); do giftctl status >/dev/null 2>&1 && break; sleep 0.2; done
   giftctl policy set --push-codec fp32 --pull-codec fp32 --target off >/dev/null || exit 1
   "$BUILD/server/aggregator/gift-server" --coordinator "$COORD" --insecure --name server-a \
@@ -60,5 +64,6 @@ python3 scripts/vm/rdma_steps.py "$run_dir/worker.sock" "$rank" --steps "$STEPS"
   --first 100 --max-error 0.1 || rc=1
 counters after
 [[ $ROLE == a ]] && giftctl members >/out/members.txt 2>&1
+[[ $ROLE == a ]] && giftctl status >/out/status.txt 2>&1
 sleep 5 # the other rank's last pull
 exit "$rc"
