@@ -10,14 +10,15 @@
 #                       systemd reached basic.target; the unit's
 #                       SuccessAction/FailureAction power the guest off.
 set -u
-REPO=$(sed -n 's/.*gift\.repo=\([^ ]*\).*/\1/p' /proc/cmdline 2>/dev/null)
+# The repository this script lives in (both ways of starting it run it from
+# there: the first stage and the unit name its path).
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 guest_mount() { # TYPE OPTIONS DIR, quietly (util-linux hints at the fstab)
   mkdir -p "$3"
   mount -t "$1" -o "$2" "$1" "$3" 2>/dev/null || echo "gift-vm: cannot mount $1 on $3" >&2
 }
 if [[ ${1:-} != --under-systemd ]]; then
   guest_mount proc defaults /proc
-  REPO=$(sed -n 's/.*gift\.repo=\([^ ]*\).*/\1/p' /proc/cmdline)
   guest_mount sysfs defaults /sys
   guest_mount devpts defaults /dev/pts
   guest_mount tmpfs mode=1777 /dev/shm

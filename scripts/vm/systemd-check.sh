@@ -97,28 +97,14 @@ done
   || failed "1. giftctl status: $(tail -3 "$OUT/giftctl-status.txt")"
 
 # ---- 2. a step through both workers --------------------------------------------------------------
-step() { # $1: the first step number; prints the two ranks' results
-  PYTHONPATH=$PWD/python timeout 600 python3 - "$1" <<'EOF'
-import sys, threading, torch
-from gift_ps.client import WorkerClient
-first = int(sys.argv[1])
-torch.manual_seed(first)
-values = [torch.randn(256, 128) for _ in range(2)]
-want = (values[0] + values[1]) / 2
-errors = [None, None]
-def rank(r):
-    with WorkerClient(f"/run/gift/worker-{r}.sock", timeout=300) as client:
-        grads = client.register({"w": (256, 128)})
-        for s in range(first, first + 2):
-            grads["w"].copy_(values[r])
-            client.push_pull(s)
-        errors[r] = float((grads["w"] - want).norm() / want.norm())
-threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-for t in threads: t.start()
-for t in threads: t.join()
-print("relative errors", errors)
-sys.exit(0 if all(e is not None and e < 0.1 for e in errors) else 1)
-EOF
+step() { # $1: the first step number; both ranks' lines, failing when either failed
+  local dir=$PWD/scripts/vm rc=0
+  PYTHONPATH=$PWD/python timeout 600 python3 "$dir/rank_steps.py" /run/gift/worker-0.sock 0 \
+    --steps 2 --first "$1" --max-error 0.1 & local rank0=$!
+  PYTHONPATH=$PWD/python timeout 600 python3 "$dir/rank_steps.py" /run/gift/worker-1.sock 1 \
+    --steps 2 --first "$1" --max-error 0.1 || rc=1
+  wait "$rank0" || rc=1
+  return "$rc"
 }
 if out=$(step 0 2>&1); then
   ok "2. two steps averaged through both workers: ${out##*$'\n'}"

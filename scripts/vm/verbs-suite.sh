@@ -13,10 +13,7 @@ set -uo pipefail
 BUILD=${BUILD:-build}
 FILTER=${1:-*}
 ip link add d0 type dummy
-ip addr add 198.18.3.1/24 dev d0
-ip link set d0 mtu 9000 up
-modprobe rdma_rxe
-rdma link add rxe0 type rxe netdev d0 || exit 1
+scripts/vm/rxe-up.sh 198.18.3.1 9000 d0 || exit 1
 export UCX_TLS=rc_verbs,ud_verbs,self
 failed=0
 for t in transport/transport_test worker/cluster_integration_test worker/codec_cluster_test \

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -533,12 +534,18 @@ TEST(UcxTransportTest, SaysWhichMemoryTypesItCarries) {
   EXPECT_FALSE(HasCudaMemory(UCS_BIT(UCS_MEMORY_TYPE_HOST)));
 }
 
-TEST(UcxTransportTest, PayloadsGoEagerlyOverTcpOnly) {
-  std::map<std::string, std::string> env;
-  auto getenv = [&env](const char* name) -> const char* {
+// A getenv over `env` (which must outlive it), for the functions that read
+// UCX's environment variables.
+std::function<const char*(const char*)> GetenvFrom(const std::map<std::string, std::string>& env) {
+  return [&env](const char* name) -> const char* {
     auto it = env.find(name);
     return it == env.end() ? nullptr : it->second.c_str();
   };
+}
+
+TEST(UcxTransportTest, PayloadsGoEagerlyOverTcpOnly) {
+  std::map<std::string, std::string> env;
+  const auto getenv = GetenvFrom(env);
   EXPECT_EQ(EffectiveRndvThresh({.tls = "tcp"}, getenv), "inf");
   EXPECT_EQ(EffectiveRndvThresh({}, getenv), "");  // UCX's choice (RDMA where there is one)
   EXPECT_EQ(EffectiveRndvThresh({.tls = "tcp,sm,self"}, getenv), "inf");
@@ -555,10 +562,7 @@ TEST(UcxTransportTest, PayloadsGoEagerlyOverTcpOnly) {
 
 TEST(UcxTransportTest, TheTcpOptionsAreSetOnlyWhereTcpMayBeUsed) {
   std::map<std::string, std::string> env;
-  auto getenv = [&env](const char* name) -> const char* {
-    auto it = env.find(name);
-    return it == env.end() ? nullptr : it->second.c_str();
-  };
+  const auto getenv = GetenvFrom(env);
   EXPECT_TRUE(MayUseTcp({}, getenv));  // UCX's choice
   EXPECT_TRUE(MayUseTcp({.tls = "tcp"}, getenv));
   EXPECT_TRUE(MayUseTcp({.tls = "rc_verbs,tcp"}, getenv));

@@ -67,6 +67,7 @@ absl::StatusOr<ucp_context_h> CreateUcpContext(const UcxTransportOptions& option
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
   if (status != UCS_OK) return UcxError("ucp_config_read", status);
+  auto getenv = [](const char* name) -> const char* { return std::getenv(name); };
   if (!options.tls.empty()) {
     status = ucp_config_modify(config, "TLS", options.tls.c_str());
     if (status != UCS_OK) {
@@ -74,7 +75,6 @@ absl::StatusOr<ucp_context_h> CreateUcpContext(const UcxTransportOptions& option
       return UcxError(absl::StrCat("UCX transports '", options.tls, "'"), status);
     }
   }
-  auto getenv = [](const char* name) -> const char* { return std::getenv(name); };
   if (const std::string rndv = EffectiveRndvThresh(options, getenv); !rndv.empty()) {
     status = ucp_config_modify(config, "RNDV_THRESH", rndv.c_str());
     if (status != UCS_OK) {
@@ -91,7 +91,7 @@ absl::StatusOr<ucp_context_h> CreateUcpContext(const UcxTransportOptions& option
   // path, which closes it (UcxTransportTest.RefusedConnectsLeaveNoDescriptors).
   // Only where tcp may be used: UCX warns of an "invalid configuration"
   // for a key no opened transport took.
-  if (std::getenv("UCX_TCP_CONN_NB") == nullptr && MayUseTcp(options, getenv)) {
+  if (getenv("UCX_TCP_CONN_NB") == nullptr && MayUseTcp(options, getenv)) {
     status = ucp_config_modify(config, "CONN_NB", "y");  // the tcp iface's
     if (status != UCS_OK) {
       ucp_config_release(config);
@@ -102,7 +102,7 @@ absl::StatusOr<ucp_context_h> CreateUcpContext(const UcxTransportOptions& option
   // (see the header). The key as UCX matches it in the UD transports' own
   // table (its "UD_" part): neither "ETH_DGID_CHECK" nor the variable's
   // "UD_VERBS_ETH_DGID_CHECK" reaches it (UCX warns "invalid configuration").
-  if (std::getenv("UCX_UD_VERBS_ETH_DGID_CHECK") == nullptr && HasSoftRoceDevice()) {
+  if (getenv("UCX_UD_VERBS_ETH_DGID_CHECK") == nullptr && HasSoftRoceDevice()) {
     status = ucp_config_modify(config, "UD_ETH_DGID_CHECK", "n");
     if (status != UCS_OK) {
       ucp_config_release(config);

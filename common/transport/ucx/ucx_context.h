@@ -41,12 +41,14 @@ bool MayUseTcp(const UcxTransportOptions& options,
 absl::Status UcxError(absl::string_view what, ucs_status_t status);
 
 // A UCP context with active messages and wakeup, configured from `options`
-// (see UcxTransportOptions). On a host with a soft-RoCE device, UCX's UD
-// transports keep every packet that reaches their queue pair (ETH_DGID_CHECK
-// off, unless UCX_UD_VERBS_ETH_DGID_CHECK is set): UCX 1.13's check of the
-// destination GID in the received GRH drops every packet rdma_rxe delivers,
-// so UD and the RC connections UD wires up time out (docs/vm.md, RDMA). The caller owns it (ucp_cleanup). Internal with
-// UCX's message when UCX cannot be initialized or rejects an option.
+// (see UcxTransportOptions). The caller owns it (ucp_cleanup). Internal
+// with UCX's message when UCX cannot be initialized or rejects an option.
+//
+// On a host with a soft-RoCE device, UCX's UD transports keep every packet
+// that reaches their queue pair (ETH_DGID_CHECK off, unless
+// UCX_UD_VERBS_ETH_DGID_CHECK is set): UCX 1.13's check of the destination
+// GID in the received GRH drops every packet rdma_rxe delivers, so UD and
+// the RC connections UD wires up time out (docs/vm.md, RDMA).
 absl::StatusOr<ucp_context_h> CreateUcpContext(const UcxTransportOptions& options);
 
 // The bit mask of ucs_memory_type_t (UCS_BIT(UCS_MEMORY_TYPE_HOST), ...)

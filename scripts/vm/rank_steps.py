@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""One training rank of scripts/vm/rdma-cluster.sh: averages a 4 MiB FP32
-tensor (chunks above any eager threshold: the rendezvous path) and a small
-one with the other rank through its local gift-worker, and checks each step's
-average bit for bit against the exact FP32 average (the policy's codecs are
-FP32 both ways), or within --max-error for a quantized codec.
+"""One of two training ranks (rank 0 or 1) of the VM checks: one per guest in
+scripts/vm/rdma-cluster.sh, both on one host in scripts/vm/systemd-check.sh.
+Averages a 4 MiB FP32 tensor (chunks above any eager threshold: the
+rendezvous path) and a small one with the other rank through its gift-worker
+at SOCKET, and checks each step's average bit for bit against the exact FP32
+average (codecs FP32 both ways), or within --max-error for a quantized codec.
 
-    rdma_steps.py SOCKET RANK --steps N [--first S] [--max-error E]
+    rank_steps.py SOCKET RANK --steps N [--first S] [--max-error E]
 """
 import argparse
 import sys
