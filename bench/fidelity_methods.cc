@@ -24,6 +24,7 @@
 #include "common/codec/codec.h"
 #include "common/codec/encoded_tensor.h"
 #include "common/codec/reduce.h"
+#include "common/policy/statistics_tensor.h"
 #include "common/transform/dense_whitening_transform.h"
 #include "common/transform/gradient_transform.h"
 #include "common/transform/hadamard_transform.h"
@@ -67,14 +68,47 @@ struct MethodDef {
   int64_t rank_in = 0, rank_out = 0;  // clipped to the dimension
 };
 
+// The policy's default transform.ema_decay, folding the wire's round trips.
+constexpr double kSketchEmaDecay = 0.95;
+
 // Key of a cached SideBasis: the statistic, its rank, its residual model.
 using SideKey = std::tuple<const Eigen::MatrixXd*, int64_t, ResidualModel>;
 
+// `values` as they arrive after a trip through `spec` each way, laid out as
+// a statistics tensor (rows of policy::kStatisticsColumns, zero padded):
+// pushed by `workers` workers (each encodes them with the spec's rounding,
+// keyed by `key` with its rank), summed in FP32 and averaged as a server
+// does, then pulled (encoded once more, rank `workers`) and decoded.
+absl::Status WireRoundTrip(const codec::CodecSpec& spec, codec::RngKey key, int workers,
+                           std::vector<float>& values) {
+  const uint64_t cols = static_cast<uint64_t>(policy::kStatisticsColumns);
+  const uint64_t rows = policy::StatisticsRows(values.size());
+  std::vector<float> padded(rows * cols, 0.0f), sum(rows * cols, 0.0f);
+  absl::c_copy(values, padded.begin());
+  GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor encoded, codec::EncodedTensor::Create(spec, rows, cols));
+  for (int w = 0; w < workers; ++w) {
+    key.rank = static_cast<uint32_t>(w);
+    GIFT_RETURN_IF_ERROR(codec::Encode(padded.data(), encoded.mutable_view(), key));
+    GIFT_RETURN_IF_ERROR(codec::DecodeAccumulate(encoded.view(), sum.data()));
+  }
+  for (float& x : sum) x /= static_cast<float>(workers);
+  key.rank = static_cast<uint32_t>(workers);
+  GIFT_RETURN_IF_ERROR(codec::Encode(sum.data(), encoded.mutable_view(), key));
+  GIFT_RETURN_IF_ERROR(codec::Decode(encoded.view(), padded.data()));
+  std::copy_n(padded.begin(), values.size(), values.begin());
+  return absl::OkStatus();
+}
+
 // The side basis an owner with sketched statistics builds from `m`:
 // Nystrom eigenpairs of its k-column sketch (seeded by the dimension, as an
-// owner seeds by tensor), exact diagonal and trace.
+// owner seeds by tensor), exact diagonal and trace. With a `wire` codec (a
+// per-worker statistic's, which travels): the EMA of `wire_steps` round
+// trips of that sketch, diagonal and trace through `workers` workers
+// (MethodGridOptions::sketch_codec).
 absl::StatusOr<SideBasis> SketchedSideBasis(const Eigen::MatrixXd& m, int64_t rank,
-                                            int64_t sketch_size, ResidualModel residual) {
+                                            int64_t sketch_size, ResidualModel residual,
+                                            const std::optional<codec::CodecSpec>& wire,
+                                            int64_t wire_steps, int workers) {
   const int64_t n = m.rows();
   const int64_t k = std::min(sketch_size, n);
   GIFT_ASSIGN_OR_RETURN(const transform::MomentSketch sketch,
@@ -83,9 +117,21 @@ absl::StatusOr<SideBasis> SketchedSideBasis(const Eigen::MatrixXd& m, int64_t ra
   GIFT_RETURN_IF_ERROR(sketch.MatrixContribution(m, contribution.data()));
   GIFT_ASSIGN_OR_RETURN(
       transform::SketchedMomentEma ema,
-      transform::SketchedMomentEma::Create(std::make_shared<const transform::MomentSketch>(sketch),
-                                           /*decay=*/0.5));
-  GIFT_RETURN_IF_ERROR(ema.Update(contribution));
+      transform::SketchedMomentEma::Create(
+          std::make_shared<const transform::MomentSketch>(sketch), kSketchEmaDecay,
+          wire.has_value() ? policy::WireNoise(*wire, kSketchEmaDecay) : 0.0));
+  if (!wire.has_value()) {
+    GIFT_RETURN_IF_ERROR(ema.Update(contribution));
+  } else {
+    std::vector<float> arrived;
+    for (int64_t step = 0; step < wire_steps; ++step) {
+      arrived = contribution;
+      GIFT_RETURN_IF_ERROR(WireRoundTrip(
+          *wire, {.tensor = static_cast<uint64_t>(n), .step = static_cast<uint64_t>(step)},
+          workers, arrived));
+      GIFT_RETURN_IF_ERROR(ema.Update(arrived));
+    }
+  }
   GIFT_ASSIGN_OR_RETURN(const transform::LowRankEigenpairs eig,
                         ema.TopEigenpairs(std::min(rank == 0 ? n : rank, k)));
   return SideBasis::FromEigenpairs(eig, ema.diagonal(), n, {.residual = residual});
@@ -342,6 +388,10 @@ absl::StatusOr<std::vector<MethodResult>> MeasureMethodGrid(const WorkerGradient
     return absl::InvalidArgumentError(absl::StrCat("rotation block ", options.rotate_block,
                                                    " is not a power of two dividing d_in ", n));
   }
+  if (options.sketch_steps < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sketch steps ", options.sketch_steps, " is not positive"));
+  }
   if (options.sketch_size < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("sketch size ", options.sketch_size, " is negative"));
@@ -426,11 +476,18 @@ absl::StatusOr<std::vector<MethodResult>> MeasureMethodGrid(const WorkerGradient
   }
   std::vector<std::pair<const SideKey, absl::StatusOr<SideBasis>>*> slots;
   for (auto& entry : cache) slots.push_back(&entry);
+  // The per-worker statistics, which travel as sketches.
+  const Eigen::MatrixXd* travelling[] = {&pw_in, &pw_out, opt(stats.pw_gram_in),
+                                         opt(stats.pw_gram_out)};
   ParallelFor(options.pool, slots.size(), [&](size_t i) {
     const auto& [matrix, rank, residual] = slots[i]->first;
-    slots[i]->second = options.sketch_size > 0
-                           ? SketchedSideBasis(*matrix, rank, options.sketch_size, residual)
-                           : SideBasis::FromFactor(*matrix, rank, {.residual = residual});
+    const bool travels = absl::c_linear_search(travelling, matrix);
+    slots[i]->second =
+        options.sketch_size > 0
+            ? SketchedSideBasis(*matrix, rank, options.sketch_size, residual,
+                                travels ? options.sketch_codec : std::nullopt,
+                                options.sketch_steps, static_cast<int>(P))
+            : SideBasis::FromFactor(*matrix, rank, {.residual = residual});
   });
 
   std::vector<absl::Status> status(defs.size());
@@ -579,6 +636,10 @@ absl::Status RunRealGradientFidelity(const RealFidelityOptions& options) {
   grid.powers = options.powers;
   grid.filter = options.filter;
   grid.sketch_size = options.sketch_size;
+  GIFT_ASSIGN_OR_RETURN(const codec::CodecSpec sketch_codec,
+                        codec::ParseCodecSpec(options.sketch_codec));
+  if (options.sketch_size > 0) grid.sketch_codec = sketch_codec;
+  grid.sketch_steps = options.sketch_steps;
   grid.rotate_block = options.rotate_block;
   grid.use_simd = options.use_simd;
 
@@ -652,7 +713,13 @@ absl::Status RunRealGradientFidelity(const RealFidelityOptions& options) {
   if (!options.target.empty()) {
     GIFT_ASSIGN_OR_RETURN(
         nlohmann::json choice,
-        PrintTargetChoice(results, {.target = options.target, .d_out = m, .d_in = n}, os));
+        PrintTargetChoice(results,
+                          {.target = options.target,
+                           .d_out = m,
+                           .d_in = n,
+                           .statistics_codec = sketch_codec,
+                           .sketch_size = options.sketch_size > 0 ? options.sketch_size : 128},
+                          os));
     os.flush();
     // The choice as the list's last element, marked as such.
     choice["target_choice"] = true;

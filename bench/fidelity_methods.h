@@ -32,7 +32,9 @@
 // eigenpairs of the statistic's k-column sketch (MomentSketch seeded by the
 // side, MatrixContribution; by linearity the sketch of an EMA is the EMA of
 // the sketches) with its exact trace and diagonal, the rank clamped to k;
-// k = 0 decomposes the statistic itself.
+// k = 0 decomposes the statistic itself. The per-worker sources' sketches
+// (step-per-worker, ema-per-worker) travel: with a sketch codec they pass
+// through it first (MethodGridOptions::sketch_codec).
 // A family configuration is measured only when its source has every side it
 // needs. A rank r is clipped to each side's dimension; rank 0 means full rank.
 //
@@ -98,6 +100,20 @@ struct MethodGridOptions {
   // every one of these substrings; direct is always measured.
   std::vector<std::string> filter;
   int64_t sketch_size = 0;  // >= 0; see above
+  // With sketch_size > 0: the codec the per-worker sources' sketches travel
+  // in (the policy's transform.statistics_codec). The owner's statistic is
+  // then the EMA (decay 0.95, the policy's default) over `sketch_steps`
+  // collect steps of the sketch (with its diagonal and trace, laid out as a
+  // statistics tensor) as it arrives: each of the P workers pushes it in the
+  // codec, rounded with its own key, the server averages the decoded pushes
+  // and pulls the average in the codec, afresh each step. Stochastic
+  // rounding averages out over the workers and the steps as in the product;
+  // nearest rounding of this one fixed sketch does not (a bound: in the
+  // product each worker rounds its own sketch, which changes every step).
+  // The EMA's Nystrom shift follows the codec's rounding as the owner's does
+  // (policy::WireNoise). Unset: the sketch arrives exact.
+  std::optional<codec::CodecSpec> sketch_codec;
+  int64_t sketch_steps = 40;  // >= 1
   // > 0: every method (direct too) followed by a randomized Hadamard
   // rotation of each row in blocks of this many elements (a power of two
   // dividing d_in), seeded by tensor_id; names end "+rht<B>".
@@ -154,6 +170,10 @@ struct RealFidelityOptions {
   std::vector<double> powers = {0.125, 0.25, 0.5};
   std::vector<std::string> filter;
   int64_t sketch_size = 0;
+  // The per-worker sketches' codec (MethodGridOptions::sketch_codec when
+  // sketch_size > 0; the target choice's statistics bytes in any case).
+  std::string sketch_codec = "bf16";
+  int64_t sketch_steps = 40;
   int64_t rotate_block = 0;
   // The fidelity target whose choice is printed (fidelity_target_choice.h);
   // "" prints none. Must be among the specs.

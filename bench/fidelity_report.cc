@@ -432,6 +432,20 @@ Command AddFidelityCommand(CLI::App& parent) {
       ->check(CLI::Range(0, 1 << 20))
       ->needs(grads)
       ->capture_default_str();
+  app->add_option("--sketch-codec", real.sketch_codec,
+                  "Real mode: the codec per-worker sketches travel in both ways (the policy's "
+                  "transform.statistics_codec): with --sketch-size the per-worker sources' "
+                  "sketches pass through it each way (--sketch-steps); --target counts their "
+                  "bytes in it")
+      ->needs(grads)
+      ->capture_default_str();
+  app->add_option("--sketch-steps", real.sketch_steps,
+                  "Real mode: with --sketch-size, the per-worker sources' statistic is the EMA "
+                  "(decay 0.95) of this many round trips of their sketch through --sketch-codec, "
+                  "each rounded afresh")
+      ->check(CLI::Range(1, 100000))
+      ->needs(grads)
+      ->capture_default_str();
   app->add_option("--rotate-block", real.rotate_block,
                   "Real mode: follow every method (direct too) with a randomized Hadamard "
                   "rotation of each row in blocks of this many elements (a power of two "

@@ -6,14 +6,11 @@
 #include "common/base/status_macros.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/payload.h"
+#include "common/policy/statistics_tensor.h"
 #include "common/transform/fidelity_target.h"
 
 namespace gift::bench {
 namespace {
-
-// Columns of a per-worker sketch (worker/owner/sketch_exchange.h
-// kPerWorkerSketchSize).
-constexpr uint64_t kSketchColumns = 128;
 
 uint64_t BasisBytes(const MethodResult& r, int64_t d_out, int64_t d_in) {
   if (!absl::StartsWith(r.method, "family/")) return 0;
@@ -24,16 +21,19 @@ uint64_t BasisBytes(const MethodResult& r, int64_t d_out, int64_t d_in) {
   return 4 * elements;
 }
 
-uint64_t StatisticsBytes(const MethodResult& r, int64_t d_out, int64_t d_in) {
+// The per-worker sketches of a per-worker source: MomentSketch's n k + n + 1
+// values per sketched side in one statistics tensor, both ways in `spec`.
+absl::StatusOr<uint64_t> StatisticsBytes(const MethodResult& r, const TargetChoiceOptions& o) {
   if (!absl::StrContains(r.source, "per-worker")) return 0;
+  const uint64_t k = static_cast<uint64_t>(o.sketch_size);
   uint64_t values = 0;
   // activations+ema-per-worker sketches the output side only.
   const bool input =
       !absl::StartsWith(r.source, "activations") && (r.sides == "both" || r.sides == "input");
   const bool output = r.sides == "both" || r.sides == "output";
-  if (input) values += d_in * (kSketchColumns + 1) + 2;
-  if (output) values += d_out * (kSketchColumns + 1) + 2;
-  return 2 /*bf16*/ * 2 /*both ways*/ * values;
+  if (input) values += o.d_in * (std::min<uint64_t>(k, o.d_in) + 1) + 1;
+  if (output) values += o.d_out * (std::min<uint64_t>(k, o.d_out) + 1) + 1;
+  return policy::StatisticsWireBytes(o.statistics_codec, values);
 }
 
 }  // namespace
@@ -55,10 +55,11 @@ absl::StatusOr<nlohmann::json> PrintTargetChoice(const std::vector<MethodResult>
     if (r.method == "direct" && r.spec == target) target_direct = &r;
     GIFT_ASSIGN_OR_RETURN(const codec::CodecSpec spec, codec::ParseCodecSpec(r.spec));
     GIFT_ASSIGN_OR_RETURN(const uint64_t push, codec::PayloadSizeFor(spec, dims));
+    GIFT_ASSIGN_OR_RETURN(const uint64_t statistics, StatisticsBytes(r, options));
     wire.push_back(
         {.error = std::isfinite(r.rel_l2_avg) ? r.rel_l2_avg : std::numeric_limits<double>::max(),
          .bytes_per_step = transform::WireBytesPerStep(
-             push, pull, StatisticsBytes(r, options.d_out, options.d_in), 1,
+             push, pull, statistics, 1,
              BasisBytes(r, options.d_out, options.d_in), options.refresh_period)});
     of.push_back(&r);
   }

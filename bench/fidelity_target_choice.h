@@ -11,10 +11,11 @@
 // payload in the target spec (the owner's pair (c, pull); its (c, c) pairs
 // need a measured pull and are not offered here), the basis of a family
 // option (4 bytes per side element and rank, d_out r + d_in r for both
-// sides) over `refresh_period` steps, and for a per-worker source its BF16
-// sketches both ways (k = 128 columns of each sketched side, and two values
-// per side). The choice: the fewest bytes whose error is at most the target
-// spec's direct error (no compute budget here).
+// sides) over `refresh_period` steps, and for a per-worker source its
+// sketches both ways in the statistics codec (policy::StatisticsWireBytes of
+// k n + n + 1 values per sketched side) on every step. The
+// choice: the fewest bytes whose error is at most the target spec's direct
+// error (no compute budget here).
 //
 // Thread safety: a pure function that writes to `os`.
 #ifndef GIFT_BENCH_FIDELITY_TARGET_CHOICE_H_
@@ -27,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "bench/fidelity_methods.h"
+#include "common/codec/codec_spec.h"
 #include "nlohmann/json.hpp"
 
 namespace gift::bench {
@@ -36,6 +38,11 @@ struct TargetChoiceOptions {
   int64_t d_out = 0;
   int64_t d_in = 0;
   uint32_t refresh_period = 10;
+  // The per-worker sketches (collected every step): their codec (the
+  // policy's statistics_codec) and columns k.
+  codec::CodecSpec statistics_codec = {.format = codec::Format::kBf16,
+                                       .scaling = codec::Scaling::kNone};
+  int64_t sketch_size = 128;
 };
 
 // Prints the choice and, per spec, its cheapest option within the target;

@@ -12,6 +12,7 @@
 #include "common/base/status_macros.h"
 #include "common/codec/codec_spec.h"
 #include "common/codec/codec_spec_proto.h"
+#include "common/policy/statistics_tensor.h"
 #include "google/protobuf/stubs/common.h"
 
 namespace gift::policy {
@@ -34,6 +35,7 @@ constexpr const char* kDefaultTargetCodecs[] = {"e4m3/block128/rne", "nvfp4", "n
 // candidate at every refresh.
 constexpr int kMaxTargetCodecs = 8;
 constexpr char kNonTransformableCodec[] = "bf16";
+constexpr char kDefaultStatisticsCodec[] = "bf16";
 constexpr uint32_t kDefaultPeriodSteps = 10;
 constexpr double kDefaultDriftThreshold = 0.2;
 constexpr uint32_t kDefaultActivationLeadSteps = 4;
@@ -141,6 +143,11 @@ Policy WithDefaults(const Policy& policy) {
   if (t.pull_codec().format() == gift::v1::ELEMENT_FORMAT_UNSPECIFIED) {
     *t.mutable_pull_codec() = DefaultCodec(kDefaultPullCodec);
   }
+  if (t.statistics_codec().format() == gift::v1::ELEMENT_FORMAT_UNSPECIFIED) {
+    *t.mutable_statistics_codec() = t.pull_codec().format() == gift::v1::ELEMENT_FORMAT_F32
+                                        ? t.pull_codec()
+                                        : DefaultCodec(kDefaultStatisticsCodec);
+  }
   gift::v1::RefreshPolicy& r = *out.mutable_refresh();
   if (r.period_steps() == 0) r.set_period_steps(kDefaultPeriodSteps);
   if (!r.has_drift_threshold()) r.set_drift_threshold(kDefaultDriftThreshold);
@@ -199,6 +206,7 @@ absl::Status Validate(const Policy& policy) {
   }
   GIFT_RETURN_IF_ERROR(ValidateCodec("transform.push_codec", t.push_codec()));
   GIFT_RETURN_IF_ERROR(ValidateCodec("transform.pull_codec", t.pull_codec()));
+  GIFT_RETURN_IF_ERROR(ValidateCodec("transform.statistics_codec", t.statistics_codec()));
   GIFT_RETURN_IF_ERROR(ValidateRotationBlock("transform.rotation_block", t.rotation_block()));
 
   const gift::v1::RefreshPolicy& r = policy.refresh();
@@ -365,7 +373,13 @@ TensorSettings ResolveTensorSettings(const Policy& policy, absl::string_view nam
   out.transform = policy.transform();
   out.period_steps = policy.refresh().period_steps();
   std::optional<bool> enabled;
-  if (!IsTransformable(shape)) {
+  // Per-worker sketches: the statistics codec both ways, whatever the
+  // overrides say (they are about gradients); being 3-D they go direct.
+  const bool statistics = IsStatisticsTensorName(name);
+  if (statistics) {
+    *out.transform.mutable_push_codec() = out.transform.statistics_codec();
+    *out.transform.mutable_pull_codec() = out.transform.statistics_codec();
+  } else if (!IsTransformable(shape)) {
     // Norm gains, biases, scalars: few bytes, and an FP8 block scale cannot
     // separate their entries' magnitudes; bf16 unless fp32 was asked for.
     static const gift::v1::CodecSpec bf16 = DefaultCodec(kNonTransformableCodec);
@@ -377,7 +391,7 @@ TensorSettings ResolveTensorSettings(const Policy& policy, absl::string_view nam
     }
   }
   for (const gift::v1::TensorOverride& o : policy.overrides()) {
-    if (!GlobMatch(o.glob(), name)) continue;
+    if (statistics || !GlobMatch(o.glob(), name)) continue;
     if (o.has_sides()) out.transform.set_sides(o.sides());
     if (!o.powers().empty()) *out.transform.mutable_powers() = o.powers();
     if (o.has_source()) out.transform.set_source(o.source());

@@ -109,7 +109,9 @@ bool IsTransformable(absl::Span<const int64_t> shape);
 // fewer than selection.min_elements elements, make it direct; else measured.
 // Codecs: the global ones for a transformable tensor, bf16 (or fp32 where the
 // global codec is fp32) for one that is not; then a matching override's
-// push_codec / pull_codec, the last match winning. The rotation block: the
+// push_codec / pull_codec, the last match winning. A statistics tensor
+// (statistics_tensor.h IsStatisticsTensorName) takes transform.
+// statistics_codec both ways and no override. The rotation block: the
 // global one, then a matching override's; 0 when the shape's last dimension
 // is not a multiple of it (that tensor is sent unrotated).
 TensorSettings ResolveTensorSettings(const gift::v1::Policy& policy, absl::string_view name,

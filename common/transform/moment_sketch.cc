@@ -199,19 +199,24 @@ absl::Status MomentSketch::DoubleContribution(const float* g, int64_t d_out, int
   return absl::OkStatus();
 }
 
-SketchedMomentEma::SketchedMomentEma(std::shared_ptr<const MomentSketch> sketch, double decay)
+SketchedMomentEma::SketchedMomentEma(std::shared_ptr<const MomentSketch> sketch, double decay,
+                                     double noise)
     : sketch_(std::move(sketch)),
       decay_(decay),
+      noise_(noise),
       y_(Eigen::MatrixXd::Zero(sketch_->dim(), sketch_->sketch_size())),
       diag_(Eigen::VectorXd::Zero(sketch_->dim())) {}
 
 absl::StatusOr<SketchedMomentEma> SketchedMomentEma::Create(
-    std::shared_ptr<const MomentSketch> sketch, double decay) {
+    std::shared_ptr<const MomentSketch> sketch, double decay, double noise) {
   if (sketch == nullptr) return absl::InvalidArgumentError("null sketch");
   if (!(decay >= 0.0 && decay < 1.0)) {
     return absl::InvalidArgumentError(absl::StrCat("EMA decay ", decay, " is not in [0, 1)"));
   }
-  return SketchedMomentEma(std::move(sketch), decay);
+  if (!(noise >= 0.0 && std::isfinite(noise))) {
+    return absl::InvalidArgumentError(absl::StrCat("sketch noise ", noise, " is not finite >= 0"));
+  }
+  return SketchedMomentEma(std::move(sketch), decay, noise);
 }
 
 absl::Status SketchedMomentEma::Update(absl::Span<const float> contribution) {
@@ -253,10 +258,12 @@ absl::StatusOr<LowRankEigenpairs> SketchedMomentEma::TopEigenpairs(int64_t rank)
   const double y_norm = y_.norm();
   if (!(y_norm > 0.0)) return absl::FailedPreconditionError("the sketch is all zero");
   const Eigen::MatrixXd& omega = sketch_->omega();
-  // The shift keeps Omega^T Y_nu positive definite despite rounding; grow it
-  // if the Cholesky factorization still fails.
-  double nu = std::sqrt(static_cast<double>(sketch_->dim())) *
-              std::numeric_limits<double>::epsilon() * y_norm;
+  // The shift keeps Omega^T Y_nu positive definite despite rounding (the
+  // arithmetic's, and the contributions' own, noise_); grow it if the
+  // Cholesky factorization still fails.
+  double nu = std::max(std::sqrt(static_cast<double>(sketch_->dim())) *
+                           std::numeric_limits<double>::epsilon() * y_norm,
+                       noise_ * y_norm / std::sqrt(static_cast<double>(k)));
   for (int attempt = 0; attempt < 8; ++attempt, nu *= 100.0) {
     const Eigen::MatrixXd y_nu = y_ + nu * omega;
     Eigen::MatrixXd core = omega.transpose() * y_nu;

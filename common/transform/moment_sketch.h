@@ -102,10 +102,19 @@ class MomentSketch {
 // in with M <- decay M + (1 - decay) X, as SecondMomentEma does.
 class SketchedMomentEma {
  public:
-  // Shares ownership of `sketch`. Fails (InvalidArgument) on a null sketch or
-  // decay outside [0, 1).
+  // Shares ownership of `sketch`. `noise`: the relative rounding error of
+  // the contributions' values as they arrive (0 for FP32 computed here;
+  // a wire codec's for sketches that travelled, WireNoise in
+  // common/policy/statistics_tensor.h). TopEigenpairs' Nystrom shift is then
+  // at least noise x ||Y||_F / sqrt(k), about the spectral size of such
+  // rounding spread over an n x k sketch: the shift absorbs the rounding,
+  // which would otherwise bend even the top eigenvalues (the least shift
+  // that keeps the noisy core positive definite is far too small); the
+  // eigenvalues below that floor stay of its size. Fails (InvalidArgument)
+  // on a null sketch, decay outside [0, 1) or a noise that is negative or
+  // not finite.
   static absl::StatusOr<SketchedMomentEma> Create(std::shared_ptr<const MomentSketch> sketch,
-                                                  double decay);
+                                                  double decay, double noise = 0.0);
 
   // `contribution`: contribution_size() floats, the average over workers of
   // their contributions for one step. InvalidArgument on a wrong size or a
@@ -123,10 +132,11 @@ class SketchedMomentEma {
   absl::StatusOr<LowRankEigenpairs> TopEigenpairs(int64_t rank) const;
 
  private:
-  SketchedMomentEma(std::shared_ptr<const MomentSketch> sketch, double decay);
+  SketchedMomentEma(std::shared_ptr<const MomentSketch> sketch, double decay, double noise);
 
   std::shared_ptr<const MomentSketch> sketch_;
   double decay_;
+  double noise_;
   int64_t num_updates_ = 0;
   Eigen::MatrixXd y_;  // n x k
   Eigen::VectorXd diag_;

@@ -48,7 +48,8 @@ absl::StatusOr<TensorGeometry> TensorGeometry::Create(int64_t d_out, int64_t d_i
         MomentSketch::Create(n, std::min(options.sketch_size, n), options.sketch_seed * 2 + salt);
     if (!sketch.ok()) return sketch.status();
     return SketchedMomentEma::Create(std::make_shared<const MomentSketch>(*std::move(sketch)),
-                                     options.ema_decay);
+                                     options.ema_decay,
+                                     per_worker ? options.per_worker_noise : 0.0);
   };
   if (geo.has_output()) {
     if (sketched) {

@@ -99,6 +99,10 @@ struct TensorGeometryOptions {
   // Seed of the sketches' test matrices; every worker must use the same one
   // for a tensor (e.g. the tensor id).
   uint64_t sketch_seed = 0;
+  // The relative rounding error of the per-worker averages as they arrive
+  // (SketchedMomentEma::Create's noise; their wire codec's); unused by the
+  // other sources, whose sketches are computed here in FP32.
+  double per_worker_noise = 0.0;
 };
 
 struct BuildBasisOptions {

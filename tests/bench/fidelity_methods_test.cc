@@ -12,10 +12,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "bench/fidelity_target_choice.h"
 #include "bench/npy_file.h"
 #include "common/base/temp_dir.h"
 #include "common/codec/codec.h"
 #include "common/codec/encoded_tensor.h"
+#include "common/codec/payload.h"
 #include "common/codec/reduce.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -274,6 +276,127 @@ TEST(FidelityMethodsTest, ARotationInBlocksLiftsWhatNvfp4FlushesAndIsUndoneExact
   EXPECT_LT((*rotated)[1].rel_l2_avg, 1e-6);  // FP32: the inverse is exact to rounding
   options.rotate_block = 24;                  // not a power of two
   EXPECT_TRUE(absl::IsInvalidArgument(MeasureMethodGrid(g, {}, options).status()));
+}
+
+// The sketch codec rounds the per-worker statistics only (they travel; the
+// reduced gradient's EMA is the owner's own); an FP32 trip is exact.
+TEST(FidelityMethodsTest, TheSketchCodecRoundsOnlyTheStatisticsThatTravel) {
+  RealFidelityOptions options;
+  options.grads = WriteWorkers("sketch_codec", 4);
+  options.gram_in = WriteStatistic("sc_gram_in", /*input_side=*/true, /*per_worker=*/false);
+  options.gram_out = WriteStatistic("sc_gram_out", false, false);
+  options.pw_gram_in = WriteStatistic("sc_pw_in", true, true);
+  options.pw_gram_out = WriteStatistic("sc_pw_out", false, true);
+  options.specs = {"e4m3/block128"};
+  options.ranks = {8};
+  options.powers = {0.25};
+  options.filter = {"family/both/", "/iso"};
+  options.sketch_size = 24;
+  options.sketch_steps = 8;
+  auto run = [&](const char* codec) {
+    options.sketch_codec = codec;
+    absl::Status status;
+    nlohmann::json list = RunToJson(options, &status);
+    EXPECT_TRUE(status.ok()) << status;
+    return list;
+  };
+  const nlohmann::json exact = run("fp32"), bf16 = run("bf16"), fp8 = run("e4m3/block128/sr");
+  auto error = [](const nlohmann::json& list, const std::string& source) {
+    const nlohmann::json* r =
+        Find(list, absl::StrCat("family/both/p0.25/", source, "/r8/iso"), "e4m3/block128");
+    EXPECT_NE(r, nullptr) << source;
+    return r == nullptr ? 0.0 : (*r)["rel_l2_avg"].get<double>();
+  };
+  for (const char* source : {"ema-mean", "step-mean"}) {
+    EXPECT_EQ(error(bf16, source), error(exact, source)) << source;
+    EXPECT_EQ(error(fp8, source), error(exact, source)) << source;
+  }
+  for (const char* source : {"ema-per-worker", "step-per-worker"}) {
+    EXPECT_NE(error(bf16, source), error(exact, source)) << source;
+    EXPECT_NE(error(fp8, source), error(exact, source)) << source;
+  }
+
+  // An FP32 trip changes nothing that matters: as a sketch that arrives exact.
+  WorkerGradients grads{.d_out = kRows, .d_in = kCols};
+  for (const std::vector<double>& w : MakeWorkers(4)) grads.workers.emplace_back(w.begin(), w.end());
+  GridStatistics stats;
+  stats.pw_gram_in = Eigen::MatrixXd::Identity(kCols, kCols);
+  stats.pw_gram_out = Eigen::MatrixXd::Identity(kRows, kRows);
+  for (int64_t i = 0; i < 8; ++i) {
+    (*stats.pw_gram_in)(i, i) = 100.0 / (i + 1);
+    (*stats.pw_gram_out)(i, i) = 50.0 / (i + 1);
+  }
+  MethodGridOptions grid;
+  grid.specs = {*codec::ParseCodecSpec("e4m3/block128")};
+  grid.ranks = {8};
+  grid.powers = {0.25};
+  grid.filter = {"family/both/", "/ema-per-worker/", "/iso"};
+  grid.sketch_size = 24;
+  absl::StatusOr<std::vector<MethodResult>> arrived_exact = MeasureMethodGrid(grads, stats, grid);
+  grid.sketch_codec = *codec::ParseCodecSpec("fp32");
+  absl::StatusOr<std::vector<MethodResult>> through_fp32 = MeasureMethodGrid(grads, stats, grid);
+  ASSERT_TRUE(arrived_exact.ok()) << arrived_exact.status();
+  ASSERT_TRUE(through_fp32.ok()) << through_fp32.status();
+  ASSERT_EQ(arrived_exact->size(), 2u);
+  ASSERT_EQ(through_fp32->size(), 2u);
+  // (Its 2^-24 rounding noise moves the Nystrom shift, not the basis.)
+  EXPECT_NEAR((*arrived_exact)[1].rel_l2_avg, (*through_fp32)[1].rel_l2_avg,
+              1e-6 * (*arrived_exact)[1].rel_l2_avg);
+
+  options.sketch_codec = "e4m3/block7";
+  absl::Status status;
+  RunToJson(options, &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  options.sketch_codec = "bf16";
+  options.sketch_steps = 0;
+  RunToJson(options, &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The target's choice on hand-made measurements of a 1024 x 1024 matrix: an
+// NVFP4 option from an output-side per-worker sketch at 0.9x the target's
+// error saves 1024^2 x (1 + 4/128 - 0.5 - 1/16 - ...) bytes of push, about
+// 0.49 MB; its sketch, 1024 x 129 + 1 values both ways, costs 0.53 MB in
+// BF16 and 0.27 MB in E4M3 block-128. So BF16 statistics keep it direct and
+// E4M3 statistics choose it.
+TEST(FidelityTargetChoiceTest, TheStatisticsCodecDecidesWhetherASketchedOptionPays) {
+  auto result = [](const std::string& method, const std::string& spec, const std::string& source,
+                   double error) {
+    MethodResult r;
+    r.method = method;
+    r.spec = spec;
+    r.sides = method == "direct" ? "none" : "output";
+    r.source = source;
+    r.rank = method == "direct" ? 0 : 64;
+    r.rel_l2_avg = error;
+    return r;
+  };
+  const std::vector<MethodResult> results = {
+      result("direct", "e4m3/block128", "none", 1.0), result("direct", "nvfp4", "none", 1.6),
+      result("family/output/p0.25/ema-per-worker/r64/iso", "nvfp4", "ema-per-worker", 0.9)};
+  TargetChoiceOptions options{.target = "e4m3/block128", .d_out = 1024, .d_in = 1024};
+  const uint64_t dims[] = {1024, 1024};
+  const double fp8 = static_cast<double>(*codec::PayloadSizeFor(*codec::ParseCodecSpec("e4m3/block128"), dims));
+  const double fp4 = static_cast<double>(*codec::PayloadSizeFor(*codec::ParseCodecSpec("nvfp4"), dims));
+  const double basis = 4.0 * 64 * 1024 / options.refresh_period;
+  const double saving = fp8 - fp4 - basis;
+  const double sketch_values = 1024 * 129 + 1;
+  std::ostringstream os;
+  absl::StatusOr<nlohmann::json> bf16 = PrintTargetChoice(results, options, os);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_GT(4 * sketch_values, saving);  // BF16 both ways: more than it saves
+  EXPECT_EQ((*bf16)["chosen"]["method"], "direct");
+  EXPECT_EQ((*bf16)["chosen"]["spec"], "e4m3/block128");
+
+  options.statistics_codec = *codec::ParseCodecSpec("e4m3/block128");
+  absl::StatusOr<nlohmann::json> fp8_stats = PrintTargetChoice(results, options, os);
+  ASSERT_TRUE(fp8_stats.ok()) << fp8_stats.status();
+  EXPECT_LT(2.1 * sketch_values, saving);  // E4M3 both ways: less
+  EXPECT_EQ((*fp8_stats)["chosen"]["method"], "family/output/p0.25/ema-per-worker/r64/iso");
+  const double target_bytes = (*fp8_stats)["target_bytes_per_step"].get<double>();
+  EXPECT_DOUBLE_EQ(target_bytes, 2 * fp8);
+  const double bytes = (*fp8_stats)["chosen"]["bytes_per_step"].get<double>();
+  EXPECT_NEAR(bytes, fp4 + fp8 + basis + 2.0 * 1.03 * sketch_values, 0.01 * sketch_values);
 }
 
 TEST(FidelityMethodsTest, InputErrorsAreReported) {

@@ -505,6 +505,31 @@ TEST_F(ControlIntegrationTest, PerTensorCodecsThroughGiftctl) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The per-worker sketches' codec: global only, shown by `policy get`.
+TEST_F(ControlIntegrationTest, StatisticsCodecThroughGiftctl) {
+  CommandResult set = Giftctl({"--coordinator", coordinator_->address(), "policy", "set",
+                               "--statistics-codec", "e4m3/block128"});
+  ASSERT_EQ(set.code, 0) << set.err;
+  const v1::CodecSpec stored = client_->GetPolicy()->transform().statistics_codec();
+  EXPECT_EQ(stored.format(), v1::ELEMENT_FORMAT_E4M3);
+  EXPECT_EQ(stored.scaling(), v1::SCALING_PER_BLOCK_FP32);
+  EXPECT_EQ(stored.block_size(), 128u);
+  CommandResult get = Giftctl({"--coordinator", coordinator_->address(), "policy", "get"});
+  ASSERT_EQ(get.code, 0) << get.err;
+  EXPECT_NE(get.out.find("statistics_codec"), std::string::npos) << get.out;
+  CommandResult per_tensor =
+      Giftctl({"--coordinator", coordinator_->address(), "policy", "set", "--tensor", "w*",
+               "--statistics-codec", "bf16"});
+  EXPECT_NE(per_tensor.code, 0);
+  EXPECT_NE(per_tensor.err.find("--statistics-codec apply to the global policy only"),
+            std::string::npos)
+      << per_tensor.err;
+  CommandResult bad = Giftctl({"--coordinator", coordinator_->address(), "policy", "set",
+                               "--statistics-codec", "e4m3/block7"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("--statistics-codec"), std::string::npos) << bad.err;
+}
+
 TEST_F(ControlIntegrationTest, HierarchyAndAZeroDriftThroughGiftctl) {
   MemberSession& watcher = Join("w0");
   CommandResult set = Giftctl({"--coordinator", coordinator_->address(), "policy", "set",

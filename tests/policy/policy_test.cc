@@ -108,6 +108,13 @@ TEST(PolicyValidateTest, NamesTheFieldAndValue) {
        [](gift::v1::Policy* p) {
          p->mutable_transform()->set_sides(static_cast<gift::v1::Sides>(9));
        }},
+      {"transform.statistics_codec",
+       [](gift::v1::Policy* p) {
+         p->mutable_transform()->mutable_statistics_codec()->set_format(
+             gift::v1::ELEMENT_FORMAT_BF16);
+         p->mutable_transform()->mutable_statistics_codec()->set_scaling(
+             gift::v1::SCALING_NVFP4);
+       }},
       {"transform.push_codec",
        [](gift::v1::Policy* p) {
          p->mutable_transform()->mutable_push_codec()->set_scaling(gift::v1::SCALING_NVFP4);
@@ -393,6 +400,34 @@ TEST(ResolveTest, CodecsGlobalForTransformableBf16ForTheRest) {
   *p.mutable_transform()->mutable_push_codec() = Codec("fp32");
   EXPECT_EQ(Name(ResolveTensorSettings(p, "b", vec).transform.push_codec()), "fp32");
   EXPECT_EQ(Name(ResolveTensorSettings(p, "b", vec).transform.pull_codec()), "bf16");
+}
+
+TEST(ResolveTest, StatisticsTensorsTakeTheStatisticsCodecBothWaysAndNoOverride) {
+  gift::v1::Policy p = Defaults();
+  EXPECT_EQ(Name(p.transform().statistics_codec()), "bf16");  // the default
+  *p.mutable_transform()->mutable_statistics_codec() = Codec("e4m3/block128/sr");
+  auto* o = p.add_overrides();
+  o->set_glob("layers.*");  // matches the statistics tensor's name too
+  *o->mutable_push_codec() = Codec("nvfp4");
+  *o->mutable_pull_codec() = Codec("nvfp4");
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p);
+  const std::vector<int64_t> shape = {1, 97, 128};
+  const TensorSettings s = ResolveTensorSettings(p, "layers.0.w#sketch.both", shape);
+  EXPECT_EQ(Name(s.transform.push_codec()), "e4m3/block128/sr");
+  EXPECT_EQ(Name(s.transform.pull_codec()), "e4m3/block128/sr");
+  EXPECT_FALSE(s.push_codec_overridden);
+  EXPECT_EQ(s.selection, Selection::kDirect);
+  // The gradient itself keeps the override.
+  EXPECT_EQ(Name(ResolveTensorSettings(p, "layers.0.w", {256, 256}).transform.push_codec()),
+            "nvfp4");
+}
+
+TEST(PolicyDefaultsTest, StatisticsCodecIsBf16OrFp32WithAnFp32PullAndASetOneIsKept) {
+  gift::v1::Policy p;
+  *p.mutable_transform()->mutable_pull_codec() = Codec("fp32");
+  EXPECT_EQ(Name(WithDefaults(p).transform().statistics_codec()), "fp32");
+  *p.mutable_transform()->mutable_statistics_codec() = Codec("e4m3/block128");
+  EXPECT_EQ(Name(WithDefaults(p).transform().statistics_codec()), "e4m3/block128");
 }
 
 TEST(ResolveTest, CodecOverridesLastMatchWinsPerDirection) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "common/transform/second_moment_ema.h"
@@ -154,6 +155,49 @@ TEST(MomentSketchTest, CapturesTheDominantSubspaceOfNoisyMoments) {
     EXPECT_NEAR(eig->values(j) / dense.eigenvalues()(kIn - 1 - j), 1.0, 0.02) << j;
   }
   EXPECT_LT(SubspaceSine(dense.eigenvectors().rightCols(4), eig->vectors), 0.05);
+}
+
+// Contributions rounded on the way (here a relative error of up to 2^-4 on
+// every value, as E4M3 gives) of a moment whose eigenvectors are not the
+// coordinates (so each value mixes large and small directions, as in a
+// gradient): without the noise the Cholesky of the noisy core takes as
+// little shift as it can and the rounding bends even the top eigenvalues;
+// told the noise, the shift absorbs it and the eigenvalues well above the
+// floor come out right.
+TEST(MomentSketchTest, AStatedNoiseKeepsTheEigenvaluesAboveTheRounding) {
+  constexpr int64_t kN = 64, kK = 32, kRank = 24;
+  const Eigen::MatrixXd q = testing::Gaussian(kN, kN, 3).householderQr().householderQ();
+  Eigen::VectorXd lambda(kN);
+  for (int64_t i = 0; i < kN; ++i) lambda(i) = std::ldexp(1.0, -static_cast<int>(i));
+  const Eigen::MatrixXd m = q * lambda.asDiagonal() * q.transpose();
+  auto sketch = std::make_shared<const MomentSketch>(*MomentSketch::Create(kN, kK, 11));
+  std::vector<float> c(sketch->contribution_size());
+  ASSERT_TRUE(sketch->MatrixContribution(m, c.data()).ok());
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> relative(-0.0625f, 0.0625f);
+  for (float& x : c) x *= 1.0f + relative(rng);
+  constexpr double kNoise = 0.0625;
+  auto quiet = SketchedMomentEma::Create(sketch, 0.0);
+  auto told = SketchedMomentEma::Create(sketch, 0.0, kNoise);
+  ASSERT_TRUE(quiet.ok() && told.ok());
+  ASSERT_TRUE(quiet->Update(c).ok());
+  ASSERT_TRUE(told->Update(c).ok());
+  auto loud = quiet->TopEigenpairs(kRank), shifted = told->TopEigenpairs(kRank);
+  ASSERT_TRUE(loud.ok()) << loud.status();
+  ASSERT_TRUE(shifted.ok()) << shifted.status();
+  // The floor: noise x ||Y||_F / sqrt(k), ||Y||_F about ||M||_F here.
+  const double floor = kNoise * m.norm() / std::sqrt(static_cast<double>(kK));
+  double worst_loud = 0, worst_shifted = 0;
+  for (int64_t j = 0; j < kRank && lambda(j) > 10 * floor; ++j) {
+    worst_loud = std::max(worst_loud, std::abs(loud->values(j) / lambda(j) - 1));
+    worst_shifted = std::max(worst_shifted, std::abs(shifted->values(j) / lambda(j) - 1));
+  }
+  EXPECT_LT(worst_shifted, 0.05);
+  EXPECT_GT(worst_loud, 2 * worst_shifted);
+  EXPECT_EQ(SketchedMomentEma::Create(sketch, 0.5, -1.0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SketchedMomentEma::Create(sketch, 0.5, std::nan("")).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(MomentSketchTest, EmaOfSketchesIsTheSketchOfTheEma) {

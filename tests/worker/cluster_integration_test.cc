@@ -448,13 +448,16 @@ TEST_F(ClusterIntegrationTest, ActivationsPerWorkerSourceBuildsBasesUnderAFitted
   Start();
   // The input side can only come from the activation statistics handed in
   // below and the output side only from the servers' sums of the workers'
-  // output-side sketches: a transformed result needs both to have travelled.
+  // output-side sketches: a transformed result needs both to have travelled,
+  // here in FP8 (the statistics codec) both ways.
   SetPolicyWithGiftctl({"--push-codec", "nvfp4/mse", "--pull-codec", "bf16", "--selection", "list",
                         "--include", "*", "--period", "10", "--source", "activations-per-worker",
-                        "--rotation-block", "16"});
+                        "--rotation-block", "16", "--statistics-codec", "e4m3/block128/sr"});
   const std::string policy = Giftctl({"policy", "get"});
   EXPECT_NE(policy.find("nvfp4/mse"), std::string::npos) << policy;
   EXPECT_NE(policy.find("activations-per-worker"), std::string::npos) << policy;
+  EXPECT_NE(policy.find("e4m3/block128/sr"), std::string::npos) << policy;
+  uint64_t statistics_sent = 0, statistics_received = 0;  // the most of one worker's step
   RegisterOverGrpc();
   // Each worker's Gram buffers, one per weight matrix.
   std::vector<std::vector<std::unique_ptr<HandedBuffer>>> grams(kWorkers);
@@ -492,15 +495,28 @@ TEST_F(ClusterIntegrationTest, ActivationsPerWorkerSourceBuildsBasesUnderAFitted
       for (const gift::v1::TensorResult& t : response.tensors()) {
         saw_transformed = saw_transformed || t.transformed();
       }
+      statistics_sent = std::max(statistics_sent, response.statistics_bytes_sent());
+      statistics_received = std::max(statistics_received, response.statistics_bytes_received());
     }
   }
   EXPECT_TRUE(saw_transformed) << Logs();
   const std::string logs = Logs();
   EXPECT_EQ(logs.find("sketch_exchange_failed"), std::string::npos) << logs;
-  const std::set<std::string> names = TensorNames(CoordinatorState());
+  const gift::v1::ClusterState state = CoordinatorState();
+  const std::set<std::string> names = TensorNames(state);
   for (const TensorShape& s : Shapes()) {
     EXPECT_EQ(names.count(s.name + "#sketch.output"), s.shape.size() == 2 ? 1u : 0u) << s.name;
     EXPECT_EQ(names.count(s.name + "#sketch.both"), 0u) << s.name;
+  }
+  // E4M3 block-128 both ways: a byte a value, a 4-byte scale per row of 128
+  // and the payloads' headers (2 bytes a value in BF16).
+  uint64_t statistics_values = 0;
+  for (const gift::v1::TensorInfo& t : state.tensors()) {
+    if (t.name().find("#sketch.") != std::string::npos) statistics_values += t.num_elements();
+  }
+  for (const uint64_t bytes : {statistics_sent, statistics_received}) {
+    EXPECT_GE(bytes, statistics_values + statistics_values / 32);
+    EXPECT_LT(bytes, 3 * statistics_values / 2);
   }
   EXPECT_TRUE(cluster_->Stop().ok()) << Logs();
 }

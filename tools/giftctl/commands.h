@@ -65,7 +65,7 @@ struct PolicySetFlags {
   std::string sides, source, residual, selection, hierarchy, on_member_loss, enabled,
       error_feedback, statistics, gift_budget, rotation_block;
   double ema_decay = 0, drift = 0, margin = 0;
-  std::string push_codec, pull_codec, target;
+  std::string push_codec, pull_codec, statistics_codec, target;
   std::vector<std::string> include, exclude;
   std::map<std::string, CLI::Option*> options;
 

@@ -46,6 +46,7 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
   g.Add({"damping_eps", NumOrDash(t.damping_eps())});
   g.Add({"push_codec", CodecName(t.push_codec())});
   g.Add({"pull_codec", CodecName(t.pull_codec())});
+  g.Add({"statistics_codec", CodecName(t.statistics_codec())});
   g.Add({"error_feedback", t.error_feedback() ? "true" : "false"});
   g.Add({"rotation_block", RotationBlockName(t.rotation_block())});
   g.Add({"period_steps", NumOrDash(r.period_steps())});
@@ -174,6 +175,10 @@ void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* f) {
       cmd->add_option("--statistics", f->statistics,
                       "sketch|exact: the reduced gradient's moments as a Nystrom sketch "
                       "(O(m n k)) or whole n x n matrices in double (O(n^2 m))");
+  o["statistics-codec"] = cmd->add_option(
+      "--statistics-codec", f->statistics_codec,
+      "codec of the per-worker sketches both ways (per-worker geometry sources), e.g. "
+      "e4m3/block128 for half the bytes of the default bf16");
   o["push-codec"] = cmd->add_option("--push-codec", f->push_codec,
                                     "codec workers -> servers, e.g. e4m3/block128");
   o["pull-codec"] =
@@ -237,6 +242,10 @@ absl::StatusOr<PolicyEdit> ToPolicyEdit(const PolicySetFlags& f) {
   if (f.given("direct-collect-stride")) e.direct_collect_stride = f.direct_collect_stride;
   if (f.given("statistics")) {
     GIFT_RETURN_IF_ERROR(SetParsed(ParseStatistics(f.statistics), e.statistics));
+  }
+  if (f.given("statistics-codec")) {
+    GIFT_RETURN_IF_ERROR(SetParsed(ParseCodec("--statistics-codec", f.statistics_codec),
+                                   e.statistics_codec));
   }
   if (f.given("push-codec")) {
     GIFT_RETURN_IF_ERROR(SetParsed(ParseCodec("--push-codec", f.push_codec), e.push_codec));

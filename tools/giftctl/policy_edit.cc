@@ -139,7 +139,8 @@ std::string RotationBlockName(uint32_t block) { return block == 0 ? "off" : absl
 bool PolicyEdit::empty() const {
   return !period_steps && !rank && !powers && !sides && !source && !residual && !enabled &&
          !error_feedback && !rotation_block && !ema_decay && !collect_period &&
-         !direct_collect_stride && !measure_period && !statistics && !push_codec && !pull_codec &&
+         !direct_collect_stride && !measure_period && !statistics && !statistics_codec && !push_codec &&
+         !pull_codec &&
          !drift_threshold && !margin && !gift_budget && !target && !selection && !hierarchy &&
          !on_member_loss && !include && !exclude;
 }
@@ -206,6 +207,7 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
   if (edit.direct_collect_stride) global_only.push_back("--direct-collect-stride");
   if (edit.measure_period) global_only.push_back("--measure-period");
   if (edit.statistics) global_only.push_back("--statistics");
+  if (edit.statistics_codec) global_only.push_back("--statistics-codec");
   if (edit.drift_threshold) global_only.push_back("--drift");
   if (edit.margin) global_only.push_back("--margin");
   if (edit.gift_budget) global_only.push_back("--gift-budget");
@@ -261,6 +263,7 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
   if (edit.collect_period) t->set_collect_period(*edit.collect_period);
   if (edit.direct_collect_stride) t->set_direct_collect_stride(*edit.direct_collect_stride);
   if (edit.statistics) t->set_statistics(*edit.statistics);
+  if (edit.statistics_codec) *t->mutable_statistics_codec() = *edit.statistics_codec;
   if (edit.error_feedback) t->set_error_feedback(*edit.error_feedback);
   if (edit.rotation_block) t->set_rotation_block(*edit.rotation_block);
   if (edit.push_codec) *t->mutable_push_codec() = *edit.push_codec;

@@ -137,14 +137,14 @@ absl::StatusOr<Exchanged> StepExchange::RunAttempts(uint64_t step,
     if (exchange != ExchangeKind::kGradients) {
       plan->step = StepKey(step, exchange);
       for (TensorStep& t : plan->tensors) {
-        // The exact measurement in FP32; the per-worker sketches in BF16
-        // (half the bytes; an EMA of averaged sketches barely feels a 2^-9
-        // relative rounding), pulled in the statistics tensor's pull codec
-        // (bf16 by default: policy ResolveTensorSettings).
-        t.push_spec =
-            exchange == ExchangeKind::kSketches
-                ? codec::CodecSpec{.format = codec::Format::kBf16, .scaling = codec::Scaling::kNone}
-                : codec::CodecSpec{.format = codec::Format::kF32, .scaling = codec::Scaling::kNone};
+        // The exact measurement in FP32; the per-worker sketches keep the
+        // push codec planned for their statistics tensor, the policy's
+        // transform.statistics_codec (policy ResolveTensorSettings), which
+        // the servers pull in too.
+        if (exchange == ExchangeKind::kExactMeasure) {
+          t.push_spec = codec::CodecSpec{.format = codec::Format::kF32,
+                                         .scaling = codec::Scaling::kNone};
+        }
         t.transform = nullptr;
         t.basis_version = 0;
         t.error_feedback = false;  // FP32 has no rounding error to feed back

@@ -13,7 +13,8 @@
 //
 // The exchanges of a step (step_key.h): its gradients (kGradients, with the
 // plan's codecs and bases), the exact FP32 averages of a measured step
-// (kExactMeasure) and the per-worker sketches (kSketches, BF16), the last two
+// (kExactMeasure, FP32) and the per-worker sketches (kSketches, in the
+// policy's statistics codec), the last two
 // direct, under their own step keys.
 //
 //   StepExchange exchange(engine, session, &store, &membership,

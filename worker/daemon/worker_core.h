@@ -19,8 +19,8 @@
 //                    refreshes on the owner queue's thread (owner_duties.h);
 //   sketches         on the collect steps of tensors whose source is
 //                    per-worker gradients, every worker sketches its own
-//                    gradient and exchanges the sketches (pushed in BF16,
-//                    their own step key) after the step's gradients
+//                    gradient and exchanges the sketches (in the policy's
+//                    statistics codec, their own step key) after the step's gradients
 //                    (step_sketches.h); the owner folds in the average. A
 //                    sketch exchange that fails (e.g. workers disagreed on
 //                    the policy for one step) only costs the owner that

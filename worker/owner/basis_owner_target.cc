@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/codec/codec_spec_proto.h"
+#include "common/policy/statistics_tensor.h"
 #include "common/transform/basis_serialization.h"
 #include "common/transform/transform_selector.h"
 #include "worker/owner/basis_owner.h"
@@ -42,11 +44,11 @@ absl::StatusOr<WireChoice> BasisOwner::ChooseWireFor(
   uint64_t statistics_bytes = 0;
   if (transform::UsesPerWorkerMoments(owned.geometry->options().source)) {
     GIFT_ASSIGN_OR_RETURN(const int64_t floats, owned.geometry->PerWorkerContributionSize());
-    // Pushed in BF16 (worker_core.cc, the sketch exchange); pulled in the
-    // statistics tensor's pull codec: bf16, or fp32 where the policy's pull
-    // codec is fp32 (policy::ResolveTensorSettings).
-    const uint64_t pulled_bytes = tp.pull_codec().format() == gift::v1::ELEMENT_FORMAT_F32 ? 4 : 2;
-    statistics_bytes = (2 + pulled_bytes) * static_cast<uint64_t>(floats);
+    // Pushed and pulled in the statistics codec (policy::ResolveTensorSettings
+    // of the statistics tensor).
+    GIFT_ASSIGN_OR_RETURN(const codec::CodecSpec spec, codec::FromProto(tp.statistics_codec()));
+    GIFT_ASSIGN_OR_RETURN(statistics_bytes,
+                          policy::StatisticsWireBytes(spec, static_cast<uint64_t>(floats)));
   }
   return ChooseWire(
       pairs, candidates,

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/codec/codec_spec_proto.h"
 #include "worker/intake/registered_tensor.h"
 
 namespace gift::worker {
@@ -45,6 +46,13 @@ std::optional<gift::v1::Sides> SketchedSides(const gift::v1::TransformPolicy& t)
   }
 }
 
+// The rounding noise of the per-worker averages under `t`'s statistics
+// codec (0 when it does not parse: the policy validated it).
+double StatisticsNoise(const gift::v1::TransformPolicy& t) {
+  const absl::StatusOr<codec::CodecSpec> spec = codec::FromProto(t.statistics_codec());
+  return spec.ok() ? policy::WireNoise(*spec, t.ema_decay()) : 0.0;
+}
+
 }  // namespace
 
 transform::TensorGeometryOptions GeometryOptionsFor(const policy::TensorSettings& settings,
@@ -61,7 +69,9 @@ transform::TensorGeometryOptions GeometryOptionsFor(const policy::TensorSettings
           .sketch_size = transform::UsesPerWorkerMoments(source)
                              ? kPerWorkerSketchSize
                              : OwnerSketchSize(settings.transform.rank()),
-          .sketch_seed = tensor_id};
+          .sketch_seed = tensor_id,
+          // The averages arrive rounded by the statistics codec.
+          .per_worker_noise = StatisticsNoise(settings.transform)};
 }
 
 bool UsesPerWorkerSketches(const policy::TensorSettings& settings,
@@ -77,7 +87,7 @@ std::string StatisticsTensorName(const std::string& name, const policy::TensorSe
   const char* sides = "both";
   if (sketched == gift::v1::SIDES_INPUT) sides = "input";
   if (sketched == gift::v1::SIDES_OUTPUT) sides = "output";
-  return absl::StrCat(name, "#sketch.", sides);
+  return policy::StatisticsTensorName(name, sides);
 }
 
 SketchExchange::Registrar SketchExchange::RegistrarOf(const control::MemberSession* session) {
@@ -108,8 +118,7 @@ absl::StatusOr<SketchExchange::Entry*> SketchExchange::EntryFor(
     entries_.erase(info.tensor_id());
     return size.status();
   }
-  const uint64_t rows =
-      (static_cast<uint64_t>(*size) + kStatisticsColumns - 1) / kStatisticsColumns;
+  const uint64_t rows = policy::StatisticsRows(static_cast<uint64_t>(*size));
   gift::v1::TensorSpec spec;
   spec.set_name(StatisticsTensorName(info.name(), settings));
   spec.add_shape(1);

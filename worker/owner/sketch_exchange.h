@@ -15,8 +15,9 @@
 // has no owner and no basis, goes direct, and the shard map cuts it into
 // whole-row chunks over the servers like a gradient. The daemon exchanges
 // the statistics tensors of a step separately from the step's gradients (own
-// step key; pushed in BF16 and pulled in the statistics tensor's pull codec,
-// BF16 by default: worker/daemon/step_exchange.h, step_sketches.h); every
+// step key; pushed and pulled in the policy's transform.statistics_codec,
+// BF16 by default: common/policy/statistics_tensor.h, worker/daemon/
+// step_exchange.h, step_sketches.h); every
 // worker of the epoch receives the average (the servers broadcast every
 // result), and only the owner uses it.
 //
@@ -26,7 +27,7 @@
 //
 //   SketchExchange sketches([&](const gift::v1::TensorSpec& s) { ... register ... });
 //   auto stats = sketches.Prepare(*state, step, tensors);   // before the exchange
-//   ... exchange *stats (direct; BF16 on the wire) ...
+//   ... exchange *stats (direct; in the statistics codec on the wire) ...
 //   absl::Span<const float> avg = sketches.Average(tensor_id);
 //
 // Ownership: owns the statistics buffers (LocalTensor::data of Prepare's
@@ -47,6 +48,7 @@
 #include "absl/types/span.h"
 #include "common/control/member_session.h"
 #include "common/policy/policy.h"
+#include "common/policy/statistics_tensor.h"
 #include "common/transform/tensor_geometry.h"
 #include "gift/v1/cluster.pb.h"
 #include "gift/v1/coordinator.pb.h"
@@ -55,8 +57,7 @@
 
 namespace gift::worker {
 
-// The last dimension of every statistics tensor.
-inline constexpr int64_t kStatisticsColumns = 128;
+using policy::kStatisticsColumns;
 
 // Columns of each side's per-worker sketch (the statistics tensor's size
 // follows from it, so it is fixed rather than a policy field).

@@ -9,8 +9,9 @@
 // refresh step, direct and through every candidate basis
 // (transform_selector.h MeasureCodecPairs, push and pull), and costed in
 // wire bytes per step (fidelity_target.h WireBytesPerStep): push and pull
-// payloads; the tensor's per-worker statistics (pushed and pulled in BF16 on
-// collect steps; a direct option's at the direct collect stride); the basis
+// payloads; the tensor's per-worker statistics (pushed and pulled in the
+// policy's statistics codec on collect steps, policy::StatisticsWireBytes;
+// a direct option's at the direct collect stride); the basis
 // bytes every worker fetches per refresh. A basis costs its forward and
 // inverse transform (TransformBudget::TransformFlops at the measured rate).
 // ChooseWireOption picks; the target pair direct is always eligible.
