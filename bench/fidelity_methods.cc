@@ -31,6 +31,7 @@
 #include "common/transform/identity_transform.h"
 #include "common/transform/moment_sketch.h"
 #include "common/transform/rotated_transform.h"
+#include "common/transform/second_moment_ema.h"
 #include "common/transform/side_basis.h"
 #include "common/transform/tensor_basis.h"
 #include "common/transform/tensor_basis_transform.h"
@@ -68,33 +69,38 @@ struct MethodDef {
   int64_t rank_in = 0, rank_out = 0;  // clipped to the dimension
 };
 
-// The policy's default transform.ema_decay, folding the wire's round trips.
-constexpr double kSketchEmaDecay = 0.95;
-
 // Key of a cached SideBasis: the statistic, its rank, its residual model.
 using SideKey = std::tuple<const Eigen::MatrixXd*, int64_t, ResidualModel>;
+
+// The EMA decay folding the wire's round trips: the policy's default
+// transform.ema_decay.
+constexpr double kWireEmaDecay = transform::SecondMomentEma::kDefaultDecay;
 
 // `values` as they arrive after a trip through `spec` each way, laid out as
 // a statistics tensor (rows of policy::kStatisticsColumns, zero padded):
 // pushed by `workers` workers (each encodes them with the spec's rounding,
-// keyed by `key` with its rank), summed in FP32 and averaged as a server
-// does, then pulled (encoded once more, rank `workers`) and decoded.
+// keyed by `key` with its rank), averaged and pulled as a server does
+// (codec::ReduceEncoded, the pull keyed with rank `workers`), and decoded.
 absl::Status WireRoundTrip(const codec::CodecSpec& spec, codec::RngKey key, int workers,
                            std::vector<float>& values) {
   const uint64_t cols = static_cast<uint64_t>(policy::kStatisticsColumns);
   const uint64_t rows = policy::StatisticsRows(values.size());
-  std::vector<float> padded(rows * cols, 0.0f), sum(rows * cols, 0.0f);
+  std::vector<float> padded(rows * cols, 0.0f), sum(rows * cols);
   absl::c_copy(values, padded.begin());
-  GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor encoded, codec::EncodedTensor::Create(spec, rows, cols));
+  std::vector<codec::EncodedTensor> pushed;
   for (int w = 0; w < workers; ++w) {
+    GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor e, codec::EncodedTensor::Create(spec, rows, cols));
     key.rank = static_cast<uint32_t>(w);
-    GIFT_RETURN_IF_ERROR(codec::Encode(padded.data(), encoded.mutable_view(), key));
-    GIFT_RETURN_IF_ERROR(codec::DecodeAccumulate(encoded.view(), sum.data()));
+    GIFT_RETURN_IF_ERROR(codec::Encode(padded.data(), e.mutable_view(), key));
+    pushed.push_back(std::move(e));
   }
-  for (float& x : sum) x /= static_cast<float>(workers);
+  std::vector<codec::EncodedView> views;
+  for (const codec::EncodedTensor& e : pushed) views.push_back(e.view());
+  GIFT_ASSIGN_OR_RETURN(codec::EncodedTensor pulled, codec::EncodedTensor::Create(spec, rows, cols));
   key.rank = static_cast<uint32_t>(workers);
-  GIFT_RETURN_IF_ERROR(codec::Encode(sum.data(), encoded.mutable_view(), key));
-  GIFT_RETURN_IF_ERROR(codec::Decode(encoded.view(), padded.data()));
+  GIFT_RETURN_IF_ERROR(codec::ReduceEncoded(views, sum.data(), 1.0f / static_cast<float>(workers),
+                                            pulled.mutable_view(), key));
+  GIFT_RETURN_IF_ERROR(codec::Decode(pulled.view(), padded.data()));
   std::copy_n(padded.begin(), values.size(), values.begin());
   return absl::OkStatus();
 }
@@ -118,8 +124,8 @@ absl::StatusOr<SideBasis> SketchedSideBasis(const Eigen::MatrixXd& m, int64_t ra
   GIFT_ASSIGN_OR_RETURN(
       transform::SketchedMomentEma ema,
       transform::SketchedMomentEma::Create(
-          std::make_shared<const transform::MomentSketch>(sketch), kSketchEmaDecay,
-          wire.has_value() ? policy::WireNoise(*wire, kSketchEmaDecay) : 0.0));
+          std::make_shared<const transform::MomentSketch>(sketch), kWireEmaDecay,
+          wire.has_value() ? policy::WireNoise(*wire, kWireEmaDecay) : 0.0));
   if (!wire.has_value()) {
     GIFT_RETURN_IF_ERROR(ema.Update(contribution));
   } else {
@@ -711,15 +717,10 @@ absl::Status RunRealGradientFidelity(const RealFidelityOptions& options) {
   nlohmann::json doc = nlohmann::json::array();
   for (const MethodResult& r : results) doc.push_back(MethodResultJson(r));
   if (!options.target.empty()) {
-    GIFT_ASSIGN_OR_RETURN(
-        nlohmann::json choice,
-        PrintTargetChoice(results,
-                          {.target = options.target,
-                           .d_out = m,
-                           .d_in = n,
-                           .statistics_codec = sketch_codec,
-                           .sketch_size = options.sketch_size > 0 ? options.sketch_size : 128},
-                          os));
+    TargetChoiceOptions choice_options{
+        .target = options.target, .d_out = m, .d_in = n, .statistics_codec = sketch_codec};
+    if (options.sketch_size > 0) choice_options.sketch_size = options.sketch_size;
+    GIFT_ASSIGN_OR_RETURN(nlohmann::json choice, PrintTargetChoice(results, choice_options, os));
     os.flush();
     // The choice as the list's last element, marked as such.
     choice["target_choice"] = true;

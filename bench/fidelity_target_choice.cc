@@ -8,6 +8,7 @@
 #include "common/codec/payload.h"
 #include "common/policy/statistics_tensor.h"
 #include "common/transform/fidelity_target.h"
+#include "common/transform/moment_sketch.h"
 
 namespace gift::bench {
 namespace {
@@ -25,15 +26,18 @@ uint64_t BasisBytes(const MethodResult& r, int64_t d_out, int64_t d_in) {
 // values per sketched side in one statistics tensor, both ways in `spec`.
 absl::StatusOr<uint64_t> StatisticsBytes(const MethodResult& r, const TargetChoiceOptions& o) {
   if (!absl::StrContains(r.source, "per-worker")) return 0;
-  const uint64_t k = static_cast<uint64_t>(o.sketch_size);
-  uint64_t values = 0;
+  // A side's sketch has k columns, at most its dimension (TensorGeometry).
+  auto side = [&](int64_t n) {
+    return transform::MomentSketch::ContributionSize(n, std::min(o.sketch_size, n));
+  };
+  int64_t values = 0;
   // activations+ema-per-worker sketches the output side only.
   const bool input =
       !absl::StartsWith(r.source, "activations") && (r.sides == "both" || r.sides == "input");
   const bool output = r.sides == "both" || r.sides == "output";
-  if (input) values += o.d_in * (std::min<uint64_t>(k, o.d_in) + 1) + 1;
-  if (output) values += o.d_out * (std::min<uint64_t>(k, o.d_out) + 1) + 1;
-  return policy::StatisticsWireBytes(o.statistics_codec, values);
+  if (input) values += side(o.d_in);
+  if (output) values += side(o.d_out);
+  return policy::StatisticsWireBytes(o.statistics_codec, static_cast<uint64_t>(values));
 }
 
 }  // namespace

@@ -39,7 +39,8 @@ struct TargetChoiceOptions {
   int64_t d_in = 0;
   uint32_t refresh_period = 10;
   // The per-worker sketches (collected every step): their codec (the
-  // policy's statistics_codec) and columns k.
+  // policy's statistics_codec) and columns k (the product's
+  // kPerWorkerSketchSize by default).
   codec::CodecSpec statistics_codec = {.format = codec::Format::kBf16,
                                        .scaling = codec::Scaling::kNone};
   int64_t sketch_size = 128;

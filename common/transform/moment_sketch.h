@@ -63,7 +63,9 @@ class MomentSketch {
   int64_t dim() const { return omega_.rows(); }
   int64_t sketch_size() const { return omega_.cols(); }
   // n*k + n + 1.
-  int64_t contribution_size() const { return dim() * sketch_size() + dim() + 1; }
+  int64_t contribution_size() const { return ContributionSize(dim(), sketch_size()); }
+  // The contribution size of a sketch of dimension n with k columns.
+  static int64_t ContributionSize(int64_t n, int64_t k) { return n * k + n + 1; }
   // The n x k test matrix, orthonormal columns.
   const Eigen::MatrixXd& omega() const { return omega_; }
 
