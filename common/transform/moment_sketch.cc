@@ -97,6 +97,14 @@ MomentSketch::MomentSketch(Eigen::MatrixXd omega)
   }
 }
 
+absl::StatusOr<MomentSketch> MomentSketch::Prefix(int64_t columns) const {
+  if (columns < 1 || columns > sketch_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("a prefix of ", columns,
+                                                   " columns of a sketch of ", sketch_size()));
+  }
+  return MomentSketch(omega_.leftCols(columns));
+}
+
 absl::Status MomentSketch::InputSideContribution(const float* g, int64_t d_out, int64_t d_in,
                                                  float* out) const {
   if (auto s = CheckGradient(g, d_out, d_in, out); !s.ok()) return s;
@@ -246,6 +254,16 @@ absl::Status SketchedMomentEma::Update(absl::Span<const float> contribution) {
   }
   ++num_updates_;
   return absl::OkStatus();
+}
+
+absl::StatusOr<SketchedMomentEma> SketchedMomentEma::Prefix(int64_t columns) const {
+  GIFT_ASSIGN_OR_RETURN(MomentSketch prefix, sketch_->Prefix(columns));
+  SketchedMomentEma out(std::make_shared<const MomentSketch>(std::move(prefix)), decay_, noise_);
+  out.num_updates_ = num_updates_;
+  out.y_ = y_.leftCols(columns);
+  out.diag_ = diag_;
+  out.trace_ = trace_;
+  return out;
 }
 
 absl::StatusOr<LowRankEigenpairs> SketchedMomentEma::TopEigenpairs(int64_t rank) const {

@@ -69,6 +69,14 @@ class MomentSketch {
   // The n x k test matrix, orthonormal columns.
   const Eigen::MatrixXd& omega() const { return omega_; }
 
+  // The sketch whose test matrix is this one's first `columns` columns
+  // (columns in [1, sketch_size], else InvalidArgument): still orthonormal,
+  // so a sketch of its own, whose contribution is this one's with every row
+  // of Y cut to `columns` values. With SketchedMomentEma::Prefix an owner
+  // that holds a k-column EMA sees what any k' <= k columns would have given
+  // (issue 48: the per-worker sketch's columns chosen per tensor).
+  absl::StatusOr<MomentSketch> Prefix(int64_t columns) const;
+
   // Writes the contribution of G (d_out x d_in, row-major FP32, finite) to
   // `out` (contribution_size() floats): Y row-major n x k, then diag, then
   // trace. Input side: n == d_in, M_i = G^T G / d_out; output side:
@@ -132,6 +140,13 @@ class SketchedMomentEma {
   // average, with its exact trace. FailedPrecondition before the first
   // update or when the sketch is all zero.
   absl::StatusOr<LowRankEigenpairs> TopEigenpairs(int64_t rank) const;
+
+  // This EMA as the EMA of sketch().Prefix(columns) would be after the same
+  // updates cut to `columns` columns (the same values: each update is
+  // element by element): Y's first `columns` columns, the same diagonal,
+  // trace, count, decay and noise. InvalidArgument outside [1,
+  // sketch_size].
+  absl::StatusOr<SketchedMomentEma> Prefix(int64_t columns) const;
 
  private:
   SketchedMomentEma(std::shared_ptr<const MomentSketch> sketch, double decay, double noise);

@@ -218,6 +218,78 @@ TEST(MomentSketchTest, EmaOfSketchesIsTheSketchOfTheEma) {
             1e-6 * exact->value().diagonal().norm());
 }
 
+TEST(MomentSketchTest, APrefixOfTheColumnsIsTheSketchOfThoseColumnsAndItsEmaTheirEma) {
+  // A k = 24 sketch, and what its first 12 columns give: the same test
+  // columns, contributions cut row by row, an EMA cut the same way equal to
+  // the EMA of the cut contributions, and eigenpairs from the cut EMA as good
+  // as its 12 columns allow (M of rank <= 6 here: exact).
+  constexpr int64_t kOut = 40, kIn = 64, kK = 24, kPrefix = 12;
+  auto sketch = std::make_shared<const MomentSketch>(*MomentSketch::Create(kIn, kK, 11));
+  auto prefix = sketch->Prefix(kPrefix);
+  ASSERT_TRUE(prefix.ok()) << prefix.status();
+  EXPECT_EQ(prefix->sketch_size(), kPrefix);
+  EXPECT_EQ(prefix->omega(), sketch->omega().leftCols(kPrefix));
+  auto shared_prefix = std::make_shared<const MomentSketch>(*std::move(prefix));
+  // Cuts each row of Y (n x k, row-major) to its first kPrefix values.
+  auto cut = [&](const std::vector<float>& c) {
+    std::vector<float> out;
+    for (int64_t i = 0; i < kIn; ++i) {
+      out.insert(out.end(), c.begin() + i * kK, c.begin() + i * kK + kPrefix);
+    }
+    out.insert(out.end(), c.begin() + kIn * kK, c.end());  // diag, trace
+    return out;
+  };
+  auto full_ema = SketchedMomentEma::Create(sketch, 0.9, /*noise=*/1e-3);
+  auto cut_ema = SketchedMomentEma::Create(shared_prefix, 0.9, /*noise=*/1e-3);
+  ASSERT_TRUE(full_ema.ok() && cut_ema.ok());
+  for (uint32_t step = 0; step < 3; ++step) {
+    std::vector<std::vector<float>> grads;
+    for (uint32_t w = 0; w < 3; ++w) {
+      const Eigen::MatrixXd g = testing::Gaussian(kOut, 2, 10 + w) *
+                                testing::Gaussian(2, kIn, 20 + w) * (1.0 + 0.1 * step);
+      std::vector<float> x(kOut * kIn);
+      for (int64_t i = 0; i < kOut; ++i) {
+        for (int64_t j = 0; j < kIn; ++j) x[i * kIn + j] = static_cast<float>(g(i, j));
+      }
+      grads.push_back(std::move(x));
+    }
+    const std::vector<float> avg = AverageContribution(*sketch, grads, kOut, kIn, true);
+    const std::vector<float> avg_cut = AverageContribution(*shared_prefix, grads, kOut, kIn, true);
+    const std::vector<float> cut_avg = cut(avg);
+    ASSERT_EQ(avg_cut.size(), cut_avg.size());
+    // FP32 products of other shapes: equal within FP32 rounding of the
+    // largest value (the entries are sums with cancellation).
+    float largest = 0.0f;
+    for (float v : cut_avg) largest = std::max(largest, std::abs(v));
+    for (size_t i = 0; i < avg_cut.size(); ++i) {
+      EXPECT_NEAR(avg_cut[i], cut_avg[i], 1e-5 * largest) << i;
+    }
+    ASSERT_TRUE(full_ema->Update(avg).ok());
+    ASSERT_TRUE(cut_ema->Update(cut_avg).ok());
+  }
+  auto from_full = full_ema->Prefix(kPrefix);
+  ASSERT_TRUE(from_full.ok()) << from_full.status();
+  EXPECT_EQ(from_full->num_updates(), 3);
+  EXPECT_EQ(from_full->sketch().omega(), cut_ema->sketch().omega());
+  EXPECT_EQ(from_full->trace(), cut_ema->trace());
+  EXPECT_EQ(from_full->diagonal(), cut_ema->diagonal());
+  auto a = from_full->TopEigenpairs(6);
+  auto b = cut_ema->TopEigenpairs(6);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->values, b->values);  // the same values in, the same arithmetic
+  EXPECT_EQ(a->vectors, b->vectors);
+  auto whole = full_ema->TopEigenpairs(6);
+  ASSERT_TRUE(whole.ok());
+  for (int j = 0; j < 6; ++j) {
+    EXPECT_NEAR(a->values(j), whole->values(j), 1e-2 * whole->values(0)) << j;
+  }
+  EXPECT_LT(SubspaceSine(whole->vectors, a->vectors), 2e-2);
+
+  EXPECT_FALSE(full_ema->Prefix(0).ok());
+  EXPECT_FALSE(full_ema->Prefix(kK + 1).ok());
+  EXPECT_TRUE(full_ema->Prefix(kK).ok());
+}
+
 TEST(MomentSketchTest, RejectsBadArguments) {
   EXPECT_EQ(MomentSketch::Create(0, 1, 1).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(MomentSketch::Create(8, 9, 1).status().code(), absl::StatusCode::kInvalidArgument);
