@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "bench/fidelity_methods.h"
 #include "common/codec/codec_spec.h"
+#include "common/policy/policy.h"
 #include "nlohmann/json.hpp"
 
 namespace gift::bench {
@@ -39,11 +40,10 @@ struct TargetChoiceOptions {
   int64_t d_in = 0;
   uint32_t refresh_period = 10;
   // The per-worker sketches (collected every step): their codec (the
-  // policy's statistics_codec) and columns k (the product's
-  // kPerWorkerSketchSize by default).
+  // policy's statistics_codec) and columns k (its statistics_columns).
   codec::CodecSpec statistics_codec = {.format = codec::Format::kBf16,
                                        .scaling = codec::Scaling::kNone};
-  int64_t sketch_size = 128;
+  int64_t sketch_size = policy::kDefaultStatisticsColumns;
 };
 
 // Prints the choice and, per spec, its cheapest option within the target;

@@ -101,6 +101,14 @@ absl::Status ValidateRotationBlock(absl::string_view field, uint32_t block) {
   return absl::OkStatus();
 }
 
+// transform.statistics_columns: in [1, kMaxStatisticsColumns].
+absl::Status ValidateStatisticsColumns(absl::string_view field, uint32_t columns) {
+  if (columns < 1 || columns > kMaxStatisticsColumns) {
+    return Invalid(field, columns, absl::StrCat("must be in [1, ", kMaxStatisticsColumns, "]"));
+  }
+  return absl::OkStatus();
+}
+
 // The largest dimension a basis of `tensor` under `settings` transforms (its
 // rank is clamped to it).
 int64_t RankBound(const TensorSettings& settings, absl::Span<const int64_t> shape) {
@@ -148,6 +156,7 @@ Policy WithDefaults(const Policy& policy) {
                                         ? t.pull_codec()
                                         : DefaultCodec(kDefaultStatisticsCodec);
   }
+  if (t.statistics_columns() == 0) t.set_statistics_columns(kDefaultStatisticsColumns);
   gift::v1::RefreshPolicy& r = *out.mutable_refresh();
   if (r.period_steps() == 0) r.set_period_steps(kDefaultPeriodSteps);
   if (!r.has_drift_threshold()) r.set_drift_threshold(kDefaultDriftThreshold);
@@ -208,6 +217,8 @@ absl::Status Validate(const Policy& policy) {
   GIFT_RETURN_IF_ERROR(ValidateCodec("transform.pull_codec", t.pull_codec()));
   GIFT_RETURN_IF_ERROR(ValidateCodec("transform.statistics_codec", t.statistics_codec()));
   GIFT_RETURN_IF_ERROR(ValidateRotationBlock("transform.rotation_block", t.rotation_block()));
+  GIFT_RETURN_IF_ERROR(
+      ValidateStatisticsColumns("transform.statistics_columns", t.statistics_columns()));
 
   const gift::v1::RefreshPolicy& r = policy.refresh();
   GIFT_RETURN_IF_ERROR(ValidateSteps("refresh.period_steps", r.period_steps()));
@@ -278,6 +289,10 @@ absl::Status Validate(const Policy& policy) {
     if (o.has_rotation_block()) {
       GIFT_RETURN_IF_ERROR(
           ValidateRotationBlock(absl::StrCat(prefix, "rotation_block"), o.rotation_block()));
+    }
+    if (o.has_statistics_columns()) {
+      GIFT_RETURN_IF_ERROR(ValidateStatisticsColumns(absl::StrCat(prefix, "statistics_columns"),
+                                                     o.statistics_columns()));
     }
   }
   if (!gift::v1::Hierarchy_IsValid(policy.hierarchy())) {
@@ -406,6 +421,7 @@ TensorSettings ResolveTensorSettings(const Policy& policy, absl::string_view nam
     }
     if (o.has_pull_codec()) *out.transform.mutable_pull_codec() = o.pull_codec();
     if (o.has_rotation_block()) out.transform.set_rotation_block(o.rotation_block());
+    if (o.has_statistics_columns()) out.transform.set_statistics_columns(o.statistics_columns());
   }
   // The rotation works within rows (the last dimension) in whole blocks.
   const uint32_t block = out.transform.rotation_block();

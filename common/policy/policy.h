@@ -29,6 +29,9 @@ inline constexpr uint32_t kMaxRank = 65536;
 inline constexpr uint32_t kMaxSteps = uint32_t{1} << 20;  // periods and leads
 inline constexpr double kMaxGiftBudget = 100.0;           // selection.gift_budget
 inline constexpr uint32_t kMaxRotationBlock = 256;        // transform.rotation_block
+// transform.statistics_columns: the default and the largest.
+inline constexpr uint32_t kDefaultStatisticsColumns = 128;
+inline constexpr uint32_t kMaxStatisticsColumns = 1024;
 
 // Whether `block` may be a transform.rotation_block other than 0 (off): a
 // power of two in [2, kMaxRotationBlock].
@@ -111,7 +114,9 @@ bool IsTransformable(absl::Span<const int64_t> shape);
 // global codec is fp32) for one that is not; then a matching override's
 // push_codec / pull_codec, the last match winning. A statistics tensor
 // (statistics_tensor.h IsStatisticsTensorName) takes transform.
-// statistics_codec both ways and no override. The rotation block: the
+// statistics_codec both ways and no override. The per-worker sketches'
+// columns (transform.statistics_columns): the global value, then a matching
+// override's. The rotation block: the
 // global one, then a matching override's; 0 when the shape's last dimension
 // is not a multiple of it (that tensor is sent unrotated).
 TensorSettings ResolveTensorSettings(const gift::v1::Policy& policy, absl::string_view name,

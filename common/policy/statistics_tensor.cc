@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/codec/payload.h"
+#include "common/policy/policy.h"
 
 namespace gift::policy {
 namespace {
@@ -15,8 +16,10 @@ constexpr absl::string_view kMarker = "#sketch.";
 
 }  // namespace
 
-std::string StatisticsTensorName(absl::string_view tensor, absl::string_view sides) {
-  return absl::StrCat(tensor, kMarker, sides);
+std::string StatisticsTensorName(absl::string_view tensor, absl::string_view sides,
+                                 uint32_t columns) {
+  if (columns == kDefaultStatisticsColumns) return absl::StrCat(tensor, kMarker, sides);
+  return absl::StrCat(tensor, kMarker, sides, ".k", columns);
 }
 
 bool IsStatisticsTensorName(absl::string_view name) { return absl::StrContains(name, kMarker); }

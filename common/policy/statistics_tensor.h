@@ -22,8 +22,12 @@ namespace gift::policy {
 // The last dimension of every statistics tensor.
 inline constexpr int64_t kStatisticsColumns = 128;
 
-// "<tensor>#sketch.<sides>" for `sides` "both", "input" or "output".
-std::string StatisticsTensorName(absl::string_view tensor, absl::string_view sides);
+// "<tensor>#sketch.<sides>" for `sides` "both", "input" or "output", and
+// "<tensor>#sketch.<sides>.k<columns>" for sketches of other than
+// kDefaultStatisticsColumns columns (policy.h): the name fixes the tensor's
+// shape, so a tensor whose sketch size changes gets a new statistics tensor.
+std::string StatisticsTensorName(absl::string_view tensor, absl::string_view sides,
+                                 uint32_t columns);
 
 // Whether `name` is a statistics tensor's (it holds "#sketch.").
 bool IsStatisticsTensorName(absl::string_view name);

@@ -528,6 +528,19 @@ TEST_F(ControlIntegrationTest, StatisticsCodecThroughGiftctl) {
                                "--statistics-codec", "e4m3/block7"});
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.err.find("--statistics-codec"), std::string::npos) << bad.err;
+
+  // The sketches' columns: global, and per tensor through an override.
+  CommandResult columns = Giftctl({"--coordinator", coordinator_->address(), "policy", "set",
+                                   "--tensor", "w*", "--statistics-columns", "64"});
+  ASSERT_EQ(columns.code, 0) << columns.err;
+  const v1::Policy stored_columns = *client_->GetPolicy();
+  ASSERT_EQ(stored_columns.overrides_size(), 1);
+  EXPECT_EQ(stored_columns.overrides(0).statistics_columns(), 64u);
+  EXPECT_NE(columns.out.find("SKETCH_COLUMNS"), std::string::npos) << columns.out;
+  CommandResult too_many = Giftctl(
+      {"--coordinator", coordinator_->address(), "policy", "set", "--statistics-columns", "4096"});
+  EXPECT_NE(too_many.code, 0);
+  EXPECT_NE(too_many.err.find("--statistics-columns"), std::string::npos) << too_many.err;
 }
 
 TEST_F(ControlIntegrationTest, HierarchyAndAZeroDriftThroughGiftctl) {

@@ -238,6 +238,33 @@ TEST(PolicyEditTest, RotationBlockGlobalOrPerTensorAndItsText) {
   EXPECT_TRUE(absl::IsInvalidArgument(ValidatePolicyEdit(edit)));
 }
 
+TEST(PolicyEditTest, StatisticsColumnsGlobalOrPerTensorWithinTheirBounds) {
+  PolicyEdit edit;
+  edit.statistics_columns = 96;
+  ASSERT_TRUE(ValidatePolicyEdit(edit).ok());
+  gift::v1::Policy policy;
+  ApplyPolicyEdit(edit, &policy);
+  EXPECT_EQ(policy.transform().statistics_columns(), 96u);
+  edit.tensor_glob = "*.attn.q";
+  edit.statistics_columns = 64;
+  ASSERT_TRUE(ValidatePolicyEdit(edit).ok());
+  ApplyPolicyEdit(edit, &policy);
+  ASSERT_EQ(policy.overrides_size(), 1);
+  EXPECT_EQ(policy.overrides(0).statistics_columns(), 64u);
+  EXPECT_EQ(policy.transform().statistics_columns(), 96u);
+  PolicyEdit other;  // an override edit that leaves the columns alone
+  other.tensor_glob = "*.attn.q";
+  other.rank = 8;
+  ApplyPolicyEdit(other, &policy);
+  EXPECT_EQ(policy.overrides(0).statistics_columns(), 64u);
+  for (uint32_t bad : {0u, 1025u}) {
+    edit.statistics_columns = bad;
+    const absl::Status s = ValidatePolicyEdit(edit);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << bad;
+    EXPECT_NE(s.message().find("--statistics-columns"), absl::string_view::npos) << s;
+  }
+}
+
 TEST(PolicyEditTest, HierarchyAndAZeroDriftAreSetOnTheGlobalPolicy) {
   PolicyEdit edit;
   edit.hierarchy = gift::v1::HIERARCHY_NODE;

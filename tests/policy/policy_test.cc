@@ -119,6 +119,14 @@ TEST(PolicyValidateTest, NamesTheFieldAndValue) {
        [](gift::v1::Policy* p) {
          p->mutable_transform()->mutable_push_codec()->set_scaling(gift::v1::SCALING_NVFP4);
        }},
+      {"transform.statistics_columns = 1025",
+       [](gift::v1::Policy* p) { p->mutable_transform()->set_statistics_columns(1025); }},
+      {"overrides[0].statistics_columns = 0",
+       [](gift::v1::Policy* p) {
+         auto* o = p->add_overrides();
+         o->set_glob("w");
+         o->set_statistics_columns(0);
+       }},
       {"selection.margin = 1", [](gift::v1::Policy* p) { p->mutable_selection()->set_margin(1); }},
       {"selection.include[0]",
        [](gift::v1::Policy* p) { p->mutable_selection()->add_include(""); }},
@@ -420,6 +428,25 @@ TEST(ResolveTest, StatisticsTensorsTakeTheStatisticsCodecBothWaysAndNoOverride) 
   // The gradient itself keeps the override.
   EXPECT_EQ(Name(ResolveTensorSettings(p, "layers.0.w", {256, 256}).transform.push_codec()),
             "nvfp4");
+}
+
+TEST(ResolveTest, StatisticsColumnsAreTheGlobalOnesThenTheLastMatchingOverrides) {
+  gift::v1::Policy p = Defaults();
+  EXPECT_EQ(p.transform().statistics_columns(), kDefaultStatisticsColumns);
+  p.mutable_transform()->set_statistics_columns(96);
+  auto* a = p.add_overrides();
+  a->set_glob("layers.*");
+  a->set_statistics_columns(64);
+  auto* b = p.add_overrides();
+  b->set_glob("*.attn.*");
+  b->set_statistics_columns(32);
+  p.add_overrides()->set_glob("*.attn.q");  // says nothing about columns
+  p.mutable_overrides(2)->set_rank(16);
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p);
+  const std::vector<int64_t> shape = {256, 256};
+  EXPECT_EQ(ResolveTensorSettings(p, "head", shape).transform.statistics_columns(), 96u);
+  EXPECT_EQ(ResolveTensorSettings(p, "layers.0.mlp.up", shape).transform.statistics_columns(), 64u);
+  EXPECT_EQ(ResolveTensorSettings(p, "layers.0.attn.q", shape).transform.statistics_columns(), 32u);
 }
 
 TEST(PolicyDefaultsTest, StatisticsCodecIsBf16OrFp32WithAnFp32PullAndASetOneIsKept) {

@@ -6,6 +6,7 @@
 
 #include "common/codec/codec_spec.h"
 #include "common/codec/payload.h"
+#include "common/policy/policy.h"
 
 namespace gift::policy {
 namespace {
@@ -13,7 +14,10 @@ namespace {
 codec::CodecSpec Spec(const char* text) { return *codec::ParseCodecSpec(text); }
 
 TEST(StatisticsTensorTest, NamesAreMarkedAndRecognised) {
-  EXPECT_EQ(StatisticsTensorName("layers.0.w", "both"), "layers.0.w#sketch.both");
+  EXPECT_EQ(StatisticsTensorName("layers.0.w", "both", kDefaultStatisticsColumns),
+            "layers.0.w#sketch.both");
+  EXPECT_EQ(StatisticsTensorName("layers.0.w", "output", 64), "layers.0.w#sketch.output.k64");
+  EXPECT_TRUE(IsStatisticsTensorName("layers.0.w#sketch.output.k64"));
   EXPECT_TRUE(IsStatisticsTensorName("layers.0.w#sketch.output"));
   EXPECT_FALSE(IsStatisticsTensorName("layers.0.w"));
   EXPECT_FALSE(IsStatisticsTensorName("layers.0.w#sketch"));

@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/control/coordinator_client.h"
+#include "common/policy/statistics_tensor.h"
 #include "gift/v1/worker.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cluster_fixture.h"
@@ -453,6 +454,9 @@ TEST_F(ClusterIntegrationTest, ActivationsPerWorkerSourceBuildsBasesUnderAFitted
   SetPolicyWithGiftctl({"--push-codec", "nvfp4/mse", "--pull-codec", "bf16", "--selection", "list",
                         "--include", "*", "--period", "10", "--source", "activations-per-worker",
                         "--rotation-block", "16", "--statistics-codec", "e4m3/block128/sr"});
+  // The MLP matrices' sketches in 32 columns (a per-tensor override), the
+  // others in the default 128 (clamped to the side's dimension).
+  SetPolicyWithGiftctl({"--tensor", "*.mlp.*", "--statistics-columns", "32"});
   const std::string policy = Giftctl({"policy", "get"});
   EXPECT_NE(policy.find("nvfp4/mse"), std::string::npos) << policy;
   EXPECT_NE(policy.find("activations-per-worker"), std::string::npos) << policy;
@@ -505,8 +509,17 @@ TEST_F(ClusterIntegrationTest, ActivationsPerWorkerSourceBuildsBasesUnderAFitted
   const gift::v1::ClusterState state = CoordinatorState();
   const std::set<std::string> names = TensorNames(state);
   for (const TensorShape& s : Shapes()) {
-    EXPECT_EQ(names.count(s.name + "#sketch.output"), s.shape.size() == 2 ? 1u : 0u) << s.name;
+    const bool mlp = s.name.find(".mlp.") != std::string::npos;
+    const std::string output = s.name + "#sketch.output" + (mlp ? ".k32" : "");
+    EXPECT_EQ(names.count(output), s.shape.size() == 2 ? 1u : 0u) << s.name;
     EXPECT_EQ(names.count(s.name + "#sketch.both"), 0u) << s.name;
+  }
+  // Output side n = 160 in 32 columns: n k + n + 1 values, in whole rows.
+  for (const gift::v1::TensorInfo& t : state.tensors()) {
+    if (t.name() == "layers.0.mlp.up.weight#sketch.output.k32") {
+      EXPECT_EQ(t.num_elements(),
+                policy::StatisticsRows(160 * 32 + 160 + 1) * policy::kStatisticsColumns);
+    }
   }
   // E4M3 block-128 both ways: a byte a value, a 4-byte scale per row of 128
   // and the payloads' headers (2 bytes a value in BF16).

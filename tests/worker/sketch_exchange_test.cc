@@ -103,6 +103,54 @@ TEST(SketchExchangeTest, NamesAndLayoutFollowTheSettings) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(SketchExchangeTest, AnOverridesColumnsSizeTheSketchAndNameANewStatisticsTensor) {
+  gift::v1::ClusterState state = StateWithPerWorkerSource();
+  std::vector<gift::v1::TensorSpec> registered;
+  SketchExchange sketches([&](const gift::v1::TensorSpec& spec) -> absl::StatusOr<uint64_t> {
+    registered.push_back(spec);
+    return kStatsId + registered.size();
+  });
+  std::vector<float> g = Gradient(0);
+  const std::vector<LocalTensor> tensors = {{.tensor_id = kTensorId,
+                                             .name = "layers.0.w",
+                                             .rows = kRows,
+                                             .cols = kCols,
+                                             .data = g.data()}};
+  ASSERT_TRUE(sketches.Prepare(state, /*step=*/1, tensors).ok());
+  ASSERT_EQ(registered.size(), 1u);
+  EXPECT_EQ(registered[0].name(), "layers.0.w#sketch.both");
+
+  // 32 columns for this tensor: (n k + n + 1) per side, k = 32 on both.
+  gift::v1::TensorOverride* o = state.mutable_policy()->add_overrides();
+  o->set_glob("layers.*");
+  o->set_statistics_columns(32);
+  const policy::TensorSettings settings = policy::ResolveTensorSettings(
+      policy::WithDefaults(state.policy()), "layers.0.w", std::vector<int64_t>{kRows, kCols});
+  EXPECT_EQ(PerWorkerSketchSize(settings.transform), 32);
+  EXPECT_EQ(GeometryOptionsFor(settings, kTensorId).sketch_size, 32);
+  EXPECT_EQ(StatisticsTensorName("layers.0.w", settings), "layers.0.w#sketch.both.k32");
+  const int64_t size = (96 * 32 + 96 + 1) + (80 * 32 + 80 + 1);
+  auto stats = sketches.Prepare(state, /*step=*/2, tensors);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->size(), 1u);
+  // A new statistics tensor of the new shape; the gradient's own id is kept.
+  ASSERT_EQ(registered.size(), 2u);
+  EXPECT_EQ(registered[1].name(), "layers.0.w#sketch.both.k32");
+  ASSERT_EQ(registered[1].shape_size(), 3);
+  EXPECT_EQ(registered[1].shape(1), (size + kStatisticsColumns - 1) / kStatisticsColumns);
+  EXPECT_EQ((*stats)[0].tensor_id, kStatsId + 2);
+  EXPECT_EQ((*stats)[0].name, "layers.0.w#sketch.both.k32");
+  EXPECT_EQ((*stats)[0].rows, registered[1].shape(1));
+  EXPECT_EQ(sketches.Average(kTensorId).size(), static_cast<size_t>(size));
+  // The statistics bytes shrink with the columns (128 by default: both
+  // sides whole, 96 and 80 columns, as n < 128).
+  const codec::CodecSpec bf16 = {.format = codec::Format::kBf16, .scaling = codec::Scaling::kNone};
+  auto small = policy::StatisticsWireBytes(bf16, static_cast<uint64_t>(size));
+  auto full = policy::StatisticsWireBytes(bf16, (96 * 96 + 96 + 1) + (80 * 80 + 80 + 1));
+  ASSERT_TRUE(small.ok() && full.ok());
+  EXPECT_LT(*small, *full / 2);
+}
+
 TEST(SketchExchangeTest, ActivationsPerWorkerSourceSketchesTheOutputSideOnly) {
   gift::v1::ClusterState state = StateWithPerWorkerSource();
   state.mutable_policy()->mutable_transform()->set_source(

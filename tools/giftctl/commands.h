@@ -61,6 +61,7 @@ struct PolicySetFlags {
   uint32_t collect_period = 0;
   uint32_t direct_collect_stride = 0;
   uint32_t measure_period = 0;
+  uint32_t statistics_columns = 0;
   std::vector<double> powers;
   std::string sides, source, residual, selection, hierarchy, on_member_loss, enabled,
       error_feedback, statistics, gift_budget, rotation_block;

@@ -47,6 +47,7 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
   g.Add({"push_codec", CodecName(t.push_codec())});
   g.Add({"pull_codec", CodecName(t.pull_codec())});
   g.Add({"statistics_codec", CodecName(t.statistics_codec())});
+  g.Add({"statistics_columns", NumOrDash(t.statistics_columns())});
   g.Add({"error_feedback", t.error_feedback() ? "true" : "false"});
   g.Add({"rotation_block", RotationBlockName(t.rotation_block())});
   g.Add({"period_steps", NumOrDash(r.period_steps())});
@@ -69,7 +70,7 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
   if (p.overrides().empty()) return;
   out << "\noverrides (the last matching glob wins, field by field):\n";
   Table o({"GLOB", "SIDES", "POWERS", "SOURCE", "RANK", "RESIDUAL", "PERIOD", "ENABLED", "PUSH",
-           "PULL", "ERROR_FEEDBACK", "ROTATION"});
+           "PULL", "ERROR_FEEDBACK", "ROTATION", "SKETCH_COLUMNS"});
   for (const v1::TensorOverride& x : p.overrides()) {
     o.Add({x.glob(), x.has_sides() ? SidesName(x.sides()) : "-", Powers(x.powers()),
            x.has_source() ? SourceName(x.source()) : "-",
@@ -80,7 +81,8 @@ void PrintPolicy(const v1::Policy& p, bool as_json, std::ostream& out) {
            x.has_push_codec() ? CodecName(x.push_codec()) : "-",
            x.has_pull_codec() ? CodecName(x.pull_codec()) : "-",
            x.has_error_feedback() ? (x.error_feedback() ? "on" : "off") : "-",
-           x.has_rotation_block() ? RotationBlockName(x.rotation_block()) : "-"});
+           x.has_rotation_block() ? RotationBlockName(x.rotation_block()) : "-",
+           x.has_statistics_columns() ? absl::StrCat(x.statistics_columns()) : "-"});
   }
   o.Print(out);
 }
@@ -179,6 +181,11 @@ void AddPolicySetFlags(CLI::App* cmd, PolicySetFlags* f) {
       "--statistics-codec", f->statistics_codec,
       "codec of the per-worker sketches both ways (per-worker geometry sources), e.g. "
       "e4m3/block128 for half the bytes of the default bf16");
+  o["statistics-columns"] = cmd->add_option(
+      "--statistics-columns", f->statistics_columns,
+      "columns k of each side's per-worker sketch (1 to 1024; default 128): (d_in + d_out) x k "
+      "values per worker and collect step; fewer send fewer bytes and cap the basis rank at k "
+      "(global, or with --tensor for its override)");
   o["push-codec"] = cmd->add_option("--push-codec", f->push_codec,
                                     "codec workers -> servers, e.g. e4m3/block128");
   o["pull-codec"] =
@@ -247,6 +254,7 @@ absl::StatusOr<PolicyEdit> ToPolicyEdit(const PolicySetFlags& f) {
     GIFT_RETURN_IF_ERROR(SetParsed(ParseCodec("--statistics-codec", f.statistics_codec),
                                    e.statistics_codec));
   }
+  if (f.given("statistics-columns")) e.statistics_columns = f.statistics_columns;
   if (f.given("push-codec")) {
     GIFT_RETURN_IF_ERROR(SetParsed(ParseCodec("--push-codec", f.push_codec), e.push_codec));
   }

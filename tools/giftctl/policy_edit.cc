@@ -139,10 +139,10 @@ std::string RotationBlockName(uint32_t block) { return block == 0 ? "off" : absl
 bool PolicyEdit::empty() const {
   return !period_steps && !rank && !powers && !sides && !source && !residual && !enabled &&
          !error_feedback && !rotation_block && !ema_decay && !collect_period &&
-         !direct_collect_stride && !measure_period && !statistics && !statistics_codec && !push_codec &&
-         !pull_codec &&
-         !drift_threshold && !margin && !gift_budget && !target && !selection && !hierarchy &&
-         !on_member_loss && !include && !exclude;
+         !direct_collect_stride && !measure_period && !statistics && !statistics_codec &&
+         !statistics_columns && !push_codec && !pull_codec && !drift_threshold && !margin &&
+         !gift_budget && !target && !selection && !hierarchy && !on_member_loss && !include &&
+         !exclude;
 }
 
 namespace {
@@ -187,6 +187,8 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
   GIFT_RETURN_IF_ERROR(
       CheckCount(edit.direct_collect_stride, "--direct-collect-stride", policy::kMaxSteps));
   GIFT_RETURN_IF_ERROR(CheckCount(edit.measure_period, "--measure-period", policy::kMaxSteps));
+  GIFT_RETURN_IF_ERROR(
+      CheckCount(edit.statistics_columns, "--statistics-columns", policy::kMaxStatisticsColumns));
   if (edit.ema_decay && !InUnitInterval(*edit.ema_decay)) {
     return absl::InvalidArgumentError("--ema-decay must be in [0, 1)");
   }
@@ -222,7 +224,7 @@ absl::Status ValidatePolicyEdit(const PolicyEdit& edit) {
         absl::StrCat(absl::StrJoin(global_only, ", "),
                      " apply to the global policy only; a --tensor override can set --period, "
                      "--rank, --power, --sides, --source, --residual, --enabled, --push-codec, "
-                     "--pull-codec, --error-feedback and --rotation-block"));
+                     "--pull-codec, --error-feedback, --rotation-block and --statistics-columns"));
   }
   return CheckAgainstCoordinatorRules(edit);
 }
@@ -246,6 +248,7 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
     if (edit.enabled) o->set_enabled(*edit.enabled);
     if (edit.error_feedback) o->set_error_feedback(*edit.error_feedback);
     if (edit.rotation_block) o->set_rotation_block(*edit.rotation_block);
+    if (edit.statistics_columns) o->set_statistics_columns(*edit.statistics_columns);
     if (edit.push_codec) *o->mutable_push_codec() = *edit.push_codec;
     if (edit.pull_codec) *o->mutable_pull_codec() = *edit.pull_codec;
     return;
@@ -264,6 +267,7 @@ void ApplyPolicyEdit(const PolicyEdit& edit, v1::Policy* policy) {
   if (edit.direct_collect_stride) t->set_direct_collect_stride(*edit.direct_collect_stride);
   if (edit.statistics) t->set_statistics(*edit.statistics);
   if (edit.statistics_codec) *t->mutable_statistics_codec() = *edit.statistics_codec;
+  if (edit.statistics_columns) t->set_statistics_columns(*edit.statistics_columns);
   if (edit.error_feedback) t->set_error_feedback(*edit.error_feedback);
   if (edit.rotation_block) t->set_rotation_block(*edit.rotation_block);
   if (edit.push_codec) *t->mutable_push_codec() = *edit.push_codec;

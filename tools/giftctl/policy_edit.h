@@ -43,6 +43,7 @@ struct PolicyEdit {
   std::optional<uint32_t> measure_period;
   std::optional<gift::v1::StatisticsForm> statistics;
   std::optional<gift::v1::CodecSpec> statistics_codec;
+  std::optional<uint32_t> statistics_columns;
   std::optional<double> drift_threshold;
   std::optional<double> margin;
   // A fraction >= 0 (0: off); kAutoGiftBudget clears the field (the default).

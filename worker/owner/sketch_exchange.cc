@@ -55,6 +55,11 @@ double StatisticsNoise(const gift::v1::TransformPolicy& t) {
 
 }  // namespace
 
+int64_t PerWorkerSketchSize(const gift::v1::TransformPolicy& transform) {
+  return transform.statistics_columns() != 0 ? transform.statistics_columns()
+                                             : policy::kDefaultStatisticsColumns;
+}
+
 transform::TensorGeometryOptions GeometryOptionsFor(const policy::TensorSettings& settings,
                                                     uint64_t tensor_id) {
   const transform::GeometrySource source = SourceOf(settings.transform.source());
@@ -64,10 +69,11 @@ transform::TensorGeometryOptions GeometryOptionsFor(const policy::TensorSettings
           .statistics = settings.transform.statistics() == gift::v1::STATISTICS_FORM_EXACT
                             ? transform::StatisticsForm::kExact
                             : transform::StatisticsForm::kSketch,
-          // Per-worker sketches travel as tensors of a fixed shape; the
-          // owner's own sketch of the reduced gradient follows the rank.
+          // Per-worker sketches: the policy's columns, which fix the
+          // statistics tensor; the owner's own sketch of the reduced
+          // gradient follows the rank.
           .sketch_size = transform::UsesPerWorkerMoments(source)
-                             ? kPerWorkerSketchSize
+                             ? PerWorkerSketchSize(settings.transform)
                              : OwnerSketchSize(settings.transform.rank()),
           .sketch_seed = tensor_id,
           // The averages arrive rounded by the statistics codec.
@@ -87,7 +93,8 @@ std::string StatisticsTensorName(const std::string& name, const policy::TensorSe
   const char* sides = "both";
   if (sketched == gift::v1::SIDES_INPUT) sides = "input";
   if (sketched == gift::v1::SIDES_OUTPUT) sides = "output";
-  return policy::StatisticsTensorName(name, sides);
+  return policy::StatisticsTensorName(
+      name, sides, static_cast<uint32_t>(PerWorkerSketchSize(settings.transform)));
 }
 
 SketchExchange::Registrar SketchExchange::RegistrarOf(const control::MemberSession* session) {

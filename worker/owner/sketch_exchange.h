@@ -59,9 +59,11 @@ namespace gift::worker {
 
 using policy::kStatisticsColumns;
 
-// Columns of each side's per-worker sketch (the statistics tensor's size
-// follows from it, so it is fixed rather than a policy field).
-inline constexpr int64_t kPerWorkerSketchSize = 128;
+// Columns of each side's per-worker sketch of a tensor with resolved
+// `transform` settings: transform.statistics_columns (the policy's default
+// when unset). Every worker and the owner resolve the same number; the
+// statistics tensor's size and name follow from it.
+int64_t PerWorkerSketchSize(const gift::v1::TransformPolicy& transform);
 
 // Columns of the owner's sketch of the reduced gradient at `rank`: 1.5 x
 // rank, at least 32 (docs/fidelity.md "Sketched statistics": at rank 64 on
@@ -71,7 +73,7 @@ inline int64_t OwnerSketchSize(int64_t rank) { return std::max<int64_t>(32, rank
 
 // The statistics options of a tensor with resolved `settings`, identical on
 // every worker and the owner (sources, sides, decay, statistics form, sketch
-// size: kPerWorkerSketchSize for per-worker sketches, OwnerSketchSize for
+// size: PerWorkerSketchSize for per-worker sketches, OwnerSketchSize for
 // the owner's sketch of the reduced gradient; seed).
 transform::TensorGeometryOptions GeometryOptionsFor(const policy::TensorSettings& settings,
                                                     uint64_t tensor_id);
@@ -80,7 +82,8 @@ transform::TensorGeometryOptions GeometryOptionsFor(const policy::TensorSettings
 // sketches: transformable, not direct by policy, per-worker source.
 bool UsesPerWorkerSketches(const policy::TensorSettings& settings, absl::Span<const int64_t> shape);
 
-// "<name>#sketch.both" (or .input / .output).
+// "<name>#sketch.both" (or .input / .output; with ".k<columns>" after it for
+// sketches of other than the default columns, policy::StatisticsTensorName).
 std::string StatisticsTensorName(const std::string& name, const policy::TensorSettings& settings);
 
 class SketchExchange {
