@@ -55,6 +55,15 @@ std::vector<float> Gradient(uint32_t rank) {
   return g;
 }
 
+// The step's one gradient tensor, holding `g`.
+std::vector<LocalTensor> OneTensor(std::vector<float>& g) {
+  return {{.tensor_id = kTensorId,
+           .name = "layers.0.w",
+           .rows = kRows,
+           .cols = kCols,
+           .data = g.data()}};
+}
+
 TEST(SketchExchangeTest, NamesAndLayoutFollowTheSettings) {
   const gift::v1::ClusterState state = StateWithPerWorkerSource();
   const gift::v1::Policy policy = policy::WithDefaults(state.policy());
@@ -70,8 +79,7 @@ TEST(SketchExchangeTest, NamesAndLayoutFollowTheSettings) {
     return kStatsId;
   });
   std::vector<float> g = Gradient(0);
-  const std::vector<LocalTensor> tensors = {
-      {.tensor_id = kTensorId, .name = "layers.0.w", .rows = kRows, .cols = kCols, .data = g.data()}};
+  const std::vector<LocalTensor> tensors = OneTensor(g);
   // Output side n = 96 (k = 96), input side n = 80 (k = 80): n*k + n + 1 each.
   const int64_t size = (96 * 96 + 96 + 1) + (80 * 80 + 80 + 1);
   auto stats = sketches.Prepare(state, /*step=*/3, tensors);
@@ -111,11 +119,7 @@ TEST(SketchExchangeTest, AnOverridesColumnsSizeTheSketchAndNameANewStatisticsTen
     return kStatsId + registered.size();
   });
   std::vector<float> g = Gradient(0);
-  const std::vector<LocalTensor> tensors = {{.tensor_id = kTensorId,
-                                             .name = "layers.0.w",
-                                             .rows = kRows,
-                                             .cols = kCols,
-                                             .data = g.data()}};
+  const std::vector<LocalTensor> tensors = OneTensor(g);
   ASSERT_TRUE(sketches.Prepare(state, /*step=*/1, tensors).ok());
   ASSERT_EQ(registered.size(), 1u);
   EXPECT_EQ(registered[0].name(), "layers.0.w#sketch.both");
@@ -166,11 +170,7 @@ TEST(SketchExchangeTest, ActivationsPerWorkerSourceSketchesTheOutputSideOnly) {
     return kStatsId;
   });
   std::vector<float> g = Gradient(0);
-  const std::vector<LocalTensor> tensors = {{.tensor_id = kTensorId,
-                                             .name = "layers.0.w",
-                                             .rows = kRows,
-                                             .cols = kCols,
-                                             .data = g.data()}};
+  const std::vector<LocalTensor> tensors = OneTensor(g);
   auto stats = sketches.Prepare(state, /*step=*/3, tensors);
   ASSERT_TRUE(stats.ok()) << stats.status();
   ASSERT_EQ(stats->size(), 1u);
