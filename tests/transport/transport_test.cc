@@ -473,6 +473,11 @@ TEST(UcxTransportTest, RefusedConnectsLeaveNoDescriptors) {
   ASSERT_TRUE(a.ok()) << a.status();
   const long before = open_fds();
   const std::vector<uint8_t> small = Pattern(4096, 1);
+  // A dead transport's port is free for any process to bind: in the suite
+  // another test's UCX worker may listen on it by now, and a send there is
+  // delivered. Such a connect was not refused and may keep its socket; it
+  // is counted, and only the refused ones must leave nothing behind.
+  int reached = 0;
   for (const std::string& address : dead) {
     auto peer = (*a)->Connect(address);
     if (!peer.ok()) continue;  // refused at once
@@ -481,12 +486,14 @@ TEST(UcxTransportTest, RefusedConnectsLeaveNoDescriptors) {
     // send when the connect is refused.
     if ((*a)->Send(*peer, {1}, small, sent.Callback()).ok()) {
       ASSERT_TRUE(sent.WaitFor(1, absl::Seconds(20))) << "a send to a dead peer never completed";
-      EXPECT_FALSE(sent.last_error().ok());
+      if (sent.last_error().ok()) ++reached;
     }
     (*a)->Disconnect(*peer);
   }
   absl::SleepFor(absl::Milliseconds(500));
-  EXPECT_LE(open_fds(), before + 2) << "before the connects: " << before;
+  // Nearly every address stays dead while the test runs.
+  EXPECT_LE(reached, 2) << "sends to dead transports' addresses were delivered";
+  EXPECT_LE(open_fds(), before + 2 + reached) << "before the connects: " << before;
 }
 
 TEST(UcxTransportTest, UnknownTlsIsAnError) {
