@@ -75,17 +75,11 @@ absl::Status ValidateCodec(absl::string_view field, const gift::v1::CodecSpec& s
   return absl::OkStatus();
 }
 
-absl::Status ValidateRank(absl::string_view field, uint32_t rank) {
-  if (rank < 1 || rank > kMaxRank) {
-    return Invalid(field, rank, absl::StrCat("must be in [1, ", kMaxRank, "]"));
-  }
-  return absl::OkStatus();
-}
-
-// A count of steps (a period, a stride, a lead).
-absl::Status ValidateSteps(absl::string_view field, uint32_t steps) {
-  if (steps < 1 || steps > kMaxSteps) {
-    return Invalid(field, steps, absl::StrCat("must be in [1, ", kMaxSteps, "]"));
+// A count in [1, max]: a rank (kMaxRank), a number of steps (a period, a
+// stride, a lead: kMaxSteps), a sketch's columns (kMaxStatisticsColumns).
+absl::Status ValidateCount(absl::string_view field, uint32_t value, uint32_t max) {
+  if (value < 1 || value > max) {
+    return Invalid(field, value, absl::StrCat("must be in [1, ", max, "]"));
   }
   return absl::OkStatus();
 }
@@ -97,14 +91,6 @@ absl::Status ValidateRotationBlock(absl::string_view field, uint32_t block) {
     return Invalid(
         field, block,
         absl::StrCat("must be 0 (off) or a power of two in [2, ", kMaxRotationBlock, "]"));
-  }
-  return absl::OkStatus();
-}
-
-// transform.statistics_columns: in [1, kMaxStatisticsColumns].
-absl::Status ValidateStatisticsColumns(absl::string_view field, uint32_t columns) {
-  if (columns < 1 || columns > kMaxStatisticsColumns) {
-    return Invalid(field, columns, absl::StrCat("must be in [1, ", kMaxStatisticsColumns, "]"));
   }
   return absl::OkStatus();
 }
@@ -196,7 +182,7 @@ absl::Status Validate(const Policy& policy) {
       !gift::v1::GeometrySource_IsValid(t.source())) {
     return Invalid("transform.source", t.source(), "unknown geometry source");
   }
-  GIFT_RETURN_IF_ERROR(ValidateRank("transform.rank", t.rank()));
+  GIFT_RETURN_IF_ERROR(ValidateCount("transform.rank", t.rank(), kMaxRank));
   if (t.residual() == gift::v1::RESIDUAL_MODEL_UNSPECIFIED ||
       !gift::v1::ResidualModel_IsValid(t.residual())) {
     return Invalid("transform.residual", t.residual(), "unknown residual model");
@@ -204,8 +190,9 @@ absl::Status Validate(const Policy& policy) {
   if (!Finite(t.ema_decay()) || t.ema_decay() < 0 || t.ema_decay() >= 1) {
     return Invalid("transform.ema_decay", t.ema_decay(), "must be in [0, 1)");
   }
-  GIFT_RETURN_IF_ERROR(ValidateSteps("transform.collect_period", t.collect_period()));
-  GIFT_RETURN_IF_ERROR(ValidateSteps("transform.direct_collect_stride", t.direct_collect_stride()));
+  GIFT_RETURN_IF_ERROR(ValidateCount("transform.collect_period", t.collect_period(), kMaxSteps));
+  GIFT_RETURN_IF_ERROR(
+      ValidateCount("transform.direct_collect_stride", t.direct_collect_stride(), kMaxSteps));
   if (!Finite(t.damping_eps()) || t.damping_eps() <= 0) {
     return Invalid("transform.damping_eps", t.damping_eps(), "must be finite and > 0");
   }
@@ -218,16 +205,17 @@ absl::Status Validate(const Policy& policy) {
   GIFT_RETURN_IF_ERROR(ValidateCodec("transform.statistics_codec", t.statistics_codec()));
   GIFT_RETURN_IF_ERROR(ValidateRotationBlock("transform.rotation_block", t.rotation_block()));
   GIFT_RETURN_IF_ERROR(
-      ValidateStatisticsColumns("transform.statistics_columns", t.statistics_columns()));
+      ValidateCount("transform.statistics_columns", t.statistics_columns(), kMaxStatisticsColumns));
 
   const gift::v1::RefreshPolicy& r = policy.refresh();
-  GIFT_RETURN_IF_ERROR(ValidateSteps("refresh.period_steps", r.period_steps()));
+  GIFT_RETURN_IF_ERROR(ValidateCount("refresh.period_steps", r.period_steps(), kMaxSteps));
   if (!Finite(r.drift_threshold()) || r.drift_threshold() < 0) {
     return Invalid("refresh.drift_threshold", r.drift_threshold(), "must be finite and >= 0");
   }
-  GIFT_RETURN_IF_ERROR(ValidateSteps("refresh.activation_lead_steps", r.activation_lead_steps()));
+  GIFT_RETURN_IF_ERROR(
+      ValidateCount("refresh.activation_lead_steps", r.activation_lead_steps(), kMaxSteps));
 
-  GIFT_RETURN_IF_ERROR(ValidateSteps("refresh.measure_period", r.measure_period()));
+  GIFT_RETURN_IF_ERROR(ValidateCount("refresh.measure_period", r.measure_period(), kMaxSteps));
 
   const gift::v1::SelectionPolicy& s = policy.selection();
   if (s.mode() == gift::v1::SELECTION_MODE_UNSPECIFIED ||
@@ -272,13 +260,15 @@ absl::Status Validate(const Policy& policy) {
                            !gift::v1::GeometrySource_IsValid(o.source()))) {
       return Invalid(absl::StrCat(prefix, "source"), o.source(), "unknown geometry source");
     }
-    if (o.has_rank()) GIFT_RETURN_IF_ERROR(ValidateRank(absl::StrCat(prefix, "rank"), o.rank()));
+    if (o.has_rank())
+      GIFT_RETURN_IF_ERROR(ValidateCount(absl::StrCat(prefix, "rank"), o.rank(), kMaxRank));
     if (o.has_residual() && (o.residual() == gift::v1::RESIDUAL_MODEL_UNSPECIFIED ||
                              !gift::v1::ResidualModel_IsValid(o.residual()))) {
       return Invalid(absl::StrCat(prefix, "residual"), o.residual(), "unknown residual model");
     }
     if (o.has_period_steps()) {
-      GIFT_RETURN_IF_ERROR(ValidateSteps(absl::StrCat(prefix, "period_steps"), o.period_steps()));
+      GIFT_RETURN_IF_ERROR(
+          ValidateCount(absl::StrCat(prefix, "period_steps"), o.period_steps(), kMaxSteps));
     }
     if (o.has_push_codec()) {
       GIFT_RETURN_IF_ERROR(ValidateCodec(absl::StrCat(prefix, "push_codec"), o.push_codec()));
@@ -291,8 +281,8 @@ absl::Status Validate(const Policy& policy) {
           ValidateRotationBlock(absl::StrCat(prefix, "rotation_block"), o.rotation_block()));
     }
     if (o.has_statistics_columns()) {
-      GIFT_RETURN_IF_ERROR(ValidateStatisticsColumns(absl::StrCat(prefix, "statistics_columns"),
-                                                     o.statistics_columns()));
+      GIFT_RETURN_IF_ERROR(ValidateCount(absl::StrCat(prefix, "statistics_columns"),
+                                         o.statistics_columns(), kMaxStatisticsColumns));
     }
   }
   if (!gift::v1::Hierarchy_IsValid(policy.hierarchy())) {

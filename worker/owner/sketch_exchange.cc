@@ -138,6 +138,7 @@ absl::StatusOr<SketchExchange::Entry*> SketchExchange::EntryFor(
     return id.status();
   }
   entry.key = key;
+  entry.name = spec.name();
   entry.geometry = std::make_unique<transform::TensorGeometry>(*std::move(geometry));
   entry.statistics_tensor_id = *id;
   entry.contribution_size = *size;
@@ -186,7 +187,7 @@ absl::StatusOr<std::vector<LocalTensor>> SketchExchange::Prepare(
     std::fill(e.buffer.begin() + e.contribution_size, e.buffer.end(), 0.0f);
     e.prepared = true;
     out.push_back({.tensor_id = e.statistics_tensor_id,
-                   .name = StatisticsTensorName(info->name(), settings),
+                   .name = e.name,
                    .rows = e.rows,
                    .cols = kStatisticsColumns,
                    .data = e.buffer.data()});

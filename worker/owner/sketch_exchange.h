@@ -125,7 +125,8 @@ class SketchExchange {
 
  private:
   struct Entry {
-    std::string key;  // the resolved settings the entry was built for
+    std::string key;   // the resolved settings the entry was built for
+    std::string name;  // the statistics tensor's (StatisticsTensorName)
     std::unique_ptr<transform::TensorGeometry> geometry;
     uint64_t statistics_tensor_id = 0;
     int64_t contribution_size = 0;
